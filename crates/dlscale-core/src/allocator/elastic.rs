@@ -1,0 +1,69 @@
+//! The paper's optimizer and its baseline: an exact knapsack over per-job value tables. They
+//! differ only in how the batch is chosen inside each value table.
+
+use std::sync::Mutex;
+
+use super::knapsack::{KnapsackItem, KnapsackSolver};
+use super::{admit, Allocator, Decision, JobDecision, JobState, Settings};
+use crate::cluster::Cluster;
+use crate::job::Job;
+use crate::options::{job_options, BatchChoice, ConfigOption};
+
+/// GPUs and batch size both adapt: each job's value at g GPUs is its best over feasible batches
+/// (the paper's elastic-batch optimizer).
+#[derive(Debug, Default)]
+pub struct ElasticBatch {
+    solver: Mutex<KnapsackSolver>,
+}
+
+/// GPUs adapt, the batch stays at the user's value (the paper's elastic-gpu baseline).
+#[derive(Debug, Default)]
+pub struct ElasticGpu {
+    solver: Mutex<KnapsackSolver>,
+}
+
+impl Allocator for ElasticBatch {
+    fn name(&self) -> &'static str {
+        "elastic-batch"
+    }
+
+    fn allocate(&self, cluster: &Cluster, jobs: &[Job], settings: &Settings) -> Decision {
+        let choice = BatchChoice::Free { max_candidates: settings.batch_candidates };
+        allocate_knapsack(&self.solver, cluster, jobs, settings, choice)
+    }
+}
+
+impl Allocator for ElasticGpu {
+    fn name(&self) -> &'static str {
+        "elastic-gpu"
+    }
+
+    fn allocate(&self, cluster: &Cluster, jobs: &[Job], settings: &Settings) -> Decision {
+        allocate_knapsack(&self.solver, cluster, jobs, settings, BatchChoice::Fixed)
+    }
+}
+
+fn allocate_knapsack(solver: &Mutex<KnapsackSolver>, cluster: &Cluster, jobs: &[Job], settings: &Settings, choice: BatchChoice) -> Decision {
+    let tables: Vec<Vec<ConfigOption>> = jobs
+        .iter()
+        .map(|job| job_options(job, cluster, settings.utility, choice, &settings.restart))
+        .collect();
+    let states = admit(jobs, |i| tables[i].first().map(|o| o.gpus), cluster.total_gpus(), settings);
+    let admitted: Vec<usize> = (0..jobs.len()).filter(|&i| states[i] == JobState::Running).collect();
+    let items: Vec<Vec<KnapsackItem>> = admitted
+        .iter()
+        .map(|&i| tables[i].iter().map(|o| KnapsackItem { gpus: o.gpus, value: o.value }).collect())
+        .collect();
+    let solution = {
+        // A poisoned lock only means another thread panicked mid-solve; the buffers are rebuilt
+        // from scratch on every solve, so they are safe to reuse.
+        let mut solver = solver.lock().unwrap_or_else(|e| e.into_inner());
+        solver.solve(&items, cluster.total_gpus())
+    };
+    let solution = solution.expect("admission keeps the admitted minimums within capacity");
+    let mut decisions: Vec<JobDecision> = jobs.iter().zip(&states).map(|(job, &s)| JobDecision::idle(&job.id, s)).collect();
+    for (&i, &option) in admitted.iter().zip(&solution.choice) {
+        decisions[i] = JobDecision::running(&jobs[i].id, &tables[i][option]);
+    }
+    Decision { objective: solution.value, jobs: decisions }
+}

@@ -1,0 +1,44 @@
+//! The static baseline: every job runs exactly as its user asked, first come first served.
+
+use super::{admit, Allocator, Decision, JobDecision, JobState, Settings};
+use crate::cluster::Cluster;
+use crate::job::Job;
+use crate::options::{job_options, BatchChoice, ConfigOption, RestartAwareness};
+
+/// The user's GPUs and batch, no rescaling; FIFO, with backfill when [`Settings::backfill`] is set.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StaticFifo;
+
+impl Allocator for StaticFifo {
+    fn name(&self) -> &'static str {
+        "static"
+    }
+
+    fn allocate(&self, cluster: &Cluster, jobs: &[Job], settings: &Settings) -> Decision {
+        // The requested configuration as the job's only option, valued like the others for
+        // comparable objectives; restarts never happen, so no restart adjustment.
+        let requested: Vec<Option<ConfigOption>> = jobs
+            .iter()
+            .map(|job| {
+                job_options(job, cluster, settings.utility, BatchChoice::Fixed, &RestartAwareness::default())
+                    .into_iter()
+                    .find(|o| o.gpus == job.requested.gpus)
+            })
+            .collect();
+        let states = admit(jobs, |i| requested[i].map(|o| o.gpus), cluster.total_gpus(), settings);
+        let mut objective = 0.0;
+        let decisions = jobs
+            .iter()
+            .zip(&states)
+            .zip(&requested)
+            .map(|((job, &state), option)| match (state, option) {
+                (JobState::Running, Some(option)) => {
+                    objective += option.value;
+                    JobDecision::running(&job.id, option)
+                }
+                _ => JobDecision::idle(&job.id, state),
+            })
+            .collect();
+        Decision { objective, jobs: decisions }
+    }
+}

@@ -1,0 +1,44 @@
+//! Throughput models: how long one optimizer step takes for a placement and a per-GPU batch.
+//!
+//! Every model answers the same question through [`ThroughputModel`]; allocators never know which
+//! kind they hold. Throughput in samples/s follows from the step time: `global_batch / step_time`,
+//! where the step time is that of the largest per-GPU share, `ceil(global_batch / gpus)` (with an
+//! uneven split, the most loaded worker sets the pace).
+
+mod analytic;
+pub(crate) mod table;
+
+pub use analytic::{AnalyticModel, FitQuality, StepTimeSample};
+pub use table::MeasuredTable;
+
+use crate::GpuCount;
+
+/// Predicts the time of one synchronous data-parallel training step.
+pub trait ThroughputModel: std::fmt::Debug + Send + Sync {
+    /// Seconds per step with `gpus` GPUs spread over `nodes` nodes, each GPU processing
+    /// `local_batch` samples; `None` when the model cannot run that way (per-GPU batch over its
+    /// memory limit, or a placement the model has no safe prediction for).
+    fn step_time_s(&self, gpus: GpuCount, nodes: u32, local_batch: u32) -> Option<f64>;
+
+    /// The largest per-GPU batch the model is known to fit in memory, if it knows one.
+    fn max_local_batch(&self) -> Option<u32>;
+
+    /// The largest GPU count the model can predict, if it is bounded.
+    fn max_gpus(&self) -> Option<GpuCount>;
+}
+
+/// Samples per second at `global_batch` over `gpus` GPUs on `nodes` nodes, or `None` if the
+/// configuration is infeasible for the model (or has fewer samples than GPUs).
+pub fn throughput_samples_per_s(
+    model: &dyn ThroughputModel,
+    gpus: GpuCount,
+    nodes: u32,
+    global_batch: u32,
+) -> Option<f64> {
+    if gpus == 0 || global_batch < gpus {
+        return None;
+    }
+    let local_batch = global_batch.div_ceil(gpus);
+    let step_s = model.step_time_s(gpus, nodes, local_batch)?;
+    (step_s > 0.0 && step_s.is_finite()).then(|| f64::from(global_batch) / step_s)
+}

@@ -1,0 +1,127 @@
+"""Atomic checkpoint files in a directory: ``step-0000000123.pt``.
+
+A file is written as ``.step-….pt.tmp-<pid>``, fsynced, then ``os.replace``d into place, so a
+reader only ever sees complete checkpoints. The newest ``keep`` are kept. torch is imported
+lazily here (and only here).
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+_NAME = re.compile(r"^step-(\d{10})\.pt$")
+FORMAT_VERSION = 1
+
+
+def checkpoint_path(directory: str, step: int) -> str:
+    return os.path.join(directory, f"step-{step:010d}.pt")
+
+
+def list_checkpoints(directory: str) -> List[Tuple[int, str]]:
+    """(step, path) of complete checkpoints, newest first."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    found = []
+    for name in names:
+        m = _NAME.match(name)
+        if m:
+            found.append((int(m.group(1)), os.path.join(directory, name)))
+    found.sort(reverse=True)
+    return found
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(directory: str, step: int, state: Dict[str, Any], keep: int = 2) -> str:
+    """Write ``state`` as the checkpoint for ``step`` atomically; prune to the newest ``keep``."""
+    import torch
+
+    os.makedirs(directory, exist_ok=True)
+    final = checkpoint_path(directory, step)
+    tmp = os.path.join(directory, f".{os.path.basename(final)}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(directory)
+    for _, old in list_checkpoints(directory)[max(1, keep):]:
+        try:
+            os.unlink(old)
+        except OSError:
+            pass
+    return final
+
+
+def load_latest_checkpoint(directory: Optional[str]) -> Optional[Tuple[str, Dict[str, Any]]]:
+    """(path, state) of the newest loadable checkpoint in ``directory``, or None."""
+    if not directory:
+        return None
+    import torch
+
+    for _, path in list_checkpoints(directory):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # a damaged file: fall back to the previous one
+            print(f"dlscale: warning: cannot load checkpoint {path}: {exc}", file=sys.stderr, flush=True)
+            continue
+        if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
+            print(f"dlscale: warning: {path} is not a dlscale checkpoint", file=sys.stderr, flush=True)
+            continue
+        return path, state
+    return None
+
+
+def capture_rng_state() -> Dict[str, Any]:
+    import torch
+
+    state: Dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    np = sys.modules.get("numpy")
+    if np is not None:
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        state["numpy"] = (name, [int(k) for k in keys], int(pos), int(has_gauss), float(cached))
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: Dict[str, Any]) -> None:
+    import torch
+
+    if "python" in state:
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+    if "torch" in state:
+        torch.set_rng_state(state["torch"])
+    np = sys.modules.get("numpy")
+    if np is not None and "numpy" in state:
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    if "cuda" in state and torch.cuda.is_available():
+        try:
+            torch.cuda.set_rng_state_all(state["cuda"])
+        except Exception:
+            pass

@@ -1,0 +1,290 @@
+"""``Job``: the pieces wired together for a training loop.
+
+    job = dlscale.init()                      # env -> Allocation, SIGTERM handler, reporter
+    job.resume(model, optimizer, lr=lr)       # latest checkpoint, if any (all ranks)
+    while job.step < total_steps:
+        idx = sampler.local_indices(job.samples_seen, job.local_batch_size, job.rank)
+        ... one optimizer step on idx ...
+        job.step_done(loss=loss.item())       # step += 1, samples_seen += batch, log, report
+        if job.should_stop():                 # SIGTERM seen by any rank (collective)
+            job.stop()                        # checkpoint, log, exit(EXIT_STOPPED)
+    job.finish()                              # final checkpoint, "dlscale: done step=N"
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from typing import Any, Dict, List, Mapping, Optional
+
+from .checkpoint import (
+    FORMAT_VERSION,
+    capture_rng_state,
+    load_latest_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
+from .env import Allocation, EnvError
+from .lr import set_lr
+from .metrics import MetricsReporter, metrics_payload
+from .stop import EXIT_BAD_ENV, StopFlag, install_stop_handler, stop_exit_code
+
+
+def _unwrap(model: Any) -> Any:
+    # DistributedDataParallel / DataParallel keep the real module in .module
+    inner = getattr(model, "module", None)
+    if inner is not None and type(model).__name__ in ("DistributedDataParallel", "DataParallel"):
+        return inner
+    return model
+
+
+def _dist():
+    """torch.distributed if it is initialized with more than one rank, else None."""
+    if "torch" not in sys.modules:
+        return None
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist
+    return None
+
+
+def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise EnvError(f"{name}={raw!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise EnvError(f"{name}={raw!r} must be a finite number >= 0")
+    return value
+
+
+class Job:
+    def __init__(
+        self,
+        alloc: Optional[Allocation] = None,
+        *,
+        log_every: int = 10,
+        checkpoint_every: int = 0,
+        keep_checkpoints: int = 2,
+        report_interval: Optional[float] = None,
+        install_signals: bool = True,
+        environ: Optional[Mapping[str, str]] = None,
+        default_local_batch_size: int = 32,
+    ) -> None:
+        env = os.environ if environ is None else environ
+        self.alloc = alloc or Allocation.from_env(env, default_local_batch_size=default_local_batch_size)
+        if log_every < 1:
+            raise ValueError("log_every must be >= 1")
+        self.log_every = log_every
+        self.checkpoint_every = max(0, checkpoint_every)
+        self.keep_checkpoints = keep_checkpoints
+        self.stop_code = stop_exit_code(env)
+        if report_interval is None:
+            report_interval = _float_env(env, "DLSCALE_METRICS_INTERVAL", 5.0)
+        self.stop_flag = install_stop_handler() if install_signals else StopFlag()
+        a = self.alloc
+        self.reporter = MetricsReporter(
+            a.api if a.is_chief else None, a.job_id, a.token, interval=report_interval
+        )
+        self.step = 0
+        self.samples_seen = 0
+        self.extra: Dict[str, Any] = {}  # saved in / restored from checkpoints
+        self.resumed_from: Optional[str] = None
+        self.last_loss: Optional[float] = None
+        self._model: Any = None
+        self._optimizer: Any = None
+        self._warned_no_ckpt = False
+        self._last_ckpt_step: Optional[int] = None
+        self._reset_window()
+
+    # -- allocation shortcuts ------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return self.alloc.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.alloc.world_size
+
+    @property
+    def batch_size(self) -> int:
+        return self.alloc.batch_size
+
+    @property
+    def local_batch_size(self) -> int:
+        return self.alloc.local_batch_size
+
+    @property
+    def is_chief(self) -> bool:
+        return self.alloc.is_chief
+
+    def log(self, line: str) -> None:
+        """Print a ``dlscale:`` line on rank 0 only."""
+        if self.is_chief:
+            print(f"dlscale: {line}", flush=True)
+
+    # -- resume / checkpoint ------------------------------------------------------------
+    def resume(self, model: Any, optimizer: Any = None, lr: Optional[float] = None) -> bool:
+        """Load the newest checkpoint into ``model``/``optimizer`` (every rank), restore step,
+        samples_seen, RNG and ``extra``. ``lr`` (the LR scaled for *this* allocation) is set
+        on the optimizer afterwards, since the saved optimizer state carries the old one.
+        Remembers model/optimizer for ``checkpoint()``/``stop()``/``finish()``."""
+        self._model, self._optimizer = model, optimizer
+        found = load_latest_checkpoint(self.alloc.checkpoint_dir)
+        if found is not None:
+            path, state = found
+            _unwrap(model).load_state_dict(state["model"])
+            if optimizer is not None and state.get("optimizer") is not None:
+                optimizer.load_state_dict(state["optimizer"])
+            self.step = int(state["step"])
+            self.samples_seen = int(state["samples_seen"])
+            self.extra = dict(state.get("extra") or {})
+            if state.get("rng"):
+                restore_rng_state(state["rng"])
+            self.resumed_from = path
+            self._last_ckpt_step = self.step
+            self.log(
+                f"resumed step={self.step} samples_seen={self.samples_seen} "
+                f"world_size={self.world_size} batch_size={self.batch_size}"
+            )
+        if lr is not None and optimizer is not None:
+            set_lr(optimizer, lr)
+        dist = _dist()
+        if dist is not None:
+            dist.barrier()  # nobody writes a new checkpoint before everyone has read
+        self._reset_window()
+        return found is not None
+
+    def state_dict(self) -> Dict[str, Any]:
+        opt = self._optimizer
+        return {
+            "format": FORMAT_VERSION,
+            "step": self.step,
+            "samples_seen": self.samples_seen,
+            "model": _unwrap(self._model).state_dict(),
+            "optimizer": opt.state_dict() if opt is not None else None,
+            "rng": capture_rng_state(),
+            "extra": dict(self.extra),
+            "world_size": self.world_size,
+            "batch_size": self.batch_size,
+            "local_batch_size": self.local_batch_size,
+            "job_id": self.alloc.job_id,
+            "time": time.time(),
+        }
+
+    def checkpoint(self) -> Optional[str]:
+        """Rank 0 writes the checkpoint atomically; all ranks then meet at a barrier.
+        Collective: call it on every rank at the same step."""
+        if self._model is None:
+            raise RuntimeError("call job.resume(model, optimizer) before checkpointing")
+        if self._last_ckpt_step == self.step:
+            return None  # this step is already on disk (e.g. periodic checkpoint, then stop)
+        path = None
+        if not self.alloc.checkpoint_dir:
+            if not self._warned_no_ckpt:
+                self._warned_no_ckpt = True
+                print("dlscale: warning: DLSCALE_CHECKPOINT_DIR is not set; not checkpointing",
+                      file=sys.stderr, flush=True)
+        elif self.is_chief:
+            path = save_checkpoint(self.alloc.checkpoint_dir, self.step, self.state_dict(),
+                                   keep=self.keep_checkpoints)
+            self.log(f"checkpoint step={self.step}")
+        self._last_ckpt_step = self.step
+        dist = _dist()
+        if dist is not None:
+            dist.barrier()
+        return path
+
+    # -- the loop --------------------------------------------------------------------------
+    def _reset_window(self) -> None:
+        self._win_t0 = time.monotonic()
+        self._win_steps = 0
+        self._win_samples = 0
+        self._win_losses: List[float] = []
+
+    def step_done(self, loss: Optional[float] = None, samples: Optional[int] = None) -> None:
+        """Count one finished optimizer step of ``samples`` samples (default: the global batch)."""
+        self.step += 1
+        n = self.batch_size if samples is None else int(samples)
+        self.samples_seen += n
+        self._win_steps += 1
+        self._win_samples += n
+        if loss is not None:
+            loss = float(loss)
+            self.last_loss = loss
+            if math.isfinite(loss):
+                self._win_losses.append(loss)
+        if self.step % self.log_every == 0:
+            self._flush_window()
+        if self.checkpoint_every and self.step % self.checkpoint_every == 0:
+            self.checkpoint()
+
+    def _flush_window(self) -> None:
+        if self._win_steps == 0:
+            return
+        elapsed = max(time.monotonic() - self._win_t0, 1e-9)
+        sps = self._win_samples / elapsed
+        loss = sum(self._win_losses) / len(self._win_losses) if self._win_losses else None
+        self.log(
+            f"step={self.step} loss={'nan' if loss is None else f'{loss:.4f}'} "
+            f"samples_per_s={sps:.0f} world_size={self.world_size} batch_size={self.batch_size}"
+        )
+        if self.is_chief:
+            self.reporter.report(metrics_payload(
+                step=self.step, samples_per_s=sps, batch_size=self.batch_size,
+                world_size=self.world_size, loss=loss, samples_seen=self.samples_seen,
+            ))
+        self._reset_window()
+
+    def should_stop(self) -> bool:
+        """True once SIGTERM reached any rank. With torch.distributed initialized this is a
+        collective (all-reduce MAX of the flag), so every rank stops after the same step."""
+        flag = self.stop_flag.is_set()
+        dist = _dist()
+        if dist is None:
+            return flag
+        import torch
+
+        device = "cpu"
+        if dist.get_backend() == "nccl":
+            device = f"cuda:{torch.cuda.current_device()}"
+        t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+
+    def _close(self) -> None:
+        self.reporter.close()
+        self.stop_flag.uninstall()
+
+    def stop(self) -> "NoReturn":  # type: ignore[name-defined]
+        """Checkpoint, log ``dlscale: stopped step=N``, leave the process group, exit."""
+        self._flush_window()
+        self.checkpoint()
+        self.log(f"stopped step={self.step} samples_seen={self.samples_seen} exit_code={self.stop_code}")
+        self._close()
+        dist = _dist()
+        if dist is not None:
+            dist.destroy_process_group()
+        sys.stdout.flush()
+        sys.exit(self.stop_code)
+
+    def finish(self) -> None:
+        """Final checkpoint and ``dlscale: done step=N``."""
+        self._flush_window()
+        self.checkpoint()
+        self.log(f"done step={self.step} samples_seen={self.samples_seen}")
+        self._close()
+
+
+def init(**kwargs: Any) -> Job:
+    """``Job(**kwargs)``; a malformed environment prints one line and exits with code 2."""
+    try:
+        return Job(**kwargs)
+    except EnvError as exc:
+        print(f"dlscale: error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_BAD_ENV)

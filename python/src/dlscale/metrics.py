@@ -1,0 +1,137 @@
+"""Progress reports to the dlscale server, off the training loop's critical path.
+
+``report()`` only stores the newest metrics and wakes a daemon thread; the thread POSTs
+``{api}/v1/jobs/{job_id}/metrics`` at most once every ``interval`` seconds (older unsent
+values are superseded, never queued). A failure is logged once and ignored until a later
+POST succeeds again. With no ``api`` the reporter does nothing.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Dict, Optional
+from urllib.parse import quote
+
+
+def metrics_payload(
+    *,
+    step: int,
+    samples_per_s: float,
+    batch_size: int,
+    world_size: int,
+    loss: Optional[float],
+    samples_seen: int,
+) -> Dict[str, Any]:
+    if loss is not None:
+        loss = float(loss)
+        if not math.isfinite(loss):
+            loss = None  # NaN/inf are not JSON
+    sps = float(samples_per_s)
+    if not math.isfinite(sps):
+        sps = 0.0
+    return {
+        "step": int(step),
+        "samples_per_s": sps,
+        "batch_size": int(batch_size),
+        "world_size": int(world_size),
+        "loss": loss,
+        "samples_seen": int(samples_seen),
+    }
+
+
+class MetricsReporter:
+    def __init__(
+        self,
+        api: Optional[str],
+        job_id: Optional[str],
+        token: Optional[str] = None,
+        interval: float = 5.0,
+        timeout: float = 3.0,
+    ) -> None:
+        self.enabled = bool(api) and bool(job_id)
+        self.url = f"{api.rstrip('/')}/v1/jobs/{quote(str(job_id), safe='')}/metrics" if self.enabled else None
+        self.token = token
+        self.interval = max(0.0, float(interval))
+        self.timeout = timeout
+        self.sent = 0  # successful POSTs
+        self.failed = 0
+        self._lock = threading.Lock()
+        self._pending: Optional[Dict[str, Any]] = None
+        self._wake = threading.Event()
+        self._closing = False
+        self._failing = False
+        self._thread: Optional[threading.Thread] = None
+        if self.enabled:
+            self._thread = threading.Thread(target=self._run, name="dlscale-metrics", daemon=True)
+            self._thread.start()
+
+    def report(self, payload: Dict[str, Any]) -> None:
+        """Never blocks on the network."""
+        if not self.enabled:
+            return
+        with self._lock:
+            self._pending = dict(payload)
+        self._wake.set()
+
+    def _post(self, payload: Dict[str, Any]) -> None:
+        body = json.dumps(payload).encode()
+        req = urllib.request.Request(self.url, data=body, method="POST")
+        req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                resp.read()
+        except Exception as exc:  # network error, HTTP 4xx/5xx, timeout: log once, go on
+            self.failed += 1
+            if not self._failing:
+                self._failing = True
+                detail = f"HTTP {exc.code}" if isinstance(exc, urllib.error.HTTPError) else str(exc)
+                print(
+                    f"dlscale: warning: metrics report to {self.url} failed ({detail}); "
+                    "further failures are not logged",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return
+        self.sent += 1
+        if self._failing:
+            self._failing = False
+            print(f"dlscale: metrics reports to {self.url} work again", file=sys.stderr, flush=True)
+
+    def _run(self) -> None:
+        last = -math.inf
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            # Rate limit: wait out the rest of the interval; close() cuts the wait short.
+            while True:
+                with self._lock:
+                    closing = self._closing
+                delay = last + self.interval - time.monotonic()
+                if closing or delay <= 0:
+                    break
+                self._wake.wait(delay)
+                self._wake.clear()
+            with self._lock:
+                payload, self._pending = self._pending, None
+                closing = self._closing
+            if payload is not None:
+                last = time.monotonic()
+                self._post(payload)
+            if closing:
+                return
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is pending (ignoring the rate limit) and stop the thread."""
+        if not self.enabled or self._thread is None:
+            return
+        with self._lock:
+            self._closing = True
+        self._wake.set()
+        self._thread.join(timeout)

@@ -1,0 +1,89 @@
+"""Graceful stop on SIGTERM: a signal only sets a flag; the training loop checks it after
+each step, checkpoints, and exits.
+
+Exit codes (see README):
+  0   finished all its steps (``EXIT_DONE``)
+  0   stopped on SIGTERM after writing a checkpoint (``EXIT_STOPPED``; override with
+      ``DLSCALE_STOP_EXIT_CODE``, e.g. 75 = EX_TEMPFAIL, if the launcher wants to tell the
+      two apart by exit code alone)
+  2   malformed allocation environment (``EXIT_BAD_ENV``)
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Iterable, Optional
+
+EXIT_DONE = 0
+EXIT_BAD_ENV = 2
+_DEFAULT_STOPPED = 0
+
+
+def stop_exit_code(environ=None) -> int:
+    env = os.environ if environ is None else environ
+    raw = env.get("DLSCALE_STOP_EXIT_CODE", "").strip()
+    if not raw:
+        return _DEFAULT_STOPPED
+    try:
+        code = int(raw)
+    except ValueError:
+        from .env import EnvError
+
+        raise EnvError(f"DLSCALE_STOP_EXIT_CODE={raw!r} is not an integer") from None
+    if not 0 <= code <= 255:
+        from .env import EnvError
+
+        raise EnvError(f"DLSCALE_STOP_EXIT_CODE={code} must be in 0..255")
+    return code
+
+
+class StopFlag:
+    """Set by SIGTERM (and SIGINT); read by the training loop."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signum: Optional[int] = None
+        self._previous = {}
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def set(self, signum: Optional[int] = None) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self._event.set()
+
+    def _handler(self, signum, frame) -> None:
+        if signum == signal.SIGINT and self._event.is_set():
+            # Second Ctrl-C: the user really wants out.
+            raise KeyboardInterrupt
+        first = not self._event.is_set()
+        self.set(signum)
+        if first:
+            try:
+                name = signal.Signals(signum).name
+            except ValueError:
+                name = str(signum)
+            # Written with os.write: print() is not safe inside a signal handler that may
+            # interrupt another print on the same stream.
+            try:
+                os.write(2, f"dlscale: got {name}, will checkpoint and stop after this step\n".encode())
+            except OSError:
+                pass
+
+    def install(self, signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT)) -> "StopFlag":
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("install the stop handler from the main thread")
+        for s in signals:
+            self._previous[s] = signal.signal(s, self._handler)
+        return self
+
+    def uninstall(self) -> None:
+        for s, prev in self._previous.items():
+            signal.signal(s, prev)
+        self._previous.clear()
+
+
+def install_stop_handler(signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT)) -> StopFlag:
+    return StopFlag().install(signals)

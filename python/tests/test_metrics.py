@@ -1,0 +1,130 @@
+import socket
+import time
+
+from conftest import MetricsServer
+from dlscale import Job, MetricsReporter, metrics_payload
+
+KEYS = {"step", "samples_per_s", "batch_size", "world_size", "loss", "samples_seen"}
+
+
+def payload(step, loss=0.5):
+    return metrics_payload(step=step, samples_per_s=100.0, batch_size=64, world_size=2, loss=loss,
+                           samples_seen=step * 64)
+
+
+def test_posts_json_with_bearer_token(metrics_server):
+    r = MetricsReporter(metrics_server.url, "job/1", token="tok", interval=0)
+    r.report(payload(7))
+    (path, headers, body), = metrics_server.wait_for(1)
+    r.close()
+    assert path == "/v1/jobs/job%2F1/metrics"
+    assert headers["Authorization"] == "Bearer tok"
+    assert headers["Content-Type"] == "application/json"
+    assert body == {"step": 7, "samples_per_s": 100.0, "batch_size": 64, "world_size": 2, "loss": 0.5,
+                    "samples_seen": 448}
+
+
+def test_no_token_no_header_and_nan_loss_is_null(metrics_server):
+    r = MetricsReporter(metrics_server.url + "/", "j", interval=0)
+    r.report(payload(1, loss=float("nan")))
+    (path, headers, body), = metrics_server.wait_for(1)
+    r.close()
+    assert path == "/v1/jobs/j/metrics"
+    assert "Authorization" not in headers
+    assert body["loss"] is None and set(body) == KEYS
+
+
+def test_rate_limited_and_newest_wins(metrics_server):
+    r = MetricsReporter(metrics_server.url, "j", interval=0.5)
+    t0 = time.monotonic()
+    for step in range(1, 201):  # ~1 s of reports every 5 ms
+        r.report(payload(step))
+        time.sleep(0.005)
+    r.close()  # flushes the newest pending value
+    elapsed = time.monotonic() - t0
+    steps = [body["step"] for _, _, body in metrics_server.requests]
+    assert 2 <= len(steps) <= elapsed / 0.5 + 2, steps
+    assert steps == sorted(steps) and steps[-1] == 200
+
+
+def test_report_does_not_block_on_a_slow_server():
+    # A server that accepts connections but never answers.
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    try:
+        r = MetricsReporter(f"http://127.0.0.1:{sock.getsockname()[1]}", "j", interval=0, timeout=2)
+        t0 = time.monotonic()
+        for step in range(100):
+            r.report(payload(step))
+        assert time.monotonic() - t0 < 0.5
+        r.close(timeout=0.1)
+    finally:
+        sock.close()
+
+
+def test_failures_logged_once_then_recovery(capsys):
+    server = MetricsServer(status=500)
+    try:
+        r = MetricsReporter(server.url, "j", interval=0)
+        for step in range(3):
+            r.report(payload(step))
+            server.wait_for(step + 1)
+            time.sleep(0.05)
+        deadline = time.monotonic() + 5
+        while r.failed < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        err = capsys.readouterr().err
+        assert err.count("metrics report to") == 1 and "HTTP 500" in err
+        server.status = 200
+        r.report(payload(10))
+        r.close()
+        assert r.sent == 1
+        assert "work again" in capsys.readouterr().err
+    finally:
+        server.close()
+
+
+def test_unreachable_server_is_ignored(capsys):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there now
+    r = MetricsReporter(f"http://127.0.0.1:{port}", "j", interval=0)
+    r.report(payload(1))
+    r.close()
+    r2 = r  # no exception escaped; one warning printed
+    assert r2.failed == 1 and r2.sent == 0
+    assert capsys.readouterr().err.count("failed") == 1
+
+
+def test_disabled_without_api():
+    r = MetricsReporter(None, "j")
+    assert not r.enabled
+    r.report(payload(1))
+    r.close()
+
+
+def test_job_reports_each_log_window(metrics_server, capsys):
+    env = {"DLSCALE_API": metrics_server.url, "DLSCALE_JOB_ID": "42", "DLSCALE_TOKEN": "t",
+           "DLSCALE_WORLD_SIZE": "1", "DLSCALE_LOCAL_BATCH_SIZE": "16", "DLSCALE_METRICS_INTERVAL": "0"}
+    job = Job(environ=env, log_every=5, install_signals=False)
+    for i in range(10):
+        job.step_done(loss=1.0 / (i + 1))
+    job.reporter.close()
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("dlscale: step=5 loss=0.4567 samples_per_s=")
+    assert out[0].endswith(" world_size=1 batch_size=16")
+    assert out[1].startswith("dlscale: step=10 loss=0.1291 ")
+    bodies = [b for _, _, b in metrics_server.wait_for(2)]
+    assert [b["step"] for b in bodies] == [5, 10]
+    assert [b["samples_seen"] for b in bodies] == [80, 160]
+    assert all(set(b) == KEYS and b["batch_size"] == 16 and b["world_size"] == 1 for b in bodies)
+    assert bodies[0]["loss"] == sum(1.0 / (i + 1) for i in range(5)) / 5
+
+
+def test_job_without_api_posts_nothing(capsys):
+    job = Job(environ={}, log_every=1, install_signals=False)
+    job.step_done(loss=0.3)
+    assert not job.reporter.enabled
+    assert capsys.readouterr().out.startswith("dlscale: step=1 loss=0.3000 ")
