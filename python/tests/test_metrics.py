@@ -47,20 +47,23 @@ def test_rate_limited_and_newest_wins(metrics_server):
     assert steps == sorted(steps) and steps[-1] == 200
 
 
-def test_report_does_not_block_on_a_slow_server():
+def test_report_does_not_block_on_a_slow_server(capsys):
     # A server that accepts connections but never answers.
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(8)
     try:
-        r = MetricsReporter(f"http://127.0.0.1:{sock.getsockname()[1]}", "j", interval=0, timeout=2)
+        r = MetricsReporter(f"http://127.0.0.1:{sock.getsockname()[1]}", "j", interval=0, timeout=1)
         t0 = time.monotonic()
         for step in range(100):
             r.report(payload(step))
+        r.close(timeout=0.1)  # gives up waiting for the stuck POST; the thread is a daemon
         assert time.monotonic() - t0 < 0.5
-        r.close(timeout=0.1)
     finally:
         sock.close()
+    r._thread.join(5)  # let it time out here, not during another test
+    assert not r._thread.is_alive()
+    assert "failed" in capsys.readouterr().err
 
 
 def test_failures_logged_once_then_recovery(capsys):

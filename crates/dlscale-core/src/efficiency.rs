@@ -75,11 +75,17 @@ impl EfficiencyModel {
         for (batch, reader, name) in files {
             let rows = read_csv::<Row>(reader, &name)?;
             for (line, row) in &rows {
-                let ok = [row.progress, row.grad_sqr, row.grad_var].iter().all(|v| v.is_finite())
+                let ok = [row.progress, row.grad_sqr, row.grad_var]
+                    .iter()
+                    .all(|v| v.is_finite())
                     && row.grad_sqr >= 0.0
                     && row.grad_var >= 0.0;
                 if !ok {
-                    return Err(CoreError::parse(&name, *line, "progress, grad_sqr ≥ 0 and grad_var ≥ 0 must be finite numbers"));
+                    return Err(CoreError::parse(
+                        &name,
+                        *line,
+                        "progress, grad_sqr ≥ 0 and grad_var ≥ 0 must be finite numbers",
+                    ));
                 }
             }
             if rows.is_empty() {
@@ -89,11 +95,17 @@ impl EfficiencyModel {
         }
         parsed.sort_by_key(|(b, _, _)| *b);
         let Some((init_batch, first_rows, _)) = parsed.first() else {
-            return Err(CoreError::Model("an efficiency model needs at least one validation file".into()));
+            return Err(CoreError::Model(
+                "an efficiency model needs at least one validation file".into(),
+            ));
         };
         let epochs = first_rows.len();
         if let Some((_, _, name)) = parsed.iter().find(|(_, rows, _)| rows.len() != epochs) {
-            return Err(CoreError::parse(name, 0, format!("expected {epochs} epochs like the other files")));
+            return Err(CoreError::parse(
+                name,
+                0,
+                format!("expected {epochs} epochs like the other files"),
+            ));
         }
         Ok(EfficiencyModel {
             init_batch: *init_batch,
@@ -101,7 +113,14 @@ impl EfficiencyModel {
             batches: parsed.iter().map(|(b, _, _)| *b).collect(),
             noise: parsed
                 .iter()
-                .map(|(_, rows, _)| rows.iter().map(|r| GradNoise { grad_sqr: r.grad_sqr, grad_var: r.grad_var }).collect())
+                .map(|(_, rows, _)| {
+                    rows.iter()
+                        .map(|r| GradNoise {
+                            grad_sqr: r.grad_sqr,
+                            grad_var: r.grad_var,
+                        })
+                        .collect()
+                })
                 .collect(),
         })
     }
@@ -170,8 +189,10 @@ mod tests {
 
     #[test]
     fn reads_files_and_interpolates_between_batches() {
-        let a = "progress,iteration,metric,grad_sqr,grad_var\n10,10,0.1,1.0,2.0\n20,20,0.2,1.0,4.0\n";
-        let b = "progress,iteration,metric,grad_sqr,grad_var\n10,5,0.1,3.0,6.0\n20,10,0.2,3.0,8.0\n";
+        let a =
+            "progress,iteration,metric,grad_sqr,grad_var\n10,10,0.1,1.0,2.0\n20,20,0.2,1.0,4.0\n";
+        let b =
+            "progress,iteration,metric,grad_sqr,grad_var\n10,5,0.1,3.0,6.0\n20,10,0.2,3.0,8.0\n";
         let model = EfficiencyModel::from_pollux_csvs(vec![
             (200, b.as_bytes(), "v200".to_string()),
             (100, a.as_bytes(), "v100".to_string()),
@@ -191,7 +212,8 @@ mod tests {
     #[test]
     fn bad_rows_are_errors_with_lines() {
         let a = "progress,iteration,metric,grad_sqr,grad_var\n10,10,0.1,-1.0,2.0\n";
-        let err = EfficiencyModel::from_pollux_csvs(vec![(100, a.as_bytes(), "v.csv".to_string())]).unwrap_err();
+        let err = EfficiencyModel::from_pollux_csvs(vec![(100, a.as_bytes(), "v.csv".to_string())])
+            .unwrap_err();
         assert!(err.to_string().starts_with("v.csv:2:"), "{err}");
     }
 }

@@ -60,7 +60,11 @@ pub type Result<T> = std::result::Result<T, CoreError>;
 
 impl CoreError {
     /// Shorthand for [`CoreError::InvalidJob`].
-    pub fn job(job: impl Into<String>, field: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub fn job(
+        job: impl Into<String>,
+        field: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
         CoreError::InvalidJob {
             job: job.into(),
             field: field.into(),

@@ -106,7 +106,11 @@ impl Job {
     /// Whether `gpus` GPUs can run a global batch of `batch` for this job (memory and range),
     /// ignoring the throughput model.
     pub fn batch_fits(&self, gpus: GpuCount, batch: BatchSize) -> bool {
-        gpus > 0 && batch >= gpus && batch >= self.batch.min && batch <= self.batch.max && batch.div_ceil(gpus) <= self.max_local_batch
+        gpus > 0
+            && batch >= gpus
+            && batch >= self.batch.min
+            && batch <= self.batch.max
+            && batch.div_ceil(gpus) <= self.max_local_batch
     }
 
     /// Checks every field, naming the field on error.
@@ -119,7 +123,14 @@ impl Job {
             return Err(CoreError::job(id, "min_batch", "must be at least 1"));
         }
         if self.batch.min > self.batch.max {
-            return Err(CoreError::job(id, "min_batch", format!("{} is larger than max_batch {}", self.batch.min, self.batch.max)));
+            return Err(CoreError::job(
+                id,
+                "min_batch",
+                format!(
+                    "{} is larger than max_batch {}",
+                    self.batch.min, self.batch.max
+                ),
+            ));
         }
         if self.max_local_batch == 0 {
             return Err(CoreError::job(id, "max_local_batch", "must be at least 1"));
@@ -128,20 +139,45 @@ impl Job {
             return Err(CoreError::job(id, "min_gpus", "must be at least 1"));
         }
         if self.gpus.min > self.gpus.max {
-            return Err(CoreError::job(id, "min_gpus", format!("{} is larger than max_gpus {}", self.gpus.min, self.gpus.max)));
+            return Err(CoreError::job(
+                id,
+                "min_gpus",
+                format!(
+                    "{} is larger than max_gpus {}",
+                    self.gpus.min, self.gpus.max
+                ),
+            ));
         }
         if self.gpus.counts(GpuCount::MAX).next().is_none() {
-            return Err(CoreError::job(id, "powers_of_two", format!("no power of two between min_gpus {} and max_gpus {}", self.gpus.min, self.gpus.max)));
+            return Err(CoreError::job(
+                id,
+                "powers_of_two",
+                format!(
+                    "no power of two between min_gpus {} and max_gpus {}",
+                    self.gpus.min, self.gpus.max
+                ),
+            ));
         }
         if !(self.weight.is_finite() && self.weight > 0.0) {
-            return Err(CoreError::job(id, "weight", format!("must be a positive number, got {}", self.weight)));
+            return Err(CoreError::job(
+                id,
+                "weight",
+                format!("must be a positive number, got {}", self.weight),
+            ));
         }
         if let Some(work) = self.remaining_samples {
             if !(work.is_finite() && work > 0.0) {
-                return Err(CoreError::job(id, "work_samples", format!("must be a positive number, got {work}")));
+                return Err(CoreError::job(
+                    id,
+                    "work_samples",
+                    format!("must be a positive number, got {work}"),
+                ));
             }
         }
-        let max_gpus = self.throughput.max_gpus().map_or(self.gpus.max, |m| m.min(self.gpus.max));
+        let max_gpus = self
+            .throughput
+            .max_gpus()
+            .map_or(self.gpus.max, |m| m.min(self.gpus.max));
         let most_samples = u64::from(self.max_local_batch) * u64::from(max_gpus);
         if u64::from(self.batch.min) > most_samples {
             return Err(CoreError::job(
@@ -154,7 +190,14 @@ impl Job {
             ));
         }
         if !self.gpus.allows(self.requested.gpus) {
-            return Err(CoreError::job(id, "gpus", format!("{} is not an allowed GPU count for this job", self.requested.gpus)));
+            return Err(CoreError::job(
+                id,
+                "gpus",
+                format!(
+                    "{} is not an allowed GPU count for this job",
+                    self.requested.gpus
+                ),
+            ));
         }
         if !self.batch_fits(self.requested.gpus, self.requested.batch) {
             return Err(CoreError::job(
@@ -168,13 +211,29 @@ impl Job {
         }
         if let Some(eff) = &self.efficiency {
             let n = eff.noise;
-            if eff.init_batch == 0 || !(n.grad_sqr.is_finite() && n.grad_sqr >= 0.0 && n.grad_var.is_finite() && n.grad_var >= 0.0) {
-                return Err(CoreError::job(id, "model.noise_scale", "gradient statistics must be finite and ≥ 0"));
+            if eff.init_batch == 0
+                || !(n.grad_sqr.is_finite()
+                    && n.grad_sqr >= 0.0
+                    && n.grad_var.is_finite()
+                    && n.grad_var >= 0.0)
+            {
+                return Err(CoreError::job(
+                    id,
+                    "model.noise_scale",
+                    "gradient statistics must be finite and ≥ 0",
+                ));
             }
         }
         if let Some(cur) = &self.current {
             if !self.batch_fits(cur.gpus, cur.batch) || !self.gpus.allows(cur.gpus) {
-                return Err(CoreError::job(id, "current", format!("{} GPUs at batch {} is not a valid configuration of this job", cur.gpus, cur.batch)));
+                return Err(CoreError::job(
+                    id,
+                    "current",
+                    format!(
+                        "{} GPUs at batch {} is not a valid configuration of this job",
+                        cur.gpus, cur.batch
+                    ),
+                ));
             }
         }
         Ok(())

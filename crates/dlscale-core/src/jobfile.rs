@@ -160,11 +160,19 @@ pub fn jobs_from_entries(entries: Vec<JobEntry>) -> Result<Vec<Job>> {
 }
 
 /// Parses a JSON or TOML document into `T`, with the line of a syntax or type error.
-pub fn parse_document<T: serde::de::DeserializeOwned>(text: &str, format: FileFormat, source_name: &str) -> Result<T> {
+pub fn parse_document<T: serde::de::DeserializeOwned>(
+    text: &str,
+    format: FileFormat,
+    source_name: &str,
+) -> Result<T> {
     match format {
-        FileFormat::Json => serde_json::from_str(text).map_err(|e| CoreError::parse(source_name, e.line() as u64, strip_position(&e.to_string()))),
+        FileFormat::Json => serde_json::from_str(text).map_err(|e| {
+            CoreError::parse(source_name, e.line() as u64, strip_position(&e.to_string()))
+        }),
         FileFormat::Toml => toml::from_str(text).map_err(|e| {
-            let line = e.span().map_or(0, |span| text[..span.start.min(text.len())].lines().count().max(1) as u64);
+            let line = e.span().map_or(0, |span| {
+                text[..span.start.min(text.len())].lines().count().max(1) as u64
+            });
             CoreError::parse(source_name, line, e.message().to_string())
         }),
     }
@@ -181,10 +189,18 @@ impl JobEntry {
     /// Resolves the model and validates every field.
     pub fn into_job(self) -> Result<Job> {
         let id = self.id.clone();
-        let (model_name, throughput, efficiency, samples_per_epoch): (String, Arc<dyn ThroughputModel>, Option<JobEfficiency>, Option<f64>) = match &self.model {
+        let (model_name, throughput, efficiency, samples_per_epoch): (
+            String,
+            Arc<dyn ThroughputModel>,
+            Option<JobEfficiency>,
+            Option<f64>,
+        ) = match &self.model {
             ModelField::Name(name) => {
-                let profile = profiles::bundled(name).map_err(|e| CoreError::job(&id, "model", e.to_string()))?;
-                let current_batch = self.current.map_or(self.batch_size.unwrap_or(self.min_batch), |c| c.batch);
+                let profile = profiles::bundled(name)
+                    .map_err(|e| CoreError::job(&id, "model", e.to_string()))?;
+                let current_batch = self
+                    .current
+                    .map_or(self.batch_size.unwrap_or(self.min_batch), |c| c.batch);
                 let efficiency = profile.efficiency.as_ref().map(|eff| JobEfficiency {
                     noise: eff.noise(self.epoch, current_batch),
                     init_batch: eff.init_batch(),
@@ -205,11 +221,18 @@ impl JobEntry {
                 model.validate(&id)?;
                 let efficiency = match spec.noise_scale {
                     Some(phi) if !(phi.is_finite() && phi >= 0.0) => {
-                        return Err(CoreError::job(&id, "model.noise_scale", format!("must be a finite number ≥ 0, got {phi}")))
+                        return Err(CoreError::job(
+                            &id,
+                            "model.noise_scale",
+                            format!("must be a finite number ≥ 0, got {phi}"),
+                        ))
                     }
                     Some(phi) => {
                         let init_batch = spec.init_batch.unwrap_or(self.min_batch).max(1);
-                        Some(JobEfficiency { noise: GradNoise::from_noise_scale(phi, init_batch), init_batch })
+                        Some(JobEfficiency {
+                            noise: GradNoise::from_noise_scale(phi, init_batch),
+                            init_batch,
+                        })
                     }
                     None => None,
                 };
@@ -220,16 +243,31 @@ impl JobEntry {
             (Some(user), Some(model)) => user.min(model),
             (Some(user), None) => user,
             (None, Some(model)) => model,
-            (None, None) => return Err(CoreError::job(&id, "max_local_batch", "required: the model has no known memory limit")),
+            (None, None) => {
+                return Err(CoreError::job(
+                    &id,
+                    "max_local_batch",
+                    "required: the model has no known memory limit",
+                ))
+            }
         };
         let remaining_samples = match (self.work_samples, self.epochs) {
-            (Some(_), Some(_)) => return Err(CoreError::job(&id, "epochs", "give either work_samples or epochs, not both")),
+            (Some(_), Some(_)) => {
+                return Err(CoreError::job(
+                    &id,
+                    "epochs",
+                    "give either work_samples or epochs, not both",
+                ))
+            }
             (Some(samples), None) => Some(samples),
             (None, Some(epochs)) => {
-                let per_epoch = self
-                    .dataset_samples
-                    .or(samples_per_epoch)
-                    .ok_or_else(|| CoreError::job(&id, "dataset_samples", "required with epochs for this model"))?;
+                let per_epoch = self.dataset_samples.or(samples_per_epoch).ok_or_else(|| {
+                    CoreError::job(
+                        &id,
+                        "dataset_samples",
+                        "required with epochs for this model",
+                    )
+                })?;
                 Some(epochs * per_epoch)
             }
             (None, None) => None,
@@ -252,10 +290,16 @@ impl JobEntry {
             model_name,
             throughput,
             efficiency,
-            batch: BatchRange { min: self.min_batch, max: self.max_batch },
+            batch: BatchRange {
+                min: self.min_batch,
+                max: self.max_batch,
+            },
             max_local_batch,
             gpus: gpu_range,
-            requested: Requested { gpus: requested_gpus, batch: requested_batch },
+            requested: Requested {
+                gpus: requested_gpus,
+                batch: requested_batch,
+            },
             remaining_samples,
             weight: self.weight,
             current: self.current,
@@ -278,7 +322,13 @@ mod tests {
         let jobs = parse(r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 3200, "max_local_batch": 200,
             "min_gpus": 1, "max_gpus": 16, "batch_size": 400, "gpus": 2, "work_samples": 12000000, "weight": 1.0}]}"#)
         .unwrap();
-        assert_eq!(jobs[0].requested, Requested { gpus: 2, batch: 400 });
+        assert_eq!(
+            jobs[0].requested,
+            Requested {
+                gpus: 2,
+                batch: 400
+            }
+        );
         assert_eq!(jobs[0].max_local_batch, 200);
         assert!(jobs[0].efficiency.is_some());
     }
@@ -296,22 +346,61 @@ mod tests {
     #[test]
     fn errors_name_file_line_job_and_field() {
         let cases: &[(&str, &str)] = &[
-            (r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 400, "max_batch": 200}]}"#, "jobs.json: job 'a': field 'min_batch': 400 is larger than max_batch 200"),
-            (r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 0, "max_batch": 200}]}"#, "jobs.json: job 'a': field 'min_batch': must be at least 1"),
-            (r#"{"jobs": [{"id": "a", "model": "nope", "min_batch": 1, "max_batch": 2}]}"#, "jobs.json: job 'a': field 'model': unknown model 'nope'"),
-            (r#"{"jobs": [{"id": "a", "model": "cifar10", "min_batch": 64, "max_batch": 128}, {"id": "a", "model": "cifar10", "min_batch": 64, "max_batch": 128}]}"#, "jobs.json: job 'a': field 'id': duplicate id"),
-            (r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 20000, "max_batch": 30000, "max_gpus": 8}]}"#, "jobs.json: job 'a': field 'min_batch': 20000 cannot run even alone"),
-            (r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": -5, "max_batch": 200}]}"#, "jobs.json:1: invalid value: integer `-5`"),
-            ("{\"jobs\": [\n{\"id\": \"a\",, }]}", "jobs.json:2: key must be a string"),
-            (r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 1, "max_batch": 2, "colour": 1}]}"#, "jobs.json:1: unknown field `colour`"),
-            (r#"{"jobs": [{"id": "a", "model": {"compute_per_sample_s": -1}, "min_batch": 1, "max_batch": 2, "max_local_batch": 2}]}"#, "jobs.json: job 'a': field 'model.compute_per_sample_s'"),
-            (r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "weight": 0}]}"#, "jobs.json: job 'a': field 'weight'"),
-            (r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "min_gpus": 3, "max_gpus": 3, "powers_of_two": true}]}"#, "jobs.json: job 'a': field 'powers_of_two'"),
-            (r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "batch_size": 400, "gpus": 1}]}"#, "jobs.json: job 'a': field 'batch_size'"),
+            (
+                r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 400, "max_batch": 200}]}"#,
+                "jobs.json: job 'a': field 'min_batch': 400 is larger than max_batch 200",
+            ),
+            (
+                r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 0, "max_batch": 200}]}"#,
+                "jobs.json: job 'a': field 'min_batch': must be at least 1",
+            ),
+            (
+                r#"{"jobs": [{"id": "a", "model": "nope", "min_batch": 1, "max_batch": 2}]}"#,
+                "jobs.json: job 'a': field 'model': unknown model 'nope'",
+            ),
+            (
+                r#"{"jobs": [{"id": "a", "model": "cifar10", "min_batch": 64, "max_batch": 128}, {"id": "a", "model": "cifar10", "min_batch": 64, "max_batch": 128}]}"#,
+                "jobs.json: job 'a': field 'id': duplicate id",
+            ),
+            (
+                r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 20000, "max_batch": 30000, "max_gpus": 8}]}"#,
+                "jobs.json: job 'a': field 'min_batch': 20000 cannot run even alone",
+            ),
+            (
+                r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": -5, "max_batch": 200}]}"#,
+                "jobs.json:1: invalid value: integer `-5`",
+            ),
+            (
+                "{\"jobs\": [\n{\"id\": \"a\",, }]}",
+                "jobs.json:2: key must be a string",
+            ),
+            (
+                r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 1, "max_batch": 2, "colour": 1}]}"#,
+                "jobs.json:1: unknown field `colour`",
+            ),
+            (
+                r#"{"jobs": [{"id": "a", "model": {"compute_per_sample_s": -1}, "min_batch": 1, "max_batch": 2, "max_local_batch": 2}]}"#,
+                "jobs.json: job 'a': field 'model.compute_per_sample_s'",
+            ),
+            (
+                r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "weight": 0}]}"#,
+                "jobs.json: job 'a': field 'weight'",
+            ),
+            (
+                r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "min_gpus": 3, "max_gpus": 3, "powers_of_two": true}]}"#,
+                "jobs.json: job 'a': field 'powers_of_two'",
+            ),
+            (
+                r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "batch_size": 400, "gpus": 1}]}"#,
+                "jobs.json: job 'a': field 'batch_size'",
+            ),
         ];
         for (text, expected) in cases {
             let err = parse(text).unwrap_err().to_string();
-            assert!(err.starts_with(expected), "got: {err}\nexpected prefix: {expected}");
+            assert!(
+                err.starts_with(expected),
+                "got: {err}\nexpected prefix: {expected}"
+            );
         }
     }
 }

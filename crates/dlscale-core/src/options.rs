@@ -55,14 +55,28 @@ pub struct ConfigOption {
 
 /// Builds the value table of `job`: one option per feasible GPU count, ascending. Empty when the
 /// job cannot run on this cluster at all.
-pub fn job_options(job: &Job, cluster: &Cluster, utility: Utility, choice: BatchChoice, restart: &RestartAwareness) -> Vec<ConfigOption> {
-    let eval = Evaluator { job, cluster, utility };
-    let cap = job.throughput.max_gpus().map_or(cluster.total_gpus(), |m| m.min(cluster.total_gpus()));
+pub fn job_options(
+    job: &Job,
+    cluster: &Cluster,
+    utility: Utility,
+    choice: BatchChoice,
+    restart: &RestartAwareness,
+) -> Vec<ConfigOption> {
+    let eval = Evaluator {
+        job,
+        cluster,
+        utility,
+    };
+    let cap = job
+        .throughput
+        .max_gpus()
+        .map_or(cluster.total_gpus(), |m| m.min(cluster.total_gpus()));
     let current = job.current;
     let change_factor = match current {
-        Some(c) if restart.cost_s > 0.0 => {
-            ((c.age_s - restart.cost_s * f64::from(c.restarts)).max(0.0) / (c.age_s + restart.cost_s)).max(0.0)
-        }
+        Some(c) if restart.cost_s > 0.0 => ((c.age_s - restart.cost_s * f64::from(c.restarts))
+            .max(0.0)
+            / (c.age_s + restart.cost_s))
+            .max(0.0),
         _ => 1.0,
     };
     let keep_factor = 1.0 + restart.min_gain.max(0.0);
@@ -79,14 +93,18 @@ pub fn job_options(job: &Job, cluster: &Cluster, utility: Utility, choice: Batch
         let nodes = cluster.min_nodes_for(gpus);
         let mut best: Option<(f64, f64, BatchSize, f64)> = None; // (adjusted, raw metric, batch, X)
         for &batch in &scratch {
-            let Some((throughput, metric)) = eval.metric(gpus, nodes, batch) else { continue };
+            let Some((throughput, metric)) = eval.metric(gpus, nodes, batch) else {
+                continue;
+            };
             let kept = current.is_some_and(|c| c.gpus == gpus && c.batch == batch);
             let adjusted = metric * if kept { keep_factor } else { change_factor };
             if best.is_none_or(|(a, ..)| adjusted > a) {
                 best = Some((adjusted, metric, batch, throughput));
             }
         }
-        let Some((adjusted, metric, batch, throughput)) = best else { continue };
+        let Some((adjusted, metric, batch, throughput)) = best else {
+            continue;
+        };
         // The reference is the best raw metric at the smallest feasible count.
         let reference = *reference.get_or_insert(if utility.normalised() {
             eval.best_raw_metric(gpus, nodes, &scratch)
@@ -117,9 +135,12 @@ impl Evaluator<'_> {
     /// samples/s.
     fn metric(&self, gpus: GpuCount, nodes: u32, batch: BatchSize) -> Option<(f64, f64)> {
         debug_assert!(nodes <= self.cluster.nodes || gpus > self.cluster.total_gpus());
-        let throughput = throughput_samples_per_s(self.job.throughput.as_ref(), gpus, nodes, batch)?;
+        let throughput =
+            throughput_samples_per_s(self.job.throughput.as_ref(), gpus, nodes, batch)?;
         let metric = match (&self.job.efficiency, self.utility.uses_goodput()) {
-            (Some(eff), true) => throughput * eff.noise.efficiency(f64::from(batch), eff.init_batch),
+            (Some(eff), true) => {
+                throughput * eff.noise.efficiency(f64::from(batch), eff.init_batch)
+            }
             _ => throughput,
         };
         Some((throughput, metric))
@@ -163,7 +184,8 @@ pub fn candidate_batches(job: &Job, gpus: GpuCount, choice: BatchChoice, out: &m
                 let steps = max_candidates.max(2) - 1;
                 let ratio = f64::from(hi) / f64::from(lo);
                 for k in 0..=steps {
-                    let share = (f64::from(lo) * ratio.powf(k as f64 / steps as f64)).round() as u32;
+                    let share =
+                        (f64::from(lo) * ratio.powf(k as f64 / steps as f64)).round() as u32;
                     out.push(largest_with_share(share.clamp(lo, hi)));
                 }
                 out.dedup();

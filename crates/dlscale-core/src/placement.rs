@@ -29,7 +29,11 @@ pub fn nodes_spanned(shares: &[NodeShare]) -> u32 {
 
 /// Places `wanted` (job id → GPUs, jobs with 0 omitted) given the `previous` placement. Jobs whose
 /// GPU count is unchanged keep their GPUs. Returns `None` only when the total exceeds the cluster.
-pub fn place(cluster: &Cluster, previous: &Placement, wanted: &[(String, GpuCount)]) -> Option<Placement> {
+pub fn place(
+    cluster: &Cluster,
+    previous: &Placement,
+    wanted: &[(String, GpuCount)],
+) -> Option<Placement> {
     let total: u64 = wanted.iter().map(|(_, g)| u64::from(*g)).sum();
     if total > u64::from(cluster.total_gpus()) {
         return None;
@@ -57,27 +61,47 @@ pub fn place(cluster: &Cluster, previous: &Placement, wanted: &[(String, GpuCoun
     Some(placement)
 }
 
-fn place_one(free: &mut [GpuCount], per_node: GpuCount, mut gpus: GpuCount) -> Option<Vec<NodeShare>> {
+fn place_one(
+    free: &mut [GpuCount],
+    per_node: GpuCount,
+    mut gpus: GpuCount,
+) -> Option<Vec<NodeShare>> {
     let mut shares = Vec::new();
     // Whole free nodes for the bulk.
     while gpus >= per_node {
-        let Some(node) = free.iter().position(|&f| f == per_node) else { break };
+        let Some(node) = free.iter().position(|&f| f == per_node) else {
+            break;
+        };
         free[node] = 0;
-        shares.push(NodeShare { node: node as u32, gpus: per_node });
+        shares.push(NodeShare {
+            node: node as u32,
+            gpus: per_node,
+        });
         gpus -= per_node;
     }
     // The rest on the node that fits it most tightly; failing that, the fullest-free nodes first.
     while gpus > 0 {
-        let fitting = free.iter().enumerate().filter(|(_, &f)| f >= gpus).min_by_key(|(i, &f)| (f, *i));
+        let fitting = free
+            .iter()
+            .enumerate()
+            .filter(|(_, &f)| f >= gpus)
+            .min_by_key(|(i, &f)| (f, *i));
         let (node, take) = match fitting {
             Some((node, _)) => (node, gpus),
             None => {
-                let (node, &f) = free.iter().enumerate().filter(|(_, &f)| f > 0).max_by_key(|(i, &f)| (f, std::cmp::Reverse(*i)))?;
+                let (node, &f) = free
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &f)| f > 0)
+                    .max_by_key(|(i, &f)| (f, std::cmp::Reverse(*i)))?;
                 (node, f)
             }
         };
         free[node] -= take;
-        shares.push(NodeShare { node: node as u32, gpus: take });
+        shares.push(NodeShare {
+            node: node as u32,
+            gpus: take,
+        });
         gpus -= take;
     }
     shares.sort_by_key(|s| s.node);
@@ -95,7 +119,12 @@ mod tests {
     #[test]
     fn consolidates_on_an_empty_cluster() {
         let cluster = Cluster::new(4, 4).unwrap();
-        let p = place(&cluster, &Placement::new(), &wanted(&[("a", 8), ("b", 3), ("c", 1), ("d", 4)])).unwrap();
+        let p = place(
+            &cluster,
+            &Placement::new(),
+            &wanted(&[("a", 8), ("b", 3), ("c", 1), ("d", 4)]),
+        )
+        .unwrap();
         assert_eq!(nodes_spanned(&p["a"]), 2);
         assert_eq!(nodes_spanned(&p["d"]), 1);
         assert_eq!(nodes_spanned(&p["b"]), 1);
@@ -112,7 +141,12 @@ mod tests {
     #[test]
     fn unchanged_jobs_stay_put_and_others_fill_gaps() {
         let cluster = Cluster::new(2, 4).unwrap();
-        let first = place(&cluster, &Placement::new(), &wanted(&[("a", 2), ("b", 2), ("c", 2)])).unwrap();
+        let first = place(
+            &cluster,
+            &Placement::new(),
+            &wanted(&[("a", 2), ("b", 2), ("c", 2)]),
+        )
+        .unwrap();
         let second = place(&cluster, &first, &wanted(&[("a", 2), ("c", 2), ("d", 4)])).unwrap();
         assert_eq!(second["a"], first["a"]);
         assert_eq!(second["c"], first["c"]);

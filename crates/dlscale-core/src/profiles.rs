@@ -62,7 +62,13 @@ fn load(files: &BundledFiles) -> Result<ModelProfile> {
     let validation = files
         .validation
         .iter()
-        .map(|&(batch, text)| (batch, text.as_bytes(), format!("{dir}/validation-{batch}.csv")))
+        .map(|&(batch, text)| {
+            (
+                batch,
+                text.as_bytes(),
+                format!("{dir}/validation-{batch}.csv"),
+            )
+        })
         .collect();
     let efficiency = EfficiencyModel::from_pollux_csvs(validation)?;
     Ok(ModelProfile {
@@ -96,7 +102,12 @@ pub fn bundled(name: &str) -> Result<ModelProfile> {
     }
     if let Some(rest) = name.strip_prefix("gavel:") {
         if let Some((gpu, model)) = rest.split_once(':') {
-            let table = MeasuredTable::from_gavel_csv(GAVEL_CSV.as_bytes(), "data/gavel/throughputs_isolated_flat.csv", gpu, model)?;
+            let table = MeasuredTable::from_gavel_csv(
+                GAVEL_CSV.as_bytes(),
+                "data/gavel/throughputs_isolated_flat.csv",
+                gpu,
+                model,
+            )?;
             return Ok(ModelProfile {
                 name: name.to_string(),
                 throughput: Arc::new(table),
@@ -106,7 +117,10 @@ pub fn bundled(name: &str) -> Result<ModelProfile> {
     }
     Err(CoreError::UnknownModel {
         name: name.to_string(),
-        known: format!("{}, gavel:<k80|p100|v100>:<ResNet-18|ResNet-50|Transformer|LM|Recommendation>", bundled_names().join(", ")),
+        known: format!(
+            "{}, gavel:<k80|p100|v100>:<ResNet-18|ResNet-50|Transformer|LM|Recommendation>",
+            bundled_names().join(", ")
+        ),
     })
 }
 
@@ -152,7 +166,10 @@ mod tests {
         let x = throughput_samples_per_s(resnet.throughput.as_ref(), 1, 1, 64).unwrap();
         assert!((x - 281.0).abs() < 5.0, "{x}");
         let err = bundled("resnet9000").unwrap_err().to_string();
-        assert!(err.starts_with("unknown model 'resnet9000' (known: bert, cifar10"), "{err}");
+        assert!(
+            err.starts_with("unknown model 'resnet9000' (known: bert, cifar10"),
+            "{err}"
+        );
         assert!(bundled("gavel:v100:NoSuchNet").is_err());
     }
 }

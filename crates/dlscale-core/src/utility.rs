@@ -28,6 +28,9 @@ pub enum Utility {
 }
 
 impl Utility {
+    /// Smallest speedup the `fair` utility distinguishes.
+    pub const FAIR_FLOOR: f64 = 1e-3;
+
     /// Whether the metric multiplies throughput by statistical efficiency.
     pub fn uses_goodput(&self) -> bool {
         matches!(self, Utility::Goodput | Utility::Fair { .. })
@@ -38,10 +41,12 @@ impl Utility {
         !matches!(self, Utility::Throughput)
     }
 
-    /// Turns a (normalised) metric into the job's utility, before its weight.
+    /// Turns a (normalised) metric into the job's utility, before its weight. For `fair`, speedups
+    /// below [`Utility::FAIR_FLOOR`] count as the floor: a configuration worth (almost) nothing
+    /// would otherwise weigh −∞ and swamp every other job's value in the sum.
     pub fn transform(&self, metric: f64) -> f64 {
         match *self {
-            Utility::Fair { p } => (metric.powf(p) - 1.0) / p,
+            Utility::Fair { p } => (metric.max(Self::FAIR_FLOOR).powf(p) - 1.0) / p,
             _ => metric,
         }
     }
@@ -100,9 +105,15 @@ mod tests {
         for s in ["speedup", "throughput", "goodput", "fair:-2"] {
             assert_eq!(s.parse::<Utility>().unwrap().to_string(), s);
         }
-        assert_eq!("fair".parse::<Utility>().unwrap(), Utility::Fair { p: -1.0 });
+        assert_eq!(
+            "fair".parse::<Utility>().unwrap(),
+            Utility::Fair { p: -1.0 }
+        );
         assert!("fair:0.5".parse::<Utility>().is_err());
-        assert!("speed".parse::<Utility>().unwrap_err().contains("unknown utility 'speed'"));
+        assert!("speed"
+            .parse::<Utility>()
+            .unwrap_err()
+            .contains("unknown utility 'speed'"));
     }
 
     #[test]

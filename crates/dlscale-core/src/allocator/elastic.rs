@@ -28,7 +28,9 @@ impl Allocator for ElasticBatch {
     }
 
     fn allocate(&self, cluster: &Cluster, jobs: &[Job], settings: &Settings) -> Decision {
-        let choice = BatchChoice::Free { max_candidates: settings.batch_candidates };
+        let choice = BatchChoice::Free {
+            max_candidates: settings.batch_candidates,
+        };
         allocate_knapsack(&self.solver, cluster, jobs, settings, choice)
     }
 }
@@ -43,16 +45,37 @@ impl Allocator for ElasticGpu {
     }
 }
 
-fn allocate_knapsack(solver: &Mutex<KnapsackSolver>, cluster: &Cluster, jobs: &[Job], settings: &Settings, choice: BatchChoice) -> Decision {
+fn allocate_knapsack(
+    solver: &Mutex<KnapsackSolver>,
+    cluster: &Cluster,
+    jobs: &[Job],
+    settings: &Settings,
+    choice: BatchChoice,
+) -> Decision {
     let tables: Vec<Vec<ConfigOption>> = jobs
         .iter()
         .map(|job| job_options(job, cluster, settings.utility, choice, &settings.restart))
         .collect();
-    let states = admit(jobs, |i| tables[i].first().map(|o| o.gpus), cluster.total_gpus(), settings);
-    let admitted: Vec<usize> = (0..jobs.len()).filter(|&i| states[i] == JobState::Running).collect();
+    let states = admit(
+        jobs,
+        |i| tables[i].first().map(|o| o.gpus),
+        cluster.total_gpus(),
+        settings,
+    );
+    let admitted: Vec<usize> = (0..jobs.len())
+        .filter(|&i| states[i] == JobState::Running)
+        .collect();
     let items: Vec<Vec<KnapsackItem>> = admitted
         .iter()
-        .map(|&i| tables[i].iter().map(|o| KnapsackItem { gpus: o.gpus, value: o.value }).collect())
+        .map(|&i| {
+            tables[i]
+                .iter()
+                .map(|o| KnapsackItem {
+                    gpus: o.gpus,
+                    value: o.value,
+                })
+                .collect()
+        })
         .collect();
     let solution = {
         // A poisoned lock only means another thread panicked mid-solve; the buffers are rebuilt
@@ -61,9 +84,16 @@ fn allocate_knapsack(solver: &Mutex<KnapsackSolver>, cluster: &Cluster, jobs: &[
         solver.solve(&items, cluster.total_gpus())
     };
     let solution = solution.expect("admission keeps the admitted minimums within capacity");
-    let mut decisions: Vec<JobDecision> = jobs.iter().zip(&states).map(|(job, &s)| JobDecision::idle(&job.id, s)).collect();
+    let mut decisions: Vec<JobDecision> = jobs
+        .iter()
+        .zip(&states)
+        .map(|(job, &s)| JobDecision::idle(&job.id, s))
+        .collect();
     for (&i, &option) in admitted.iter().zip(&solution.choice) {
         decisions[i] = JobDecision::running(&jobs[i].id, &tables[i][option]);
     }
-    Decision { objective: solution.value, jobs: decisions }
+    Decision {
+        objective: solution.value,
+        jobs: decisions,
+    }
 }

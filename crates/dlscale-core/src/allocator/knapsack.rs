@@ -46,7 +46,11 @@ impl KnapsackSolver {
     /// Solves the problem; `None` when even the smallest options exceed the capacity, or a job has
     /// no option. Options of each job must be in ascending order of GPUs. Ties are broken towards
     /// fewer GPUs for later jobs, deterministically.
-    pub fn solve(&mut self, items: &[Vec<KnapsackItem>], capacity: u32) -> Option<KnapsackSolution> {
+    pub fn solve(
+        &mut self,
+        items: &[Vec<KnapsackItem>],
+        capacity: u32,
+    ) -> Option<KnapsackSolution> {
         let n = items.len();
         let mut base_gpus: u64 = 0;
         let mut base_value = 0.0;
@@ -57,9 +61,10 @@ impl KnapsackSolver {
             base_value += first.value;
             let kept = &mut self.kept[job];
             kept.clear();
-            let mut best = f64::NEG_INFINITY;
-            for (index, option) in options.iter().enumerate() {
-                debug_assert!(index == 0 || option.gpus > options[index - 1].gpus);
+            let mut best = first.value;
+            kept.push((0, 0, 0.0));
+            for (index, option) in options.iter().enumerate().skip(1) {
+                debug_assert!(option.gpus > options[index - 1].gpus);
                 if option.value > best {
                     best = option.value;
                     kept.push((index, option.gpus - first.gpus, option.value - first.value));
@@ -97,9 +102,15 @@ impl KnapsackSolver {
             let prev = &self.table[width * job..width * (job + 1)];
             let &(index, extra, _) = self.kept[job]
                 .iter()
-                .find(|&&(_, extra, gain)| extra as usize <= k && {
-                    let candidate = if extra == 0 { prev[k] } else { prev[k - extra as usize] + gain };
-                    candidate == cur
+                .find(|&&(_, extra, gain)| {
+                    extra as usize <= k && {
+                        let candidate = if extra == 0 {
+                            prev[k]
+                        } else {
+                            prev[k - extra as usize] + gain
+                        };
+                        candidate == cur
+                    }
                 })
                 .expect("some option reproduces every reachable cell");
             choice[job] = index;
@@ -116,13 +127,20 @@ mod tests {
 
     fn items(spec: &[&[(u32, f64)]]) -> Vec<Vec<KnapsackItem>> {
         spec.iter()
-            .map(|opts| opts.iter().map(|&(gpus, value)| KnapsackItem { gpus, value }).collect())
+            .map(|opts| {
+                opts.iter()
+                    .map(|&(gpus, value)| KnapsackItem { gpus, value })
+                    .collect()
+            })
             .collect()
     }
 
     #[test]
     fn picks_the_best_split() {
-        let problem = items(&[&[(1, 1.0), (2, 1.9), (4, 3.0)], &[(1, 1.0), (2, 1.2), (3, 1.3)]]);
+        let problem = items(&[
+            &[(1, 1.0), (2, 1.9), (4, 3.0)],
+            &[(1, 1.0), (2, 1.2), (3, 1.3)],
+        ]);
         let solution = KnapsackSolver::default().solve(&problem, 5).unwrap();
         assert_eq!(solution.choice, vec![2, 0]);
         assert!((solution.value - 4.0).abs() < 1e-12);

@@ -204,13 +204,16 @@ impl FromStr for Policy {
         Policy::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown policy '{s}' (expected elastic-batch, elastic-gpu or static)"))
+            .ok_or_else(|| {
+                format!("unknown policy '{s}' (expected elastic-batch, elastic-gpu or static)")
+            })
     }
 }
 
 /// Order in which jobs are served: running ones first, then the rest, each in input order.
 fn service_order(jobs: &[Job]) -> Vec<usize> {
-    let (mut running, waiting): (Vec<usize>, Vec<usize>) = (0..jobs.len()).partition(|&i| jobs[i].current.is_some());
+    let (mut running, waiting): (Vec<usize>, Vec<usize>) =
+        (0..jobs.len()).partition(|&i| jobs[i].current.is_some());
     running.extend(waiting);
     running
 }
@@ -218,7 +221,12 @@ fn service_order(jobs: &[Job]) -> Vec<usize> {
 /// Admission shared by all policies: walks jobs in service order and admits each whose `need`
 /// (its smallest GPU count; `None`: it can never run here) fits beside those admitted before.
 /// Returns the state of every job: `Running` for admitted ones.
-fn admit(jobs: &[Job], need: impl Fn(usize) -> Option<GpuCount>, capacity: GpuCount, settings: &Settings) -> Vec<JobState> {
+fn admit(
+    jobs: &[Job],
+    need: impl Fn(usize) -> Option<GpuCount>,
+    capacity: GpuCount,
+    settings: &Settings,
+) -> Vec<JobState> {
     let mut states = vec![JobState::Dropped; jobs.len()];
     let mut used: GpuCount = 0;
     let mut blocked = false;

@@ -20,12 +20,23 @@ impl Allocator for StaticFifo {
         let requested: Vec<Option<ConfigOption>> = jobs
             .iter()
             .map(|job| {
-                job_options(job, cluster, settings.utility, BatchChoice::Fixed, &RestartAwareness::default())
-                    .into_iter()
-                    .find(|o| o.gpus == job.requested.gpus)
+                job_options(
+                    job,
+                    cluster,
+                    settings.utility,
+                    BatchChoice::Fixed,
+                    &RestartAwareness::default(),
+                )
+                .into_iter()
+                .find(|o| o.gpus == job.requested.gpus)
             })
             .collect();
-        let states = admit(jobs, |i| requested[i].map(|o| o.gpus), cluster.total_gpus(), settings);
+        let states = admit(
+            jobs,
+            |i| requested[i].map(|o| o.gpus),
+            cluster.total_gpus(),
+            settings,
+        );
         let mut objective = 0.0;
         let decisions = jobs
             .iter()
@@ -39,6 +50,9 @@ impl Allocator for StaticFifo {
                 _ => JobDecision::idle(&job.id, state),
             })
             .collect();
-        Decision { objective, jobs: decisions }
+        Decision {
+            objective,
+            jobs: decisions,
+        }
     }
 }

@@ -26,54 +26,92 @@ struct RawJob {
 
 fn raw_job() -> impl Strategy<Value = RawJob> {
     (
-        (0.0..0.05f64, 0.0005..0.01f64, 0.0..0.05f64, 0.0..0.01f64, 0.0..0.2f64, 0.0..0.02f64),
+        (
+            0.0..0.05f64,
+            0.0005..0.01f64,
+            0.0..0.05f64,
+            0.0..0.01f64,
+            0.0..0.2f64,
+            0.0..0.02f64,
+        ),
         prop::option::of(1.0..5000.0f64),
         (1u32..24, 0u32..40, 1u32..16),
         (1u32..4, 0u32..12, any::<bool>()),
-        (0.5..3.0f64, prop::option::of((1u32..16, 1u32..64, 0.0..600.0f64, 0u32..4))),
+        (
+            0.5..3.0f64,
+            prop::option::of((1u32..16, 1u32..64, 0.0..600.0f64, 0u32..4)),
+        ),
     )
-        .prop_map(|((cb, cs, ib, is, xb, xs), noise_scale, (min_batch, batch_span, max_local), (min_gpus, gpu_span, powers_of_two), (weight, current))| RawJob {
-            model: AnalyticModel {
-                compute_base_s: cb,
-                compute_per_sample_s: cs,
-                sync_intra_base_s: ib,
-                sync_intra_per_gpu_s: is,
-                sync_inter_base_s: xb,
-                sync_inter_per_gpu_s: xs,
-                max_local_batch: None,
+        .prop_map(
+            |(
+                (cb, cs, ib, is, xb, xs),
+                noise_scale,
+                (min_batch, batch_span, max_local),
+                (min_gpus, gpu_span, powers_of_two),
+                (weight, current),
+            )| RawJob {
+                model: AnalyticModel {
+                    compute_base_s: cb,
+                    compute_per_sample_s: cs,
+                    sync_intra_base_s: ib,
+                    sync_intra_per_gpu_s: is,
+                    sync_inter_base_s: xb,
+                    sync_inter_per_gpu_s: xs,
+                    max_local_batch: None,
+                },
+                noise_scale,
+                min_batch,
+                batch_span,
+                max_local,
+                min_gpus,
+                gpu_span,
+                powers_of_two,
+                weight,
+                current,
             },
-            noise_scale,
-            min_batch,
-            batch_span,
-            max_local,
-            min_gpus,
-            gpu_span,
-            powers_of_two,
-            weight,
-            current,
-        })
+        )
 }
 
 /// Builds a valid job from raw material, or `None` when the combination is invalid.
 fn build(index: usize, raw: &RawJob) -> Option<Job> {
-    let batch = BatchRange { min: raw.min_batch, max: raw.min_batch + raw.batch_span };
-    let gpus = GpuRange { min: raw.min_gpus, max: raw.min_gpus + raw.gpu_span, powers_of_two: raw.powers_of_two };
-    let requested_gpus = gpus.counts(u32::MAX).find(|&g| batch.min.div_ceil(g) <= raw.max_local && batch.min >= g)?;
+    let batch = BatchRange {
+        min: raw.min_batch,
+        max: raw.min_batch + raw.batch_span,
+    };
+    let gpus = GpuRange {
+        min: raw.min_gpus,
+        max: raw.min_gpus + raw.gpu_span,
+        powers_of_two: raw.powers_of_two,
+    };
+    let requested_gpus = gpus
+        .counts(u32::MAX)
+        .find(|&g| batch.min.div_ceil(g) <= raw.max_local && batch.min >= g)?;
     let mut job = Job {
         id: format!("j{index}"),
         model_name: "analytic".into(),
         throughput: Arc::new(raw.model),
-        efficiency: raw.noise_scale.map(|phi| JobEfficiency { noise: GradNoise::from_noise_scale(phi, batch.min), init_batch: batch.min }),
+        efficiency: raw.noise_scale.map(|phi| JobEfficiency {
+            noise: GradNoise::from_noise_scale(phi, batch.min),
+            init_batch: batch.min,
+        }),
         batch,
         max_local_batch: raw.max_local,
         gpus,
-        requested: Requested { gpus: requested_gpus, batch: batch.min },
+        requested: Requested {
+            gpus: requested_gpus,
+            batch: batch.min,
+        },
         remaining_samples: None,
         weight: raw.weight,
         current: None,
     };
     if let Some((g, b, age_s, restarts)) = raw.current {
-        let current = CurrentAllocation { gpus: g, batch: b, age_s, restarts };
+        let current = CurrentAllocation {
+            gpus: g,
+            batch: b,
+            age_s,
+            restarts,
+        };
         if job.gpus.allows(g) && job.batch_fits(g, b) {
             job.current = Some(current);
         }
@@ -93,16 +131,25 @@ fn utility() -> impl Strategy<Value = Utility> {
 }
 
 fn settings() -> impl Strategy<Value = Settings> {
-    (utility(), any::<bool>(), any::<bool>(), prop_oneof![Just(0.0), Just(0.05), Just(0.3)], prop_oneof![Just(0.0), Just(30.0)]).prop_map(
-        |(utility, queue, backfill, min_gain, cost_s)| Settings {
+    (
+        utility(),
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![Just(0.0), Just(0.05), Just(0.3)],
+        prop_oneof![Just(0.0), Just(30.0)],
+    )
+        .prop_map(|(utility, queue, backfill, min_gain, cost_s)| Settings {
             utility,
-            admission: if queue { Admission::Queue } else { Admission::Drop },
+            admission: if queue {
+                Admission::Queue
+            } else {
+                Admission::Drop
+            },
             backfill,
             restart: RestartAwareness { min_gain, cost_s },
             // Small ranges: every per-GPU share is a candidate, so the DP is exact over all batches.
             batch_candidates: 64,
-        },
-    )
+        })
 }
 
 /// Brute force, written independently of `options` and `knapsack`: every allowed GPU count and
@@ -117,14 +164,18 @@ impl Brute<'_> {
     fn metric(&self, job: &Job, g: u32, b: u32) -> Option<f64> {
         let nodes = g.div_ceil(self.cluster.gpus_per_node);
         let x = throughput_samples_per_s(job.throughput.as_ref(), g, nodes, b)?;
-        Some(match (&job.efficiency, self.settings.utility.uses_goodput()) {
-            (Some(e), true) => x * e.noise.efficiency(f64::from(b), e.init_batch),
-            _ => x,
-        })
+        Some(
+            match (&job.efficiency, self.settings.utility.uses_goodput()) {
+                (Some(e), true) => x * e.noise.efficiency(f64::from(b), e.init_batch),
+                _ => x,
+            },
+        )
     }
 
     fn batches(&self, job: &Job, g: u32) -> Vec<u32> {
-        let mut all: Vec<u32> = (job.batch.min..=job.batch.max).filter(|&b| job.batch_fits(g, b)).collect();
+        let mut all: Vec<u32> = (job.batch.min..=job.batch.max)
+            .filter(|&b| job.batch_fits(g, b))
+            .collect();
         if self.fixed_batch {
             all.retain(|&b| b == job.requested.batch);
         }
@@ -134,10 +185,18 @@ impl Brute<'_> {
     /// Value of each allowed count: (g, value).
     fn values(&self, job: &Job) -> Vec<(u32, f64)> {
         let r = &self.settings.restart;
-        let counts: Vec<u32> = (1..=self.cluster.total_gpus()).filter(|&g| job.gpus.allows(g)).filter(|&g| !self.batches(job, g).is_empty()).collect();
-        let Some(&smallest) = counts.first() else { return vec![] };
+        let counts: Vec<u32> = (1..=self.cluster.total_gpus())
+            .filter(|&g| job.gpus.allows(g))
+            .filter(|&g| !self.batches(job, g).is_empty())
+            .collect();
+        let Some(&smallest) = counts.first() else {
+            return vec![];
+        };
         let reference = if self.settings.utility.normalised() {
-            self.batches(job, smallest).iter().filter_map(|&b| self.metric(job, smallest, b)).fold(0.0, f64::max)
+            self.batches(job, smallest)
+                .iter()
+                .filter_map(|&b| self.metric(job, smallest, b))
+                .fold(0.0, f64::max)
         } else {
             1.0
         };
@@ -149,13 +208,18 @@ impl Brute<'_> {
                 batches.push(c.batch);
             }
             for b in batches {
-                let Some(m) = self.metric(job, g, b) else { continue };
+                let Some(m) = self.metric(job, g, b) else {
+                    continue;
+                };
                 let factor = match job.current {
                     Some(c) if c.gpus == g && c.batch == b => 1.0 + r.min_gain,
-                    Some(c) if r.cost_s > 0.0 => (c.age_s - r.cost_s * f64::from(c.restarts)).max(0.0) / (c.age_s + r.cost_s),
+                    Some(c) if r.cost_s > 0.0 => {
+                        (c.age_s - r.cost_s * f64::from(c.restarts)).max(0.0) / (c.age_s + r.cost_s)
+                    }
                     _ => 1.0,
                 };
-                best = best.max(job.weight * self.settings.utility.transform(m * factor / reference));
+                best =
+                    best.max(job.weight * self.settings.utility.transform(m * factor / reference));
             }
             out.push((g, best));
         }
@@ -164,12 +228,16 @@ impl Brute<'_> {
 
     fn solve(&self, jobs: &[Job]) -> (Vec<JobState>, f64) {
         let values: Vec<Vec<(u32, f64)>> = jobs.iter().map(|j| self.values(j)).collect();
-        let mut order: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].current.is_some()).collect();
+        let mut order: Vec<usize> = (0..jobs.len())
+            .filter(|&i| jobs[i].current.is_some())
+            .collect();
         order.extend((0..jobs.len()).filter(|&i| jobs[i].current.is_none()));
         let mut states = vec![JobState::Dropped; jobs.len()];
         let (mut used, mut blocked) = (0, false);
         for i in order {
-            let Some(&(need, _)) = values[i].first() else { continue };
+            let Some(&(need, _)) = values[i].first() else {
+                continue;
+            };
             let new = jobs[i].current.is_none();
             if !(blocked && new) && used + need <= self.cluster.total_gpus() {
                 used += need;
@@ -179,11 +247,18 @@ impl Brute<'_> {
                 blocked |= new && !self.settings.backfill;
             }
         }
-        let admitted: Vec<&Vec<(u32, f64)>> = (0..jobs.len()).filter(|&i| states[i] == JobState::Running).map(|i| &values[i]).collect();
+        let admitted: Vec<&Vec<(u32, f64)>> = (0..jobs.len())
+            .filter(|&i| states[i] == JobState::Running)
+            .map(|i| &values[i])
+            .collect();
         fn best(rest: &[&Vec<(u32, f64)>], left: u32) -> f64 {
             match rest.split_first() {
                 None => 0.0,
-                Some((first, tail)) => first.iter().filter(|(g, _)| *g <= left).map(|&(g, v)| v + best(tail, left - g)).fold(f64::NEG_INFINITY, f64::max),
+                Some((first, tail)) => first
+                    .iter()
+                    .filter(|(g, _)| *g <= left)
+                    .map(|&(g, v)| v + best(tail, left - g))
+                    .fold(f64::NEG_INFINITY, f64::max),
             }
         }
         (states, best(&admitted, self.cluster.total_gpus()))
@@ -283,8 +358,15 @@ fn analytic_job(id: &str, compute_per_sample_s: f64, sync_s: f64) -> Job {
         efficiency: None,
         batch: BatchRange { min: 64, max: 1024 },
         max_local_batch: 128,
-        gpus: GpuRange { min: 1, max: 16, powers_of_two: false },
-        requested: Requested { gpus: 2, batch: 128 },
+        gpus: GpuRange {
+            min: 1,
+            max: 16,
+            powers_of_two: false,
+        },
+        requested: Requested {
+            gpus: 2,
+            batch: 128,
+        },
         remaining_samples: None,
         weight: 1.0,
         current: None,
@@ -294,21 +376,42 @@ fn analytic_job(id: &str, compute_per_sample_s: f64, sync_s: f64) -> Job {
 #[test]
 fn elastic_batch_beats_fixed_batch_when_batch_can_grow() {
     let cluster = Cluster::new(2, 4).unwrap();
-    let jobs: Vec<Job> = (0..3).map(|i| analytic_job(&format!("j{i}"), 0.001, 0.05)).collect();
-    let settings = Settings { utility: Utility::Throughput, ..Settings::default() };
+    let jobs: Vec<Job> = (0..3)
+        .map(|i| analytic_job(&format!("j{i}"), 0.001, 0.05))
+        .collect();
+    let settings = Settings {
+        utility: Utility::Throughput,
+        ..Settings::default()
+    };
     let batch = ElasticBatch::default().allocate(&cluster, &jobs, &settings);
     let gpu = ElasticGpu::default().allocate(&cluster, &jobs, &settings);
-    assert!(batch.objective > gpu.objective * 1.2, "{} vs {}", batch.objective, gpu.objective);
-    assert!(batch.jobs.iter().all(|d| d.local_batch_size == 128), "{batch:?}");
+    assert!(
+        batch.objective > gpu.objective * 1.2,
+        "{} vs {}",
+        batch.objective,
+        gpu.objective
+    );
+    assert!(
+        batch.jobs.iter().all(|d| d.local_batch_size == 128),
+        "{batch:?}"
+    );
 }
 
 #[test]
 fn drop_versus_queue_when_full() {
     let cluster = Cluster::new(1, 2).unwrap();
-    let jobs: Vec<Job> = (0..3).map(|i| analytic_job(&format!("j{i}"), 0.001, 0.05)).collect();
+    let jobs: Vec<Job> = (0..3)
+        .map(|i| analytic_job(&format!("j{i}"), 0.001, 0.05))
+        .collect();
     let drop = ElasticBatch::default().allocate(&cluster, &jobs, &Settings::default());
-    assert_eq!(drop.jobs.iter().map(|d| d.state).collect::<Vec<_>>(), [JobState::Running, JobState::Running, JobState::Dropped]);
-    let queue = Settings { admission: Admission::Queue, ..Settings::default() };
+    assert_eq!(
+        drop.jobs.iter().map(|d| d.state).collect::<Vec<_>>(),
+        [JobState::Running, JobState::Running, JobState::Dropped]
+    );
+    let queue = Settings {
+        admission: Admission::Queue,
+        ..Settings::default()
+    };
     let queued = ElasticBatch::default().allocate(&cluster, &jobs, &queue);
     assert_eq!(queued.jobs[2].state, JobState::Queued);
 }
@@ -317,10 +420,28 @@ fn drop_versus_queue_when_full() {
 fn restart_threshold_keeps_a_running_job_in_place() {
     let cluster = Cluster::new(1, 4).unwrap();
     let mut job = analytic_job("a", 0.001, 0.001);
-    job.current = Some(CurrentAllocation { gpus: 3, batch: 384, age_s: 100.0, restarts: 0 });
-    let free = ElasticBatch::default().allocate(&cluster, std::slice::from_ref(&job), &Settings::default());
-    assert_eq!(free.jobs[0].gpus, 4, "without a threshold it grows to 4 GPUs");
-    let sticky = Settings { restart: RestartAwareness { min_gain: 0.5, cost_s: 0.0 }, ..Settings::default() };
+    job.current = Some(CurrentAllocation {
+        gpus: 3,
+        batch: 384,
+        age_s: 100.0,
+        restarts: 0,
+    });
+    let free = ElasticBatch::default().allocate(
+        &cluster,
+        std::slice::from_ref(&job),
+        &Settings::default(),
+    );
+    assert_eq!(
+        free.jobs[0].gpus, 4,
+        "without a threshold it grows to 4 GPUs"
+    );
+    let sticky = Settings {
+        restart: RestartAwareness {
+            min_gain: 0.5,
+            cost_s: 0.0,
+        },
+        ..Settings::default()
+    };
     let kept = ElasticBatch::default().allocate(&cluster, std::slice::from_ref(&job), &sticky);
     assert_eq!((kept.jobs[0].gpus, kept.jobs[0].batch_size), (3, 384));
 }

@@ -136,7 +136,11 @@ impl AnalyticModel {
             ));
         }
         if self.max_local_batch == Some(0) {
-            return Err(CoreError::job(job, "model.max_local_batch", "must be at least 1"));
+            return Err(CoreError::job(
+                job,
+                "model.max_local_batch",
+                "must be at least 1",
+            ));
         }
         Ok(())
     }
@@ -180,10 +184,18 @@ impl AnalyticModel {
         };
         let mut assumptions = Vec::new();
         // Columns the data can determine; the others stay 0 in the solve.
-        let mut usable = [true, distinct_batches > 1, has_intra, has_intra_slope, has_inter, has_inter_slope];
+        let mut usable = [
+            true,
+            distinct_batches > 1,
+            has_intra,
+            has_intra_slope,
+            has_inter,
+            has_inter_slope,
+        ];
         if distinct_batches <= 1 {
             assumptions.push(
-                "one per-GPU batch measured: compute time taken as proportional to the batch".into(),
+                "one per-GPU batch measured: compute time taken as proportional to the batch"
+                    .into(),
             );
             usable[0] = false;
             usable[1] = true;
@@ -191,7 +203,8 @@ impl AnalyticModel {
         if !has_intra {
             assumptions.push("no multi-GPU measurement: in-node sync assumed 0".into());
         } else if !has_intra_slope {
-            assumptions.push("in-node sync measured at 2 GPUs only: assumed flat in GPU count".into());
+            assumptions
+                .push("in-node sync measured at 2 GPUs only: assumed flat in GPU count".into());
         }
         let rows = samples.len();
         let design = DMatrix::from_fn(rows, PARAMS, |r, c| feature(&samples[r], c));
@@ -225,7 +238,11 @@ impl AnalyticModel {
         }
         FitQuality {
             samples: samples.len(),
-            r_squared: if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 1.0 },
+            r_squared: if ss_tot > 0.0 {
+                1.0 - ss_res / ss_tot
+            } else {
+                1.0
+            },
             rmse_s: (ss_res / n).sqrt(),
             max_relative_error: max_rel,
             assumptions,
@@ -233,7 +250,9 @@ impl AnalyticModel {
     }
 
     fn predict(&self, gpus: GpuCount, nodes: u32, local_batch: u32) -> f64 {
-        self.compute_base_s + self.compute_per_sample_s * f64::from(local_batch) + self.sync_s(gpus, nodes)
+        self.compute_base_s
+            + self.compute_per_sample_s * f64::from(local_batch)
+            + self.sync_s(gpus, nodes)
     }
 }
 
@@ -246,15 +265,31 @@ fn feature(s: &StepTimeSample, column: usize) -> f64 {
         0 => 1.0,
         1 => f64::from(s.local_batch),
         2 => f64::from(u8::from(intra)),
-        3 => if intra { extra } else { 0.0 },
+        3 => {
+            if intra {
+                extra
+            } else {
+                0.0
+            }
+        }
         4 => f64::from(u8::from(inter)),
-        _ => if inter { extra } else { 0.0 },
+        _ => {
+            if inter {
+                extra
+            } else {
+                0.0
+            }
+        }
     }
 }
 
 /// Exact non-negative least squares for a handful of columns: the optimum is the unconstrained
 /// least-squares solution on some subset of columns, with every coefficient ≥ 0.
-fn nnls_by_subsets(design: &DMatrix<f64>, target: &DVector<f64>, usable: &[bool; PARAMS]) -> Result<[f64; PARAMS]> {
+fn nnls_by_subsets(
+    design: &DMatrix<f64>,
+    target: &DVector<f64>,
+    usable: &[bool; PARAMS],
+) -> Result<[f64; PARAMS]> {
     let columns: Vec<usize> = (0..PARAMS).filter(|&c| usable[c]).collect();
     let mut best: Option<(f64, [f64; PARAMS])> = None;
     for mask in 1u32..(1 << columns.len()) {
@@ -320,7 +355,12 @@ mod tests {
         for (gpus, nodes) in [(1, 1), (2, 1), (4, 1), (4, 2), (8, 2), (16, 4)] {
             for local_batch in [16, 32, 64] {
                 let step_time_s = model.step_time_s(gpus, nodes, local_batch).unwrap();
-                samples.push(StepTimeSample { gpus, nodes, local_batch, step_time_s });
+                samples.push(StepTimeSample {
+                    gpus,
+                    nodes,
+                    local_batch,
+                    step_time_s,
+                });
             }
         }
         samples
@@ -350,7 +390,12 @@ mod tests {
                     step_time_s: step + 0.01 * f64::from(local_batch),
                 })
             })
-            .chain([StepTimeSample { gpus: 1, nodes: 1, local_batch: 8, step_time_s: 0.08 }])
+            .chain([StepTimeSample {
+                gpus: 1,
+                nodes: 1,
+                local_batch: 8,
+                step_time_s: 0.08,
+            }])
             .collect::<Vec<_>>();
         let (fitted, quality) = AnalyticModel::fit(&samples).unwrap();
         assert!(fitted.as_params().iter().all(|&p| p >= 0.0));
@@ -360,14 +405,22 @@ mod tests {
 
     #[test]
     fn fit_rejects_bad_measurements() {
-        let bad = [StepTimeSample { gpus: 1, nodes: 1, local_batch: 4, step_time_s: -1.0 }; 3];
+        let bad = [StepTimeSample {
+            gpus: 1,
+            nodes: 1,
+            local_batch: 4,
+            step_time_s: -1.0,
+        }; 3];
         assert!(AnalyticModel::fit(&bad).is_err());
         assert!(AnalyticModel::fit(&bad[..1]).is_err());
     }
 
     #[test]
     fn memory_limit_makes_larger_batches_infeasible() {
-        let model = AnalyticModel { max_local_batch: Some(32), ..truth() };
+        let model = AnalyticModel {
+            max_local_batch: Some(32),
+            ..truth()
+        };
         assert!(model.step_time_s(2, 1, 32).is_some());
         assert!(model.step_time_s(2, 1, 33).is_none());
     }

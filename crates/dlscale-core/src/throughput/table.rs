@@ -92,7 +92,9 @@ impl MeasuredTable {
     /// (several placements with the same shape, e.g. `13` and `22`, both 4 GPUs on 2 nodes).
     pub fn from_points(points: &[TablePoint]) -> Result<Self> {
         if points.is_empty() {
-            return Err(CoreError::Model("a measured table needs at least one point".into()));
+            return Err(CoreError::Model(
+                "a measured table needs at least one point".into(),
+            ));
         }
         let mut grouped: BTreeMap<(u32, GpuCount), BTreeMap<u32, (f64, u32)>> = BTreeMap::new();
         for p in points {
@@ -108,13 +110,20 @@ impl MeasuredTable {
         for ((nodes, gpus), batches) in grouped {
             let curve = Curve {
                 local_batch: batches.keys().map(|&b| f64::from(b)).collect(),
-                step_time_s: batches.values().map(|&(sum, n)| sum / f64::from(n)).collect(),
+                step_time_s: batches
+                    .values()
+                    .map(|&(sum, n)| sum / f64::from(n))
+                    .collect(),
             };
             by_nodes.entry(nodes).or_default().push((gpus, curve));
         }
         let memory_limit = points.iter().map(|p| p.local_batch).max().unwrap_or(1);
         let max_gpus = points.iter().map(|p| p.gpus).max().unwrap_or(1);
-        Ok(MeasuredTable { by_nodes, memory_limit, max_gpus })
+        Ok(MeasuredTable {
+            by_nodes,
+            memory_limit,
+            max_gpus,
+        })
     }
 
     /// Reads Pollux's `placements.csv` (`placement,local_bsz,step_time,sync_time`) and
@@ -144,10 +153,24 @@ impl MeasuredTable {
             let digits = digits
                 .filter(|d| !d.is_empty() && d.iter().all(|&x| x > 0))
                 .ok_or_else(|| {
-                    CoreError::parse(placements_name, line, format!("placement '{}' is not a string of digits 1-9", row.placement))
+                    CoreError::parse(
+                        placements_name,
+                        line,
+                        format!(
+                            "placement '{}' is not a string of digits 1-9",
+                            row.placement
+                        ),
+                    )
                 })?;
             let gpus = digits.iter().sum();
-            points.push(checked_point(placements_name, line, digits.len() as u32, gpus, row.local_bsz, row.step_time)?);
+            points.push(checked_point(
+                placements_name,
+                line,
+                digits.len() as u32,
+                gpus,
+                row.local_bsz,
+                row.step_time,
+            )?);
         }
         for (line, row) in read_csv::<ScalabilityRow>(scalability, scalability_name)? {
             points.push(checked_point(
@@ -167,7 +190,12 @@ impl MeasuredTable {
     /// for a GPU type such as `v100`. Consolidated rows are one node; the `_unconsolidated` worker
     /// type is one GPU per node. Gavel sums steps over workers, so one step takes
     /// `num_gpus / steps_per_sec` seconds.
-    pub fn from_gavel_csv(csv: impl Read, name: &str, worker_type: &str, model: &str) -> Result<Self> {
+    pub fn from_gavel_csv(
+        csv: impl Read,
+        name: &str,
+        worker_type: &str,
+        model: &str,
+    ) -> Result<Self> {
         #[derive(Deserialize)]
         struct GavelRow {
             worker_type: String,
@@ -186,11 +214,26 @@ impl MeasuredTable {
                 continue;
             };
             if row.steps_per_sec_simulation <= 0.0 {
-                return Err(CoreError::parse(name, line, "steps_per_sec_simulation must be positive"));
+                return Err(CoreError::parse(
+                    name,
+                    line,
+                    "steps_per_sec_simulation must be positive",
+                ));
             }
-            let nodes = if row.worker_type == spread { row.num_gpus } else { 1 };
+            let nodes = if row.worker_type == spread {
+                row.num_gpus
+            } else {
+                1
+            };
             let step = f64::from(row.num_gpus) / row.steps_per_sec_simulation;
-            points.push(checked_point(name, line, nodes, row.num_gpus, local_batch, step)?);
+            points.push(checked_point(
+                name,
+                line,
+                nodes,
+                row.num_gpus,
+                local_batch,
+                step,
+            )?);
         }
         if points.is_empty() {
             return Err(CoreError::Model(format!(
@@ -200,7 +243,12 @@ impl MeasuredTable {
         MeasuredTable::from_points(&points)
     }
 
-    fn at_nodes(shapes: &[(GpuCount, Curve)], gpus: GpuCount, local_batch: f64, limit: f64) -> Option<f64> {
+    fn at_nodes(
+        shapes: &[(GpuCount, Curve)],
+        gpus: GpuCount,
+        local_batch: f64,
+        limit: f64,
+    ) -> Option<f64> {
         let i = shapes.partition_point(|(g, _)| *g < gpus);
         let (g_hi, c_hi) = shapes.get(i)?;
         if *g_hi == gpus {
@@ -209,7 +257,13 @@ impl MeasuredTable {
         let (g_lo, c_lo) = shapes.get(i.checked_sub(1)?)?;
         let y_lo = c_lo.eval(local_batch, limit)?;
         let y_hi = c_hi.eval(local_batch, limit)?;
-        Some(lerp(f64::from(*g_lo), y_lo, f64::from(*g_hi), y_hi, f64::from(gpus)))
+        Some(lerp(
+            f64::from(*g_lo),
+            y_lo,
+            f64::from(*g_hi),
+            y_hi,
+            f64::from(gpus),
+        ))
     }
 }
 
@@ -231,7 +285,9 @@ impl ThroughputModel for MeasuredTable {
             .range(nodes..)
             .find_map(|(&n, shapes)| Some((n, Self::at_nodes(shapes, gpus, l, limit)?)));
         match (below, above) {
-            (Some((n0, y0)), Some((n1, y1))) => Some(lerp(f64::from(n0), y0, f64::from(n1), y1, f64::from(nodes))),
+            (Some((n0, y0)), Some((n1, y1))) => {
+                Some(lerp(f64::from(n0), y0, f64::from(n1), y1, f64::from(nodes)))
+            }
             (Some((_, y)), None) | (None, Some((_, y))) => Some(y),
             (None, None) => None,
         }
@@ -246,22 +302,51 @@ impl ThroughputModel for MeasuredTable {
     }
 }
 
-fn checked_point(name: &str, line: u64, nodes: u32, gpus: GpuCount, local_batch: u32, step_time_s: f64) -> Result<TablePoint> {
+fn checked_point(
+    name: &str,
+    line: u64,
+    nodes: u32,
+    gpus: GpuCount,
+    local_batch: u32,
+    step_time_s: f64,
+) -> Result<TablePoint> {
     if nodes == 0 || gpus == 0 || nodes > gpus {
-        return Err(CoreError::parse(name, line, format!("need 1 ≤ nodes ≤ gpus, got {nodes} nodes and {gpus} GPUs")));
+        return Err(CoreError::parse(
+            name,
+            line,
+            format!("need 1 ≤ nodes ≤ gpus, got {nodes} nodes and {gpus} GPUs"),
+        ));
     }
     if local_batch == 0 {
-        return Err(CoreError::parse(name, line, "local batch must be at least 1"));
+        return Err(CoreError::parse(
+            name,
+            line,
+            "local batch must be at least 1",
+        ));
     }
     if !step_time_s.is_finite() || step_time_s <= 0.0 {
-        return Err(CoreError::parse(name, line, format!("step time must be positive, got {step_time_s}")));
+        return Err(CoreError::parse(
+            name,
+            line,
+            format!("step time must be positive, got {step_time_s}"),
+        ));
     }
-    Ok(TablePoint { nodes, gpus, local_batch, step_time_s })
+    Ok(TablePoint {
+        nodes,
+        gpus,
+        local_batch,
+        step_time_s,
+    })
 }
 
 /// Reads every record of a headed CSV, each with its 1-based line number.
-pub(crate) fn read_csv<T: serde::de::DeserializeOwned>(reader: impl Read, name: &str) -> Result<Vec<(u64, T)>> {
-    let mut csv = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(reader);
+pub(crate) fn read_csv<T: serde::de::DeserializeOwned>(
+    reader: impl Read,
+    name: &str,
+) -> Result<Vec<(u64, T)>> {
+    let mut csv = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(reader);
     let mut rows = Vec::new();
     for record in csv.deserialize::<T>() {
         match record {
@@ -291,9 +376,20 @@ mod tests {
 
     fn table() -> MeasuredTable {
         let mut points = Vec::new();
-        for (nodes, gpus, sync) in [(1, 1, 0.0), (1, 2, 0.1), (1, 4, 0.2), (2, 4, 0.4), (2, 8, 0.6)] {
+        for (nodes, gpus, sync) in [
+            (1, 1, 0.0),
+            (1, 2, 0.1),
+            (1, 4, 0.2),
+            (2, 4, 0.4),
+            (2, 8, 0.6),
+        ] {
             for local_batch in [10, 20] {
-                points.push(TablePoint { nodes, gpus, local_batch, step_time_s: 0.01 * f64::from(local_batch) + sync });
+                points.push(TablePoint {
+                    nodes,
+                    gpus,
+                    local_batch,
+                    step_time_s: 0.01 * f64::from(local_batch) + sync,
+                });
             }
         }
         MeasuredTable::from_points(&points).unwrap()
@@ -319,17 +415,35 @@ mod tests {
         let t = table();
         assert_eq!(t.step_time_s(1, 1, 5), t.step_time_s(1, 1, 10));
         assert!(t.step_time_s(1, 1, 21).is_none(), "20 is the memory limit");
-        assert!(t.step_time_s(16, 4, 10).is_none(), "no extrapolation beyond 8 GPUs");
+        assert!(
+            t.step_time_s(16, 4, 10).is_none(),
+            "no extrapolation beyond 8 GPUs"
+        );
     }
 
     #[test]
     fn malformed_rows_name_the_line() {
         let placements = "placement,local_bsz,step_time,sync_time\n1,32,0.1,0.0\n1x,32,0.2,0.0\n";
         let scal = "num_nodes,num_replicas,local_bsz,step_time,sync_time\n";
-        let err = MeasuredTable::from_pollux_csv(placements.as_bytes(), "p.csv", scal.as_bytes(), "s.csv").unwrap_err();
-        assert_eq!(err.to_string(), "p.csv:3: placement '1x' is not a string of digits 1-9");
+        let err = MeasuredTable::from_pollux_csv(
+            placements.as_bytes(),
+            "p.csv",
+            scal.as_bytes(),
+            "s.csv",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "p.csv:3: placement '1x' is not a string of digits 1-9"
+        );
         let placements = "placement,local_bsz,step_time,sync_time\n1,abc,0.1,0.0\n";
-        let err = MeasuredTable::from_pollux_csv(placements.as_bytes(), "p.csv", scal.as_bytes(), "s.csv").unwrap_err();
+        let err = MeasuredTable::from_pollux_csv(
+            placements.as_bytes(),
+            "p.csv",
+            scal.as_bytes(),
+            "s.csv",
+        )
+        .unwrap_err();
         assert!(err.to_string().starts_with("p.csv:2: column 2"), "{err}");
     }
 }
