@@ -1,0 +1,287 @@
+//! `dlscale optimize` and `dlscale demo`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use dlscale_core::jobfile::{parse_document, parse_jobs, FileFormat};
+use dlscale_core::{
+    Admission, Cluster, Decision, Job, JobState, Policy, RestartAwareness, Settings, Utility,
+};
+use serde::Serialize;
+
+use crate::input_error;
+
+/// Output format of a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned text table.
+    Table,
+    /// JSON document.
+    Json,
+}
+
+/// Allocator settings shared by every command that runs an allocator.
+#[derive(Debug, Clone, Args)]
+pub struct PolicyArgs {
+    /// What to maximise: speedup, throughput, goodput, fair (p = −1) or fair:P with P < 0.
+    #[arg(long, default_value = "speedup", value_parser = clap::builder::ValueParser::new(parse_utility))]
+    pub utility: Utility,
+    /// What happens to a job whose minimum does not fit: drop (the paper) or queue.
+    #[arg(long, default_value = "drop", value_parser = clap::builder::ValueParser::new(parse_admission))]
+    pub admission: Admission,
+    /// With queue admission, let later jobs start while an earlier one waits.
+    #[arg(long)]
+    pub backfill: bool,
+    /// A running job changes only if its own metric improves by more than this fraction.
+    #[arg(long, default_value_t = 0.0)]
+    pub min_gain: f64,
+    /// Seconds of progress a restart costs, for Pollux's restart penalty (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub restart_cost_s: f64,
+    /// Candidate per-GPU batch sizes tried per GPU count.
+    #[arg(long, default_value_t = 32)]
+    pub batch_candidates: usize,
+}
+
+impl PolicyArgs {
+    /// The core's settings, validated.
+    pub fn settings(&self) -> Result<Settings> {
+        if !(self.min_gain.is_finite() && self.min_gain >= 0.0) {
+            return Err(input_error(anyhow::anyhow!(
+                "--min-gain must be a number ≥ 0, got {}",
+                self.min_gain
+            )));
+        }
+        if !(self.restart_cost_s.is_finite() && self.restart_cost_s >= 0.0) {
+            return Err(input_error(anyhow::anyhow!(
+                "--restart-cost-s must be a number ≥ 0, got {}",
+                self.restart_cost_s
+            )));
+        }
+        if self.batch_candidates < 2 {
+            return Err(input_error(anyhow::anyhow!(
+                "--batch-candidates must be at least 2"
+            )));
+        }
+        Ok(Settings {
+            utility: self.utility,
+            admission: self.admission,
+            backfill: self.backfill,
+            restart: RestartAwareness {
+                min_gain: self.min_gain,
+                cost_s: self.restart_cost_s,
+            },
+            batch_candidates: self.batch_candidates,
+        })
+    }
+}
+
+fn parse_utility(s: &str) -> Result<Utility, String> {
+    s.parse()
+}
+
+fn parse_admission(s: &str) -> Result<Admission, String> {
+    s.parse()
+}
+
+fn parse_policy(s: &str) -> Result<Policy, String> {
+    s.parse()
+}
+
+/// Arguments of `dlscale optimize`.
+#[derive(Debug, Args)]
+pub struct OptimizeArgs {
+    /// Job file (JSON, or TOML by its .toml extension).
+    #[arg(long)]
+    pub jobs: PathBuf,
+    /// Cluster file: {"nodes": N, "gpus_per_node": M} (JSON or TOML).
+    #[arg(long, conflicts_with_all = ["nodes", "gpus_per_node"], required_unless_present_all = ["nodes", "gpus_per_node"])]
+    pub cluster: Option<PathBuf>,
+    /// Number of nodes.
+    #[arg(long, requires = "gpus_per_node")]
+    pub nodes: Option<u32>,
+    /// GPUs per node.
+    #[arg(long, requires = "nodes")]
+    pub gpus_per_node: Option<u32>,
+    /// elastic-batch (GPUs and batch adapt), elastic-gpu (batch fixed) or static.
+    #[arg(long, default_value = "elastic-batch", value_parser = clap::builder::ValueParser::new(parse_policy))]
+    pub policy: Policy,
+    #[command(flatten)]
+    pub policy_args: PolicyArgs,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub format: OutputFormat,
+}
+
+/// Arguments of `dlscale demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub format: OutputFormat,
+}
+
+/// The JSON document `optimize` prints.
+#[derive(Debug, Serialize)]
+struct Report<'a> {
+    policy: &'a str,
+    utility: String,
+    objective: f64,
+    solve_ms: f64,
+    cluster: Cluster,
+    gpus_used: u32,
+    jobs: &'a [dlscale_core::JobDecision],
+}
+
+/// Reads a file, naming it on failure (a missing file is bad input).
+pub fn read_input(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {}", path.display()))
+        .map_err(input_error)
+}
+
+/// Reads and validates a job file.
+pub fn load_jobs(path: &Path) -> Result<Vec<Job>> {
+    let text = read_input(path)?;
+    let name = path.display().to_string();
+    let jobs = parse_jobs(&text, FileFormat::for_path(&name), &name).map_err(input_error)?;
+    if jobs.is_empty() {
+        return Err(input_error(anyhow::anyhow!(
+            "{name}: field 'jobs': no jobs"
+        )));
+    }
+    Ok(jobs)
+}
+
+/// Reads and validates a cluster file.
+pub fn load_cluster(path: &Path) -> Result<Cluster> {
+    let text = read_input(path)?;
+    let name = path.display().to_string();
+    let cluster: Cluster =
+        parse_document(&text, FileFormat::for_path(&name), &name).map_err(input_error)?;
+    cluster
+        .validate()
+        .map_err(|e| input_error(anyhow::anyhow!("{name}: {e}")))?;
+    Ok(cluster)
+}
+
+/// Runs `dlscale optimize`.
+pub fn run_optimize(args: &OptimizeArgs) -> Result<()> {
+    let settings = args.policy_args.settings()?;
+    let cluster = match (&args.cluster, args.nodes, args.gpus_per_node) {
+        (Some(path), _, _) => load_cluster(path)?,
+        (None, Some(nodes), Some(per_node)) => {
+            Cluster::new(nodes, per_node).map_err(input_error)?
+        }
+        _ => {
+            return Err(input_error(anyhow::anyhow!(
+                "give --cluster FILE or --nodes N --gpus-per-node M"
+            )))
+        }
+    };
+    let jobs = load_jobs(&args.jobs)?;
+    let (decision, solve_ms) = solve(args.policy, &cluster, &jobs, &settings);
+    match args.format {
+        OutputFormat::Json => print_json(args.policy, &settings, &cluster, &decision, solve_ms)?,
+        OutputFormat::Table => {
+            print_table(args.policy, &settings, &cluster, &jobs, &decision, solve_ms)
+        }
+    }
+    Ok(())
+}
+
+/// Runs `dlscale demo`: the bundled example mix on a 4 × 4 cluster with each policy.
+pub fn run_demo(args: &DemoArgs) -> Result<()> {
+    let text = include_str!("../../../examples/jobs.json");
+    let jobs = parse_jobs(text, FileFormat::Json, "examples/jobs.json")?;
+    let cluster = Cluster::new(4, 4)?;
+    let settings = Settings::default();
+    if args.format == OutputFormat::Table {
+        println!(
+            "dlscale demo: {} jobs of examples/jobs.json on {} nodes × {} GPUs\n",
+            jobs.len(),
+            cluster.nodes,
+            cluster.gpus_per_node
+        );
+    }
+    for policy in Policy::ALL {
+        let (decision, solve_ms) = solve(policy, &cluster, &jobs, &settings);
+        match args.format {
+            OutputFormat::Json => print_json(policy, &settings, &cluster, &decision, solve_ms)?,
+            OutputFormat::Table => {
+                print_table(policy, &settings, &cluster, &jobs, &decision, solve_ms);
+                println!();
+            }
+        }
+    }
+    Ok(())
+}
+
+fn solve(policy: Policy, cluster: &Cluster, jobs: &[Job], settings: &Settings) -> (Decision, f64) {
+    let allocator = policy.allocator();
+    let start = Instant::now();
+    let decision = allocator.allocate(cluster, jobs, settings);
+    (decision, start.elapsed().as_secs_f64() * 1e3)
+}
+
+fn print_json(
+    policy: Policy,
+    settings: &Settings,
+    cluster: &Cluster,
+    decision: &Decision,
+    solve_ms: f64,
+) -> Result<()> {
+    let report = Report {
+        policy: policy.name(),
+        utility: settings.utility.to_string(),
+        objective: decision.objective,
+        solve_ms,
+        cluster: *cluster,
+        gpus_used: decision.gpus_used(),
+        jobs: &decision.jobs,
+    };
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
+fn print_table(
+    policy: Policy,
+    settings: &Settings,
+    cluster: &Cluster,
+    jobs: &[Job],
+    decision: &Decision,
+    solve_ms: f64,
+) {
+    println!(
+        "policy {policy}  utility {}  objective {:.4}  GPUs {}/{}  solved in {solve_ms:.3} ms",
+        settings.utility,
+        decision.objective,
+        decision.gpus_used(),
+        cluster.total_gpus()
+    );
+    println!(
+        "{:<16} {:<12} {:<8} {:>5} {:>5} {:>7} {:>7} {:>14} {:>9}",
+        "job", "model", "state", "gpus", "nodes", "batch", "local", "samples/s", "utility"
+    );
+    for (job, d) in jobs.iter().zip(&decision.jobs) {
+        let state = match d.state {
+            JobState::Running => "running",
+            JobState::Queued => "queued",
+            JobState::Dropped => "dropped",
+        };
+        println!(
+            "{:<16} {:<12} {:<8} {:>5} {:>5} {:>7} {:>7} {:>14.1} {:>9.4}",
+            d.id,
+            job.model_name,
+            state,
+            d.gpus,
+            d.nodes,
+            d.batch_size,
+            d.local_batch_size,
+            d.throughput_samples_per_s,
+            d.utility
+        );
+    }
+}
