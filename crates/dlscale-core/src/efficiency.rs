@@ -135,6 +135,14 @@ impl EfficiencyModel {
         self.epoch_end_progress.len()
     }
 
+    /// Progress (B0-steps) at the end of `epoch` (0-based; the last epoch's end for any later one).
+    pub fn epoch_end_progress(&self, epoch: usize) -> f64 {
+        self.epoch_end_progress
+            .get(epoch.min(self.epochs().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
     /// Progress (B0-steps) at which training completes.
     pub fn total_progress(&self) -> f64 {
         self.epoch_end_progress.last().copied().unwrap_or(0.0)
@@ -204,6 +212,8 @@ mod tests {
         assert_eq!(model.epoch_at(10.0), 1);
         assert_eq!(model.epoch_at(99.0), 1);
         assert_eq!(model.total_progress(), 20.0);
+        assert_eq!(model.epoch_end_progress(0), 10.0);
+        assert_eq!(model.epoch_end_progress(7), 20.0);
         assert_eq!(model.samples_per_epoch(), 1000.0);
         let mid = model.noise(1, 150);
         assert!((mid.grad_sqr - 2.0).abs() < 1e-12 && (mid.grad_var - 6.0).abs() < 1e-12);

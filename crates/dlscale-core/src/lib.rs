@@ -17,6 +17,7 @@ pub mod jobfile;
 pub mod options;
 pub mod placement;
 pub mod profiles;
+pub mod synthetic;
 pub mod throughput;
 pub mod utility;
 

@@ -62,66 +62,147 @@ pub fn job_options(
     choice: BatchChoice,
     restart: &RestartAwareness,
 ) -> Vec<ConfigOption> {
-    let eval = Evaluator {
-        job,
-        cluster,
-        utility,
-    };
-    let cap = job
-        .throughput
-        .max_gpus()
-        .map_or(cluster.total_gpus(), |m| m.min(cluster.total_gpus()));
-    let current = job.current;
-    let change_factor = match current {
-        Some(c) if restart.cost_s > 0.0 => ((c.age_s - restart.cost_s * f64::from(c.restarts))
-            .max(0.0)
-            / (c.age_s + restart.cost_s))
-            .max(0.0),
-        _ => 1.0,
-    };
-    let keep_factor = 1.0 + restart.min_gain.max(0.0);
-    let mut reference = None;
-    let mut options = Vec::new();
-    let mut scratch = Vec::new();
-    for gpus in job.gpus.counts(cap) {
-        candidate_batches(job, gpus, choice, &mut scratch);
-        if let Some(c) = current.filter(|c| c.gpus == gpus && choice != BatchChoice::Fixed) {
-            if !scratch.contains(&c.batch) {
-                scratch.push(c.batch);
+    OptionTable::build(job, cluster, utility, choice).options(job, cluster, restart)
+}
+
+/// One measured candidate of an [`OptionTable`]: a batch, its throughput and its raw metric.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Candidate {
+    batch: BatchSize,
+    throughput: f64,
+    metric: f64,
+}
+
+/// The part of a job's value table that does not depend on where the job runs now: every
+/// candidate batch's throughput and metric at every GPU count.
+///
+/// Building it costs one throughput evaluation per candidate; [`OptionTable::options`] then
+/// applies the job's current allocation and restart awareness without re-evaluating the model
+/// (except for a current batch outside the candidate grid). Callers that decide repeatedly — a
+/// simulator, a service — keep the table while the job's ranges and gradient statistics stay the
+/// same and rebuild it when they change. `job_options` is exactly `build` then `options`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OptionTable {
+    utility: Utility,
+    choice: BatchChoice,
+    /// `(gpus, nodes, candidates range)` for every allowed count, ascending in GPUs.
+    rows: Vec<(GpuCount, u32, std::ops::Range<usize>)>,
+    candidates: Vec<Candidate>,
+}
+
+impl OptionTable {
+    /// Evaluates every candidate configuration of `job` (its [`Job::current`] is ignored).
+    pub fn build(job: &Job, cluster: &Cluster, utility: Utility, choice: BatchChoice) -> Self {
+        let eval = Evaluator {
+            job,
+            cluster,
+            utility,
+        };
+        let cap = job
+            .throughput
+            .max_gpus()
+            .map_or(cluster.total_gpus(), |m| m.min(cluster.total_gpus()));
+        let mut rows = Vec::new();
+        let mut candidates = Vec::new();
+        let mut scratch = Vec::new();
+        for gpus in job.gpus.counts(cap) {
+            candidate_batches(job, gpus, choice, &mut scratch);
+            let nodes = cluster.min_nodes_for(gpus);
+            let start = candidates.len();
+            for &batch in &scratch {
+                if let Some((throughput, metric)) = eval.metric(gpus, nodes, batch) {
+                    candidates.push(Candidate {
+                        batch,
+                        throughput,
+                        metric,
+                    });
+                }
             }
+            rows.push((gpus, nodes, start..candidates.len()));
         }
-        let nodes = cluster.min_nodes_for(gpus);
-        let mut best: Option<(f64, f64, BatchSize, f64)> = None; // (adjusted, raw metric, batch, X)
-        for &batch in &scratch {
-            let Some((throughput, metric)) = eval.metric(gpus, nodes, batch) else {
+        OptionTable {
+            utility,
+            choice,
+            rows,
+            candidates,
+        }
+    }
+
+    /// The value table of `job` (the job this table was built for) given its current allocation
+    /// and `restart` awareness: one option per feasible GPU count, ascending.
+    pub fn options(
+        &self,
+        job: &Job,
+        cluster: &Cluster,
+        restart: &RestartAwareness,
+    ) -> Vec<ConfigOption> {
+        let utility = self.utility;
+        let eval = Evaluator {
+            job,
+            cluster,
+            utility,
+        };
+        let current = job.current;
+        let change_factor = match current {
+            Some(c) if restart.cost_s > 0.0 => ((c.age_s - restart.cost_s * f64::from(c.restarts))
+                .max(0.0)
+                / (c.age_s + restart.cost_s))
+                .max(0.0),
+            _ => 1.0,
+        };
+        let keep_factor = 1.0 + restart.min_gain.max(0.0);
+        // The current configuration as an extra candidate when the grid does not hold it.
+        let extra = current.and_then(|c| {
+            let row = self.rows.iter().find(|(g, ..)| *g == c.gpus)?;
+            let in_grid = self.candidates[row.2.clone()]
+                .iter()
+                .any(|cand| cand.batch == c.batch);
+            if self.choice == BatchChoice::Fixed || in_grid {
+                return None;
+            }
+            let (throughput, metric) = eval.metric(c.gpus, row.1, c.batch)?;
+            Some(Candidate {
+                batch: c.batch,
+                throughput,
+                metric,
+            })
+        });
+        let mut reference = None;
+        let mut options = Vec::with_capacity(self.rows.len());
+        for (gpus, nodes, range) in &self.rows {
+            let (gpus, nodes) = (*gpus, *nodes);
+            let extra_here = extra.filter(|_| current.is_some_and(|c| c.gpus == gpus));
+            let row = self.candidates[range.clone()]
+                .iter()
+                .chain(extra_here.iter());
+            let mut best: Option<(f64, &Candidate)> = None;
+            let mut best_raw = f64::MIN_POSITIVE;
+            for cand in row {
+                let kept = current.is_some_and(|c| c.gpus == gpus && c.batch == cand.batch);
+                let adjusted = cand.metric * if kept { keep_factor } else { change_factor };
+                if best.is_none_or(|(a, _)| adjusted > a) {
+                    best = Some((adjusted, cand));
+                }
+                best_raw = best_raw.max(cand.metric);
+            }
+            let Some((adjusted, cand)) = best else {
                 continue;
             };
-            let kept = current.is_some_and(|c| c.gpus == gpus && c.batch == batch);
-            let adjusted = metric * if kept { keep_factor } else { change_factor };
-            if best.is_none_or(|(a, ..)| adjusted > a) {
-                best = Some((adjusted, metric, batch, throughput));
-            }
+            // The reference is the best raw metric at the smallest feasible count.
+            let reference =
+                *reference.get_or_insert(if utility.normalised() { best_raw } else { 1.0 });
+            options.push(ConfigOption {
+                gpus,
+                nodes,
+                batch: cand.batch,
+                local_batch: cand.batch.div_ceil(gpus),
+                throughput_samples_per_s: cand.throughput,
+                utility: job.weight * utility.transform(cand.metric / reference),
+                value: job.weight * utility.transform(adjusted / reference),
+            });
         }
-        let Some((adjusted, metric, batch, throughput)) = best else {
-            continue;
-        };
-        // The reference is the best raw metric at the smallest feasible count.
-        let reference = *reference.get_or_insert(if utility.normalised() {
-            eval.best_raw_metric(gpus, nodes, &scratch)
-        } else {
-            1.0
-        });
-        options.push(ConfigOption {
-            gpus,
-            nodes,
-            batch,
-            local_batch: batch.div_ceil(gpus),
-            throughput_samples_per_s: throughput,
-            utility: job.weight * utility.transform(metric / reference),
-            value: job.weight * utility.transform(adjusted / reference),
-        });
+        options
     }
-    options
 }
 
 struct Evaluator<'a> {
@@ -144,13 +225,6 @@ impl Evaluator<'_> {
             _ => throughput,
         };
         Some((throughput, metric))
-    }
-
-    fn best_raw_metric(&self, gpus: GpuCount, nodes: u32, batches: &[BatchSize]) -> f64 {
-        batches
-            .iter()
-            .filter_map(|&b| self.metric(gpus, nodes, b).map(|(_, m)| m))
-            .fold(f64::MIN_POSITIVE, f64::max)
     }
 }
 

@@ -56,6 +56,20 @@ fn allocate_knapsack(
         .iter()
         .map(|job| job_options(job, cluster, settings.utility, choice, &settings.restart))
         .collect();
+    // A poisoned lock only means another thread panicked mid-solve; the buffers are rebuilt
+    // from scratch on every solve, so they are safe to reuse.
+    let mut solver = solver.lock().unwrap_or_else(|e| e.into_inner());
+    decide_knapsack(&mut solver, cluster, jobs, &tables, settings)
+}
+
+/// The knapsack decision over given value tables (one per job, ascending in GPUs).
+pub(super) fn decide_knapsack(
+    solver: &mut KnapsackSolver,
+    cluster: &Cluster,
+    jobs: &[Job],
+    tables: &[Vec<ConfigOption>],
+    settings: &Settings,
+) -> Decision {
     let states = admit(
         jobs,
         |i| tables[i].first().map(|o| o.gpus),
@@ -77,13 +91,9 @@ fn allocate_knapsack(
                 .collect()
         })
         .collect();
-    let solution = {
-        // A poisoned lock only means another thread panicked mid-solve; the buffers are rebuilt
-        // from scratch on every solve, so they are safe to reuse.
-        let mut solver = solver.lock().unwrap_or_else(|e| e.into_inner());
-        solver.solve(&items, cluster.total_gpus())
-    };
-    let solution = solution.expect("admission keeps the admitted minimums within capacity");
+    let solution = solver
+        .solve(&items, cluster.total_gpus())
+        .expect("admission keeps the admitted minimums within capacity");
     let mut decisions: Vec<JobDecision> = jobs
         .iter()
         .zip(&states)

@@ -74,6 +74,24 @@ impl KnapsackSolver {
         if base_gpus > u64::from(capacity) {
             return None;
         }
+        // When every job's best option fits at once, that is the unique optimum (kept values
+        // rise strictly, so each job's best is its last kept option): no table needed.
+        let best_extra: u64 = self.kept[..n]
+            .iter()
+            .map(|kept| kept.last().map_or(0, |k| u64::from(k.1)))
+            .sum();
+        if base_gpus + best_extra <= u64::from(capacity) {
+            let mut value = base_value;
+            let choice = self.kept[..n]
+                .iter()
+                .map(|kept| {
+                    let &(index, _, gain) = kept.last().expect("the smallest option is kept");
+                    value += gain;
+                    index
+                })
+                .collect();
+            return Some(KnapsackSolution { choice, value });
+        }
         let cap = (u64::from(capacity) - base_gpus) as usize;
         let width = cap + 1;
         self.table.clear();

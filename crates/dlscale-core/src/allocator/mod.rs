@@ -16,9 +16,10 @@ pub use static_fifo::StaticFifo;
 
 use crate::cluster::Cluster;
 use crate::job::Job;
-use crate::options::{ConfigOption, RestartAwareness};
+use crate::options::{BatchChoice, ConfigOption, RestartAwareness};
 use crate::utility::Utility;
 use crate::{BatchSize, GpuCount};
+use knapsack::KnapsackSolver;
 
 /// What happens to a job whose minimum does not fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -188,6 +189,48 @@ impl Policy {
             Policy::ElasticBatch => "elastic-batch",
             Policy::ElasticGpu => "elastic-gpu",
             Policy::Static => "static",
+        }
+    }
+}
+
+impl Policy {
+    /// How this policy chooses batch sizes inside its value tables.
+    pub fn batch_choice(self, settings: &Settings) -> BatchChoice {
+        match self {
+            Policy::ElasticBatch => BatchChoice::Free {
+                max_candidates: settings.batch_candidates,
+            },
+            Policy::ElasticGpu | Policy::Static => BatchChoice::Fixed,
+        }
+    }
+
+    /// The restart awareness its value tables use: none for `static`, which never restarts.
+    pub fn restart_awareness(self, settings: &Settings) -> RestartAwareness {
+        match self {
+            Policy::Static => RestartAwareness::default(),
+            _ => settings.restart,
+        }
+    }
+
+    /// Decides like this policy's [`Allocator`] from value tables built by the caller:
+    /// `tables[i]` must equal `job_options(&jobs[i], cluster, settings.utility,
+    /// self.batch_choice(settings), &self.restart_awareness(settings))` — for instance
+    /// [`OptionTable`](crate::options::OptionTable)s kept across rounds, which is how repeated
+    /// callers (the simulator) avoid re-evaluating throughput models that did not change.
+    pub fn decide_with_options(
+        self,
+        solver: &mut KnapsackSolver,
+        cluster: &Cluster,
+        jobs: &[Job],
+        tables: &[Vec<ConfigOption>],
+        settings: &Settings,
+    ) -> Decision {
+        debug_assert_eq!(jobs.len(), tables.len());
+        match self {
+            Policy::ElasticBatch | Policy::ElasticGpu => {
+                elastic::decide_knapsack(solver, cluster, jobs, tables, settings)
+            }
+            Policy::Static => static_fifo::decide_static(cluster, jobs, tables, settings),
         }
     }
 }

@@ -17,7 +17,7 @@ impl Allocator for StaticFifo {
     fn allocate(&self, cluster: &Cluster, jobs: &[Job], settings: &Settings) -> Decision {
         // The requested configuration as the job's only option, valued like the others for
         // comparable objectives; restarts never happen, so no restart adjustment.
-        let requested: Vec<Option<ConfigOption>> = jobs
+        let tables: Vec<Vec<ConfigOption>> = jobs
             .iter()
             .map(|job| {
                 job_options(
@@ -27,32 +27,45 @@ impl Allocator for StaticFifo {
                     BatchChoice::Fixed,
                     &RestartAwareness::default(),
                 )
-                .into_iter()
-                .find(|o| o.gpus == job.requested.gpus)
             })
             .collect();
-        let states = admit(
-            jobs,
-            |i| requested[i].map(|o| o.gpus),
-            cluster.total_gpus(),
-            settings,
-        );
-        let mut objective = 0.0;
-        let decisions = jobs
-            .iter()
-            .zip(&states)
-            .zip(&requested)
-            .map(|((job, &state), option)| match (state, option) {
-                (JobState::Running, Some(option)) => {
-                    objective += option.value;
-                    JobDecision::running(&job.id, option)
-                }
-                _ => JobDecision::idle(&job.id, state),
-            })
-            .collect();
-        Decision {
-            objective,
-            jobs: decisions,
-        }
+        decide_static(cluster, jobs, &tables, settings)
+    }
+}
+
+/// The static decision over given value tables: each job runs its requested GPU count's option.
+pub(super) fn decide_static(
+    cluster: &Cluster,
+    jobs: &[Job],
+    tables: &[Vec<ConfigOption>],
+    settings: &Settings,
+) -> Decision {
+    let requested: Vec<Option<&ConfigOption>> = jobs
+        .iter()
+        .zip(tables)
+        .map(|(job, table)| table.iter().find(|o| o.gpus == job.requested.gpus))
+        .collect();
+    let states = admit(
+        jobs,
+        |i| requested[i].map(|o| o.gpus),
+        cluster.total_gpus(),
+        settings,
+    );
+    let mut objective = 0.0;
+    let decisions = jobs
+        .iter()
+        .zip(&states)
+        .zip(&requested)
+        .map(|((job, &state), option)| match (state, option) {
+            (JobState::Running, Some(option)) => {
+                objective += option.value;
+                JobDecision::running(&job.id, option)
+            }
+            _ => JobDecision::idle(&job.id, state),
+        })
+        .collect();
+    Decision {
+        objective,
+        jobs: decisions,
     }
 }

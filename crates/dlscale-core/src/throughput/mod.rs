@@ -25,6 +25,15 @@ pub trait ThroughputModel: std::fmt::Debug + Send + Sync {
 
     /// The largest GPU count the model can predict, if it is bounded.
     fn max_gpus(&self) -> Option<GpuCount>;
+
+    /// [`ThroughputModel::step_time_s`] for many per-GPU batches at one placement, written to
+    /// `out` (same length as `local_batches`). Allocators call this in their hot loop; models
+    /// override it to do per-placement work once.
+    fn step_times_s(&self, gpus: GpuCount, nodes: u32, local_batches: &[u32], out: &mut [Option<f64>]) {
+        for (o, &l) in out.iter_mut().zip(local_batches) {
+            *o = self.step_time_s(gpus, nodes, l);
+        }
+    }
 }
 
 /// Samples per second at `global_batch` over `gpus` GPUs on `nodes` nodes, or `None` if the
