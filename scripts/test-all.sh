@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs every test of dlscale on a fresh machine: installs what the tests need (a torch venv for the
+# real training processes), then formatting, lints, the Rust test suite and the Python tests.
+# Usage: ./scripts/test-all.sh        (from anywhere; takes ~10-25 min on a fresh 2-core machine)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export DLSCALE_VENV="${DLSCALE_VENV:-$HOME/.cache/dlscale/venv}"
+echo "== installing the Python worker library and torch into $DLSCALE_VENV"
+./scripts/setup-python.sh
+# The service's end-to-end test must not skip here: torch is installed.
+export DLSCALE_REQUIRE_TORCH=1
+export PATH="$DLSCALE_VENV/bin:$PATH"
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --workspace
+echo "== pytest"
+"$DLSCALE_VENV/bin/python" -m pytest -q python/tests
