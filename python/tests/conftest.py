@@ -161,3 +161,11 @@ def metrics_server():
 
 def python_exe():
     return sys.executable
+
+
+def require(module):
+    """``pytest.importorskip``, except that with DLSCALE_REQUIRE_TORCH=1 (set by
+    scripts/test-all.sh, where the venv has torch) a missing module fails instead of skipping."""
+    if os.environ.get("DLSCALE_REQUIRE_TORCH") == "1":
+        return __import__(module)
+    return pytest.importorskip(module)

@@ -114,6 +114,8 @@ def test_job_reports_each_log_window(metrics_server, capsys):
     job = Job(environ=env, log_every=5, install_signals=False)
     for i in range(10):
         job.step_done(loss=1.0 / (i + 1))
+        if i == 4:
+            metrics_server.wait_for(1)  # else the step-10 report may supersede the step-5 one
     job.reporter.close()
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("dlscale: step=5 loss=0.4567 samples_per_s=")

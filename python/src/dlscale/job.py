@@ -16,7 +16,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, NoReturn, Optional
 
 from .checkpoint import (
     FORMAT_VERSION,
@@ -186,7 +186,7 @@ class Job:
             return None  # this step is already on disk (e.g. periodic checkpoint, then stop)
         path = None
         if not self.alloc.checkpoint_dir:
-            if not self._warned_no_ckpt:
+            if not self._warned_no_ckpt and self.is_chief:
                 self._warned_no_ckpt = True
                 print("dlscale: warning: DLSCALE_CHECKPOINT_DIR is not set; not checkpointing",
                       file=sys.stderr, flush=True)
@@ -261,7 +261,7 @@ class Job:
         self.reporter.close()
         self.stop_flag.uninstall()
 
-    def stop(self) -> "NoReturn":  # type: ignore[name-defined]
+    def stop(self) -> NoReturn:
         """Checkpoint, log ``dlscale: stopped step=N``, leave the process group, exit."""
         self._flush_window()
         self.checkpoint()

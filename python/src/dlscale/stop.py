@@ -15,25 +15,23 @@ import signal
 import threading
 from typing import Iterable, Optional
 
+from .env import EnvError
+
 EXIT_DONE = 0
+EXIT_STOPPED = 0  # default; DLSCALE_STOP_EXIT_CODE overrides
 EXIT_BAD_ENV = 2
-_DEFAULT_STOPPED = 0
 
 
 def stop_exit_code(environ=None) -> int:
     env = os.environ if environ is None else environ
     raw = env.get("DLSCALE_STOP_EXIT_CODE", "").strip()
     if not raw:
-        return _DEFAULT_STOPPED
+        return EXIT_STOPPED
     try:
         code = int(raw)
     except ValueError:
-        from .env import EnvError
-
         raise EnvError(f"DLSCALE_STOP_EXIT_CODE={raw!r} is not an integer") from None
     if not 0 <= code <= 255:
-        from .env import EnvError
-
         raise EnvError(f"DLSCALE_STOP_EXIT_CODE={code} must be in 0..255")
     return code
 

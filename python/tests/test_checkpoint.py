@@ -1,0 +1,115 @@
+import os
+import random
+
+
+from conftest import require  # noqa: E402
+
+torch = require("torch")
+
+from dlscale import Job, list_checkpoints, load_latest_checkpoint, save_checkpoint  # noqa: E402
+from dlscale.checkpoint import FORMAT_VERSION  # noqa: E402
+
+
+def make(seed=0):
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    return model, opt
+
+
+def train_steps(job, model, opt, n):
+    for _ in range(n):
+        opt.zero_grad()
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        job.step_done(loss=loss.item())
+
+
+def test_atomic_save_prunes_and_skips_damaged(tmp_path):
+    d = str(tmp_path / "ck")
+    for step in (1, 2, 3):
+        save_checkpoint(d, step, {"format": FORMAT_VERSION, "step": step}, keep=2)
+    assert [s for s, _ in list_checkpoints(d)] == [3, 2]
+    assert not [n for n in os.listdir(d) if n.startswith(".")]  # no temp files left
+    # A damaged newest file (not something our writer can produce, but disks fail): fall back.
+    with open(os.path.join(d, "step-0000000004.pt"), "wb") as f:
+        f.write(b"garbage")
+    path, state = load_latest_checkpoint(d)
+    assert state["step"] == 3 and path.endswith("step-0000000003.pt")
+    assert load_latest_checkpoint(str(tmp_path / "missing")) is None
+    assert load_latest_checkpoint(None) is None
+
+
+def test_job_resume_restores_everything(tmp_path, capsys):
+    env = {"DLSCALE_CHECKPOINT_DIR": str(tmp_path), "DLSCALE_LOCAL_BATCH_SIZE": "8"}
+    job = Job(environ=env, install_signals=False, log_every=100)
+    model, opt = make()
+    assert job.resume(model, opt, lr=0.1) is False
+    train_steps(job, model, opt, 5)
+    job.extra["epoch_note"] = "five"
+    job.checkpoint()
+    expected_next = (random.random(), torch.rand(3), random.random())  # what a resumed run must draw
+    assert "dlscale: checkpoint step=5" in capsys.readouterr().out
+
+    # A "new process" with another batch size: resume into fresh objects.
+    env2 = dict(env, DLSCALE_LOCAL_BATCH_SIZE="24")
+    job2 = Job(environ=env2, install_signals=False, log_every=100)
+    model2, opt2 = make(seed=123)
+    assert job2.resume(model2, opt2, lr=0.3) is True
+    assert (job2.step, job2.samples_seen, job2.extra) == (5, 40, {"epoch_note": "five"})
+    for a, b in zip(model.state_dict().values(), model2.state_dict().values()):
+        assert torch.equal(a, b)
+    m1 = opt.state_dict()["state"][0]["momentum_buffer"]
+    m2 = opt2.state_dict()["state"][0]["momentum_buffer"]
+    assert torch.equal(m1, m2)
+    assert opt2.param_groups[0]["lr"] == 0.3  # the new allocation's LR, not the saved one
+    r1, t, r2 = random.random(), torch.rand(3), random.random()
+    assert r1 == expected_next[0] and torch.equal(t, expected_next[1]) and r2 == expected_next[2]
+    out = capsys.readouterr().out
+    assert "dlscale: resumed step=5 samples_seen=40 world_size=1 batch_size=24" in out
+
+    train_steps(job2, model2, opt2, 2)
+    assert (job2.step, job2.samples_seen) == (7, 88)
+    job2.finish()
+    out = capsys.readouterr().out
+    assert "dlscale: checkpoint step=7" in out and "dlscale: done step=7 samples_seen=88" in out
+    state = load_latest_checkpoint(str(tmp_path))[1]
+    assert (state["step"], state["samples_seen"], state["batch_size"]) == (7, 88, 24)
+
+
+def test_no_checkpoint_dir_warns_once(capsys):
+    job = Job(environ={}, install_signals=False)
+    model, opt = make()
+    job.resume(model, opt)
+    train_steps(job, model, opt, 1)
+    assert job.checkpoint() is None
+    train_steps(job, model, opt, 1)
+    assert job.checkpoint() is None
+    assert capsys.readouterr().err.count("DLSCALE_CHECKPOINT_DIR is not set") == 1
+
+
+def test_sigterm_stop_checkpoints_and_exits_with_configured_code(tmp_path, capsys):
+    import os
+    import signal
+
+    import pytest
+
+    env = {"DLSCALE_CHECKPOINT_DIR": str(tmp_path), "DLSCALE_STOP_EXIT_CODE": "75"}
+    before = signal.getsignal(signal.SIGTERM)
+    job = Job(environ=env, log_every=100)  # installs the SIGTERM handler
+    model, opt = make()
+    job.resume(model, opt)
+    train_steps(job, model, opt, 3)
+    assert not job.should_stop()
+    os.kill(os.getpid(), signal.SIGTERM)
+    train_steps(job, model, opt, 1)  # the step in flight completes
+    assert job.should_stop()
+    with pytest.raises(SystemExit) as exc:
+        job.stop()
+    assert exc.value.code == 75
+    assert signal.getsignal(signal.SIGTERM) is before  # handler removed again
+    out = capsys.readouterr().out
+    assert "dlscale: step=4 " in out  # the partial log window is flushed
+    assert "dlscale: checkpoint step=4" in out and "dlscale: stopped step=4 samples_seen=128 exit_code=75" in out
+    assert load_latest_checkpoint(str(tmp_path))[1]["step"] == 4
