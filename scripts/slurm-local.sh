@@ -20,7 +20,7 @@
 # Environment:
 #   DLSCALE_SLURM_DIR          state dir (default /var/lib/dlscale-slurm)
 #   DLSCALE_SLURM_PORT         slurmctld port; node k listens on PORT+k (default 6817)
-#   DLSCALE_SLURM_MIN_JOB_AGE  seconds a finished job stays visible to squeue/scontrol (default 60)
+#   DLSCALE_SLURM_MIN_JOB_AGE  seconds a finished job stays visible to squeue/scontrol (default 30)
 #   DLSCALE_SLURM_KILL_WAIT    seconds between SIGTERM and SIGKILL on cancel/requeue (default 10)
 #   DLSCALE_SLURM_UP_TIMEOUT   seconds `up` waits for the nodes to come up (default 60)
 #
@@ -39,7 +39,7 @@ DIR=${DLSCALE_SLURM_DIR:-/var/lib/dlscale-slurm}
 case "$DIR" in /*) ;; *) DIR="$(pwd)/$DIR" ;; esac
 DIR=${DIR%/}
 PORT=${DLSCALE_SLURM_PORT:-6817}
-MIN_JOB_AGE=${DLSCALE_SLURM_MIN_JOB_AGE:-60}
+MIN_JOB_AGE=${DLSCALE_SLURM_MIN_JOB_AGE:-30}
 KILL_WAIT=${DLSCALE_SLURM_KILL_WAIT:-10}
 UP_TIMEOUT=${DLSCALE_SLURM_UP_TIMEOUT:-60}
 
@@ -50,25 +50,48 @@ MUNGE_SOCKET=$MUNGE/munge.socket
 MARK=DLSCALE_SLURM_DAEMON_OF
 
 export SLURM_CONF=$CONF
+export PATH=$PATH:/usr/sbin:/sbin
 
 # ---------------------------------------------------------------------------------------------
 # helpers
 
-# pid_alive PIDFILE COMM: the pid file names a live process whose command name is COMM.
+# proc_is PID COMM: PID is a live (not zombie) process named COMM. Zombies matter here: the
+# daemons' reaper may be a PID 1 that reaps late, and a zombie keeps its /proc entry and name.
+proc_is() {
+  local stat
+  [ "$(cat "/proc/$1/comm" 2>/dev/null)" = "$2" ] || return 1
+  read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
+}
+
+# pid_alive PIDFILE COMM: the pid file names a live process named COMM (not a recycled pid).
 pid_alive() {
   local pid
   [ -s "$1" ] || return 1
   pid=$(cat "$1" 2>/dev/null) || return 1
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
+  [[ "$pid" =~ ^[0-9]+$ ]] && proc_is "$pid" "$2"
+}
+
+# daemon LOGNAME CMD...: start a self-daemonizing server with nothing of ours inherited: stdin from
+# /dev/null, output to LOG/LOGNAME.stderr, every other fd closed (munged keeps inherited fds open; an
+# inherited lock or a test harness's pipe would stay held for the daemon's lifetime), MARK set.
+daemon() {
+  local name=$1 fd
+  shift
+  (
+    for fd in "/proc/$BASHPID/fd"/*; do
+      fd=${fd##*/}
+      [ "$fd" -gt 2 ] && eval "exec $fd>&-"
+    done
+    exec env "$MARK=$DIR" "$@"
+  ) </dev/null >>"$LOG/$name.stderr" 2>&1
 }
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-node_names() { local k; for ((k = 1; k <= NODES; k++)); do echo "n$k"; done; }
-
 # The node names of the config currently on disk (for down/status, which take no arguments).
-conf_nodes() { [ -f "$CONF" ] && sed -n 's/^NodeName=\([^ ]*\) .*/\1/p' "$CONF" || true; }
+conf_nodes() { if [ -f "$CONF" ]; then sed -n 's/^NodeName=\([^ ]*\) .*/\1/p' "$CONF"; fi; }
 
 tail_logs() {
   local f
@@ -153,9 +176,10 @@ write_config() { # DEST_DIR
     echo "JobAcctGatherType=jobacct_gather/none"
     echo "AccountingStorageType=accounting_storage/none"
     echo "JobCompType=jobcomp/none"
-    # Track GPUs as a TRES, so squeue --json's tres_alloc_str / scontrol's AllocTRES show gres/gpu=N.
-    echo "AccountingStorageTRES=gres/gpu"
+    # (AccountingStorageTRES=gres/gpu would put GPUs in AllocTRES but needs slurmdbd: slurmctld exits.)
     echo "SchedulerType=sched/backfill"
+    # Start batch jobs at once (default: up to 3 s later), so tests do not wait on the scheduler.
+    echo "SchedulerParameters=batch_sched_delay=0"
     echo "SelectType=select/cons_tres"
     echo "SelectTypeParameters=CR_Core"
     echo "GresTypes=gpu"
@@ -200,9 +224,9 @@ start_munged() {
   fi
   rm -f "$MUNGE_SOCKET" "$MUNGE_SOCKET.lock"
   log "starting munged (socket $MUNGE_SOCKET)"
-  env "$MARK=$DIR" munged --force --socket="$MUNGE_SOCKET" --key-file="$MUNGE/munge.key" \
+  daemon munged munged --force --socket="$MUNGE_SOCKET" --key-file="$MUNGE/munge.key" \
     --pid-file="$MUNGE/munged.pid" --log-file="$MUNGE/munged.log" --seed-file="$MUNGE/munged.seed" \
-    </dev/null >>"$LOG/munged.stderr" 2>&1 || { tail_logs; die "munged failed to start"; }
+    || { tail_logs; die "munged failed to start"; }
   local i
   for ((i = 0; i < 50; i++)); do
     munge -n -S "$MUNGE_SOCKET" 2>/dev/null | unmunge -S "$MUNGE_SOCKET" >/dev/null 2>&1 && return 0
@@ -213,15 +237,17 @@ start_munged() {
 
 start_slurmctld() {
   if pid_alive "$RUN/slurmctld.pid" slurmctld; then return 0; fi
+  # A fresh controller means a fresh cluster: no jobs or node states from an earlier run, and no
+  # slurmd left with an old spool. (Job ids restart at 1; a slurmd that remembers an old job N's
+  # revoked credential would refuse or confuse the new job N.)
+  stop_slurm
   port_busy "$PORT" && die "port $PORT is taken by another process (another slurmctld?):
 $(ss -ltnp 2>/dev/null | grep ":$PORT " || true)
 stop it, or pick another base port with DLSCALE_SLURM_PORT"
-  # A fresh controller: no jobs or node states from an earlier run.
-  rm -rf "$SPOOL/ctld"
+  rm -rf "$SPOOL"
   mkdir -p "$SPOOL/ctld"
   log "starting slurmctld (port $PORT)"
-  env "$MARK=$DIR" slurmctld -f "$CONF" -c </dev/null >>"$LOG/slurmctld.stderr" 2>&1 \
-    || { tail_logs; die "slurmctld failed to start"; }
+  daemon slurmctld slurmctld -f "$CONF" -c || { tail_logs; die "slurmctld failed to start"; }
   local i
   for ((i = 0; i < 100; i++)); do
     scontrol ping 2>/dev/null | grep -q 'is UP' && return 0
@@ -238,13 +264,12 @@ $(ss -ltnp 2>/dev/null | grep ":$2 " || true)
 stop it, or pick another base port with DLSCALE_SLURM_PORT"
   mkdir -p "$SPOOL/$1"
   log "starting slurmd $1 (port $2)"
-  env "$MARK=$DIR" slurmd -f "$CONF" -N "$1" </dev/null >>"$LOG/slurmd-$1.stderr" 2>&1 \
-    || { tail_logs; die "slurmd $1 failed to start"; }
+  daemon "slurmd-$1" slurmd -f "$CONF" -N "$1" || { tail_logs; die "slurmd $1 failed to start"; }
 }
 
 # Until every node is up and usable (idle on a fresh cluster; mixed/allocated if jobs run).
 wait_nodes() {
-  local deadline=$((SECONDS + UP_TIMEOUT)) states bad
+  local deadline=$((SECONDS + UP_TIMEOUT)) states bad k
   while :; do
     states=$(sinfo -h -N -o '%N %T' 2>/dev/null || true)
     bad=$(awk '$2 !~ /^(idle|mixed|allocated|completing)$/' <<<"$states")
@@ -254,6 +279,9 @@ wait_nodes() {
     if [ "$SECONDS" -ge "$deadline" ]; then
       echo "[$PROG] nodes not up after ${UP_TIMEOUT}s:" >&2
       sinfo -N -o '%N %T %E' >&2 || true
+      for ((k = 1; k <= NODES; k++)); do
+        pid_alive "$RUN/slurmd-n$k.pid" slurmd || echo "[$PROG] slurmd n$k is not running" >&2
+      done
       tail_logs 20
       die "cluster did not come up (logs in $LOG)"
     fi
@@ -287,10 +315,10 @@ cmd_up() {
   for v in "$NODES" "$GPUS" "$CPUS" "$MEM" "$PORT"; do
     [[ "$v" =~ ^[0-9]+$ ]] || die "not a number: $v"
   done
-  [ "$NODES" -ge 1 ] && [ "$CPUS" -ge 1 ] || die "--nodes and --cpus-per-node must be >= 1"
+  if [ "$NODES" -lt 1 ] || [ "$CPUS" -lt 1 ]; then die "--nodes and --cpus-per-node must be >= 1"; fi
   ensure_root
   lock
-  local t0=$SECONDS
+  local t0=${EPOCHREALTIME/[.,]/}
   ensure_packages
   mkdir -p "$ETC" "$RUN" "$LOG" "$SPOOL"
   make_fake_gpus
@@ -314,7 +342,8 @@ cmd_up() {
   for ((k = 1; k <= NODES; k++)); do start_slurmd "n$k" $((PORT + k)); done
   wait_nodes
   print_env >"$DIR/env"
-  log "up in $((SECONDS - t0))s: $(sinfo -h -N -o '%N:%T:%G' | tr '\n' ' ')"
+  t0=$((${EPOCHREALTIME/[.,]/} - t0))
+  log "up in $((t0 / 1000000)).$((t0 % 1000000 / 100000))s: $(sinfo -h -N -o '%N:%T:%G' | tr '\n' ' ')"
   print_env
 }
 
@@ -323,7 +352,7 @@ cmd_up() {
 
 any_slurm_running() {
   local f
-  for f in "$RUN"/slurmctld.pid; do pid_alive "$f" slurmctld && return 0; done
+  pid_alive "$RUN/slurmctld.pid" slurmctld && return 0
   for f in "$RUN"/slurmd-*.pid; do pid_alive "$f" slurmd && return 0; done
   return 1
 }
@@ -335,10 +364,10 @@ stop_pidfile() {
     pid=$(cat "$1")
     kill -TERM "$pid" 2>/dev/null || true
     for ((i = 0; i < 100; i++)); do
-      [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] || break
+      proc_is "$pid" "$2" || break
       sleep 0.1
     done
-    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]; then
+    if proc_is "$pid" "$2"; then
       log "$2 ($pid) ignored SIGTERM; killing"
       kill -KILL "$pid" 2>/dev/null || true
     fi
@@ -348,13 +377,13 @@ stop_pidfile() {
 
 # Stop slurmd's and slurmctld (not munged). Cancels jobs first so no job processes are left.
 stop_slurm() {
-  local f i ids
+  local f i
+  local -a ids
   if pid_alive "$RUN/slurmctld.pid" slurmctld; then
-    ids=$(squeue -h -o '%A' 2>/dev/null || true)
-    if [ -n "$ids" ]; then
-      log "cancelling jobs: $(echo $ids)"
-      # shellcheck disable=SC2086
-      scancel $ids 2>/dev/null || true
+    mapfile -t ids < <(squeue -h -o '%A' 2>/dev/null || true)
+    if [ "${#ids[@]}" -gt 0 ]; then
+      log "cancelling jobs: ${ids[*]}"
+      scancel "${ids[@]}" 2>/dev/null || true
       for ((i = 0; i < (KILL_WAIT + 10) * 5; i++)); do
         [ -z "$(squeue -h -t PD,R,CG,S,CF -o '%A' 2>/dev/null)" ] && break
         sleep 0.2
@@ -366,18 +395,33 @@ stop_slurm() {
   sweep
 }
 
-# Kill what is left of ours (slurmstepd of jobs that outlived their slurmd), found by MARK.
+# Last resort, for jobs the controller could not cancel (it or munged was already gone): SIGKILL what
+# is left of ours. Daemons and slurmstepd carry MARK; job processes carry SLURM_CONF=<our conf> (slurmd
+# sets it even under --export=NONE) together with a SLURM_JOB_ID. Never ourselves or our ancestors.
 sweep() {
-  local p pid
+  local p pid keep=" " e ours job conf
+  local -a envv
+  pid=$BASHPID
+  while [ -n "$pid" ] && [ "$pid" -gt 1 ]; do
+    keep+="$pid "
+    pid=$(awk '/^PPid:/ {print $2}' "/proc/$pid/status" 2>/dev/null)
+  done
   for p in /proc/[0-9]*; do
     pid=${p#/proc/}
-    [ "$pid" = "$$" ] && continue
-    [ "$pid" = "$BASHPID" ] && continue
-    if tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qxF "$MARK=$DIR"; then
-      [ "$(cat "$p/comm" 2>/dev/null)" = munged ] && continue
-      log "killing leftover $(cat "$p/comm" 2>/dev/null) ($pid)"
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
+    [[ "$keep" == *" $pid "* ]] && continue
+    { mapfile -d '' -t envv <"$p/environ"; } 2>/dev/null || continue
+    ours=0 job=0 conf=0
+    for e in "${envv[@]}"; do
+      case "$e" in
+        "$MARK=$DIR") ours=1 ;;
+        "SLURM_CONF=$CONF") conf=1 ;;
+        SLURM_JOB_ID=*) job=1 ;;
+      esac
+    done
+    [ "$ours" = 1 ] || [ "$conf$job" = 11 ] || continue
+    [ "$(cat "$p/comm" 2>/dev/null)" = munged ] && continue
+    log "killing leftover $(tr '\0' ' ' 2>/dev/null <"$p/cmdline" | cut -c1-60) ($pid)"
+    kill -KILL "$pid" 2>/dev/null || true
   done
 }
 
