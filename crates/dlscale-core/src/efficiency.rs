@@ -130,6 +130,11 @@ impl EfficiencyModel {
         self.init_batch
     }
 
+    /// The batch sizes gradient statistics were measured at, ascending (the first is B0).
+    pub fn measured_batches(&self) -> &[u32] {
+        &self.batches
+    }
+
     /// Number of epochs to completion.
     pub fn epochs(&self) -> usize {
         self.epoch_end_progress.len()
@@ -213,6 +218,7 @@ mod tests {
         assert_eq!(model.epoch_at(99.0), 1);
         assert_eq!(model.total_progress(), 20.0);
         assert_eq!(model.epoch_end_progress(0), 10.0);
+        assert_eq!(model.measured_batches(), &[100, 200]);
         assert_eq!(model.epoch_end_progress(7), 20.0);
         assert_eq!(model.samples_per_epoch(), 1000.0);
         let mid = model.noise(1, 150);

@@ -128,6 +128,21 @@ impl OptionTable {
         }
     }
 
+    /// Re-evaluates every candidate's metric with `job`'s current gradient statistics (its
+    /// [`Job::efficiency`]), reusing the stored throughputs: cheap, no model evaluation. Only
+    /// goodput-based utilities depend on them.
+    pub fn update_efficiency(&mut self, job: &Job) {
+        if !self.utility.uses_goodput() {
+            return;
+        }
+        if let Some(eff) = &job.efficiency {
+            for cand in &mut self.candidates {
+                cand.metric =
+                    cand.throughput * eff.noise.efficiency(f64::from(cand.batch), eff.init_batch);
+            }
+        }
+    }
+
     /// The value table of `job` (the job this table was built for) given its current allocation
     /// and `restart` awareness: one option per feasible GPU count, ascending.
     pub fn options(
@@ -265,5 +280,70 @@ pub fn candidate_batches(job: &Job, gpus: GpuCount, choice: BatchChoice, out: &m
                 out.dedup();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::efficiency::GradNoise;
+    use crate::job::{BatchRange, CurrentAllocation, GpuRange, JobEfficiency, Requested};
+    use crate::throughput::AnalyticModel;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_kept_table_with_updated_efficiency_equals_a_fresh_one() {
+        let mut job = Job {
+            id: "a".into(),
+            model_name: "analytic".into(),
+            throughput: Arc::new(AnalyticModel {
+                compute_base_s: 0.01,
+                compute_per_sample_s: 0.001,
+                sync_intra_base_s: 0.02,
+                sync_intra_per_gpu_s: 0.001,
+                sync_inter_base_s: 0.1,
+                sync_inter_per_gpu_s: 0.01,
+                max_local_batch: None,
+            }),
+            efficiency: Some(JobEfficiency {
+                noise: GradNoise::from_noise_scale(500.0, 32),
+                init_batch: 32,
+            }),
+            batch: BatchRange { min: 32, max: 4000 },
+            max_local_batch: 128,
+            gpus: GpuRange {
+                min: 1,
+                max: 32,
+                powers_of_two: false,
+            },
+            requested: Requested { gpus: 2, batch: 64 },
+            remaining_samples: None,
+            weight: 1.0,
+            current: None,
+        };
+        let cluster = Cluster::new(4, 4).unwrap();
+        let utility = Utility::Fair { p: -1.0 };
+        let choice = BatchChoice::Free { max_candidates: 8 };
+        let restart = RestartAwareness {
+            min_gain: 0.05,
+            cost_s: 30.0,
+        };
+        let mut table = OptionTable::build(&job, &cluster, utility, choice);
+        job.efficiency = Some(JobEfficiency {
+            noise: GradNoise::from_noise_scale(5000.0, 32),
+            init_batch: 32,
+        });
+        // A current batch off the candidate grid.
+        job.current = Some(CurrentAllocation {
+            gpus: 3,
+            batch: 301,
+            age_s: 900.0,
+            restarts: 2,
+        });
+        table.update_efficiency(&job);
+        assert_eq!(
+            table.options(&job, &cluster, &restart),
+            job_options(&job, &cluster, utility, choice, &restart)
+        );
     }
 }

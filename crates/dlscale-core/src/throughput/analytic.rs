@@ -333,11 +333,18 @@ impl ThroughputModel for AnalyticModel {
         None
     }
 
-    fn step_times_s(&self, gpus: GpuCount, nodes: u32, local_batches: &[u32], out: &mut [Option<f64>]) {
+    fn step_times_s(
+        &self,
+        gpus: GpuCount,
+        nodes: u32,
+        local_batches: &[u32],
+        out: &mut [Option<f64>],
+    ) {
         let fixed = self.compute_base_s + self.sync_s(gpus, nodes.max(1));
         let limit = self.max_local_batch.unwrap_or(u32::MAX);
         for (o, &l) in out.iter_mut().zip(local_batches) {
-            *o = (gpus > 0 && l > 0 && l <= limit).then(|| fixed + self.compute_per_sample_s * f64::from(l));
+            *o = (gpus > 0 && l > 0 && l <= limit)
+                .then(|| fixed + self.compute_per_sample_s * f64::from(l));
         }
     }
 }

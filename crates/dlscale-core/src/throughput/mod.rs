@@ -29,7 +29,13 @@ pub trait ThroughputModel: std::fmt::Debug + Send + Sync {
     /// [`ThroughputModel::step_time_s`] for many per-GPU batches at one placement, written to
     /// `out` (same length as `local_batches`). Allocators call this in their hot loop; models
     /// override it to do per-placement work once.
-    fn step_times_s(&self, gpus: GpuCount, nodes: u32, local_batches: &[u32], out: &mut [Option<f64>]) {
+    fn step_times_s(
+        &self,
+        gpus: GpuCount,
+        nodes: u32,
+        local_batches: &[u32],
+        out: &mut [Option<f64>],
+    ) {
         for (o, &l) in out.iter_mut().zip(local_batches) {
             *o = self.step_time_s(gpus, nodes, l);
         }

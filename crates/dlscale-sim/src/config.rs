@@ -1,0 +1,202 @@
+//! Simulation settings and the policies a simulation can run.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use dlscale_core::{Cluster, Policy, Settings};
+
+use crate::error::{Result, SimError};
+
+/// How jobs advance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ProgressMode {
+    /// Samples per second of the throughput model (the paper's view: any batch in range trains
+    /// equally well).
+    #[default]
+    Samples,
+    /// Pollux's goodput: samples weighted by statistical efficiency at the job's batch in its
+    /// current epoch (jobs whose model has no efficiency data advance by samples).
+    Goodput,
+}
+
+impl FromStr for ProgressMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        match s {
+            "samples" => Ok(ProgressMode::Samples),
+            "goodput" => Ok(ProgressMode::Goodput),
+            _ => Err(format!(
+                "unknown progress mode '{s}' (expected samples or goodput)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for ProgressMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProgressMode::Samples => "samples",
+            ProgressMode::Goodput => "goodput",
+        })
+    }
+}
+
+/// A policy the simulator can run: every allocator of the core, and Tiresias.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SimPolicy {
+    /// A dlscale-core allocator.
+    Core(Policy),
+    /// Tiresias-style two-dimensional least-attained-service (Gu et al., NSDI'19): every job runs
+    /// at its requested GPUs and batch; priority queues on attained GPU-seconds
+    /// ([`TiresiasSettings`]), first come first served within a queue, preemptive, skipping jobs
+    /// that do not fit; a preempted job resumes later and pays the restart delay.
+    Tiresias,
+}
+
+impl SimPolicy {
+    /// Every policy.
+    pub const ALL: [SimPolicy; 4] = [
+        SimPolicy::Core(Policy::ElasticBatch),
+        SimPolicy::Core(Policy::ElasticGpu),
+        SimPolicy::Core(Policy::Static),
+        SimPolicy::Tiresias,
+    ];
+
+    /// Its command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimPolicy::Core(p) => p.name(),
+            SimPolicy::Tiresias => "tiresias",
+        }
+    }
+}
+
+impl fmt::Display for SimPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for SimPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        SimPolicy::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown policy '{s}' (expected elastic-batch, elastic-gpu, static or tiresias)"
+                )
+            })
+    }
+}
+
+/// Tiresias's queues.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TiresiasSettings {
+    /// A job moves from the high- to the low-priority queue once it has held this many
+    /// GPU-seconds (two queues). Pollux's artifact uses 57,600 (16 GPU-hours).
+    pub threshold_gpu_s: f64,
+}
+
+impl Default for TiresiasSettings {
+    fn default() -> Self {
+        TiresiasSettings {
+            threshold_gpu_s: 3200.0,
+        }
+    }
+}
+
+/// Everything a simulation needs besides the workload and the policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    /// The cluster.
+    pub cluster: Cluster,
+    /// Run the allocator every this many seconds (from t = 0), if set.
+    pub interval_s: Option<f64>,
+    /// Also run the allocator when a job arrives or completes.
+    pub schedule_on_events: bool,
+    /// Seconds a (re)started job makes no progress (checkpoint, restart, warm-up).
+    pub restart_delay_s: f64,
+    /// Per-model restart delays, overriding `restart_delay_s`.
+    pub restart_delay_by_model_s: BTreeMap<String, f64>,
+    /// How jobs advance.
+    pub progress: ProgressMode,
+    /// The allocators' settings (utility, admission, restart awareness, ...).
+    pub settings: Settings,
+    /// Tiresias's queues.
+    pub tiresias: TiresiasSettings,
+    /// Defragmenting repack: when a restarting job lands on more nodes than its GPU count needs,
+    /// all running jobs are placed afresh (consolidated) if that spreads fewer jobs and moves at
+    /// most this many otherwise-unchanged jobs (each then restarts) per job it consolidates.
+    /// 0 turns it off: jobs whose GPU count is unchanged never move.
+    pub defragment_moves_per_job: u32,
+}
+
+impl Default for SimConfig {
+    /// 16 nodes × 4 GPUs, allocator every 60 s and on events, 30 s restarts, samples progress,
+    /// the core's default settings, defragmenting repack at up to 4 moves per consolidated job.
+    fn default() -> Self {
+        SimConfig {
+            cluster: Cluster {
+                nodes: 16,
+                gpus_per_node: 4,
+            },
+            interval_s: Some(60.0),
+            schedule_on_events: true,
+            restart_delay_s: 30.0,
+            restart_delay_by_model_s: BTreeMap::new(),
+            progress: ProgressMode::Samples,
+            settings: Settings::default(),
+            tiresias: TiresiasSettings::default(),
+            defragment_moves_per_job: 4,
+        }
+    }
+}
+
+impl SimConfig {
+    /// Checks every setting.
+    pub fn validate(&self) -> Result<()> {
+        self.cluster.validate()?;
+        let bad = |s: String| Err(SimError::Config(s));
+        if let Some(i) = self.interval_s {
+            if !(i.is_finite() && i > 0.0) {
+                return bad(format!("interval_s must be positive, got {i}"));
+            }
+        } else if !self.schedule_on_events {
+            return bad("the allocator never runs: set an interval or scheduling on events".into());
+        }
+        let delays = std::iter::once(("default", self.restart_delay_s)).chain(
+            self.restart_delay_by_model_s
+                .iter()
+                .map(|(m, d)| (m.as_str(), *d)),
+        );
+        for (model, delay) in delays {
+            if !(delay.is_finite() && delay >= 0.0) {
+                return bad(format!(
+                    "restart delay ({model}) must be a number ≥ 0, got {delay}"
+                ));
+            }
+        }
+        if !(self.tiresias.threshold_gpu_s.is_finite() && self.tiresias.threshold_gpu_s >= 0.0) {
+            return bad("tiresias threshold_gpu_s must be a number ≥ 0".into());
+        }
+        if self.settings.batch_candidates == 0 {
+            return bad("batch_candidates must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The restart delay of `model`.
+    pub fn restart_delay_for(&self, model: &str) -> f64 {
+        self.restart_delay_by_model_s
+            .get(model)
+            .copied()
+            .unwrap_or(self.restart_delay_s)
+    }
+}

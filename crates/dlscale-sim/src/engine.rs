@@ -1,0 +1,755 @@
+//! The discrete-event loop.
+//!
+//! Events are job arrivals, job completions and periodic allocator ticks. The allocator runs on
+//! ticks (every [`SimConfig::interval_s`]) and, with [`SimConfig::schedule_on_events`], whenever
+//! jobs arrive or complete; a tick at which nothing the allocator sees has changed is skipped (its
+//! decision would be the same). A job whose GPUs or batch change restarts: for its model's restart
+//! delay it holds its GPUs but makes no progress. The first start pays the delay too.
+//!
+//! Between events every running job advances at a constant rate per epoch: samples/s of its
+//! throughput model on the nodes it actually spans, times statistical efficiency with goodput
+//! progress. Completion times are computed exactly (walking epoch boundaries) when a job is
+//! (re)started, so completions are events at their exact time.
+
+use std::time::Instant;
+
+use dlscale_core::allocator::knapsack::KnapsackSolver;
+use dlscale_core::job::JobEfficiency;
+use dlscale_core::options::OptionTable;
+use dlscale_core::placement::{self, NodeShare, Placement};
+use dlscale_core::throughput::throughput_samples_per_s;
+use dlscale_core::{BatchSize, CurrentAllocation, GpuCount, Job, JobState, Policy};
+
+use crate::config::{ProgressMode, SimConfig, SimPolicy};
+use crate::error::{Result, SimError};
+use crate::metrics::{percentile, JobRecord, Outcome, SimObserver, Summary, Timeline};
+use crate::workload::{SimJob, Work, Workload};
+
+/// What a simulation returns (per-job rows went to the observer).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimResult {
+    /// The numbers.
+    pub summary: Summary,
+    /// JCTs of completed jobs, ascending, s (8 bytes per completed job).
+    pub jcts_s: Vec<f64>,
+    /// Cluster use over time.
+    pub timeline: Timeline,
+}
+
+/// Simulates `workload` under `policy`; each job's record goes to `observer` when it leaves.
+pub fn simulate(
+    workload: &Workload,
+    config: &SimConfig,
+    policy: SimPolicy,
+    observer: &mut dyn SimObserver,
+) -> Result<SimResult> {
+    config.validate()?;
+    let wall = Instant::now();
+    let mut engine = Engine::new(workload, config, policy, observer);
+    engine.run()?;
+    Ok(engine.finish(wall.elapsed().as_secs_f64()))
+}
+
+/// A job's current run.
+#[derive(Debug, Clone)]
+struct Run {
+    gpus: GpuCount,
+    batch: BatchSize,
+    nodes: u32,
+    restart_until_s: f64,
+}
+
+/// Simulation state of one job in the system.
+#[derive(Debug)]
+struct Active<'w> {
+    spec: &'w SimJob,
+    /// Progress target, in samples (efficiency-weighted with goodput progress).
+    total: f64,
+    progress: f64,
+    /// Time up to which `progress` is accounted.
+    anchor_s: f64,
+    epoch: usize,
+    run: Option<Run>,
+    finish_at_s: f64,
+    first_start_s: Option<f64>,
+    starts: u32,
+    gpu_s: f64,
+    /// Value table and the (epoch, batch) whose gradient statistics it holds.
+    table: Option<(OptionTable, usize, BatchSize)>,
+    /// Tiresias: queue (0 high, 1 low) and when the job entered it.
+    queue: u8,
+    queue_since_s: f64,
+}
+
+/// What the policy wants for one job.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Target {
+    Run(GpuCount, BatchSize),
+    Wait,
+    Drop,
+}
+
+struct Engine<'w, 'o> {
+    workload: &'w Workload,
+    config: &'w SimConfig,
+    policy: SimPolicy,
+    observer: &'o mut dyn SimObserver,
+    goodput: bool,
+    /// Jobs in the system, in arrival order; `jobs[i]` is what allocators see of `active[i]`.
+    jobs: Vec<Job>,
+    active: Vec<Active<'w>>,
+    placement: Placement,
+    solver: KnapsackSolver,
+    next_arrival: usize,
+    now_s: f64,
+    gpus_in_use: GpuCount,
+    /// Something the allocator sees changed since its last run.
+    dirty: bool,
+    // Metrics.
+    finished: usize,
+    completed_jcts_s: Vec<f64>,
+    dropped: usize,
+    unfinished: usize,
+    makespan_s: f64,
+    queueing_sum_s: f64,
+    started: usize,
+    busy_gpu_s: f64,
+    reallocations: u64,
+    decisions: u64,
+    optimizer_total_s: f64,
+    optimizer_max_s: f64,
+    timeline: Timeline,
+    progress_every: usize,
+}
+
+impl<'w, 'o> Engine<'w, 'o> {
+    fn new(
+        workload: &'w Workload,
+        config: &'w SimConfig,
+        policy: SimPolicy,
+        observer: &'o mut dyn SimObserver,
+    ) -> Self {
+        Engine {
+            workload,
+            config,
+            policy,
+            observer,
+            goodput: config.progress == ProgressMode::Goodput,
+            jobs: Vec::new(),
+            active: Vec::new(),
+            placement: Placement::new(),
+            solver: KnapsackSolver::default(),
+            next_arrival: 0,
+            now_s: 0.0,
+            gpus_in_use: 0,
+            dirty: false,
+            finished: 0,
+            completed_jcts_s: Vec::new(),
+            dropped: 0,
+            unfinished: 0,
+            makespan_s: 0.0,
+            queueing_sum_s: 0.0,
+            started: 0,
+            busy_gpu_s: 0.0,
+            reallocations: 0,
+            decisions: 0,
+            optimizer_total_s: 0.0,
+            optimizer_max_s: 0.0,
+            timeline: Timeline::default(),
+            progress_every: (workload.jobs.len() / 1000).max(1),
+        }
+    }
+
+    fn run(&mut self) -> Result<()> {
+        let interval = self.config.interval_s;
+        let mut next_tick = interval;
+        loop {
+            let t_arrival = self
+                .workload
+                .jobs
+                .get(self.next_arrival)
+                .map(|j| j.arrival_s);
+            let t_finish = self
+                .active
+                .iter()
+                .map(|a| a.finish_at_s)
+                .fold(f64::INFINITY, f64::min);
+            let busy = !self.active.is_empty() || t_arrival.is_some();
+            let t_tick = next_tick.filter(|_| busy);
+            let t = [t_arrival, Some(t_finish), t_tick]
+                .into_iter()
+                .flatten()
+                .fold(f64::INFINITY, f64::min);
+            if !t.is_finite() {
+                break;
+            }
+            self.account_until(t);
+            let mut events = self.complete_due(t)?;
+            while let Some(job) = self.workload.jobs.get(self.next_arrival) {
+                if job.arrival_s > t {
+                    break;
+                }
+                self.admit_arrival(job);
+                self.next_arrival += 1;
+                events = true;
+            }
+            self.dirty |= events;
+            let tick = t_tick == Some(t);
+            if tick {
+                if let (Some(tick_s), Some(i)) = (next_tick.as_mut(), interval) {
+                    while *tick_s <= t {
+                        *tick_s += i;
+                    }
+                }
+            }
+            let decide =
+                (events && self.config.schedule_on_events) || (tick && self.worth_deciding(t));
+            if decide {
+                self.decide(t)?;
+                if self.stuck() {
+                    break;
+                }
+            }
+        }
+        self.leave_unfinished()
+    }
+
+    /// Integrates cluster use from `now_s` to `t`.
+    fn account_until(&mut self, t: f64) {
+        let dt = t - self.now_s;
+        if dt > 0.0 {
+            let running = self.active.iter().filter(|a| a.run.is_some()).count();
+            let waiting = self.active.len() - running;
+            self.busy_gpu_s += f64::from(self.gpus_in_use) * dt;
+            self.timeline.add(
+                self.now_s,
+                t,
+                f64::from(self.gpus_in_use),
+                running as f64,
+                waiting as f64,
+            );
+        }
+        self.now_s = t;
+    }
+
+    fn admit_arrival(&mut self, spec: &'w SimJob) {
+        let total = self.work_total(spec);
+        self.jobs.push(spec.job.clone());
+        self.active.push(Active {
+            spec,
+            total,
+            progress: 0.0,
+            anchor_s: spec.arrival_s,
+            epoch: 0,
+            run: None,
+            finish_at_s: f64::INFINITY,
+            first_start_s: None,
+            starts: 0,
+            gpu_s: 0.0,
+            table: None,
+            queue: 0,
+            queue_since_s: spec.arrival_s,
+        });
+    }
+
+    /// The progress target of a job, in this run's progress unit.
+    fn work_total(&self, spec: &SimJob) -> f64 {
+        match spec.work {
+            Work::Samples(samples) => samples,
+            Work::FullTraining => spec.efficiency.as_ref().map_or(0.0, |eff| {
+                eff.total_progress() * f64::from(eff.init_batch())
+            }),
+            Work::RequestedDuration { duration_s } => {
+                let job = &spec.job;
+                let nodes = self.config.cluster.min_nodes_for(job.requested.gpus);
+                duration_s * self.rate(spec, job.requested.gpus, nodes, job.requested.batch, 0)
+            }
+        }
+    }
+
+    /// Progress per second of `spec` on `gpus` GPUs over `nodes` nodes at `batch` in `epoch`.
+    fn rate(
+        &self,
+        spec: &SimJob,
+        gpus: GpuCount,
+        nodes: u32,
+        batch: BatchSize,
+        epoch: usize,
+    ) -> f64 {
+        let Some(x) = throughput_samples_per_s(spec.job.throughput.as_ref(), gpus, nodes, batch)
+        else {
+            return 0.0;
+        };
+        match (&spec.efficiency, self.goodput) {
+            (Some(eff), true) => {
+                x * eff
+                    .noise(epoch, batch)
+                    .efficiency(f64::from(batch), eff.init_batch())
+            }
+            _ => x,
+        }
+    }
+
+    /// Where the current rate of `a` stops holding: its next epoch boundary or its end.
+    fn next_boundary(&self, spec: &SimJob, epoch: usize, total: f64) -> f64 {
+        match (&spec.efficiency, self.goodput) {
+            (Some(eff), true) if epoch + 1 < eff.epochs() => {
+                (eff.epoch_end_progress(epoch) * f64::from(eff.init_batch())).min(total)
+            }
+            _ => total,
+        }
+    }
+
+    /// Accounts progress of job `i` up to `t`.
+    fn advance(&mut self, i: usize, t: f64) {
+        let a = &self.active[i];
+        let Some(run) = a.run.clone() else {
+            self.active[i].anchor_s = t;
+            return;
+        };
+        let mut from = a.anchor_s.max(run.restart_until_s);
+        let gpu_s = f64::from(run.gpus) * (t - a.anchor_s).max(0.0);
+        let (mut progress, mut epoch) = (a.progress, a.epoch);
+        while from < t && progress < a.total {
+            let r = self.rate(a.spec, run.gpus, run.nodes, run.batch, epoch);
+            if r <= 0.0 {
+                break;
+            }
+            let boundary = self.next_boundary(a.spec, epoch, a.total);
+            let need = (boundary - progress) / r;
+            if from + need <= t {
+                progress = boundary;
+                from += need;
+                if boundary < a.total {
+                    epoch += 1;
+                }
+            } else {
+                progress += r * (t - from);
+                from = t;
+            }
+        }
+        let a = &mut self.active[i];
+        a.progress = progress.min(a.total);
+        a.epoch = epoch;
+        a.gpu_s += gpu_s;
+        a.anchor_s = t;
+    }
+
+    /// When job `i`, just (re)started at `now`, will complete.
+    fn predict_finish(&self, i: usize) -> f64 {
+        let a = &self.active[i];
+        let Some(run) = &a.run else {
+            return f64::INFINITY;
+        };
+        let mut t = a.anchor_s.max(run.restart_until_s);
+        let (mut progress, mut epoch) = (a.progress, a.epoch);
+        loop {
+            let r = self.rate(a.spec, run.gpus, run.nodes, run.batch, epoch);
+            if r <= 0.0 {
+                return f64::INFINITY;
+            }
+            let boundary = self.next_boundary(a.spec, epoch, a.total);
+            t += (boundary - progress).max(0.0) / r;
+            if boundary >= a.total {
+                return t;
+            }
+            progress = boundary;
+            epoch += 1;
+        }
+    }
+
+    /// Completes every job due by `t`; whether any did.
+    fn complete_due(&mut self, t: f64) -> Result<bool> {
+        let mut any = false;
+        let mut i = 0;
+        while i < self.active.len() {
+            if self.active[i].finish_at_s <= t {
+                let finish = self.active[i].finish_at_s;
+                self.advance(i, finish);
+                self.remove(i, Outcome::Completed, Some(finish))?;
+                any = true;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(any)
+    }
+
+    /// Removes job `i`, releasing its GPUs, and reports its record.
+    fn remove(&mut self, i: usize, outcome: Outcome, finish_s: Option<f64>) -> Result<()> {
+        let a = self.active.remove(i);
+        let job = self.jobs.remove(i);
+        if let Some(run) = &a.run {
+            self.gpus_in_use -= run.gpus;
+            self.placement.remove(&job.id);
+        }
+        let arrival = a.spec.arrival_s;
+        let end = finish_s.unwrap_or(self.now_s);
+        let record = JobRecord {
+            id: job.id,
+            model: job.model_name,
+            outcome,
+            arrival_s: arrival,
+            start_s: a.first_start_s,
+            finish_s,
+            jct_s: finish_s.map(|f| f - arrival),
+            queueing_delay_s: a.first_start_s.map(|s| s - arrival),
+            requested_gpus: job.requested.gpus,
+            requested_batch: job.requested.batch,
+            gpu_s: a.gpu_s,
+            mean_gpus: a
+                .first_start_s
+                .filter(|&s| end > s)
+                .map_or(0.0, |s| a.gpu_s / (end - s)),
+            reallocations: a.starts.saturating_sub(1),
+        };
+        match outcome {
+            Outcome::Completed => {
+                self.completed_jcts_s.push(end - arrival);
+                self.makespan_s = self.makespan_s.max(end);
+            }
+            Outcome::Dropped => self.dropped += 1,
+            Outcome::Unfinished => self.unfinished += 1,
+        }
+        if let Some(s) = a.first_start_s {
+            self.queueing_sum_s += s - arrival;
+            self.started += 1;
+        }
+        self.reallocations += u64::from(a.starts.saturating_sub(1));
+        self.observer.job_finished(&record)?;
+        self.finished += 1;
+        if self.finished.is_multiple_of(self.progress_every) {
+            self.observer
+                .progress(self.finished, self.workload.jobs.len(), self.now_s);
+        }
+        Ok(())
+    }
+
+    /// Whether a tick's decision could differ from the last one.
+    fn worth_deciding(&mut self, t: f64) -> bool {
+        if self.dirty {
+            return true;
+        }
+        match self.policy {
+            SimPolicy::Core(policy) => {
+                if policy != Policy::Static && self.config.settings.restart.cost_s > 0.0 {
+                    // Restart penalties depend on the jobs' ages.
+                    return self.active.iter().any(|a| a.run.is_some());
+                }
+                if !self.config.settings.utility.uses_goodput() {
+                    return false;
+                }
+                // Goodput values change with the epoch.
+                (0..self.active.len()).any(|i| {
+                    self.advance(i, t);
+                    let a = &self.active[i];
+                    a.table
+                        .as_ref()
+                        .is_some_and(|(_, epoch, _)| *epoch != a.epoch)
+                })
+            }
+            SimPolicy::Tiresias => {
+                let threshold = self.config.tiresias.threshold_gpu_s;
+                (0..self.active.len()).any(|i| {
+                    self.advance(i, t);
+                    let a = &self.active[i];
+                    a.queue == 0 && a.gpu_s >= threshold
+                })
+            }
+        }
+    }
+
+    /// Runs the policy at `t` and applies its decision.
+    fn decide(&mut self, t: f64) -> Result<()> {
+        self.dirty = false;
+        for i in 0..self.active.len() {
+            self.advance(i, t);
+        }
+        for (a, job) in self.active.iter().zip(self.jobs.iter_mut()) {
+            job.current = a.run.as_ref().map(|r| CurrentAllocation {
+                gpus: r.gpus,
+                batch: r.batch,
+                age_s: t - a.spec.arrival_s,
+                restarts: a.starts.saturating_sub(1),
+            });
+            if let Some(eff) = &a.spec.efficiency {
+                let batch = a.run.as_ref().map_or(job.requested.batch, |r| r.batch);
+                job.efficiency = Some(JobEfficiency {
+                    noise: eff.noise(a.epoch, batch),
+                    init_batch: eff.init_batch(),
+                });
+            }
+        }
+        let clock = Instant::now();
+        let targets = match self.policy {
+            SimPolicy::Core(policy) => self.decide_core(policy),
+            SimPolicy::Tiresias => self.decide_tiresias(t),
+        };
+        let spent = clock.elapsed().as_secs_f64();
+        self.decisions += 1;
+        self.optimizer_total_s += spent;
+        self.optimizer_max_s = self.optimizer_max_s.max(spent);
+        self.apply(t, &targets)
+    }
+
+    fn decide_core(&mut self, policy: Policy) -> Vec<Target> {
+        let settings = &self.config.settings;
+        let cluster = &self.config.cluster;
+        let choice = policy.batch_choice(settings);
+        let restart = policy.restart_awareness(settings);
+        let mut tables = Vec::with_capacity(self.jobs.len());
+        for (a, job) in self.active.iter_mut().zip(&self.jobs) {
+            let batch = job.current.map_or(job.requested.batch, |c| c.batch);
+            match &mut a.table {
+                Some((table, epoch, b)) => {
+                    if (*epoch, *b) != (a.epoch, batch) {
+                        table.update_efficiency(job);
+                        (*epoch, *b) = (a.epoch, batch);
+                    }
+                }
+                None => {
+                    let table = OptionTable::build(job, cluster, settings.utility, choice);
+                    a.table = Some((table, a.epoch, batch));
+                }
+            }
+            if let Some((table, ..)) = &a.table {
+                tables.push(table.options(job, cluster, &restart));
+            }
+        }
+        let decision =
+            policy.decide_with_options(&mut self.solver, cluster, &self.jobs, &tables, settings);
+        decision
+            .jobs
+            .iter()
+            .map(|d| match d.state {
+                JobState::Running => Target::Run(d.gpus, d.batch_size),
+                JobState::Queued => Target::Wait,
+                JobState::Dropped => Target::Drop,
+            })
+            .collect()
+    }
+
+    fn decide_tiresias(&mut self, t: f64) -> Vec<Target> {
+        let threshold = self.config.tiresias.threshold_gpu_s;
+        for a in &mut self.active {
+            if a.queue == 0 && a.gpu_s >= threshold {
+                a.queue = 1;
+                a.queue_since_s = t;
+            }
+        }
+        let mut order: Vec<usize> = (0..self.active.len()).collect();
+        // Stable: arrival order breaks ties.
+        order.sort_by(|&x, &y| {
+            let (a, b) = (&self.active[x], &self.active[y]);
+            a.queue
+                .cmp(&b.queue)
+                .then(a.queue_since_s.total_cmp(&b.queue_since_s))
+        });
+        let capacity = self.config.cluster.total_gpus();
+        let mut free = capacity;
+        let mut targets = vec![Target::Wait; self.active.len()];
+        for i in order {
+            let requested = self.jobs[i].requested;
+            if requested.gpus > capacity {
+                targets[i] = Target::Drop;
+            } else if requested.gpus <= free {
+                free -= requested.gpus;
+                targets[i] = Target::Run(requested.gpus, requested.batch);
+            }
+        }
+        targets
+    }
+
+    /// Applies targets: drops, preemptions, (re)starts, placement.
+    fn apply(&mut self, t: f64, targets: &[Target]) -> Result<()> {
+        let mut wanted = Vec::new();
+        let mut changed = vec![false; targets.len()];
+        for (i, target) in targets.iter().enumerate() {
+            let a = &mut self.active[i];
+            match *target {
+                Target::Run(gpus, batch) => {
+                    wanted.push((self.jobs[i].id.clone(), gpus));
+                    changed[i] = a
+                        .run
+                        .as_ref()
+                        .is_none_or(|r| r.gpus != gpus || r.batch != batch);
+                }
+                Target::Wait | Target::Drop => {
+                    if let Some(run) = a.run.take() {
+                        self.gpus_in_use -= run.gpus;
+                        a.finish_at_s = f64::INFINITY;
+                    }
+                }
+            }
+        }
+        let over = || {
+            SimError::Config(format!(
+                "policy {} asked for more GPUs than the cluster has at t = {t} s",
+                self.policy
+            ))
+        };
+        let mut placed =
+            placement::place(&self.config.cluster, &self.placement, &wanted).ok_or_else(over)?;
+        if self.config.defragment_moves_per_job > 0 {
+            self.defragment(&mut placed, &wanted, &mut changed, targets);
+        }
+        for (i, target) in targets.iter().enumerate() {
+            let Target::Run(gpus, batch) = *target else {
+                continue;
+            };
+            if !changed[i] {
+                continue;
+            }
+            let shares: &[NodeShare] = placed.get(&self.jobs[i].id).map_or(&[], Vec::as_slice);
+            let delay = self.config.restart_delay_for(&self.jobs[i].model_name);
+            let a = &mut self.active[i];
+            if let Some(old) = a.run.take() {
+                self.gpus_in_use -= old.gpus;
+            }
+            self.gpus_in_use += gpus;
+            a.run = Some(Run {
+                gpus,
+                batch,
+                nodes: placement::nodes_spanned(shares).max(1),
+                restart_until_s: t + delay,
+            });
+            a.starts += 1;
+            a.first_start_s.get_or_insert(t);
+            a.anchor_s = t;
+            self.active[i].finish_at_s = self.predict_finish(i);
+        }
+        self.placement = placed;
+        if self.gpus_in_use > self.config.cluster.total_gpus() {
+            return Err(SimError::Config(format!(
+                "policy {} holds {} GPUs of {} at t = {t} s",
+                self.policy,
+                self.gpus_in_use,
+                self.config.cluster.total_gpus()
+            )));
+        }
+        // Drops last, from the back, so indices stay valid.
+        for i in (0..targets.len()).rev() {
+            if targets[i] == Target::Drop {
+                self.remove(i, Outcome::Dropped, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Defragmenting repack: when a job that restarts anyway lands on more nodes than its GPU
+    /// count needs, and placing every running job afresh (consolidated) spreads fewer jobs, take
+    /// the fresh placement if it moves at most [`SimConfig::defragment_moves_per_job`] unchanged
+    /// jobs per job it consolidates. Moved jobs are marked changed (they restart).
+    fn defragment(
+        &self,
+        placed: &mut Placement,
+        wanted: &[(String, GpuCount)],
+        changed: &mut [bool],
+        targets: &[Target],
+    ) {
+        let cluster = &self.config.cluster;
+        let spread = |p: &Placement, id: &str, gpus: GpuCount| {
+            p.get(id)
+                .is_some_and(|s| placement::nodes_spanned(s) > cluster.min_nodes_for(gpus))
+        };
+        let fragmented = |p: &Placement| {
+            wanted
+                .iter()
+                .filter(|(id, gpus)| spread(p, id, *gpus))
+                .count()
+        };
+        let any_changed_spread = targets.iter().enumerate().any(|(i, t)| {
+            matches!(t, Target::Run(g, _) if changed[i] && spread(placed, &self.jobs[i].id, *g))
+        });
+        if !any_changed_spread {
+            return;
+        }
+        let Some(fresh) = placement::place(cluster, &Placement::new(), wanted) else {
+            return;
+        };
+        let gained = fragmented(placed).saturating_sub(fragmented(&fresh));
+        let moved: Vec<usize> = (0..targets.len())
+            .filter(|&i| {
+                matches!(targets[i], Target::Run(..))
+                    && !changed[i]
+                    && placed.get(&self.jobs[i].id) != fresh.get(&self.jobs[i].id)
+            })
+            .collect();
+        let allowed = gained.saturating_mul(self.config.defragment_moves_per_job as usize);
+        if gained > 0 && moved.len() <= allowed {
+            for i in moved {
+                changed[i] = true;
+            }
+            *placed = fresh;
+        }
+    }
+
+    /// True when no job can make progress any more and none will arrive.
+    fn stuck(&self) -> bool {
+        self.next_arrival == self.workload.jobs.len()
+            && !self.active.is_empty()
+            && self.active.iter().all(|a| !a.finish_at_s.is_finite())
+    }
+
+    fn leave_unfinished(&mut self) -> Result<()> {
+        while !self.active.is_empty() {
+            let last = self.active.len() - 1;
+            self.advance(last, self.now_s);
+            self.remove(last, Outcome::Unfinished, None)?;
+        }
+        self.observer
+            .progress(self.finished, self.workload.jobs.len(), self.now_s);
+        Ok(())
+    }
+
+    fn finish(mut self, wall_s: f64) -> SimResult {
+        let mut jcts = std::mem::take(&mut self.completed_jcts_s);
+        jcts.sort_by(f64::total_cmp);
+        let cluster = self.config.cluster;
+        let makespan = self.makespan_s;
+        let summary = Summary {
+            policy: self.policy.name().to_string(),
+            workload: self.workload.name.clone(),
+            jobs: self.workload.jobs.len(),
+            completed: jcts.len(),
+            dropped: self.dropped,
+            unfinished: self.unfinished,
+            skipped_rows: self.workload.skipped_rows,
+            avg_jct_s: if jcts.is_empty() {
+                0.0
+            } else {
+                jcts.iter().sum::<f64>() / jcts.len() as f64
+            },
+            p50_jct_s: percentile(&jcts, 0.5),
+            p95_jct_s: percentile(&jcts, 0.95),
+            p99_jct_s: percentile(&jcts, 0.99),
+            makespan_s: makespan,
+            avg_queueing_delay_s: if self.started == 0 {
+                0.0
+            } else {
+                self.queueing_sum_s / self.started as f64
+            },
+            gpu_utilization: if makespan > 0.0 {
+                self.busy_gpu_s / (f64::from(cluster.total_gpus()) * self.now_s.max(makespan))
+            } else {
+                0.0
+            },
+            reallocations: self.reallocations,
+            decisions: self.decisions,
+            optimizer_avg_s: if self.decisions == 0 {
+                0.0
+            } else {
+                self.optimizer_total_s / self.decisions as f64
+            },
+            optimizer_max_s: self.optimizer_max_s,
+            wall_s,
+            nodes: cluster.nodes,
+            gpus_per_node: cluster.gpus_per_node,
+        };
+        SimResult {
+            summary,
+            jcts_s: jcts,
+            timeline: self.timeline,
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! dlscale-sim: a discrete-event simulator of dlscale's allocators (and Tiresias) on GPU-cluster
+//! workloads.
+//!
+//! - [`workload`]: Pollux workloads (8 bundled), Philly and ITP traces, dlscale's JSON format and a
+//!   Poisson generator, with documented rules mapping trace jobs to models and batch ranges.
+//! - [`simulate`]: the event loop — arrivals, completions, allocator runs, restarts with lost
+//!   progress, node-level placement; progress by samples or by Pollux's goodput. Deterministic.
+//! - [`report`]: per-job CSV, `summary.json`, SVG and PNG plots; [`run_to_dir`] does it all.
+//! - [`reproduce`]: the paper's arrival-rate sweep and Pollux's yardstick, each writing `report.md`.
+
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod metrics;
+pub mod plot;
+pub mod report;
+pub mod reproduce;
+pub mod workload;
+
+pub use config::{ProgressMode, SimConfig, SimPolicy, TiresiasSettings};
+pub use engine::{simulate, SimResult};
+pub use error::{Result, SimError};
+pub use metrics::{CsvJobWriter, JobRecord, Outcome, SimObserver, Summary, Timeline};
+pub use report::{run_to_dir, write_reports};
+pub use reproduce::{reproduce_paper, reproduce_pollux, PaperOptions, PolluxOptions};
+pub use workload::{read_workload, ReadOptions, Workload, WorkloadFormat};

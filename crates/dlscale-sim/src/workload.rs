@@ -1,0 +1,774 @@
+//! Workloads: jobs with arrival times and an amount of work, read from traces or generated.
+//!
+//! # Formats
+//!
+//! | format | columns / shape | work |
+//! |---|---|---|
+//! | `pollux` | `name,time,application,num_replicas,batch_size` (Pollux OSDI'21 workloads) | the model's full training run |
+//! | `philly` | `timestamp,duration,num_gpus,gpu_time,cluster` (Pollux's Philly extract; unsorted) | the trace duration at the requested size |
+//! | `itp` | `job_id,submission_time,duration,num_gpu` (ElasticFlow's ITP clusters) | the trace duration at the requested size |
+//! | `native` | JSON `{"jobs": [{<dlscale-core job entry>, "arrival_s": 0}]}` | `work_samples` / `epochs`, else the full training run |
+//!
+//! # Mapping rules
+//!
+//! **Pollux models** (every format that names one): the batch range is `[B0, Bmax]`, the smallest
+//! and largest batch of the model's bundled validation files (Pollux's `init_batch_size` and
+//! `max_batch_size`), widened to include the user's batch; the per-GPU memory limit is the
+//! profile's largest measured per-GPU batch; GPUs 1–64 (the profiles' range). The user's
+//! `(num_replicas, batch_size)` is the requested configuration. When the user's batch needs more
+//! memory per GPU than the model has at the requested GPU count (BERT's 384 on 6–16 GPUs), the job
+//! runs with gradient accumulation, as in Pollux's simulator: see [`Accumulating`].
+//!
+//! **Trace jobs** (philly, itp) carry only a duration and a GPU count. The model follows Pollux's
+//! GPU-time buckets — under 1 GPU-hour `cifar10` or `ncf`, under 10 `deepspeech2` or `bert`, under
+//! 100 `yolov3`, otherwise `imagenet` — the pair broken by a seeded coin. The requested GPU count
+//! is the trace's, capped at 64 and rounded up to a power of two (GPU counts are powers of two for
+//! these jobs, which keeps the optimizer's tables small on large clusters); the requested batch is
+//! `B0 × gpus` clamped to `[B0, Bmax]` and to memory. The work is what the requested configuration
+//! makes in the trace duration (samples, or statistical-efficiency-weighted samples at the first
+//! epoch's efficiency with `--progress goodput`), so the job takes exactly its trace duration when
+//! run as asked.
+
+use std::io::Read;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Exp, LogNormal};
+use serde::Deserialize;
+
+use dlscale_core::efficiency::EfficiencyModel;
+use dlscale_core::job::JobEfficiency;
+use dlscale_core::jobfile::JobEntry;
+use dlscale_core::profiles;
+use dlscale_core::throughput::ThroughputModel;
+use dlscale_core::{BatchRange, BatchSize, GpuCount, GpuRange, Job, Requested};
+
+use crate::error::{Result, SimError};
+
+/// Most GPUs any bundled profile predicts.
+pub const MAX_PROFILE_GPUS: GpuCount = 64;
+
+/// How much a job has to do before it completes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Work {
+    /// A number of samples (statistical-efficiency-weighted samples with goodput progress).
+    Samples(f64),
+    /// The model's full training run: all epochs of its efficiency model.
+    FullTraining,
+    /// What the job's requested configuration makes in this many seconds.
+    RequestedDuration {
+        /// Seconds at the requested GPUs and batch.
+        duration_s: f64,
+    },
+}
+
+/// One job of a workload.
+#[derive(Debug, Clone)]
+pub struct SimJob {
+    /// The job as allocators see it (no current allocation).
+    pub job: Job,
+    /// Submission time, seconds from the start of the workload.
+    pub arrival_s: f64,
+    /// Its amount of work.
+    pub work: Work,
+    /// Gradient statistics over training, for goodput progress.
+    pub efficiency: Option<Arc<EfficiencyModel>>,
+}
+
+/// Jobs sorted by arrival, plus how many malformed input rows were skipped.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// Name for reports (usually the file name).
+    pub name: String,
+    /// Jobs in arrival order (ties keep input order).
+    pub jobs: Vec<SimJob>,
+    /// Rows skipped as malformed (only with [`ReadOptions::skip_bad_rows`]).
+    pub skipped_rows: u64,
+}
+
+impl Workload {
+    /// A workload of `jobs`, sorted by arrival (stable).
+    pub fn new(name: impl Into<String>, mut jobs: Vec<SimJob>, skipped_rows: u64) -> Self {
+        jobs.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+        Workload {
+            name: name.into(),
+            jobs,
+            skipped_rows,
+        }
+    }
+}
+
+/// Input formats of [`read_workload`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadFormat {
+    /// Pollux OSDI'21 workload CSV.
+    Pollux,
+    /// Pollux's Philly extract (`philly.csv`).
+    Philly,
+    /// ElasticFlow's ITP cluster CSVs.
+    Itp,
+    /// dlscale's JSON job list with arrival times.
+    Native,
+}
+
+impl WorkloadFormat {
+    /// Every format.
+    pub const ALL: [WorkloadFormat; 4] = [
+        WorkloadFormat::Pollux,
+        WorkloadFormat::Philly,
+        WorkloadFormat::Itp,
+        WorkloadFormat::Native,
+    ];
+
+    /// Its command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkloadFormat::Pollux => "pollux",
+            WorkloadFormat::Philly => "philly",
+            WorkloadFormat::Itp => "itp",
+            WorkloadFormat::Native => "native",
+        }
+    }
+
+    /// Guesses the format from a file's first line: JSON is native, CSVs by their header.
+    pub fn detect(first_line: &str) -> Option<Self> {
+        let header = first_line.trim_start_matches('\u{feff}').trim();
+        if header.starts_with('{') {
+            return Some(WorkloadFormat::Native);
+        }
+        let columns: Vec<&str> = header.split(',').map(str::trim).collect();
+        let has = |c: &str| columns.contains(&c);
+        if has("application") && has("num_replicas") {
+            Some(WorkloadFormat::Pollux)
+        } else if has("timestamp") && has("num_gpus") {
+            Some(WorkloadFormat::Philly)
+        } else if has("submission_time") && has("num_gpu") {
+            Some(WorkloadFormat::Itp)
+        } else {
+            None
+        }
+    }
+}
+
+impl FromStr for WorkloadFormat {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        WorkloadFormat::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| {
+                format!("unknown workload format '{s}' (expected pollux, philly, itp or native)")
+            })
+    }
+}
+
+/// How readers treat input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReadOptions {
+    /// Skip malformed rows (counted in [`Workload::skipped_rows`]) instead of failing.
+    pub skip_bad_rows: bool,
+    /// Seed of the mapping rules' coin (trace jobs' model choice).
+    pub seed: u64,
+}
+
+/// Reads a workload file; the format is detected from its first line when not given.
+pub fn read_workload(
+    path: &Path,
+    format: Option<WorkloadFormat>,
+    options: &ReadOptions,
+) -> Result<Workload> {
+    let text = std::fs::read_to_string(path).map_err(|e| SimError::io(path, e))?;
+    let source_name = path.display().to_string();
+    let format = match format {
+        Some(f) => f,
+        None => WorkloadFormat::detect(text.lines().next().unwrap_or("")).ok_or_else(|| {
+            SimError::bad_row(
+                &source_name,
+                1,
+                "unknown header: give the format (pollux, philly, itp or native)",
+            )
+        })?,
+    };
+    let mut workload = match format {
+        WorkloadFormat::Pollux => read_pollux(text.as_bytes(), &source_name, options),
+        WorkloadFormat::Philly => read_philly(text.as_bytes(), &source_name, options),
+        WorkloadFormat::Itp => read_itp(text.as_bytes(), &source_name, options),
+        WorkloadFormat::Native => read_native(&text, &source_name, options),
+    }?;
+    if let Some(stem) = path.file_stem() {
+        workload.name = stem.to_string_lossy().into_owned();
+    }
+    Ok(workload)
+}
+
+/// Number of bundled Pollux workloads.
+pub const BUNDLED_POLLUX_WORKLOADS: usize = 8;
+
+const POLLUX_WORKLOADS: [&str; BUNDLED_POLLUX_WORKLOADS] = [
+    include_str!("../data/pollux-workloads/workload-1.csv"),
+    include_str!("../data/pollux-workloads/workload-2.csv"),
+    include_str!("../data/pollux-workloads/workload-3.csv"),
+    include_str!("../data/pollux-workloads/workload-4.csv"),
+    include_str!("../data/pollux-workloads/workload-5.csv"),
+    include_str!("../data/pollux-workloads/workload-6.csv"),
+    include_str!("../data/pollux-workloads/workload-7.csv"),
+    include_str!("../data/pollux-workloads/workload-8.csv"),
+];
+
+/// Bundled Pollux workload `number` (1 to 8).
+pub fn bundled_pollux_workload(number: usize) -> Result<Workload> {
+    let text = number
+        .checked_sub(1)
+        .and_then(|i| POLLUX_WORKLOADS.get(i))
+        .ok_or_else(|| {
+            SimError::Config(format!(
+                "no bundled Pollux workload {number} (there are 1 to {BUNDLED_POLLUX_WORKLOADS})"
+            ))
+        })?;
+    let name = format!("workload-{number}");
+    let mut workload = read_pollux(text.as_bytes(), &name, &ReadOptions::default())?;
+    workload.name = name;
+    Ok(workload)
+}
+
+/// Reads rows of a headed CSV, handing each to `convert` with its line; malformed rows are errors
+/// naming the line, or skipped and counted.
+fn read_rows<T: serde::de::DeserializeOwned>(
+    reader: impl Read,
+    source_name: &str,
+    options: &ReadOptions,
+    mut convert: impl FnMut(u64, T) -> std::result::Result<Option<SimJob>, String>,
+) -> Result<(Vec<SimJob>, u64)> {
+    let mut csv = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(reader);
+    let mut jobs = Vec::new();
+    let mut skipped = 0;
+    let mut record = csv::StringRecord::new();
+    let headers = csv
+        .headers()
+        .map_err(|e| SimError::bad_row(source_name, 1, e.to_string()))?
+        .clone();
+    loop {
+        let line = csv.position().line();
+        match csv.read_record(&mut record) {
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(e) => {
+                let line = e.position().map_or(line, |p| p.line());
+                if options.skip_bad_rows {
+                    skipped += 1;
+                    continue;
+                }
+                return Err(SimError::bad_row(source_name, line, e.to_string()));
+            }
+        }
+        let line = record.position().map_or(line, |p| p.line());
+        let outcome = record
+            .deserialize::<T>(Some(&headers))
+            .map_err(|e| match e.kind() {
+                csv::ErrorKind::Deserialize { err, .. } => match err.field() {
+                    Some(i) => format!(
+                        "column '{}': {}",
+                        headers.get(i as usize).unwrap_or("?"),
+                        err.kind()
+                    ),
+                    None => err.kind().to_string(),
+                },
+                _ => e.to_string(),
+            })
+            .and_then(|row| convert(line, row));
+        match outcome {
+            Ok(Some(job)) => jobs.push(job),
+            Ok(None) => {}
+            Err(reason) if options.skip_bad_rows => {
+                let _ = reason;
+                skipped += 1;
+            }
+            Err(reason) => return Err(SimError::bad_row(source_name, line, reason)),
+        }
+    }
+    Ok((jobs, skipped))
+}
+
+/// Reads a Pollux workload CSV (`name,time,application,num_replicas,batch_size`).
+pub fn read_pollux(
+    reader: impl Read,
+    source_name: &str,
+    options: &ReadOptions,
+) -> Result<Workload> {
+    #[derive(Deserialize)]
+    struct Row {
+        name: String,
+        time: f64,
+        application: String,
+        num_replicas: GpuCount,
+        batch_size: BatchSize,
+    }
+    let (jobs, skipped) = read_rows(reader, source_name, options, |_, row: Row| {
+        if !(row.time.is_finite() && row.time >= 0.0) {
+            return Err(format!("time must be a number ≥ 0, got {}", row.time));
+        }
+        let (job, efficiency) = model_job(
+            row.name,
+            &row.application,
+            row.num_replicas,
+            row.batch_size,
+            false,
+        )?;
+        Ok(Some(SimJob {
+            job,
+            arrival_s: row.time,
+            work: Work::FullTraining,
+            efficiency,
+        }))
+    })?;
+    Ok(Workload::new(source_name, jobs, skipped))
+}
+
+/// Reads Pollux's Philly extract (`timestamp,duration,num_gpus,gpu_time,cluster`); arrivals are
+/// seconds after the earliest timestamp.
+pub fn read_philly(
+    reader: impl Read,
+    source_name: &str,
+    options: &ReadOptions,
+) -> Result<Workload> {
+    #[derive(Deserialize)]
+    struct Row {
+        timestamp: String,
+        duration: f64,
+        num_gpus: GpuCount,
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
+    let (mut jobs, skipped) = read_rows(reader, source_name, options, |line, row: Row| {
+        let time = parse_timestamp(&row.timestamp)
+            .ok_or_else(|| format!("timestamp '{}' is not YYYY-MM-DD HH:MM:SS", row.timestamp))?;
+        trace_job(
+            format!("philly-{line}"),
+            time,
+            row.duration,
+            row.num_gpus,
+            &mut rng,
+        )
+        .map(Some)
+    })?;
+    let start = jobs
+        .iter()
+        .map(|j| j.arrival_s)
+        .fold(f64::INFINITY, f64::min);
+    for job in &mut jobs {
+        job.arrival_s -= start;
+    }
+    Ok(Workload::new(source_name, jobs, skipped))
+}
+
+/// Reads one ElasticFlow ITP cluster CSV (`job_id,submission_time,duration,num_gpu`).
+pub fn read_itp(reader: impl Read, source_name: &str, options: &ReadOptions) -> Result<Workload> {
+    #[derive(Deserialize)]
+    struct Row {
+        job_id: String,
+        submission_time: f64,
+        duration: f64,
+        num_gpu: GpuCount,
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
+    let (jobs, skipped) = read_rows(reader, source_name, options, |_, row: Row| {
+        if !(row.submission_time.is_finite() && row.submission_time >= 0.0) {
+            return Err(format!(
+                "submission_time must be a number ≥ 0, got {}",
+                row.submission_time
+            ));
+        }
+        trace_job(
+            row.job_id,
+            row.submission_time,
+            row.duration,
+            row.num_gpu,
+            &mut rng,
+        )
+        .map(Some)
+    })?;
+    Ok(Workload::new(source_name, jobs, skipped))
+}
+
+/// Reads dlscale's native workload: a JSON object `{"jobs": [...]}` whose entries are
+/// dlscale-core job entries plus `arrival_s`. With [`ReadOptions::skip_bad_rows`], invalid entries
+/// are skipped (syntax errors always fail); "line" in errors is the entry's 1-based index.
+pub fn read_native(text: &str, source_name: &str, options: &ReadOptions) -> Result<Workload> {
+    #[derive(Deserialize)]
+    struct File {
+        jobs: Vec<serde_json::Map<String, serde_json::Value>>,
+    }
+    let file: File = serde_json::from_str(text)
+        .map_err(|e| SimError::bad_row(source_name, e.line() as u64, e.to_string()))?;
+    let mut jobs = Vec::with_capacity(file.jobs.len());
+    let mut skipped = 0;
+    let mut seen = std::collections::HashSet::new();
+    for (index, mut object) in file.jobs.into_iter().enumerate() {
+        let outcome = (|| -> std::result::Result<SimJob, String> {
+            let arrival_s = match object.remove("arrival_s") {
+                Some(v) => v
+                    .as_f64()
+                    .filter(|t| t.is_finite() && *t >= 0.0)
+                    .ok_or_else(|| format!("arrival_s must be a number ≥ 0, got {v}"))?,
+                None => return Err("missing field `arrival_s`".into()),
+            };
+            let entry: JobEntry = serde_json::from_value(serde_json::Value::Object(object))
+                .map_err(|e| e.to_string())?;
+            let job = entry.into_job().map_err(|e| e.to_string())?;
+            if !seen.insert(job.id.clone()) {
+                return Err(format!("job '{}': duplicate id", job.id));
+            }
+            let efficiency = profiles::bundled(&job.model_name)
+                .ok()
+                .and_then(|p| p.efficiency);
+            let work = match (job.remaining_samples, &efficiency) {
+                (Some(samples), _) => Work::Samples(samples),
+                (None, Some(_)) => Work::FullTraining,
+                (None, None) => {
+                    return Err(format!(
+                        "job '{}': give work_samples or epochs (its model has no training length)",
+                        job.id
+                    ))
+                }
+            };
+            Ok(SimJob {
+                job,
+                arrival_s,
+                work,
+                efficiency,
+            })
+        })();
+        match outcome {
+            Ok(job) => jobs.push(job),
+            Err(_) if options.skip_bad_rows => skipped += 1,
+            Err(reason) => {
+                return Err(SimError::bad_row(
+                    source_name,
+                    index as u64 + 1,
+                    format!("job entry {}: {reason}", index + 1),
+                ))
+            }
+        }
+    }
+    Ok(Workload::new(source_name, jobs, skipped))
+}
+
+/// A Pollux model's job: batch range, memory, GPUs and requested configuration by the module's
+/// rules. `powers_of_two` restricts GPU counts.
+pub fn model_job(
+    id: String,
+    model: &str,
+    gpus: GpuCount,
+    batch: BatchSize,
+    powers_of_two: bool,
+) -> std::result::Result<(Job, Option<Arc<EfficiencyModel>>), String> {
+    let profile = profiles::bundled(model).map_err(|e| e.to_string())?;
+    let efficiency = profile
+        .efficiency
+        .clone()
+        .ok_or_else(|| format!("model '{model}' has no training length (no validation files)"))?;
+    if gpus == 0 || batch == 0 {
+        return Err(format!(
+            "GPUs and batch size must be at least 1, got {gpus} and {batch}"
+        ));
+    }
+    let init_batch = efficiency.init_batch();
+    let max_batch = efficiency
+        .measured_batches()
+        .last()
+        .copied()
+        .unwrap_or(init_batch);
+    let memory = profile.throughput.max_local_batch().unwrap_or(batch);
+    let max_gpus = profile
+        .throughput
+        .max_gpus()
+        .unwrap_or(MAX_PROFILE_GPUS)
+        .min(MAX_PROFILE_GPUS);
+    if gpus > max_gpus {
+        return Err(format!(
+            "{gpus} GPUs: the {model} profile predicts at most {max_gpus}"
+        ));
+    }
+    let (throughput, max_local): (Arc<dyn ThroughputModel>, BatchSize) =
+        if u64::from(batch) > u64::from(memory) * u64::from(gpus) {
+            let max_local = batch.div_ceil(gpus);
+            (
+                Arc::new(Accumulating {
+                    inner: profile.throughput.clone(),
+                    memory_local: memory,
+                    max_local,
+                }),
+                max_local,
+            )
+        } else {
+            (profile.throughput.clone(), memory)
+        };
+    let job = Job {
+        id,
+        model_name: model.to_string(),
+        throughput,
+        efficiency: Some(JobEfficiency {
+            noise: efficiency.noise(0, batch),
+            init_batch,
+        }),
+        batch: BatchRange {
+            min: init_batch.min(batch),
+            max: max_batch.max(batch),
+        },
+        max_local_batch: max_local,
+        gpus: GpuRange {
+            min: 1,
+            max: max_gpus,
+            powers_of_two,
+        },
+        requested: Requested { gpus, batch },
+        remaining_samples: None,
+        weight: 1.0,
+        current: None,
+    };
+    job.validate().map_err(|e| e.to_string())?;
+    Ok((job, Some(efficiency)))
+}
+
+/// A trace job (duration and GPUs only) mapped to a model by the module's rules.
+fn trace_job(
+    id: String,
+    arrival_s: f64,
+    duration_s: f64,
+    gpus: GpuCount,
+    rng: &mut ChaCha8Rng,
+) -> std::result::Result<SimJob, String> {
+    if !(duration_s.is_finite() && duration_s > 0.0) {
+        return Err(format!(
+            "duration must be a positive number, got {duration_s}"
+        ));
+    }
+    if gpus == 0 {
+        return Err("the GPU count must be at least 1".into());
+    }
+    let coin = rng.random_bool(0.5);
+    let gpu_hours = duration_s * f64::from(gpus) / 3600.0;
+    let model = match gpu_hours {
+        h if h < 1.0 => ["cifar10", "ncf"][usize::from(coin)],
+        h if h < 10.0 => ["deepspeech2", "bert"][usize::from(coin)],
+        h if h < 100.0 => "yolov3",
+        _ => "imagenet",
+    };
+    let gpus = gpus.min(MAX_PROFILE_GPUS).next_power_of_two();
+    let profile = profiles::bundled(model).map_err(|e| e.to_string())?;
+    let efficiency = profile
+        .efficiency
+        .ok_or_else(|| format!("model '{model}' has no validation files"))?;
+    let init_batch = efficiency.init_batch();
+    let max_batch = efficiency
+        .measured_batches()
+        .last()
+        .copied()
+        .unwrap_or(init_batch);
+    let memory = profile.throughput.max_local_batch().unwrap_or(init_batch);
+    let batch = init_batch
+        .saturating_mul(gpus)
+        .clamp(init_batch, max_batch)
+        .min(memory.saturating_mul(gpus))
+        .max(gpus);
+    let (job, efficiency) = model_job(id, model, gpus, batch, true)?;
+    Ok(SimJob {
+        job,
+        arrival_s,
+        work: Work::RequestedDuration { duration_s },
+        efficiency,
+    })
+}
+
+/// Gradient accumulation over a throughput model: a per-GPU batch above the memory limit runs as
+/// `k = ceil(local / memory)` micro-batches of `ceil(local / k)`; the step takes one synchronised
+/// step of a micro-batch plus `k − 1` compute-only micro-steps, each estimated by the model's
+/// single-GPU step (which has no gradient exchange). Pollux's simulator runs fixed large batches
+/// the same way.
+#[derive(Debug, Clone)]
+pub struct Accumulating {
+    /// The model without accumulation.
+    pub inner: Arc<dyn ThroughputModel>,
+    /// Largest per-GPU micro-batch that fits in memory.
+    pub memory_local: BatchSize,
+    /// Largest per-GPU batch allowed with accumulation.
+    pub max_local: BatchSize,
+}
+
+impl ThroughputModel for Accumulating {
+    fn step_time_s(&self, gpus: GpuCount, nodes: u32, local_batch: u32) -> Option<f64> {
+        if local_batch > self.max_local {
+            return None;
+        }
+        if local_batch <= self.memory_local {
+            return self.inner.step_time_s(gpus, nodes, local_batch);
+        }
+        let micro_steps = local_batch.div_ceil(self.memory_local.max(1));
+        let micro = local_batch.div_ceil(micro_steps);
+        let synced = self.inner.step_time_s(gpus, nodes, micro)?;
+        let compute = self.inner.step_time_s(1, 1, micro)?;
+        Some(synced + f64::from(micro_steps - 1) * compute)
+    }
+
+    fn max_local_batch(&self) -> Option<u32> {
+        Some(self.max_local)
+    }
+
+    fn max_gpus(&self) -> Option<GpuCount> {
+        self.inner.max_gpus()
+    }
+}
+
+/// Seconds since 1970-01-01 of a `YYYY-MM-DD HH:MM:SS` timestamp (UTC, proleptic Gregorian).
+pub fn parse_timestamp(text: &str) -> Option<f64> {
+    let (date, time) = text.trim().split_once(' ')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let mut t = time.split(':').map(|p| p.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    if d.next().is_some()
+        || t.next().is_some()
+        || !(1..=12).contains(&m)
+        || !(1..=31).contains(&day)
+        || !(0..24).contains(&hh)
+        || !(0..60).contains(&mm)
+        || !(0..61).contains(&ss)
+    {
+        return None;
+    }
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some((days * 86_400 + hh * 3600 + mm * 60 + ss) as f64)
+}
+
+/// One model of a generated mix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MixEntry {
+    /// Bundled Pollux model name.
+    pub model: String,
+    /// Relative frequency.
+    pub weight: f64,
+    /// The users' `(gpus, batch)` requests, drawn uniformly.
+    pub requests: Vec<(GpuCount, BatchSize)>,
+}
+
+/// A Poisson workload: arrivals at a rate, models from a mix, durations log-normal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GeneratorSpec {
+    /// Number of jobs.
+    pub jobs: usize,
+    /// Mean arrivals per hour.
+    pub rate_per_h: f64,
+    /// The model mix.
+    pub mix: Vec<MixEntry>,
+    /// Median run time at the requested configuration, seconds.
+    pub median_duration_s: f64,
+    /// Log-normal shape σ of the run time.
+    pub duration_sigma: f64,
+    /// Run times are clamped to this range, seconds.
+    pub duration_range_s: (f64, f64),
+    /// Seed of the generator.
+    pub seed: u64,
+}
+
+impl GeneratorSpec {
+    /// The Pollux workloads' model mix and user requests (shares of the 8 workloads: ncf 39 %,
+    /// cifar10 39 %, deepspeech2 9 %, bert 7 %, yolov3 5 %, imagenet 2 %; their `(num_replicas,
+    /// batch_size)` pairs), median 30 min at the requested size, σ = 1, 5 min to 8 h.
+    pub fn pollux_mix(jobs: usize, rate_per_h: f64, seed: u64) -> Self {
+        let entry = |model: &str, weight: f64, requests: &[(GpuCount, BatchSize)]| MixEntry {
+            model: model.to_string(),
+            weight,
+            requests: requests.to_vec(),
+        };
+        GeneratorSpec {
+            jobs,
+            rate_per_h,
+            mix: vec![
+                entry("ncf", 503.0, &[(1, 32768)]),
+                entry(
+                    "cifar10",
+                    495.0,
+                    &[(6, 2048), (8, 2048), (12, 4096), (16, 4096)],
+                ),
+                entry("deepspeech2", 111.0, &[(6, 320), (8, 320), (12, 640)]),
+                entry("bert", 86.0, &[(6, 384), (8, 384), (12, 384), (16, 384)]),
+                entry("yolov3", 59.0, &[(4, 64)]),
+                entry("imagenet", 26.0, &[(24, 3200), (32, 6400), (48, 6400)]),
+            ],
+            median_duration_s: 1800.0,
+            duration_sigma: 1.0,
+            duration_range_s: (300.0, 8.0 * 3600.0),
+            seed,
+        }
+    }
+}
+
+/// Generates a workload from `spec`; the same spec gives the same workload.
+pub fn generate(spec: &GeneratorSpec) -> Result<Workload> {
+    let bad = |reason: String| SimError::Config(format!("generator: {reason}"));
+    if !(spec.rate_per_h.is_finite() && spec.rate_per_h > 0.0) {
+        return Err(bad(format!(
+            "rate must be positive, got {}",
+            spec.rate_per_h
+        )));
+    }
+    let total_weight: f64 = spec.mix.iter().map(|m| m.weight.max(0.0)).sum();
+    if spec.mix.iter().any(|m| m.requests.is_empty()) || total_weight <= 0.0 {
+        return Err(bad(
+            "the mix needs a positive weight and requests for each model".into(),
+        ));
+    }
+    let (lo, hi) = spec.duration_range_s;
+    if !(lo > 0.0 && hi >= lo && spec.median_duration_s > 0.0) {
+        return Err(bad("durations must be positive".into()));
+    }
+    let gap = Exp::new(spec.rate_per_h / 3600.0).map_err(|e| bad(e.to_string()))?;
+    let length = LogNormal::new(spec.median_duration_s.ln(), spec.duration_sigma)
+        .map_err(|e| bad(e.to_string()))?;
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+    let mut now = 0.0;
+    let mut jobs = Vec::with_capacity(spec.jobs);
+    for i in 0..spec.jobs {
+        now += gap.sample(&mut rng);
+        let mut pick = rng.random::<f64>() * total_weight;
+        let entry = spec
+            .mix
+            .iter()
+            .find(|m| {
+                pick -= m.weight.max(0.0);
+                pick < 0.0
+            })
+            .unwrap_or(&spec.mix[spec.mix.len() - 1]);
+        let (gpus, batch) = entry.requests[rng.random_range(0..entry.requests.len())];
+        let duration_s = length.sample(&mut rng).clamp(lo, hi);
+        let (job, efficiency) = model_job(
+            format!("{}-{i}", entry.model),
+            &entry.model,
+            gpus,
+            batch,
+            false,
+        )
+        .map_err(bad)?;
+        jobs.push(SimJob {
+            job,
+            arrival_s: now,
+            work: Work::RequestedDuration { duration_s },
+            efficiency,
+        });
+    }
+    Ok(Workload::new(
+        format!("poisson-{}-per-h-seed-{}", spec.rate_per_h, spec.seed),
+        jobs,
+        0,
+    ))
+}

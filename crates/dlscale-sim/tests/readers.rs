@@ -1,0 +1,203 @@
+//! Workload readers: formats, mapping rules, bad rows.
+
+use dlscale_sim::workload::{
+    bundled_pollux_workload, generate, parse_timestamp, read_itp, read_native, read_philly,
+    read_pollux, GeneratorSpec, Work,
+};
+use dlscale_sim::{read_workload, ReadOptions, SimError, WorkloadFormat};
+
+fn skip() -> ReadOptions {
+    ReadOptions {
+        skip_bad_rows: true,
+        seed: 0,
+    }
+}
+
+#[test]
+fn bundled_pollux_workloads_load_sorted_with_user_requests() {
+    for n in 1..=8 {
+        let w = bundled_pollux_workload(n).unwrap();
+        assert_eq!(w.jobs.len(), 160, "workload {n}");
+        assert!(w.jobs.windows(2).all(|p| p[0].arrival_s <= p[1].arrival_s));
+        assert!(w.jobs.iter().all(|j| j.work == Work::FullTraining));
+    }
+    let w = bundled_pollux_workload(1).unwrap();
+    let first = &w.jobs[0];
+    assert_eq!(first.job.id, "cifar10-0");
+    assert_eq!(first.arrival_s, 107.0);
+    assert_eq!(
+        (first.job.requested.gpus, first.job.requested.batch),
+        (6, 2048)
+    );
+    // cifar10's validated batches span 128..4096.
+    assert_eq!((first.job.batch.min, first.job.batch.max), (128, 4096));
+    // BERT at 384 on few GPUs needs accumulation: its per-GPU limit is raised just enough.
+    let bert = w.jobs.iter().find(|j| j.job.model_name == "bert").unwrap();
+    let r = bert.job.requested;
+    assert_eq!(bert.job.max_local_batch, r.batch.div_ceil(r.gpus));
+    assert!(bundled_pollux_workload(9).is_err());
+}
+
+#[test]
+fn malformed_rows_name_file_and_line_or_are_skipped_and_counted() {
+    let text = "name,time,application,num_replicas,batch_size\n\
+                a,10,cifar10,4,512\n\
+                b,oops,cifar10,4,512\n\
+                c,20,nosuchmodel,4,512\n\
+                d,30,ncf,1,32768\n";
+    let err = read_pollux(text.as_bytes(), "w.csv", &ReadOptions::default()).unwrap_err();
+    assert!(matches!(err, SimError::BadRow { line: 3, .. }), "{err}");
+    assert!(
+        err.to_string().starts_with("w.csv:3: column 'time'"),
+        "{err}"
+    );
+    let w = read_pollux(text.as_bytes(), "w.csv", &skip()).unwrap();
+    assert_eq!(w.jobs.len(), 2);
+    assert_eq!(w.skipped_rows, 2);
+
+    let philly = "timestamp,duration,num_gpus,gpu_time,cluster\n\
+                  2017-10-09 07:01:55,66.0,1,66.0,x\n\
+                  2017-10-09 06:13:03,-5,1,0,x\n";
+    let err = read_philly(philly.as_bytes(), "philly.csv", &ReadOptions::default()).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("philly.csv:3: duration must be a positive number"),
+        "{err}"
+    );
+    let short = "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0\n";
+    let err = read_philly(short.as_bytes(), "p.csv", &ReadOptions::default()).unwrap_err();
+    assert!(err.to_string().starts_with("p.csv:2:"), "{err}");
+    assert_eq!(
+        read_philly(short.as_bytes(), "p.csv", &skip())
+            .unwrap()
+            .skipped_rows,
+        1
+    );
+}
+
+#[test]
+fn philly_rows_are_sorted_and_mapped_by_gpu_time() {
+    let text = "timestamp,duration,num_gpus,gpu_time,cluster\n\
+                2017-10-09 07:01:55,600,1,600,a\n\
+                2017-10-09 06:00:00,7200,2,14400,a\n\
+                2017-10-10 06:00:00,36000,8,288000,b\n\
+                2017-10-09 06:30:00,3600,12,43200,b\n\
+                2017-10-09 06:40:00,100000,128,1,c\n";
+    let w = read_philly(text.as_bytes(), "p.csv", &ReadOptions::default()).unwrap();
+    let arrivals: Vec<f64> = w.jobs.iter().map(|j| j.arrival_s).collect();
+    assert_eq!(arrivals, vec![0.0, 1800.0, 2400.0, 3715.0, 86400.0]);
+    let models: Vec<&str> = w.jobs.iter().map(|j| j.job.model_name.as_str()).collect();
+    assert!(["deepspeech2", "bert"].contains(&models[0]), "4 GPU-h");
+    assert_eq!(models[1], "yolov3", "12 GPU-h");
+    assert_eq!(models[2], "imagenet", "3,556 GPU-h");
+    assert!(["cifar10", "ncf"].contains(&models[3]), "1/6 GPU-h");
+    assert_eq!(models[4], "yolov3", "80 GPU-h");
+    // 12 GPUs round up to 16; 128 are capped at 64; GPU counts are powers of two.
+    assert_eq!(w.jobs[1].job.requested.gpus, 16);
+    assert_eq!(w.jobs[2].job.requested.gpus, 64);
+    assert!(w.jobs.iter().all(|j| j.job.gpus.powers_of_two));
+    assert_eq!(
+        w.jobs[0].work,
+        Work::RequestedDuration { duration_s: 7200.0 }
+    );
+    // The model coin is seeded.
+    let again = read_philly(text.as_bytes(), "p.csv", &ReadOptions::default()).unwrap();
+    let models_again: Vec<&str> = again
+        .jobs
+        .iter()
+        .map(|j| j.job.model_name.as_str())
+        .collect();
+    assert_eq!(models, models_again);
+}
+
+#[test]
+fn itp_and_native_formats() {
+    let itp = "job_id,submission_time,duration,num_gpu\nb,50,100,2\na,10,3600,1\n";
+    let w = read_itp(itp.as_bytes(), "cluster01.csv", &ReadOptions::default()).unwrap();
+    assert_eq!(w.jobs[0].job.id, "a");
+    assert_eq!(w.jobs[1].arrival_s, 50.0);
+    let native = r#"{"jobs": [
+        {"id": "x", "model": "cifar10", "min_batch": 128, "max_batch": 1024, "arrival_s": 5, "epochs": 2},
+        {"id": "y", "model": "imagenet", "min_batch": 200, "max_batch": 800, "arrival_s": 1},
+        {"id": "z", "model": "imagenet", "min_batch": 200, "max_batch": 100, "arrival_s": 1}
+    ]}"#;
+    let err = read_native(native, "jobs.json", &ReadOptions::default()).unwrap_err();
+    assert!(
+        err.to_string().starts_with("jobs.json:3: job entry 3:"),
+        "{err}"
+    );
+    let w = read_native(native, "jobs.json", &skip()).unwrap();
+    assert_eq!(w.skipped_rows, 1);
+    assert_eq!(w.jobs[0].job.id, "y");
+    assert_eq!(w.jobs[0].work, Work::FullTraining);
+    assert!(matches!(w.jobs[1].work, Work::Samples(s) if s > 0.0));
+    let missing =
+        r#"{"jobs": [{"id": "x", "model": "cifar10", "min_batch": 128, "max_batch": 1024}]}"#;
+    let err = read_native(missing, "j.json", &ReadOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("arrival_s"), "{err}");
+}
+
+#[test]
+fn formats_are_detected_from_the_header() {
+    assert_eq!(
+        WorkloadFormat::detect("name,time,application,num_replicas,batch_size"),
+        Some(WorkloadFormat::Pollux)
+    );
+    assert_eq!(
+        WorkloadFormat::detect("timestamp,duration,num_gpus,gpu_time,cluster"),
+        Some(WorkloadFormat::Philly)
+    );
+    assert_eq!(
+        WorkloadFormat::detect("job_id,submission_time,duration,num_gpu"),
+        Some(WorkloadFormat::Itp)
+    );
+    assert_eq!(
+        WorkloadFormat::detect("{\"jobs\": []}"),
+        Some(WorkloadFormat::Native)
+    );
+    assert_eq!(WorkloadFormat::detect("a,b"), None);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mine.csv");
+    std::fs::write(&path, "job_id,submission_time,duration,num_gpu\nj,0,60,1\n").unwrap();
+    let w = read_workload(&path, None, &ReadOptions::default()).unwrap();
+    assert_eq!((w.name.as_str(), w.jobs.len()), ("mine", 1));
+    std::fs::write(&path, "what,ever\n1,2\n").unwrap();
+    let err = read_workload(&path, None, &ReadOptions::default()).unwrap_err();
+    assert!(
+        err.to_string().contains("mine.csv:1: unknown header"),
+        "{err}"
+    );
+}
+
+#[test]
+fn timestamps_are_utc_seconds() {
+    assert_eq!(parse_timestamp("1970-01-01 00:00:00"), Some(0.0));
+    assert_eq!(
+        parse_timestamp("2017-10-09 07:01:55"),
+        Some(1_507_532_515.0)
+    );
+    assert_eq!(parse_timestamp("2000-03-01 00:00:00"), Some(951_868_800.0));
+    assert_eq!(parse_timestamp("2017-13-09 07:01:55"), None);
+    assert_eq!(parse_timestamp("2017-10-09T07:01:55"), None);
+}
+
+#[test]
+fn the_generator_is_seeded_and_poisson() {
+    let spec = GeneratorSpec::pollux_mix(2000, 10.0, 3);
+    let a = generate(&spec).unwrap();
+    let b = generate(&spec).unwrap();
+    let key = |w: &dlscale_sim::Workload| -> Vec<(String, u64)> {
+        w.jobs
+            .iter()
+            .map(|j| (j.job.id.clone(), j.arrival_s.to_bits()))
+            .collect()
+    };
+    assert_eq!(key(&a), key(&b));
+    let c = generate(&GeneratorSpec::pollux_mix(2000, 10.0, 4)).unwrap();
+    assert_ne!(key(&a), key(&c));
+    // Mean inter-arrival ≈ 360 s at 10 jobs/h.
+    let mean_gap = a.jobs.last().unwrap().arrival_s / 2000.0;
+    assert!((mean_gap - 360.0).abs() < 30.0, "{mean_gap}");
+    let ncf = a.jobs.iter().filter(|j| j.job.model_name == "ncf").count() as f64 / 2000.0;
+    assert!((ncf - 0.39).abs() < 0.05, "{ncf}");
+}
