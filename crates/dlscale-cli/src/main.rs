@@ -4,6 +4,7 @@
 //! exit codes (2: bad input, 1: anything else).
 
 mod optimize;
+mod simulate;
 
 use std::process::ExitCode;
 
@@ -23,6 +24,10 @@ enum Command {
     Optimize(optimize::OptimizeArgs),
     /// Optimize a bundled example cluster and job mix with every policy and print the decisions.
     Demo(optimize::DemoArgs),
+    /// Simulate policies on a workload trace and write per-job CSV, summary.json and plots.
+    Simulate(simulate::SimulateArgs),
+    /// Reproduce an experiment: `paper` (arrival-rate sweep) or `pollux` (Pollux's yardstick).
+    Reproduce(simulate::ReproduceArgs),
 }
 
 /// An error whose cause is the user's input (exit code 2), as opposed to a failure of ours.
@@ -47,6 +52,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Optimize(args) => optimize::run_optimize(&args),
         Command::Demo(args) => optimize::run_demo(&args),
+        Command::Simulate(args) => simulate::run_simulate(&args),
+        Command::Reproduce(args) => simulate::run_reproduce(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn dlscale(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dlscale")).args(args).output().expect("dlscale runs")
+    Command::new(env!("CARGO_BIN_EXE_dlscale"))
+        .args(args)
+        .output()
+        .expect("dlscale runs")
 }
 
 fn examples() -> PathBuf {
@@ -21,8 +24,20 @@ fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
 fn optimize_prints_the_documented_json() {
     let jobs = examples().join("jobs.json");
     let cluster = examples().join("cluster.json");
-    let out = dlscale(&["optimize", "--jobs", jobs.to_str().unwrap(), "--cluster", cluster.to_str().unwrap(), "--format", "json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = dlscale(&[
+        "optimize",
+        "--jobs",
+        jobs.to_str().unwrap(),
+        "--cluster",
+        cluster.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["policy"], "elastic-batch");
     assert_eq!(doc["utility"], "speedup");
@@ -32,7 +47,16 @@ fn optimize_prints_the_documented_json() {
     assert_eq!(jobs.len(), 7);
     let mut used = 0;
     for job in jobs {
-        for field in ["id", "state", "gpus", "nodes", "batch_size", "local_batch_size", "throughput_samples_per_s", "utility"] {
+        for field in [
+            "id",
+            "state",
+            "gpus",
+            "nodes",
+            "batch_size",
+            "local_batch_size",
+            "throughput_samples_per_s",
+            "utility",
+        ] {
             assert!(job.get(field).is_some(), "missing {field} in {job}");
         }
         used += job["gpus"].as_u64().unwrap();
@@ -46,10 +70,31 @@ fn optimize_prints_the_documented_json() {
 fn every_policy_and_the_toml_form_work() {
     let jobs = examples().join("jobs.toml");
     for policy in ["elastic-batch", "elastic-gpu", "static"] {
-        let out = dlscale(&["optimize", "--jobs", jobs.to_str().unwrap(), "--nodes", "2", "--gpus-per-node", "4", "--policy", policy, "--utility", "goodput", "--admission", "queue"]);
-        assert!(out.status.success(), "{policy}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = dlscale(&[
+            "optimize",
+            "--jobs",
+            jobs.to_str().unwrap(),
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "4",
+            "--policy",
+            policy,
+            "--utility",
+            "goodput",
+            "--admission",
+            "queue",
+        ]);
+        assert!(
+            out.status.success(),
+            "{policy}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let table = String::from_utf8_lossy(&out.stdout);
-        assert!(table.contains(&format!("policy {policy}")) && table.contains("resnet50"), "{table}");
+        assert!(
+            table.contains(&format!("policy {policy}")) && table.contains("resnet50"),
+            "{table}"
+        );
     }
 }
 
@@ -58,7 +103,10 @@ fn demo_runs_on_built_in_defaults() {
     let out = dlscale(&["demo", "--format", "json"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&text).into_iter().map(Result::unwrap).collect();
+    let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&text)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
     let policies: Vec<&str> = docs.iter().map(|d| d["policy"].as_str().unwrap()).collect();
     assert_eq!(policies, ["elastic-batch", "elastic-gpu", "static"]);
     // Folding the batch into the decision never loses to a fixed batch under the same objective.
@@ -72,28 +120,92 @@ fn bad_input_exits_2_with_a_message_naming_file_and_field() {
     let cluster = examples().join("cluster.json");
     let cluster = cluster.to_str().unwrap();
     let cases: Vec<(String, &str)> = vec![
-        (write(&dir, "syntax.json", "{\"jobs\": [\n  {\"id\": \"a\",\n"), "syntax.json:3"),
-        (write(&dir, "minmax.json", r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 400, "max_batch": 200}]}"#), "job 'a': field 'min_batch'"),
-        (write(&dir, "negative.json", r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "weight": -1}]}"#), "job 'a': field 'weight'"),
-        (write(&dir, "alone.json", r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 3200, "max_batch": 6400, "max_gpus": 4}]}"#), "cannot run even alone"),
-        (write(&dir, "unknown.json", r#"{"jobs": [{"id": "a", "model": "alexnet", "min_batch": 1, "max_batch": 2}]}"#), "unknown model 'alexnet'"),
-        (write(&dir, "dup.json", r#"{"jobs": [{"id": "a", "model": "ncf", "min_batch": 256, "max_batch": 512}, {"id": "a", "model": "ncf", "min_batch": 256, "max_batch": 512}]}"#), "duplicate id"),
-        (write(&dir, "bad.toml", "[[jobs]]\nid = 'a'\nmin_batch = 'x'\n"), "bad.toml:3"),
-        (write(&dir, "empty.json", r#"{"jobs": []}"#), "field 'jobs': no jobs"),
-        (dir.path().join("missing.json").display().to_string(), "cannot read"),
+        (
+            write(&dir, "syntax.json", "{\"jobs\": [\n  {\"id\": \"a\",\n"),
+            "syntax.json:3",
+        ),
+        (
+            write(
+                &dir,
+                "minmax.json",
+                r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 400, "max_batch": 200}]}"#,
+            ),
+            "job 'a': field 'min_batch'",
+        ),
+        (
+            write(
+                &dir,
+                "negative.json",
+                r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "weight": -1}]}"#,
+            ),
+            "job 'a': field 'weight'",
+        ),
+        (
+            write(
+                &dir,
+                "alone.json",
+                r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 3200, "max_batch": 6400, "max_gpus": 4}]}"#,
+            ),
+            "cannot run even alone",
+        ),
+        (
+            write(
+                &dir,
+                "unknown.json",
+                r#"{"jobs": [{"id": "a", "model": "alexnet", "min_batch": 1, "max_batch": 2}]}"#,
+            ),
+            "unknown model 'alexnet'",
+        ),
+        (
+            write(
+                &dir,
+                "dup.json",
+                r#"{"jobs": [{"id": "a", "model": "ncf", "min_batch": 256, "max_batch": 512}, {"id": "a", "model": "ncf", "min_batch": 256, "max_batch": 512}]}"#,
+            ),
+            "duplicate id",
+        ),
+        (
+            write(&dir, "bad.toml", "[[jobs]]\nid = 'a'\nmin_batch = 'x'\n"),
+            "bad.toml:3",
+        ),
+        (
+            write(&dir, "empty.json", r#"{"jobs": []}"#),
+            "field 'jobs': no jobs",
+        ),
+        (
+            dir.path().join("missing.json").display().to_string(),
+            "cannot read",
+        ),
     ];
     for (path, expected) in cases {
         let out = dlscale(&["optimize", "--jobs", &path, "--cluster", cluster]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{path}: {stderr}");
-        assert!(stderr.contains(expected), "{path}: expected '{expected}' in: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{path}: expected '{expected}' in: {stderr}"
+        );
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
     let jobs = examples().join("jobs.json");
     let bad_cluster = write(&dir, "cluster.json", r#"{"nodes": 0, "gpus_per_node": 4}"#);
-    let out = dlscale(&["optimize", "--jobs", jobs.to_str().unwrap(), "--cluster", &bad_cluster]);
+    let out = dlscale(&[
+        "optimize",
+        "--jobs",
+        jobs.to_str().unwrap(),
+        "--cluster",
+        &bad_cluster,
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cluster.json: cluster: field 'nodes'"));
-    let out = dlscale(&["optimize", "--jobs", jobs.to_str().unwrap(), "--cluster", cluster, "--utility", "fair:2"]);
+    let out = dlscale(&[
+        "optimize",
+        "--jobs",
+        jobs.to_str().unwrap(),
+        "--cluster",
+        cluster,
+        "--utility",
+        "fair:2",
+    ]);
     assert_eq!(out.status.code(), Some(2));
 }

@@ -1,0 +1,213 @@
+//! `dlscale simulate` and `dlscale reproduce`.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use dlscale_sim::workload::bundled_pollux_workload;
+use dlscale_sim::{
+    read_workload, reproduce_paper, reproduce_pollux, run_to_dir, PaperOptions, PolluxOptions, ProgressMode, ReadOptions, SimConfig, SimError, SimPolicy,
+    WorkloadFormat,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::input_error;
+use crate::optimize::PolicyArgs;
+
+/// Arguments of `dlscale simulate`.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Workload: a trace file, or `pollux:N` for bundled Pollux workload N (1 to 8).
+    #[arg(long)]
+    pub workload: String,
+    /// Format of the workload file (detected from its header when omitted).
+    #[arg(long, value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<WorkloadFormat>()))]
+    pub workload_format: Option<WorkloadFormat>,
+    /// Number of nodes.
+    #[arg(long, default_value_t = 16)]
+    pub nodes: u32,
+    /// GPUs per node.
+    #[arg(long, default_value_t = 4)]
+    pub gpus_per_node: u32,
+    /// Policies: elastic-batch, elastic-gpu, static, tiresias; repeat or comma-separate to compare.
+    #[arg(long, required = true, value_delimiter = ',', value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<SimPolicy>()))]
+    pub policy: Vec<SimPolicy>,
+    /// Run the allocator every this many seconds (0: only on arrivals and completions).
+    #[arg(long, default_value_t = 60.0)]
+    pub interval: f64,
+    /// Seconds a restarted job makes no progress.
+    #[arg(long, default_value_t = 30.0)]
+    pub restart_s: f64,
+    /// How jobs advance: samples (throughput) or goodput (Pollux's statistical-efficiency progress).
+    #[arg(long, default_value = "samples", value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<ProgressMode>()))]
+    pub progress: ProgressMode,
+    /// Seed of the trace mapping rules.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Skip malformed trace rows (counted in summary.json) instead of failing.
+    #[arg(long)]
+    pub skip_bad_rows: bool,
+    /// Tiresias: attained GPU-seconds after which a job drops to the low-priority queue.
+    #[arg(long, default_value_t = dlscale_sim::TiresiasSettings::default().threshold_gpu_s)]
+    pub tiresias_threshold_gpu_s: f64,
+    /// Defragmenting repack: most unchanged jobs moved per job it consolidates (0: off).
+    #[arg(long, default_value_t = 4)]
+    pub defragment_moves: u32,
+    #[command(flatten)]
+    pub policy_args: PolicyArgs,
+    /// Output directory (created).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// `dlscale reproduce`.
+#[derive(Debug, Args)]
+pub struct ReproduceArgs {
+    #[command(subcommand)]
+    pub experiment: Experiment,
+}
+
+/// The experiments `reproduce` knows.
+#[derive(Debug, Subcommand)]
+pub enum Experiment {
+    /// The paper's experiment: Poisson arrival-rate sweep, admit-or-drop, elastic-batch vs
+    /// elastic-gpu vs static.
+    Paper {
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Jobs per arrival rate.
+        #[arg(long, default_value_t = 300)]
+        jobs: usize,
+        /// Seed of the generated workloads.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Pollux's yardstick: its 8 workloads on 16 × 4 GPUs against the published numbers.
+    Pollux {
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Only these workloads (1 to 8), comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        workloads: Vec<usize>,
+    },
+}
+
+/// Maps the simulator's errors: everything caused by the input (trace rows, files, settings) exits 2.
+fn sim_error(e: SimError) -> anyhow::Error {
+    match e {
+        SimError::Plot { .. } => anyhow::Error::new(e),
+        other => input_error(other),
+    }
+}
+
+/// A progress bar on a terminal, nothing otherwise.
+fn progress_bar(total: u64, what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    let style = ProgressStyle::with_template("{prefix:>14} [{bar:40}] {pos}/{len} {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_prefix(what.to_string());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Runs `dlscale simulate`.
+pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
+    let settings = args.policy_args.settings()?;
+    let cluster = dlscale_core::Cluster::new(args.nodes, args.gpus_per_node).map_err(input_error)?;
+    if !(args.interval.is_finite() && args.interval >= 0.0) {
+        return Err(input_error(anyhow::anyhow!("--interval must be a number ≥ 0, got {}", args.interval)));
+    }
+    if !(args.tiresias_threshold_gpu_s.is_finite() && args.tiresias_threshold_gpu_s > 0.0) {
+        return Err(input_error(anyhow::anyhow!("--tiresias-threshold-gpu-s must be a positive number")));
+    }
+    if !(args.restart_s.is_finite() && args.restart_s >= 0.0) {
+        return Err(input_error(anyhow::anyhow!("--restart-s must be a number ≥ 0, got {}", args.restart_s)));
+    }
+    let options = ReadOptions { skip_bad_rows: args.skip_bad_rows, seed: args.seed };
+    let workload = match args.workload.strip_prefix("pollux:") {
+        Some(n) => {
+            let n = n.parse().map_err(|_| input_error(anyhow::anyhow!("--workload pollux:N needs a number, got '{}'", args.workload)))?;
+            bundled_pollux_workload(n).map_err(sim_error)?
+        }
+        None => read_workload(args.workload.as_ref(), args.workload_format, &options).map_err(sim_error)?,
+    };
+    let config = SimConfig {
+        cluster,
+        interval_s: (args.interval > 0.0).then_some(args.interval),
+        restart_delay_s: args.restart_s,
+        progress: args.progress,
+        settings,
+        defragment_moves_per_job: args.defragment_moves,
+        tiresias: dlscale_sim::TiresiasSettings { threshold_gpu_s: args.tiresias_threshold_gpu_s },
+        ..SimConfig::default()
+    };
+    let total = workload.jobs.len() as u64;
+    let mut bars: Vec<(SimPolicy, ProgressBar)> = Vec::new();
+    let results = run_to_dir(&workload, &config, &args.policy, &args.out, &mut |policy, finished, _, sim_time_s| {
+        if bars.last().is_none_or(|(p, _)| *p != policy) {
+            if let Some((_, bar)) = bars.last() {
+                bar.finish();
+            }
+            bars.push((policy, progress_bar(total, policy.name())));
+        }
+        if let Some((_, bar)) = bars.last() {
+            bar.set_position(finished as u64);
+            bar.set_message(format!("simulated {:.1} h", sim_time_s / 3600.0));
+        }
+    })
+    .map_err(sim_error)?;
+    if let Some((_, bar)) = bars.last() {
+        bar.finish();
+    }
+    println!(
+        "{:<14} {:>6} {:>9} {:>8} {:>11} {:>11} {:>11} {:>7} {:>9} {:>8}",
+        "policy", "jobs", "completed", "dropped", "avg JCT s", "p50 JCT s", "p99 JCT s", "util", "restarts", "wall s"
+    );
+    for r in &results {
+        let s = &r.summary;
+        println!(
+            "{:<14} {:>6} {:>9} {:>8} {:>11.0} {:>11.0} {:>11.0} {:>7.3} {:>9} {:>8.2}",
+            s.policy, s.jobs, s.completed, s.dropped, s.avg_jct_s, s.p50_jct_s, s.p99_jct_s, s.gpu_utilization, s.reallocations, s.wall_s
+        );
+    }
+    println!("reports in {}", args.out.display());
+    Ok(())
+}
+
+/// Runs `dlscale reproduce`.
+pub fn run_reproduce(args: &ReproduceArgs) -> Result<()> {
+    match &args.experiment {
+        Experiment::Paper { out, jobs, seed } => {
+            let options = PaperOptions { jobs: *jobs, seed: *seed, ..PaperOptions::default() };
+            let bar = progress_bar(0, "paper");
+            reproduce_paper(out, &options, &mut |done, total| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            })
+            .map_err(sim_error)?;
+            bar.finish();
+            println!("{}", std::fs::read_to_string(out.join("report.md"))?);
+        }
+        Experiment::Pollux { out, workloads } => {
+            let options = if workloads.is_empty() { PolluxOptions::default() } else { PolluxOptions { workloads: workloads.clone() } };
+            let bar = progress_bar(0, "pollux");
+            reproduce_pollux(out, &options, &mut |done, total| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            })
+            .map_err(sim_error)?;
+            bar.finish();
+            println!("{}", std::fs::read_to_string(out.join("report.md"))?);
+        }
+    }
+    Ok(())
+}
