@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
 use crate::job::Job;
-use crate::throughput::throughput_samples_per_s;
+use crate::throughput::throughput_from_step;
 use crate::utility::Utility;
 use crate::{BatchSize, GpuCount};
 
@@ -85,9 +85,51 @@ struct Candidate {
 pub struct OptionTable {
     utility: Utility,
     choice: BatchChoice,
-    /// `(gpus, nodes, candidates range)` for every allowed count, ascending in GPUs.
-    rows: Vec<(GpuCount, u32, std::ops::Range<usize>)>,
+    /// One row per allowed count, ascending in GPUs.
+    rows: Vec<Row>,
     candidates: Vec<Candidate>,
+}
+
+/// The candidates of one GPU count.
+#[derive(Debug, Clone, PartialEq)]
+struct Row {
+    gpus: GpuCount,
+    nodes: u32,
+    /// Its candidates in [`OptionTable::candidates`].
+    range: std::ops::Range<usize>,
+    /// Index of the candidate with the largest metric (the first on ties), if any: the choice
+    /// whenever the job's current configuration is not in this row.
+    best: Option<usize>,
+}
+
+impl Row {
+    fn new(
+        gpus: GpuCount,
+        nodes: u32,
+        range: std::ops::Range<usize>,
+        candidates: &[Candidate],
+    ) -> Self {
+        let mut row = Row {
+            gpus,
+            nodes,
+            range,
+            best: None,
+        };
+        row.refresh_best(candidates);
+        row
+    }
+
+    fn refresh_best(&mut self, candidates: &[Candidate]) {
+        self.best = None;
+        for i in self.range.clone() {
+            if self
+                .best
+                .is_none_or(|b| candidates[i].metric > candidates[b].metric)
+            {
+                self.best = Some(i);
+            }
+        }
+    }
 }
 
 impl OptionTable {
@@ -104,13 +146,18 @@ impl OptionTable {
             .map_or(cluster.total_gpus(), |m| m.min(cluster.total_gpus()));
         let mut rows = Vec::new();
         let mut candidates = Vec::new();
-        let mut scratch = Vec::new();
+        let (mut batches, mut locals, mut steps) = (Vec::new(), Vec::new(), Vec::new());
         for gpus in job.gpus.counts(cap) {
-            candidate_batches(job, gpus, choice, &mut scratch);
+            candidate_batches(job, gpus, choice, &mut batches, &mut locals);
             let nodes = cluster.min_nodes_for(gpus);
+            // One model call per GPU count: the model does its per-placement work once.
+            steps.clear();
+            steps.resize(batches.len(), None);
+            job.throughput
+                .step_times_s(gpus, nodes, &locals, &mut steps);
             let start = candidates.len();
-            for &batch in &scratch {
-                if let Some((throughput, metric)) = eval.metric(gpus, nodes, batch) {
+            for (&batch, step_s) in batches.iter().zip(&steps) {
+                if let Some((throughput, metric)) = eval.metric_from_step(gpus, batch, *step_s) {
                     candidates.push(Candidate {
                         batch,
                         throughput,
@@ -118,7 +165,8 @@ impl OptionTable {
                     });
                 }
             }
-            rows.push((gpus, nodes, start..candidates.len()));
+            let end = candidates.len();
+            rows.push(Row::new(gpus, nodes, start..end, &candidates));
         }
         OptionTable {
             utility,
@@ -139,6 +187,9 @@ impl OptionTable {
             for cand in &mut self.candidates {
                 cand.metric =
                     cand.throughput * eff.noise.efficiency(f64::from(cand.batch), eff.init_batch);
+            }
+            for row in &mut self.rows {
+                row.refresh_best(&self.candidates);
             }
         }
     }
@@ -168,14 +219,14 @@ impl OptionTable {
         let keep_factor = 1.0 + restart.min_gain.max(0.0);
         // The current configuration as an extra candidate when the grid does not hold it.
         let extra = current.and_then(|c| {
-            let row = self.rows.iter().find(|(g, ..)| *g == c.gpus)?;
-            let in_grid = self.candidates[row.2.clone()]
+            let row = self.rows.iter().find(|row| row.gpus == c.gpus)?;
+            let in_grid = self.candidates[row.range.clone()]
                 .iter()
                 .any(|cand| cand.batch == c.batch);
             if self.choice == BatchChoice::Fixed || in_grid {
                 return None;
             }
-            let (throughput, metric) = eval.metric(c.gpus, row.1, c.batch)?;
+            let (throughput, metric) = eval.metric(c.gpus, row.nodes, c.batch)?;
             Some(Candidate {
                 batch: c.batch,
                 throughput,
@@ -184,21 +235,29 @@ impl OptionTable {
         });
         let mut reference = None;
         let mut options = Vec::with_capacity(self.rows.len());
-        for (gpus, nodes, range) in &self.rows {
-            let (gpus, nodes) = (*gpus, *nodes);
-            let extra_here = extra.filter(|_| current.is_some_and(|c| c.gpus == gpus));
-            let row = self.candidates[range.clone()]
-                .iter()
-                .chain(extra_here.iter());
+        for row in &self.rows {
+            let (gpus, nodes) = (row.gpus, row.nodes);
             let mut best: Option<(f64, &Candidate)> = None;
             let mut best_raw = f64::MIN_POSITIVE;
-            for cand in row {
-                let kept = current.is_some_and(|c| c.gpus == gpus && c.batch == cand.batch);
-                let adjusted = cand.metric * if kept { keep_factor } else { change_factor };
-                if best.is_none_or(|(a, _)| adjusted > a) {
-                    best = Some((adjusted, cand));
+            if current.is_some_and(|c| c.gpus == gpus) {
+                // Keeping the current batch and changing it are valued differently: scan.
+                for cand in self.candidates[row.range.clone()]
+                    .iter()
+                    .chain(extra.iter())
+                {
+                    let kept = current.is_some_and(|c| c.batch == cand.batch);
+                    let adjusted = cand.metric * if kept { keep_factor } else { change_factor };
+                    if best.is_none_or(|(a, _)| adjusted > a) {
+                        best = Some((adjusted, cand));
+                    }
+                    best_raw = best_raw.max(cand.metric);
                 }
-                best_raw = best_raw.max(cand.metric);
+            } else if let Some(b) = row.best {
+                // Every candidate is a change (or there is no current one): one factor for all,
+                // so the best metric wins.
+                let cand = &self.candidates[b];
+                best = Some((cand.metric * change_factor, cand));
+                best_raw = cand.metric;
             }
             let Some((adjusted, cand)) = best else {
                 continue;
@@ -231,8 +290,21 @@ impl Evaluator<'_> {
     /// samples/s.
     fn metric(&self, gpus: GpuCount, nodes: u32, batch: BatchSize) -> Option<(f64, f64)> {
         debug_assert!(nodes <= self.cluster.nodes || gpus > self.cluster.total_gpus());
-        let throughput =
-            throughput_samples_per_s(self.job.throughput.as_ref(), gpus, nodes, batch)?;
+        let step_s = self
+            .job
+            .throughput
+            .step_time_s(gpus, nodes, batch.div_ceil(gpus.max(1)));
+        self.metric_from_step(gpus, batch, step_s)
+    }
+
+    /// [`Evaluator::metric`] given the step time of the configuration.
+    fn metric_from_step(
+        &self,
+        gpus: GpuCount,
+        batch: BatchSize,
+        step_s: Option<f64>,
+    ) -> Option<(f64, f64)> {
+        let throughput = throughput_from_step(gpus, batch, step_s?)?;
         let metric = match (&self.job.efficiency, self.utility.uses_goodput()) {
             (Some(eff), true) => {
                 throughput * eff.noise.efficiency(f64::from(batch), eff.init_batch)
@@ -243,20 +315,29 @@ impl Evaluator<'_> {
     }
 }
 
-/// Candidate global batches of `job` at `gpus` GPUs, written into `out`.
+/// Candidate global batches of `job` at `gpus` GPUs, written into `out`, with their per-GPU shares
+/// `ceil(batch / gpus)` in `shares`.
 ///
 /// Step time depends on the batch only through the per-GPU share `ceil(b / g)`, and every metric
 /// grows with `b` at a fixed share, so for each share only the largest batch with that share
 /// matters. When the range holds at most `max_candidates` shares all are tried (exact); otherwise
 /// a geometric grid of shares including both ends.
-pub fn candidate_batches(job: &Job, gpus: GpuCount, choice: BatchChoice, out: &mut Vec<BatchSize>) {
+pub fn candidate_batches(
+    job: &Job,
+    gpus: GpuCount,
+    choice: BatchChoice,
+    out: &mut Vec<BatchSize>,
+    shares: &mut Vec<BatchSize>,
+) {
     out.clear();
+    shares.clear();
     let upper = job.batch.max.min(job.max_local_batch.saturating_mul(gpus));
     let lower = job.batch.min.max(gpus);
     match choice {
         BatchChoice::Fixed => {
             if job.batch_fits(gpus, job.requested.batch) {
                 out.push(job.requested.batch);
+                shares.push(job.requested.batch.div_ceil(gpus));
             }
         }
         BatchChoice::Free { max_candidates } => {
@@ -265,20 +346,25 @@ pub fn candidate_batches(job: &Job, gpus: GpuCount, choice: BatchChoice, out: &m
             }
             let lo = lower.div_ceil(gpus);
             let hi = upper.div_ceil(gpus);
+            // With share ≤ hi, min(share·g, upper) has exactly `share` as its per-GPU share.
             let largest_with_share = |share: u32| share.saturating_mul(gpus).min(upper);
             let count = (hi - lo + 1) as usize;
             if count <= max_candidates.max(2) {
-                out.extend((lo..=hi).map(largest_with_share));
+                shares.extend(lo..=hi);
             } else {
+                // lo · rᵏ for k = 0..steps with r = (hi/lo)^(1/steps): one powf, not one per point.
                 let steps = max_candidates.max(2) - 1;
-                let ratio = f64::from(hi) / f64::from(lo);
-                for k in 0..=steps {
-                    let share =
-                        (f64::from(lo) * ratio.powf(k as f64 / steps as f64)).round() as u32;
-                    out.push(largest_with_share(share.clamp(lo, hi)));
+                let step_ratio = (f64::from(hi) / f64::from(lo)).powf(1.0 / steps as f64);
+                let mut share = f64::from(lo);
+                for _ in 0..steps {
+                    // share ≥ 1, so adding ½ and truncating rounds to nearest.
+                    shares.push(((share + 0.5) as u32).clamp(lo, hi));
+                    share *= step_ratio;
                 }
-                out.dedup();
+                shares.push(hi);
+                shares.dedup();
             }
+            out.extend(shares.iter().map(|&share| largest_with_share(share)));
         }
     }
 }

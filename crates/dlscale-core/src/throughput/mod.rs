@@ -50,10 +50,19 @@ pub fn throughput_samples_per_s(
     nodes: u32,
     global_batch: u32,
 ) -> Option<f64> {
-    if gpus == 0 || global_batch < gpus {
+    if gpus == 0 {
         return None;
     }
-    let local_batch = global_batch.div_ceil(gpus);
-    let step_s = model.step_time_s(gpus, nodes, local_batch)?;
-    (step_s > 0.0 && step_s.is_finite()).then(|| f64::from(global_batch) / step_s)
+    throughput_from_step(
+        gpus,
+        global_batch,
+        model.step_time_s(gpus, nodes, global_batch.div_ceil(gpus))?,
+    )
+}
+
+/// Samples per second of `global_batch` over `gpus` GPUs when one step takes `step_s`; `None`
+/// for fewer samples than GPUs or a step time that is not a positive number.
+pub fn throughput_from_step(gpus: GpuCount, global_batch: u32, step_s: f64) -> Option<f64> {
+    (gpus > 0 && global_batch >= gpus && step_s > 0.0 && step_s.is_finite())
+        .then(|| f64::from(global_batch) / step_s)
 }
