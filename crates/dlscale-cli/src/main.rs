@@ -4,6 +4,7 @@
 //! exit codes (2: bad input, 1: anything else).
 
 mod optimize;
+mod service;
 mod simulate;
 
 use std::process::ExitCode;
@@ -28,6 +29,20 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Reproduce an experiment: `paper` (arrival-rate sweep) or `pollux` (Pollux's yardstick).
     Reproduce(simulate::ReproduceArgs),
+    /// Run the autoscaler service (HTTP API, durable state, controller, local executor).
+    Serve(service::ServeArgs),
+    /// Submit the job(s) of a job file to the service.
+    Submit(service::SubmitArgs),
+    /// List the service's jobs.
+    Jobs(service::JobsArgs),
+    /// Show one job.
+    Job(service::JobArgs),
+    /// Cancel a job.
+    Cancel(service::CancelArgs),
+    /// Print a job's log.
+    Logs(service::LogsArgs),
+    /// Measure a job at several (workers, batch) points and fit its throughput model.
+    Profile(service::ProfileArgs),
 }
 
 /// An error whose cause is the user's input (exit code 2), as opposed to a failure of ours.
@@ -54,6 +69,13 @@ fn main() -> ExitCode {
         Command::Demo(args) => optimize::run_demo(&args),
         Command::Simulate(args) => simulate::run_simulate(&args),
         Command::Reproduce(args) => simulate::run_reproduce(&args),
+        Command::Serve(args) => service::run_serve(&args),
+        Command::Submit(args) => service::run_submit(&args),
+        Command::Jobs(args) => service::run_jobs(&args),
+        Command::Job(args) => service::run_job(&args),
+        Command::Cancel(args) => service::run_cancel(&args),
+        Command::Logs(args) => service::run_logs(&args),
+        Command::Profile(args) => service::run_profile_cmd(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,8 +8,8 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use dlscale_sim::workload::bundled_pollux_workload;
 use dlscale_sim::{
-    read_workload, reproduce_paper, reproduce_pollux, run_to_dir, PaperOptions, PolluxOptions, ProgressMode, ReadOptions, SimConfig, SimError, SimPolicy,
-    WorkloadFormat,
+    read_workload, reproduce_paper, reproduce_pollux, run_to_dir, PaperOptions, PolluxOptions,
+    ProgressMode, ReadOptions, SimConfig, SimError, SimPolicy, WorkloadFormat,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -122,23 +122,41 @@ fn progress_bar(total: u64, what: &str) -> ProgressBar {
 /// Runs `dlscale simulate`.
 pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
     let settings = args.policy_args.settings()?;
-    let cluster = dlscale_core::Cluster::new(args.nodes, args.gpus_per_node).map_err(input_error)?;
+    let cluster =
+        dlscale_core::Cluster::new(args.nodes, args.gpus_per_node).map_err(input_error)?;
     if !(args.interval.is_finite() && args.interval >= 0.0) {
-        return Err(input_error(anyhow::anyhow!("--interval must be a number ≥ 0, got {}", args.interval)));
+        return Err(input_error(anyhow::anyhow!(
+            "--interval must be a number ≥ 0, got {}",
+            args.interval
+        )));
     }
     if !(args.tiresias_threshold_gpu_s.is_finite() && args.tiresias_threshold_gpu_s > 0.0) {
-        return Err(input_error(anyhow::anyhow!("--tiresias-threshold-gpu-s must be a positive number")));
+        return Err(input_error(anyhow::anyhow!(
+            "--tiresias-threshold-gpu-s must be a positive number"
+        )));
     }
     if !(args.restart_s.is_finite() && args.restart_s >= 0.0) {
-        return Err(input_error(anyhow::anyhow!("--restart-s must be a number ≥ 0, got {}", args.restart_s)));
+        return Err(input_error(anyhow::anyhow!(
+            "--restart-s must be a number ≥ 0, got {}",
+            args.restart_s
+        )));
     }
-    let options = ReadOptions { skip_bad_rows: args.skip_bad_rows, seed: args.seed };
+    let options = ReadOptions {
+        skip_bad_rows: args.skip_bad_rows,
+        seed: args.seed,
+    };
     let workload = match args.workload.strip_prefix("pollux:") {
         Some(n) => {
-            let n = n.parse().map_err(|_| input_error(anyhow::anyhow!("--workload pollux:N needs a number, got '{}'", args.workload)))?;
+            let n = n.parse().map_err(|_| {
+                input_error(anyhow::anyhow!(
+                    "--workload pollux:N needs a number, got '{}'",
+                    args.workload
+                ))
+            })?;
             bundled_pollux_workload(n).map_err(sim_error)?
         }
-        None => read_workload(args.workload.as_ref(), args.workload_format, &options).map_err(sim_error)?,
+        None => read_workload(args.workload.as_ref(), args.workload_format, &options)
+            .map_err(sim_error)?,
     };
     let config = SimConfig {
         cluster,
@@ -147,36 +165,62 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
         progress: args.progress,
         settings,
         defragment_moves_per_job: args.defragment_moves,
-        tiresias: dlscale_sim::TiresiasSettings { threshold_gpu_s: args.tiresias_threshold_gpu_s },
+        tiresias: dlscale_sim::TiresiasSettings {
+            threshold_gpu_s: args.tiresias_threshold_gpu_s,
+        },
         ..SimConfig::default()
     };
     let total = workload.jobs.len() as u64;
     let mut bars: Vec<(SimPolicy, ProgressBar)> = Vec::new();
-    let results = run_to_dir(&workload, &config, &args.policy, &args.out, &mut |policy, finished, _, sim_time_s| {
-        if bars.last().is_none_or(|(p, _)| *p != policy) {
-            if let Some((_, bar)) = bars.last() {
-                bar.finish();
+    let results = run_to_dir(
+        &workload,
+        &config,
+        &args.policy,
+        &args.out,
+        &mut |policy, finished, _, sim_time_s| {
+            if bars.last().is_none_or(|(p, _)| *p != policy) {
+                if let Some((_, bar)) = bars.last() {
+                    bar.finish();
+                }
+                bars.push((policy, progress_bar(total, policy.name())));
             }
-            bars.push((policy, progress_bar(total, policy.name())));
-        }
-        if let Some((_, bar)) = bars.last() {
-            bar.set_position(finished as u64);
-            bar.set_message(format!("simulated {:.1} h", sim_time_s / 3600.0));
-        }
-    })
+            if let Some((_, bar)) = bars.last() {
+                bar.set_position(finished as u64);
+                bar.set_message(format!("simulated {:.1} h", sim_time_s / 3600.0));
+            }
+        },
+    )
     .map_err(sim_error)?;
     if let Some((_, bar)) = bars.last() {
         bar.finish();
     }
     println!(
         "{:<14} {:>6} {:>9} {:>8} {:>11} {:>11} {:>11} {:>7} {:>9} {:>8}",
-        "policy", "jobs", "completed", "dropped", "avg JCT s", "p50 JCT s", "p99 JCT s", "util", "restarts", "wall s"
+        "policy",
+        "jobs",
+        "completed",
+        "dropped",
+        "avg JCT s",
+        "p50 JCT s",
+        "p99 JCT s",
+        "util",
+        "restarts",
+        "wall s"
     );
     for r in &results {
         let s = &r.summary;
         println!(
             "{:<14} {:>6} {:>9} {:>8} {:>11.0} {:>11.0} {:>11.0} {:>7.3} {:>9} {:>8.2}",
-            s.policy, s.jobs, s.completed, s.dropped, s.avg_jct_s, s.p50_jct_s, s.p99_jct_s, s.gpu_utilization, s.reallocations, s.wall_s
+            s.policy,
+            s.jobs,
+            s.completed,
+            s.dropped,
+            s.avg_jct_s,
+            s.p50_jct_s,
+            s.p99_jct_s,
+            s.gpu_utilization,
+            s.reallocations,
+            s.wall_s
         );
     }
     println!("reports in {}", args.out.display());
@@ -187,7 +231,11 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
 pub fn run_reproduce(args: &ReproduceArgs) -> Result<()> {
     match &args.experiment {
         Experiment::Paper { out, jobs, seed } => {
-            let options = PaperOptions { jobs: *jobs, seed: *seed, ..PaperOptions::default() };
+            let options = PaperOptions {
+                jobs: *jobs,
+                seed: *seed,
+                ..PaperOptions::default()
+            };
             let bar = progress_bar(0, "paper");
             reproduce_paper(out, &options, &mut |done, total| {
                 bar.set_length(total as u64);
@@ -198,7 +246,13 @@ pub fn run_reproduce(args: &ReproduceArgs) -> Result<()> {
             println!("{}", std::fs::read_to_string(out.join("report.md"))?);
         }
         Experiment::Pollux { out, workloads } => {
-            let options = if workloads.is_empty() { PolluxOptions::default() } else { PolluxOptions { workloads: workloads.clone() } };
+            let options = if workloads.is_empty() {
+                PolluxOptions::default()
+            } else {
+                PolluxOptions {
+                    workloads: workloads.clone(),
+                }
+            };
             let bar = progress_bar(0, "pollux");
             reproduce_pollux(out, &options, &mut |done, total| {
                 bar.set_length(total as u64);

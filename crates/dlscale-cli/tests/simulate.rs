@@ -3,7 +3,10 @@
 use std::process::{Command, Output};
 
 fn dlscale(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dlscale")).args(args).output().expect("dlscale runs")
+    Command::new(env!("CARGO_BIN_EXE_dlscale"))
+        .args(args)
+        .output()
+        .expect("dlscale runs")
 }
 
 fn summary(path: &std::path::Path) -> serde_json::Value {
@@ -14,23 +17,62 @@ fn summary(path: &std::path::Path) -> serde_json::Value {
 fn simulate_compares_policies_and_writes_reports() {
     let out = tempfile::tempdir().unwrap();
     let dir = out.path().to_str().unwrap();
-    let run = dlscale(&["simulate", "--workload", "pollux:2", "--policy", "elastic-batch,tiresias", "--progress", "goodput", "--admission", "queue", "--out", dir]);
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let run = dlscale(&[
+        "simulate",
+        "--workload",
+        "pollux:2",
+        "--policy",
+        "elastic-batch,tiresias",
+        "--progress",
+        "goodput",
+        "--admission",
+        "queue",
+        "--out",
+        dir,
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     for policy in ["elastic-batch", "tiresias"] {
         let s = summary(&out.path().join(policy).join("summary.json"));
-        for field in ["policy", "jobs", "completed", "dropped", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s", "gpu_utilization", "reallocations", "wall_s"] {
+        for field in [
+            "policy",
+            "jobs",
+            "completed",
+            "dropped",
+            "avg_jct_s",
+            "p50_jct_s",
+            "p99_jct_s",
+            "makespan_s",
+            "gpu_utilization",
+            "reallocations",
+            "wall_s",
+        ] {
             assert!(s.get(field).is_some(), "{policy}: no {field}");
         }
         assert_eq!(s["policy"], policy);
         assert_eq!(s["jobs"], 160);
-        assert_eq!(s["completed"].as_u64().unwrap() + s["dropped"].as_u64().unwrap(), 160);
+        assert_eq!(
+            s["completed"].as_u64().unwrap() + s["dropped"].as_u64().unwrap(),
+            160
+        );
         let util = s["gpu_utilization"].as_f64().unwrap();
         assert!(util > 0.0 && util <= 1.0);
         let rows = std::fs::read_to_string(out.path().join(policy).join("jobs.csv")).unwrap();
         assert_eq!(rows.lines().count(), 161, "a header and one row per job");
     }
-    for plot in ["jct_cdf.svg", "jct_cdf.png", "utilization.png", "gpus_per_job.svg"] {
-        assert!(out.path().join(plot).metadata().unwrap().len() > 1000, "{plot}");
+    for plot in [
+        "jct_cdf.svg",
+        "jct_cdf.png",
+        "utilization.png",
+        "gpus_per_job.svg",
+    ] {
+        assert!(
+            out.path().join(plot).metadata().unwrap().len() > 1000,
+            "{plot}"
+        );
     }
     let table = String::from_utf8_lossy(&run.stdout);
     assert!(table.contains("elastic-batch") && table.contains("tiresias"));
@@ -42,7 +84,15 @@ fn one_policy_writes_summary_directly_and_bad_rows_are_named_or_skipped() {
     let trace = dir.path().join("trace.csv");
     std::fs::write(&trace, "name,time,application,num_replicas,batch_size\na,0,cifar10,2,256\nb,10,cifar10,two,256\nc,20,ncf,1,32768\n").unwrap();
     let out = dir.path().join("out");
-    let args = ["simulate", "--workload", trace.to_str().unwrap(), "--policy", "elastic-batch", "--out", out.to_str().unwrap()];
+    let args = [
+        "simulate",
+        "--workload",
+        trace.to_str().unwrap(),
+        "--policy",
+        "elastic-batch",
+        "--out",
+        out.to_str().unwrap(),
+    ];
     let failed = dlscale(&args);
     assert_eq!(failed.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&failed.stderr);
@@ -50,7 +100,11 @@ fn one_policy_writes_summary_directly_and_bad_rows_are_named_or_skipped() {
     let mut skipping = args.to_vec();
     skipping.push("--skip-bad-rows");
     let ok = dlscale(&skipping);
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
     let s = summary(&out.join("summary.json"));
     assert_eq!(s["jobs"], 2);
     assert_eq!(s["skipped_rows"], 1);
@@ -60,8 +114,23 @@ fn one_policy_writes_summary_directly_and_bad_rows_are_named_or_skipped() {
 #[test]
 fn reproduce_paper_writes_a_report() {
     let out = tempfile::tempdir().unwrap();
-    let run = dlscale(&["reproduce", "paper", "--jobs", "40", "--out", out.path().to_str().unwrap()]);
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let run = dlscale(&[
+        "reproduce",
+        "paper",
+        "--jobs",
+        "40",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
-    assert!(report.contains("elastic-batch") && report.contains("elastic-gpu") && report.contains("static"));
+    assert!(
+        report.contains("elastic-batch")
+            && report.contains("elastic-gpu")
+            && report.contains("static")
+    );
 }

@@ -1,0 +1,416 @@
+//! The service commands: `dlscale serve` runs the autoscaler; `submit`, `jobs`, `job`, `cancel`
+//! and `logs` talk to it at `DLSCALE_API` (default http://127.0.0.1:7878) with the bearer token
+//! `DLSCALE_TOKEN`; `profile` measures a job and fits its throughput model.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use dlscale_server::client::{segment, ApiClient, ApiFailure, Method};
+use dlscale_server::job::JobView;
+use dlscale_server::profile::{run_profile, ProfileOptions, ProfilePoint};
+use dlscale_server::spec::{analytic_json, JobSpec};
+use dlscale_server::{ConfigFile, ServerConfig};
+use serde_json::Value;
+
+use crate::input_error;
+
+/// `dlscale serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML configuration file (keys documented in the README).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on (default 127.0.0.1:7878).
+    #[arg(long)]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Schedule N slots instead of the GPUs nvidia-smi finds.
+    #[arg(long)]
+    pub slots: Option<u32>,
+    /// Directory of the database, job logs and checkpoints.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// torchrun executable for torchrun-launched jobs.
+    #[arg(long)]
+    pub torchrun: Option<PathBuf>,
+}
+
+/// Output format of `dlscale job` and `dlscale jobs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Human-readable text.
+    Table,
+    /// JSON.
+    Json,
+}
+
+/// `dlscale submit`.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// Job file, TOML or JSON: one job, or `jobs = [...]`. Without `workdir`, the current
+    /// directory; a relative `workdir` is taken from the current directory.
+    pub file: PathBuf,
+}
+
+/// `dlscale jobs`.
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+}
+
+/// `dlscale job`.
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    /// Job id.
+    pub id: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+}
+
+/// `dlscale cancel`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// Job id.
+    pub id: String,
+}
+
+/// `dlscale logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// Job id.
+    pub id: String,
+    /// Print at most this many bytes from the end.
+    #[arg(long, default_value_t = 65536)]
+    pub tail_bytes: u64,
+}
+
+/// `dlscale profile`.
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// Job file (one job, as for `dlscale submit`).
+    pub file: PathBuf,
+    /// Points to measure as WORKERSxBATCH (repeat or comma-separate; default: 1×B, 1×2B, 2×2B
+    /// with B = min_batch).
+    #[arg(long = "point", value_delimiter = ',')]
+    pub points: Vec<ProfilePoint>,
+    /// Seconds to measure each point after its first progress line.
+    #[arg(long, default_value_t = 15.0)]
+    pub seconds: f64,
+    /// Longest wait for a point's first progress line, seconds.
+    #[arg(long, default_value_t = 120.0)]
+    pub startup_timeout: f64,
+    /// torchrun executable (default: $DLSCALE_VENV/bin/torchrun if present, else torchrun).
+    #[arg(long)]
+    pub torchrun: Option<PathBuf>,
+    /// Store the profile on the server under this name (jobs use it with `profile = "NAME"`).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Write the fitted model as JSON (usable as a job's inline `model`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// Marks answers the user caused (4xx) as input errors (exit code 2).
+fn classify(e: anyhow::Error) -> anyhow::Error {
+    match e.downcast_ref::<ApiFailure>() {
+        Some(f) if f.status.is_client_error() => input_error(e),
+        _ => e,
+    }
+}
+
+/// `dlscale serve`.
+pub fn run_serve(args: &ServeArgs) -> Result<()> {
+    let mut file = match &args.config {
+        Some(path) => ConfigFile::load(path).map_err(input_error)?,
+        None => ConfigFile::default(),
+    };
+    if args.listen.is_some() {
+        file.listen = args.listen;
+    }
+    if args.slots.is_some() {
+        file.slots = args.slots;
+    }
+    if args.data_dir.is_some() {
+        file.data_dir = args.data_dir.clone();
+    }
+    if args.torchrun.is_some() {
+        file.torchrun = args.torchrun.clone();
+    }
+    let config =
+        ServerConfig::resolve(file, std::env::var("DLSCALE_TOKEN").ok()).map_err(input_error)?;
+    dlscale_server::init_logging();
+    runtime()?.block_on(dlscale_server::serve(config))
+}
+
+/// Reads a job file (TOML or JSON) into submission objects with absolute workdirs.
+fn read_job_file(path: &Path) -> Result<Vec<Value>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let doc: Value = if path.extension().is_some_and(|e| e == "toml") {
+        toml::from_str(&text).map_err(|e| anyhow!("{}: {}", path.display(), e.message()))?
+    } else {
+        serde_json::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?
+    };
+    let jobs = match doc {
+        Value::Object(mut m) if m.contains_key("jobs") => match m.remove("jobs") {
+            Some(Value::Array(items)) => items,
+            _ => return Err(anyhow!("{}: 'jobs' must be an array", path.display())),
+        },
+        other => vec![other],
+    };
+    let cwd = std::env::current_dir()?;
+    jobs.into_iter()
+        .map(|mut job| {
+            let obj = job
+                .as_object_mut()
+                .ok_or_else(|| anyhow!("{}: each job must be a table/object", path.display()))?;
+            let workdir = match obj.get("workdir") {
+                Some(Value::String(w)) => cwd.join(w),
+                Some(_) => return Err(anyhow!("{}: 'workdir' must be a string", path.display())),
+                None => cwd.clone(),
+            };
+            obj.insert(
+                "workdir".into(),
+                Value::String(workdir.display().to_string()),
+            );
+            Ok(job)
+        })
+        .collect()
+}
+
+/// `dlscale submit`.
+pub fn run_submit(args: &SubmitArgs) -> Result<()> {
+    let jobs = read_job_file(&args.file).map_err(input_error)?;
+    let client = ApiClient::from_env().map_err(input_error)?;
+    runtime()?.block_on(async {
+        for job in jobs {
+            let view: JobView = client
+                .call(Method::POST, "/v1/jobs", Some(serde_json::to_vec(&job)?))
+                .await
+                .map_err(classify)?;
+            println!("submitted {} ({})", view.id, view.state.name());
+        }
+        Ok(())
+    })
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or("-".to_string(), |v| v.to_string())
+}
+
+/// `dlscale jobs`.
+pub fn run_jobs(args: &JobsArgs) -> Result<()> {
+    let client = ApiClient::from_env().map_err(input_error)?;
+    let jobs: Vec<JobView> = runtime()?
+        .block_on(client.call(Method::GET, "/v1/jobs", None))
+        .map_err(classify)?;
+    if args.format == Format::Json {
+        println!("{}", serde_json::to_string_pretty(&jobs)?);
+        return Ok(());
+    }
+    println!(
+        "{:<20} {:<10} {:>4} {:>6} {:>8} {:>8} {:>9}",
+        "ID", "STATE", "GPUS", "BATCH", "STEP", "RESTARTS", "LOSS"
+    );
+    for j in jobs {
+        println!(
+            "{:<20} {:<10} {:>4} {:>6} {:>8} {:>8} {:>9}",
+            j.id,
+            j.state.name(),
+            j.gpus,
+            j.batch_size,
+            opt(j.step),
+            j.restarts,
+            opt(j.loss.map(|l| format!("{l:.4}")))
+        );
+    }
+    Ok(())
+}
+
+/// `dlscale job`.
+pub fn run_job(args: &JobArgs) -> Result<()> {
+    let client = ApiClient::from_env().map_err(input_error)?;
+    let path = format!("/v1/jobs/{}", segment(&args.id));
+    let j: JobView = runtime()?
+        .block_on(client.call(Method::GET, &path, None))
+        .map_err(classify)?;
+    if args.format == Format::Json {
+        println!("{}", serde_json::to_string_pretty(&j)?);
+        return Ok(());
+    }
+    let slots: Vec<String> = j.slots.iter().map(u32::to_string).collect();
+    println!("id:          {}", j.id);
+    println!("state:       {}", j.state.name());
+    println!(
+        "gpus:        {} (slots {})",
+        j.gpus,
+        if slots.is_empty() {
+            "-".into()
+        } else {
+            slots.join(",")
+        }
+    );
+    println!(
+        "batch_size:  {} ({} per worker)",
+        j.batch_size, j.local_batch_size
+    );
+    println!("restarts:    {}", j.restarts);
+    println!("failures:    {}", j.failures);
+    println!("step:        {}", opt(j.step));
+    println!("loss:        {}", opt(j.loss.map(|l| format!("{l:.4}"))));
+    println!(
+        "samples/s:   {}",
+        opt(j.samples_per_s.map(|s| format!("{s:.0}")))
+    );
+    println!("model:       {}", j.model);
+    println!("exit_code:   {}", opt(j.exit_code));
+    println!("message:     {}", j.message.as_deref().unwrap_or("-"));
+    println!("log:         {}", j.log.display());
+    if !j.events.is_empty() {
+        println!("events:");
+        for e in &j.events {
+            println!("  {:>14.3}  {:<10} {}", e.at, e.kind, e.detail);
+        }
+    }
+    Ok(())
+}
+
+/// `dlscale cancel`.
+pub fn run_cancel(args: &CancelArgs) -> Result<()> {
+    let client = ApiClient::from_env().map_err(input_error)?;
+    let path = format!("/v1/jobs/{}", segment(&args.id));
+    let j: JobView = runtime()?
+        .block_on(client.call(Method::DELETE, &path, None))
+        .map_err(classify)?;
+    println!("{}: {}", j.id, j.state.name());
+    Ok(())
+}
+
+/// `dlscale logs`.
+pub fn run_logs(args: &LogsArgs) -> Result<()> {
+    let client = ApiClient::from_env().map_err(input_error)?;
+    let path = format!(
+        "/v1/jobs/{}/logs?tail_bytes={}",
+        segment(&args.id),
+        args.tail_bytes
+    );
+    let text = runtime()?.block_on(client.text(&path)).map_err(classify)?;
+    print!("{text}");
+    Ok(())
+}
+
+fn default_torchrun() -> PathBuf {
+    let venv = std::env::var_os("DLSCALE_VENV")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dlscale/venv")));
+    venv.map(|v| v.join("bin/torchrun"))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("torchrun"))
+}
+
+/// `dlscale profile`.
+pub fn run_profile_cmd(args: &ProfileArgs) -> Result<()> {
+    let mut jobs = read_job_file(&args.file).map_err(input_error)?;
+    if jobs.len() != 1 {
+        return Err(input_error(anyhow!(
+            "{}: profile one job at a time (found {})",
+            args.file.display(),
+            jobs.len()
+        )));
+    }
+    let spec = JobSpec::from_value(jobs.remove(0))
+        .map_err(|e| input_error(anyhow!("{}: {}", args.file.display(), e.message)))?;
+    let job = spec
+        .build_job(None)
+        .map_err(|e| input_error(anyhow!("{}: {}", args.file.display(), e.message)))?;
+    if !(args.seconds.is_finite() && args.seconds > 0.0) {
+        return Err(input_error(anyhow!("--seconds must be positive")));
+    }
+    let points = if args.points.is_empty() {
+        let b = job.batch.min;
+        ["1x{b}", "1x{2b}", "2x{2b}"]
+            .iter()
+            .map(|p| {
+                p.replace("{b}", &b.to_string())
+                    .replace("{2b}", &(2 * b).to_string())
+            })
+            .map(|p| {
+                p.parse::<ProfilePoint>()
+                    .map_err(|e| input_error(anyhow!(e)))
+            })
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        args.points.clone()
+    };
+    for p in &points {
+        if !job.batch_fits(p.workers, p.batch_size) {
+            return Err(input_error(anyhow!(
+                "point {}x{} does not fit the job's batch range [{}, {}] and max_local_batch {}",
+                p.workers,
+                p.batch_size,
+                job.batch.min,
+                job.batch.max,
+                job.max_local_batch
+            )));
+        }
+    }
+    let scratch = std::env::temp_dir().join(format!("dlscale-profile-{}", std::process::id()));
+    let opts = ProfileOptions {
+        seconds: args.seconds,
+        startup_timeout_s: args.startup_timeout,
+        torchrun: args.torchrun.clone().unwrap_or_else(default_torchrun),
+        scratch: scratch.clone(),
+    };
+    dlscale_server::init_logging();
+    let rt = runtime()?;
+    let report = rt.block_on(run_profile(&spec, &points, &opts));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let report = report?;
+    println!(
+        "{:>7} {:>6} {:>12} {:>12} {:>6}",
+        "WORKERS", "BATCH", "SAMPLES/S", "STEP_S", "LINES"
+    );
+    for r in &report.points {
+        println!(
+            "{:>7} {:>6} {:>12.1} {:>12.5} {:>6}",
+            r.point.workers, r.point.batch_size, r.samples_per_s, r.step_time_s, r.lines
+        );
+    }
+    let q = &report.quality;
+    println!(
+        "fit: r2={:.4} rmse={:.5}s max_rel_err={:.3} over {} points",
+        q.r_squared, q.rmse_s, q.max_relative_error, q.samples
+    );
+    for a in &q.assumptions {
+        println!("assumed: {a}");
+    }
+    let m = analytic_json(&report.model);
+    println!("model: {m}");
+    if let Some(out) = &args.out {
+        std::fs::write(out, serde_json::to_string_pretty(&m)? + "\n")
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        println!("wrote {}", out.display());
+    }
+    if let Some(name) = &args.name {
+        let client = ApiClient::from_env().map_err(input_error)?;
+        let body = serde_json::to_vec(
+            &serde_json::json!({"model": report.model, "quality": report.quality}),
+        )?;
+        let path = format!("/v1/profiles/{}", segment(name));
+        let _: Value = rt
+            .block_on(client.call(Method::PUT, &path, Some(body)))
+            .map_err(classify)?;
+        println!("stored profile '{name}' on {}", client.base());
+    }
+    Ok(())
+}

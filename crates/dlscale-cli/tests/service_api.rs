@@ -1,0 +1,442 @@
+//! The service end to end without torch: a real `dlscale serve`, plain shell workers.
+
+mod service_support;
+
+use std::time::Duration;
+
+use dlscale_server::client::{ApiClient, Method};
+use dlscale_server::job::JobStatus;
+use serde_json::{json, Value};
+use service_support::{Server, TOKEN};
+
+const CONFIG: &str =
+    "slots = 4\ncooldown_s = 1\ninterval_s = 0.5\ngrace_s = 5\nmin_gain = 0.05\nmax_retries = 1\n";
+
+/// A fake elastic worker: resumes from `$DLSCALE_CHECKPOINT_DIR/step`, one step per 0.1 s,
+/// checkpoints and exits 75 on SIGTERM, exits 0 at `$TOTAL` steps.
+const WORKER: &str = r#"ck="$DLSCALE_CHECKPOINT_DIR/step"; s=$(cat "$ck" 2>/dev/null || echo 0)
+echo "dlscale: resumed step=$s world_size=$DLSCALE_WORLD_SIZE batch_size=$DLSCALE_BATCH_SIZE"
+trap 'echo "$s" > "$ck.tmp" && mv "$ck.tmp" "$ck"; echo "dlscale: stopped step=$s"; exit 75' TERM
+while [ "$s" -lt "$TOTAL" ]; do s=$((s+1)); echo "dlscale: step=$s loss=1 samples_per_s=100 world_size=$DLSCALE_WORLD_SIZE batch_size=$DLSCALE_BATCH_SIZE"; sleep 0.1; done
+echo "$s" > "$ck"; echo "dlscale: done step=$s""#;
+
+fn job(id: &str, script: &str) -> Value {
+    json!({"id": id, "min_batch": 32, "max_batch": 256, "max_local_batch": 64, "max_gpus": 4,
+           "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.001, "sync_intra_base_s": 0.002},
+           "command": ["sh", "-c", script], "workdir": "/tmp", "launcher": "plain"})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_requests_get_json_errors_naming_the_field_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), CONFIG).await;
+    server.submit(job("ok", "sleep 30")).await;
+
+    let post = |body: &'static [u8]| {
+        let client = server.client.clone();
+        async move {
+            let (s, b) = client
+                .send(Method::POST, "/v1/jobs", Some(body.to_vec()))
+                .await
+                .unwrap();
+            (s.as_u16(), serde_json::from_slice::<Value>(&b).unwrap())
+        }
+    };
+    let (s, b) = post(b"{\"id\": \"x\",").await;
+    assert_eq!(s, 400);
+    assert!(
+        b["error"].as_str().unwrap().contains("not valid JSON"),
+        "{b}"
+    );
+    let (s, b) = post(b"[1, 2]").await;
+    assert_eq!(
+        (s, b["error"].as_str().unwrap().contains("object")),
+        (400, true),
+        "{b}"
+    );
+
+    let with = |key: &str, value: Value| {
+        let mut j = job("bad", "true");
+        if value.is_null() {
+            j.as_object_mut().unwrap().remove(key);
+        } else {
+            j[key] = value;
+        }
+        j
+    };
+    let cases = [
+        (
+            "missing field",
+            with("min_batch", Value::Null),
+            400,
+            "min_batch",
+        ),
+        (
+            "missing command",
+            with("command", Value::Null),
+            400,
+            "command",
+        ),
+        (
+            "wrong type",
+            with("max_batch", json!("big")),
+            400,
+            "max_batch",
+        ),
+        ("negative", with("min_batch", json!(-3)), 400, "min_batch"),
+        ("min > max", with("min_batch", json!(512)), 400, "min_batch"),
+        ("zero weight", with("weight", json!(0)), 400, "weight"),
+        ("unknown field", with("colour", json!("red")), 400, "colour"),
+        (
+            "unknown model",
+            with("model", json!("no-such-model")),
+            400,
+            "model",
+        ),
+        (
+            "bad model param",
+            with("model", json!({"compute_per_sample_s": -1.0})),
+            400,
+            "model.compute_per_sample_s",
+        ),
+        (
+            "unknown profile",
+            {
+                let mut j = with("model", Value::Null);
+                j["profile"] = json!("nope");
+                j
+            },
+            400,
+            "profile",
+        ),
+        (
+            "bad launcher",
+            with("launcher", json!("slurm")),
+            400,
+            "launcher",
+        ),
+        (
+            "relative workdir",
+            with("workdir", json!("tmp")),
+            400,
+            "workdir",
+        ),
+        (
+            "missing workdir dir",
+            with("workdir", json!("/no/such/dir")),
+            400,
+            "workdir",
+        ),
+        ("too many gpus", with("min_gpus", json!(5)), 400, "min_gpus"),
+        ("bad id", with("id", json!("../../etc")), 400, "id"),
+        (
+            "reserved env",
+            with("env", json!({"DLSCALE_JOB_ID": "x"})),
+            400,
+            "env.DLSCALE_JOB_ID",
+        ),
+        ("duplicate id", job("ok", "true"), 409, "id"),
+    ];
+    for (what, body, status, field) in cases {
+        let (s, b) = server.json(Method::POST, "/v1/jobs", Some(body)).await;
+        assert_eq!(s, status, "{what}: {b}");
+        assert_eq!(b["field"], json!(field), "{what}: {b}");
+        assert!(b["error"].as_str().unwrap().contains(field), "{what}: {b}");
+    }
+
+    // Authentication on every state-changing route.
+    let anonymous = ApiClient::new(&format!("http://127.0.0.1:{}", server.port), None).unwrap();
+    let wrong = ApiClient::new(
+        &format!("http://127.0.0.1:{}", server.port),
+        Some("nope".into()),
+    )
+    .unwrap();
+    let metrics = json!({"step": 1, "samples_per_s": 1.0, "batch_size": 32, "world_size": 1, "loss": 1.0, "samples_seen": 32});
+    for client in [&anonymous, &wrong] {
+        for (method, path, body) in [
+            (Method::POST, "/v1/jobs", Some(job("sneaky", "true"))),
+            (Method::DELETE, "/v1/jobs/ok", None),
+            (Method::POST, "/v1/jobs/ok/metrics", Some(metrics.clone())),
+            (
+                Method::PUT,
+                "/v1/profiles/p",
+                Some(json!({"model": {"compute_base_s": 0.0, "compute_per_sample_s": 0.001}})),
+            ),
+        ] {
+            let (s, b) = client
+                .send(
+                    method.clone(),
+                    path,
+                    body.map(|b| serde_json::to_vec(&b).unwrap()),
+                )
+                .await
+                .unwrap();
+            let b: Value = serde_json::from_slice(&b).unwrap();
+            assert_eq!(s.as_u16(), 401, "{method} {path}: {b}");
+            assert!(b["error"].as_str().unwrap().contains("token"), "{b}");
+        }
+    }
+    // Reads are open.
+    let (s, _) = anonymous.send(Method::GET, "/v1/jobs", None).await.unwrap();
+    assert_eq!(s.as_u16(), 200);
+
+    // Unknown job ids.
+    for (method, path, body) in [
+        (Method::GET, "/v1/jobs/ghost", None),
+        (Method::DELETE, "/v1/jobs/ghost", None),
+        (Method::GET, "/v1/jobs/ghost/logs", None),
+        (Method::GET, "/v1/jobs/ghost/allocations", None),
+        (
+            Method::POST,
+            "/v1/jobs/ghost/metrics",
+            Some(metrics.clone()),
+        ),
+    ] {
+        let (s, b) = server.json(method.clone(), path, body).await;
+        assert_eq!(s, 404, "{method} {path}: {b}");
+        assert!(b["error"].as_str().unwrap().contains("ghost"), "{b}");
+    }
+    let (s, b) = server.json(Method::GET, "/v1/nope", None).await;
+    assert_eq!((s, b["error"].clone()), (404, json!("no such route")));
+    let (s, b) = server.json(Method::PUT, "/v1/jobs", None).await;
+    assert_eq!(s, 405, "{b}");
+
+    // Bad metrics reports.
+    for (body, field) in [
+        (
+            json!({"step": 1, "samples_per_s": "fast", "batch_size": 32, "world_size": 1, "loss": 1.0, "samples_seen": 1}),
+            "samples_per_s",
+        ),
+        (
+            json!({"samples_per_s": 1.0, "batch_size": 32, "world_size": 1, "loss": 1.0, "samples_seen": 1}),
+            "step",
+        ),
+        (
+            json!({"step": 1, "samples_per_s": 1.0, "batch_size": 0, "world_size": 1, "loss": 1.0, "samples_seen": 1}),
+            "batch_size",
+        ),
+        (
+            json!({"step": 1, "samples_per_s": -1.0, "batch_size": 32, "world_size": 1, "loss": 1.0, "samples_seen": 1}),
+            "samples_per_s",
+        ),
+    ] {
+        let (s, b) = server
+            .json(Method::POST, "/v1/jobs/ok/metrics", Some(body))
+            .await;
+        assert_eq!((s, b["field"].clone()), (400, json!(field)), "{b}");
+    }
+    let (s, b) = server
+        .json(Method::POST, "/v1/jobs/ok/metrics", Some(metrics))
+        .await;
+    assert_eq!(s, 202, "{b}");
+    assert_eq!(server.job("ok").await.step, Some(1));
+
+    // Nothing half-written: after a crash and restart there is exactly the one accepted job.
+    server.kill9();
+    server.restart().await;
+    let jobs: Vec<Value> = server
+        .client
+        .call(Method::GET, "/v1/jobs", None)
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0]["id"], "ok");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn jobs_succeed_fail_after_retries_and_cancel() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), CONFIG).await;
+    let mut fails = job("fails", "echo attempt; exit 3");
+    fails["max_gpus"] = json!(1);
+    server.submit(fails).await;
+    let mut ok = job("ok", "echo \"hello from $DLSCALE_JOB_ID on $CUDA_VISIBLE_DEVICES batch $DLSCALE_LOCAL_BATCH_SIZE\"");
+    ok["max_gpus"] = json!(1);
+    server.submit(ok).await;
+    let done = server
+        .wait_job("ok", 20.0, "success", |j| j.state == JobStatus::Succeeded)
+        .await;
+    assert_eq!(done.exit_code, Some(0));
+    let log = server.client.text("/v1/jobs/ok/logs").await.unwrap();
+    assert!(log.contains("hello from ok on "), "{log}");
+    assert!(log.contains("batch 64"), "{log}");
+
+    let failed = server
+        .wait_job("fails", 20.0, "failure", |j| j.state == JobStatus::Failed)
+        .await;
+    assert_eq!(
+        (failed.failures, failed.exit_code, failed.attempt),
+        (2, Some(3), 2)
+    );
+
+    server.submit(job("long", "sleep 60")).await;
+    let running = server
+        .wait_job("long", 20.0, "running", |j| {
+            j.state == JobStatus::Running && j.pgid.is_some()
+        })
+        .await;
+    let (s, b) = server.json(Method::DELETE, "/v1/jobs/long", None).await;
+    assert_eq!(s, 202, "{b}");
+    let cancelled = server
+        .wait_job("long", 20.0, "cancelled", |j| {
+            j.state == JobStatus::Cancelled
+        })
+        .await;
+    assert_eq!(cancelled.gpus, 0);
+    let pgid = running.pgid.unwrap();
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pgid}")).exists() || !is_alive(pgid),
+        "job process survived cancel"
+    );
+    let (s, _) = server.json(Method::DELETE, "/v1/jobs/long", None).await;
+    assert_eq!(s, 409);
+
+    // Profiles: a stored one is used by name; a job without a model is fitted from its metrics.
+    let model =
+        json!({"compute_base_s": 0.01, "compute_per_sample_s": 0.001, "sync_intra_base_s": 0.003});
+    let (s, b) = server
+        .json(
+            Method::PUT,
+            "/v1/profiles/digits",
+            Some(json!({"model": model})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let mut profiled = job("profiled", "sleep 30");
+    profiled.as_object_mut().unwrap().remove("model");
+    profiled["profile"] = json!("digits");
+    assert_eq!(server.submit(profiled).await.model, "profile:digits");
+    let mut fitted = job("fitted", "sleep 30");
+    fitted.as_object_mut().unwrap().remove("model");
+    assert_eq!(server.submit(fitted).await.model, "fitted");
+    for (ws, batch, sps) in [
+        (1, 64, 1.0),
+        (1, 64, 5000.0),
+        (1, 64, 5000.0),
+        (1, 32, 3000.0),
+    ] {
+        let report = json!({"step": 10, "samples_per_s": sps, "batch_size": batch, "world_size": ws, "loss": 1.0, "samples_seen": 640});
+        let (s, b) = server
+            .json(Method::POST, "/v1/jobs/fitted/metrics", Some(report))
+            .await;
+        assert_eq!(s, 202, "{b}");
+    }
+    let profiles: Vec<Value> = server
+        .client
+        .call(Method::GET, "/v1/profiles", None)
+        .await
+        .unwrap();
+    let names: Vec<&str> = profiles
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["digits", "job:fitted"], "{profiles:?}");
+    assert_eq!(profiles[1]["source"], "metrics");
+    for id in ["profiled", "fitted"] {
+        let (s, _) = server
+            .json(Method::DELETE, &format!("/v1/jobs/{id}"), None)
+            .await;
+        assert_eq!(s, 202);
+    }
+
+    // The service's own descriptions.
+    let (s, doc) = server.json(Method::GET, "/v1/openapi.json", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(doc["openapi"], "3.0.3");
+    assert!(doc["paths"]["/v1/jobs/{id}/metrics"]["post"].is_object());
+    let metrics = server.client.text("/metrics").await.unwrap();
+    assert!(
+        metrics.contains("dlscale_slots 4") && metrics.contains("dlscale_jobs{state=\"failed\"} 1"),
+        "{metrics}"
+    );
+    let (_, cluster) = server.json(Method::GET, "/v1/cluster", None).await;
+    assert_eq!(cluster["slots"], json!([0, 1, 2, 3]));
+    assert_eq!(cluster["policy"], "elastic-batch");
+}
+
+fn is_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rescales_running_jobs_and_survives_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), CONFIG).await;
+    let mut a = job("a", WORKER);
+    a["env"] = json!({"TOTAL": "80"});
+    server.submit(a).await;
+    let first = server
+        .wait_job("a", 20.0, "a on 4 slots", |j| {
+            j.state == JobStatus::Running && j.pgid.is_some()
+        })
+        .await;
+    assert_eq!((first.gpus, first.batch_size), (4, 256));
+    tokio::time::sleep(Duration::from_millis(1500)).await; // past the cooldown
+
+    let mut b = job("b", WORKER);
+    b["env"] = json!({"TOTAL": "60"});
+    server.submit(b).await;
+    let a2 = server
+        .wait_job("a", 30.0, "a rescaled", |j| {
+            j.attempt == 2 && j.state == JobStatus::Running && j.pgid.is_some()
+        })
+        .await;
+    assert!(a2.gpus < 4 && a2.batch_size < 256, "{a2:?}");
+    assert_eq!(a2.restarts, 1);
+    let b1 = server
+        .wait_job("b", 30.0, "b running", |j| {
+            j.state == JobStatus::Running && j.pgid.is_some()
+        })
+        .await;
+    assert_eq!(a2.gpus + b1.gpus, 4);
+
+    // kill -9 the server while both run; the restarted one re-attaches to both.
+    server.kill9();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.restart().await;
+    for (id, before) in [("a", &a2), ("b", &b1)] {
+        let now = server.job(id).await;
+        assert_eq!(now.state, JobStatus::Running, "{now:?}");
+        assert_eq!(
+            (now.attempt, now.pgid, now.gpus),
+            (before.attempt, before.pgid, before.gpus),
+            "{id} was relaunched instead of re-attached"
+        );
+    }
+    for id in ["a", "b"] {
+        let done = server
+            .wait_job(id, 60.0, "success", |j| j.state == JobStatus::Succeeded)
+            .await;
+        assert_eq!(done.exit_code, Some(0), "{done:?}");
+    }
+    let allocations: Vec<Value> = server
+        .client
+        .call(Method::GET, "/v1/jobs/a/allocations", None)
+        .await
+        .unwrap();
+    assert_eq!(allocations[0]["gpus"], 4);
+    assert!(allocations.len() >= 2, "{allocations:?}");
+    let log = server.client.text("/v1/jobs/a/logs").await.unwrap();
+    // Every stop checkpointed the step the next launch resumed from.
+    let stopped: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("dlscale: stopped step="))
+        .collect();
+    let resumed: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("dlscale: resumed step="))
+        .map(|r| r.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(resumed.len(), stopped.len() + 1, "{log}");
+    assert_eq!(&resumed[1..], &stopped[..], "{log}");
+    assert!(log.contains("dlscale: done step=80"), "{log}");
+    let _ = TOKEN;
+}

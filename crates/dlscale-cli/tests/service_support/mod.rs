@@ -1,0 +1,200 @@
+//! Shared helpers of the service tests: a real `dlscale serve` process on a free loopback port.
+
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dlscale_server::client::{ApiClient, Method};
+use dlscale_server::job::JobView;
+use serde_json::Value;
+
+/// The token every test server uses.
+pub const TOKEN: &str = "test-token";
+
+/// A running `dlscale serve`.
+pub struct Server {
+    child: Option<Child>,
+    /// Port it listens on.
+    pub port: u16,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+    config: PathBuf,
+    starts: u32,
+    /// Authorised client.
+    pub client: ApiClient,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port")
+}
+
+impl Server {
+    /// Starts a server with `config` (TOML) in `data_dir`.
+    pub async fn start(data_dir: &Path, config: &str) -> Server {
+        let port = free_port();
+        let config_path = data_dir.join("dlscale.toml");
+        std::fs::create_dir_all(data_dir).unwrap();
+        std::fs::write(&config_path, config).unwrap();
+        let client =
+            ApiClient::new(&format!("http://127.0.0.1:{port}"), Some(TOKEN.into())).unwrap();
+        let mut server = Server {
+            child: None,
+            port,
+            data_dir: data_dir.to_path_buf(),
+            config: config_path,
+            starts: 0,
+            client,
+        };
+        server.spawn().await;
+        server
+    }
+
+    async fn spawn(&mut self) {
+        self.starts += 1;
+        let log = std::fs::File::create(self.data_dir.join(format!("server-{}.log", self.starts)))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_dlscale"))
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{}", self.port),
+                "--config",
+            ])
+            .arg(&self.config)
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .env("DLSCALE_TOKEN", TOKEN)
+            .env("DLSCALE_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("cannot start dlscale serve");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok((status, _)) = self.client.send(Method::GET, "/healthz", None).await {
+                if status.is_success() {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server did not come up; log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The server's log so far (all starts).
+    pub fn log(&self) -> String {
+        (1..=self.starts)
+            .map(|i| {
+                std::fs::read_to_string(self.data_dir.join(format!("server-{i}.log")))
+                    .unwrap_or_default()
+            })
+            .collect::<Vec<_>>()
+            .join("\n--- restart ---\n")
+    }
+
+    /// `kill -9` the server (its jobs keep running).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and data.
+    pub async fn restart(&mut self) {
+        self.spawn().await;
+    }
+
+    /// JSON request with the token; returns status and JSON body (Null if not JSON).
+    pub async fn json(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let (status, bytes) = self
+            .client
+            .send(method, path, body.map(|b| serde_json::to_vec(&b).unwrap()))
+            .await
+            .unwrap();
+        (
+            status.as_u16(),
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    /// Submits a job, asserting 201.
+    pub async fn submit(&self, job: Value) -> JobView {
+        let (status, body) = self.json(Method::POST, "/v1/jobs", Some(job)).await;
+        assert_eq!(status, 201, "{body}");
+        serde_json::from_value(body).unwrap()
+    }
+
+    /// One job.
+    pub async fn job(&self, id: &str) -> JobView {
+        self.client
+            .call(Method::GET, &format!("/v1/jobs/{id}"), None)
+            .await
+            .unwrap()
+    }
+
+    /// Waits until `pred` holds for job `id`, or panics after `timeout_s`.
+    pub async fn wait_job(
+        &self,
+        id: &str,
+        timeout_s: f64,
+        what: &str,
+        pred: impl Fn(&JobView) -> bool,
+    ) -> JobView {
+        let deadline = Instant::now() + Duration::from_secs_f64(timeout_s);
+        loop {
+            let j = self.job(id).await;
+            if pred(&j) {
+                return j;
+            }
+            if Instant::now() > deadline {
+                let log = std::fs::read_to_string(&j.log).unwrap_or_default();
+                panic!("job {id}: timed out waiting for {what}; now {j:#?}\njob log:\n{log}\nserver log:\n{}", self.log());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Kills every job process group the server launched (cleanup).
+    pub fn kill_jobs(&self) {
+        let Ok(jobs) = std::fs::read_dir(self.data_dir.join("jobs")) else {
+            return;
+        };
+        for job in jobs.flatten() {
+            let Ok(runs) = std::fs::read_dir(job.path()) else {
+                continue;
+            };
+            for run in runs.flatten() {
+                if let Some(pid) = std::fs::read_to_string(run.path().join("pid"))
+                    .ok()
+                    .and_then(|p| p.trim().parse::<i32>().ok())
+                {
+                    if pid > 1 {
+                        let _ = Command::new("kill")
+                            .args(["-KILL", "--", &format!("-{pid}")])
+                            .stderr(Stdio::null())
+                            .status();
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+        self.kill_jobs();
+    }
+}

@@ -1,0 +1,267 @@
+//! End to end with real torchrun workers on CPU: `dlscale serve` with 4 slots, three
+//! `examples/train_digits.py` jobs arriving at different times, a rescale, a `kill -9` of the
+//! server and a restart. Skips (passes with a message) when the torch venv is missing, unless
+//! `DLSCALE_REQUIRE_TORCH=1`.
+
+mod service_support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use dlscale_server::client::Method;
+use dlscale_server::job::{JobStatus, JobView};
+use serde_json::{json, Value};
+use service_support::{Server, TOKEN};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The torch venv (`$DLSCALE_VENV` or `~/.cache/dlscale/venv`) if it has torch, scikit-learn
+/// and dlscale; otherwise why not.
+fn venv() -> Result<PathBuf, String> {
+    let venv = std::env::var_os("DLSCALE_VENV")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dlscale/venv")))
+        .ok_or("neither DLSCALE_VENV nor HOME is set")?;
+    let torchrun = venv.join("bin/torchrun");
+    if !torchrun.is_file() {
+        return Err(format!("{} not found", torchrun.display()));
+    }
+    let ok = Command::new(venv.join("bin/python"))
+        .args(["-c", "import importlib.metadata as m; m.version('torch'); m.version('scikit-learn'); import dlscale"])
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !ok.success() {
+        return Err(format!(
+            "{} lacks torch, scikit-learn or dlscale",
+            venv.display()
+        ));
+    }
+    Ok(venv)
+}
+
+fn job(id: &str, max_gpus: u32, total_steps: u32, trace: &Path) -> Value {
+    json!({"id": id, "min_batch": 32, "max_batch": 256, "max_local_batch": 64, "max_gpus": max_gpus,
+           "powers_of_two": true,
+           "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.0005, "sync_intra_base_s": 0.005},
+           "command": ["examples/train_digits.py", "--total-steps", total_steps.to_string(),
+                       "--trace", trace.display().to_string()],
+           "workdir": repo_root().display().to_string(), "launcher": "torchrun",
+           "env": {"DLSCALE_STEP_SLEEP": "0.1", "DLSCALE_METRICS_INTERVAL": "1", "DLSCALE_LOG_EVERY": "10"}})
+}
+
+fn running(j: &JobView) -> bool {
+    j.state == JobStatus::Running && j.pgid.is_some()
+}
+
+/// Checks rank 0's per-step trace: steps 1..=total exactly once, in order, and each step's
+/// first sample follows the previous step's batch (no sample skipped or repeated).
+fn check_trace(id: &str, trace: &Path, total: u64) {
+    let text = std::fs::read_to_string(trace.with_extension("trace.rank0"))
+        .unwrap_or_else(|e| panic!("{id}: no trace: {e}"));
+    let rows: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let steps: Vec<u64> = rows.iter().map(|r| r["step"].as_u64().unwrap()).collect();
+    assert_eq!(
+        steps,
+        (1..=total).collect::<Vec<_>>(),
+        "{id}: steps lost or repeated"
+    );
+    for w in rows.windows(2) {
+        let (a, b) = (&w[0], &w[1]);
+        let next = a["offset"].as_u64().unwrap()
+            + a["world_size"].as_u64().unwrap() * a["count"].as_u64().unwrap();
+        assert_eq!(
+            b["offset"].as_u64().unwrap(),
+            next,
+            "{id}: sample stream broken between {a} and {b}"
+        );
+    }
+}
+
+/// (first, last) loss of the job's progress lines.
+fn losses(log: &str) -> Vec<f64> {
+    log.lines()
+        .filter(|l| l.starts_with("dlscale: step="))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|t| t.strip_prefix("loss="))
+                .and_then(|v| v.parse().ok())
+        })
+        .collect()
+}
+
+fn cli(server: &Server, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlscale"))
+        .args(args)
+        .env("DLSCALE_API", format!("http://127.0.0.1:{}", server.port))
+        .env("DLSCALE_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "dlscale {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_torchrun_jobs_rescale_resume_and_survive_a_server_kill() {
+    let venv = match venv() {
+        Ok(v) => v,
+        Err(why) if std::env::var("DLSCALE_REQUIRE_TORCH").as_deref() == Ok("1") => {
+            panic!("DLSCALE_REQUIRE_TORCH=1 but the torch venv is unusable: {why} (run scripts/setup-python.sh)")
+        }
+        Err(why) => {
+            eprintln!("SKIP three_torchrun_jobs_rescale_resume_and_survive_a_server_kill: {why}; run scripts/setup-python.sh (set DLSCALE_REQUIRE_TORCH=1 to fail instead)");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "slots = 4\ncooldown_s = 3\ninterval_s = 1\ngrace_s = 30\nmin_gain = 0.05\ntorchrun = \"{}\"\n",
+        venv.join("bin/torchrun").display()
+    );
+    let mut server = Server::start(dir.path(), &config).await;
+    let traces = dir.path().join("traces");
+    std::fs::create_dir_all(&traces).unwrap();
+    let totals = [("a", 4, 400u64), ("b", 2, 300), ("c", 1, 200)];
+    let trace = |id: &str| traces.join(format!("{id}.trace"));
+
+    // a alone: all 4 slots at the largest batch.
+    server.submit(job("a", 4, 400, &trace("a"))).await;
+    let a1 = server
+        .wait_job("a", 90.0, "a training", |j| {
+            running(j) && j.step.is_some_and(|s| s >= 20)
+        })
+        .await;
+    assert_eq!((a1.gpus, a1.batch_size), (4, 256));
+
+    // b arrives: a is rescaled (stopped at a checkpoint, relaunched smaller), b gets the rest.
+    server.submit(job("b", 2, 300, &trace("b"))).await;
+    let b1 = server
+        .wait_job("b", 120.0, "b training", |j| {
+            running(j) && j.step.is_some_and(|s| s >= 20)
+        })
+        .await;
+    let a2 = server.job("a").await;
+    assert!(a2.attempt >= 2 && a2.restarts >= 1, "{a2:?}");
+
+    // c arrives through the CLI.
+    let c_file = dir.path().join("c.json");
+    std::fs::write(&c_file, job("c", 1, 200, &trace("c")).to_string()).unwrap();
+    assert!(cli(&server, &["submit", c_file.to_str().unwrap()]).contains("submitted c"));
+    let c1 = server
+        .wait_job("c", 120.0, "c training", |j| {
+            running(j) && j.step.is_some_and(|s| s >= 10)
+        })
+        .await;
+    assert!(b1.gpus >= 1 && c1.gpus == 1);
+
+    // kill -9 the server mid-run; the restarted server loses nothing and re-attaches.
+    let before: Vec<JobView> = server
+        .client
+        .call(Method::GET, "/v1/jobs", None)
+        .await
+        .unwrap();
+    server.kill9();
+    server.restart().await;
+    let after: Vec<JobView> = server
+        .client
+        .call(Method::GET, "/v1/jobs", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        after.iter().map(|j| &j.id).collect::<Vec<_>>(),
+        ["a", "b", "c"]
+    );
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(
+            b.attempt, a.attempt,
+            "{} was relaunched instead of re-attached: {a:?}",
+            a.id
+        );
+        if b.state == JobStatus::Running {
+            assert!(
+                (a.state == JobStatus::Running && a.pgid == b.pgid)
+                    || a.state == JobStatus::Succeeded,
+                "{}: {b:?} -> {a:?}",
+                a.id
+            );
+        }
+    }
+
+    for (id, _, total) in totals {
+        let done = server
+            .wait_job(id, 150.0, "success", |j| j.state.is_terminal())
+            .await;
+        assert_eq!(
+            (done.state, done.exit_code),
+            (JobStatus::Succeeded, Some(0)),
+            "{done:?}\n{}",
+            server.log()
+        );
+        assert_eq!(done.step, Some(total));
+        check_trace(id, &trace(id), total);
+        let log = server
+            .client
+            .text(&format!("/v1/jobs/{id}/logs?tail_bytes=10000000"))
+            .await
+            .unwrap();
+        let l = losses(&log);
+        assert!(
+            l.len() >= 5 && l[l.len() - 1] < 0.5 * l[0],
+            "{id}: loss did not fall: {l:?}"
+        );
+    }
+    // a was rescaled: workers and batch both changed, and it resumed at its checkpoints.
+    let allocations: Vec<Value> = server
+        .client
+        .call(Method::GET, "/v1/jobs/a/allocations", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            allocations[0]["gpus"].as_u64(),
+            allocations[0]["batch_size"].as_u64()
+        ),
+        (Some(4), Some(256))
+    );
+    assert!(
+        allocations
+            .iter()
+            .any(|x| x["gpus"] != allocations[0]["gpus"]
+                && x["batch_size"] != allocations[0]["batch_size"]),
+        "{allocations:?}"
+    );
+    let shown: Value =
+        serde_json::from_str(&cli(&server, &["job", "a", "--format", "json"])).unwrap();
+    assert_eq!(shown["state"], "succeeded");
+    assert!(shown["restarts"].as_u64().unwrap() >= 1);
+    let log = server
+        .client
+        .text("/v1/jobs/a/logs?tail_bytes=10000000")
+        .await
+        .unwrap();
+    let stopped: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("dlscale: stopped step="))
+        .map(|r| r.split(' ').next().unwrap())
+        .collect();
+    let resumed: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("dlscale: resumed step="))
+        .map(|r| r.split(' ').next().unwrap())
+        .collect();
+    assert!(
+        !stopped.is_empty() && stopped == resumed,
+        "stopped {stopped:?} resumed {resumed:?}"
+    );
+}

@@ -1,0 +1,147 @@
+//! A small HTTP client of the API (plain HTTP: the server binds loopback by default; put a TLS
+//! proxy in front for anything else). Used by the CLI and the tests.
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+pub use hyper::{Method, StatusCode};
+
+use crate::error::ErrorBody;
+
+/// Default API address.
+pub const DEFAULT_API: &str = "http://127.0.0.1:7878";
+
+/// An error answer of the server.
+#[derive(Debug, thiserror::Error)]
+#[error("{status}: {message}")]
+pub struct ApiFailure {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// The server's message (with the field at fault, if any).
+    pub message: String,
+}
+
+/// Client of one server.
+#[derive(Clone)]
+pub struct ApiClient {
+    base: String,
+    token: Option<String>,
+    http: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl std::fmt::Debug for ApiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiClient")
+            .field("base", &self.base)
+            .finish()
+    }
+}
+
+impl ApiClient {
+    /// A client of `base` (`http://host:port`), sending `token` as bearer token when given.
+    pub fn new(base: &str, token: Option<String>) -> Result<Self> {
+        let base = base.trim_end_matches('/').to_string();
+        if !base.starts_with("http://") {
+            bail!("DLSCALE_API must be an http:// URL, got '{base}'");
+        }
+        base.parse::<Uri>()
+            .with_context(|| format!("invalid API URL '{base}'"))?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        Ok(ApiClient {
+            base,
+            token: token.filter(|t| !t.is_empty()),
+            http: Client::builder(TokioExecutor::new()).build(connector),
+        })
+    }
+
+    /// From `DLSCALE_API` (default [`DEFAULT_API`]) and `DLSCALE_TOKEN`.
+    pub fn from_env() -> Result<Self> {
+        let base = std::env::var("DLSCALE_API").unwrap_or_else(|_| DEFAULT_API.to_string());
+        Self::new(&base, std::env::var("DLSCALE_TOKEN").ok())
+    }
+
+    /// The base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Sends a request; returns status and body whatever the status.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Bytes)> {
+        let uri: Uri = format!("{}{}", self.base, path)
+            .parse()
+            .with_context(|| format!("invalid request path '{path}'"))?;
+        let mut req = Request::builder().method(method).uri(uri);
+        if let Some(t) = &self.token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        if body.is_some() {
+            req = req.header("content-type", "application/json");
+        }
+        let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
+        let resp = self
+            .http
+            .request(req)
+            .await
+            .map_err(|e| anyhow!("cannot reach the dlscale server at {}: {e}", self.base))?;
+        let status = resp.status();
+        let bytes = resp.into_body().collect().await?.to_bytes();
+        Ok((status, bytes))
+    }
+
+    /// Sends a request and decodes a successful JSON answer; an error status becomes
+    /// [`ApiFailure`].
+    pub async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<T> {
+        let (status, bytes) = self.send(method, path, body).await?;
+        check(status, &bytes)?;
+        serde_json::from_slice(&bytes).with_context(|| format!("unexpected answer from {path}"))
+    }
+
+    /// Sends a request and returns a successful answer as text.
+    pub async fn text(&self, path: &str) -> Result<String> {
+        let (status, bytes) = self.send(Method::GET, path, None).await?;
+        check(status, &bytes)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+fn check(status: StatusCode, bytes: &[u8]) -> Result<()> {
+    if status.is_success() {
+        return Ok(());
+    }
+    let message = match serde_json::from_slice::<ErrorBody>(bytes) {
+        Ok(b) => match b.field {
+            Some(f) if !b.error.contains(&f) => format!("{} (field '{f}')", b.error),
+            _ => b.error,
+        },
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    };
+    Err(ApiFailure { status, message }.into())
+}
+
+/// Percent-encodes a path segment (ids are restricted, but names typed by users may not be).
+pub fn segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,367 @@
+//! The local executor: runs each job launch in its own process group and signals, watches and
+//! re-attaches to it.
+//!
+//! Every launch runs under a small `sh` wrapper that leads the process group, writes its pid to
+//! `<run_dir>/pid` and, when the job's command exits, its exit code to `<run_dir>/exit`. The
+//! wrapper survives SIGTERM (it only waits), so a server that restarted after a crash — and is no
+//! longer the parent — still learns how a re-attached job ended. Output goes straight to the
+//! job's log file, never through a pipe to the server, so jobs outlive the server.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use anyhow::{Context, Result};
+
+use crate::spec::{JobSpec, Launcher};
+
+/// Exit code the worker library uses after a checkpoint on SIGTERM (set via
+/// `DLSCALE_STOP_EXIT_CODE`), so that a stop is never mistaken for a finished job.
+pub const STOP_EXIT_CODE: i32 = 75;
+
+const WRAPPER: &str = r#"dir="$1"; shift
+printf '%s\n' "$$" > "$dir/pid"
+"$@" &
+child=$!
+trap ':' TERM INT HUP
+while :; do
+  wait "$child"; rc=$?
+  kill -0 "$child" 2>/dev/null || break
+done
+printf '%s\n' "$rc" > "$dir/exit.tmp" && mv -f "$dir/exit.tmp" "$dir/exit"
+exit "$rc"
+"#;
+
+/// Everything one launch needs.
+#[derive(Debug, Clone)]
+pub struct LaunchPlan {
+    /// Program and arguments (before the wrapper).
+    pub argv: Vec<String>,
+    /// Environment added to the server's.
+    pub env: BTreeMap<String, String>,
+    /// Working directory.
+    pub workdir: PathBuf,
+    /// Log file (appended).
+    pub log: PathBuf,
+    /// Directory of this launch's `pid` and `exit` files.
+    pub run_dir: PathBuf,
+}
+
+/// The allocation of one launch.
+#[derive(Debug, Clone)]
+pub struct LaunchAlloc {
+    /// Slot (GPU) ids, one per worker.
+    pub slots: Vec<u32>,
+    /// Global batch.
+    pub batch_size: u32,
+    /// Per-worker batch.
+    pub local_batch_size: u32,
+}
+
+/// Where a job keeps its files: `<data_dir>/jobs/<id>/`.
+pub fn job_dir(data_dir: &Path, id: &str) -> PathBuf {
+    data_dir.join("jobs").join(id)
+}
+
+/// The job's log file.
+pub fn log_path(data_dir: &Path, id: &str) -> PathBuf {
+    job_dir(data_dir, id).join("log")
+}
+
+/// The job's checkpoint directory (`DLSCALE_CHECKPOINT_DIR`).
+pub fn checkpoint_dir(data_dir: &Path, id: &str) -> PathBuf {
+    job_dir(data_dir, id).join("checkpoints")
+}
+
+/// The directory of one launch.
+pub fn run_dir(data_dir: &Path, id: &str, attempt: u32) -> PathBuf {
+    job_dir(data_dir, id).join(format!("run-{attempt}"))
+}
+
+/// What the executor needs to know beyond the job.
+#[derive(Debug, Clone)]
+pub struct ExecContext {
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// torchrun executable.
+    pub torchrun: PathBuf,
+    /// `DLSCALE_API` for workers (`None`: no metrics reports).
+    pub api_url: Option<String>,
+    /// `DLSCALE_TOKEN` for workers.
+    pub token: Option<String>,
+}
+
+/// Builds the launch of `spec` with `alloc`, attempt number `attempt`.
+pub fn plan(spec: &JobSpec, alloc: &LaunchAlloc, attempt: u32, ctx: &ExecContext) -> LaunchPlan {
+    let workers = alloc.slots.len().max(1);
+    let argv = match spec.launcher {
+        Launcher::Plain => spec.command.clone(),
+        Launcher::Torchrun => {
+            let mut argv = vec![
+                ctx.torchrun.display().to_string(),
+                "--standalone".to_string(),
+                "--nnodes=1".to_string(),
+                format!("--nproc-per-node={workers}"),
+                "--max-restarts=0".to_string(),
+            ];
+            argv.extend(spec.command.iter().cloned());
+            argv
+        }
+    };
+    let slots = alloc
+        .slots
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut env = BTreeMap::new();
+    // Defaults a submission may override.
+    env.insert("OMP_NUM_THREADS".to_string(), "1".to_string());
+    env.insert("PYTHONUNBUFFERED".to_string(), "1".to_string());
+    env.insert(
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE".to_string(),
+        "1".to_string(),
+    );
+    env.extend(spec.env.clone());
+    let ckpt = checkpoint_dir(&ctx.data_dir, &spec.id);
+    for (k, v) in [
+        ("DLSCALE_JOB_ID", spec.id.clone()),
+        ("DLSCALE_WORLD_SIZE", workers.to_string()),
+        ("DLSCALE_BATCH_SIZE", alloc.batch_size.to_string()),
+        (
+            "DLSCALE_LOCAL_BATCH_SIZE",
+            alloc.local_batch_size.to_string(),
+        ),
+        ("DLSCALE_CHECKPOINT_DIR", ckpt.display().to_string()),
+        ("DLSCALE_STOP_EXIT_CODE", STOP_EXIT_CODE.to_string()),
+        ("CUDA_VISIBLE_DEVICES", slots),
+    ] {
+        env.insert(k.to_string(), v);
+    }
+    if let Some(api) = &ctx.api_url {
+        env.insert("DLSCALE_API".to_string(), api.clone());
+    }
+    if let Some(token) = &ctx.token {
+        env.insert("DLSCALE_TOKEN".to_string(), token.clone());
+    }
+    LaunchPlan {
+        argv,
+        env,
+        workdir: spec.workdir.clone(),
+        log: log_path(&ctx.data_dir, &spec.id),
+        run_dir: run_dir(&ctx.data_dir, &spec.id, attempt),
+    }
+}
+
+/// Starts a launch in a new process group; output is appended to the log after a header line.
+/// Blocking file operations only (small); call from a blocking context or accept a short stall.
+pub fn spawn(plan: &LaunchPlan, header: &str) -> Result<tokio::process::Child> {
+    std::fs::create_dir_all(&plan.run_dir)
+        .with_context(|| format!("cannot create {}", plan.run_dir.display()))?;
+    if let Some(dir) = plan.env.get("DLSCALE_CHECKPOINT_DIR") {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {dir}"))?;
+    }
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&plan.log)
+        .with_context(|| format!("cannot open log {}", plan.log.display()))?;
+    writeln!(log, "{header}")?;
+    log.flush()?;
+    let err = log.try_clone()?;
+    let mut cmd = tokio::process::Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(WRAPPER)
+        .arg("dlscale-job")
+        .arg(&plan.run_dir)
+        .args(&plan.argv)
+        .envs(&plan.env)
+        .current_dir(&plan.workdir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(err))
+        .process_group(0)
+        .kill_on_drop(false);
+    cmd.spawn()
+        .with_context(|| format!("cannot start {:?} in {}", plan.argv, plan.workdir.display()))
+}
+
+/// Sends `signal` to every process of group `pgid`. A group that is gone is not an error.
+pub fn signal_group(pgid: i32, signal: i32) -> std::io::Result<()> {
+    if pgid <= 1 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("refusing to signal process group {pgid}"),
+        ));
+    }
+    // SAFETY: killpg has no memory-safety preconditions.
+    let rc = unsafe { libc::killpg(pgid, signal) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::ESRCH) {
+        Ok(())
+    } else {
+        Err(err)
+    }
+}
+
+/// `(state, pgrp, start ticks)` of a process, from `/proc/<pid>/stat`.
+fn proc_stat(pid: i32) -> Option<(char, i32, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: parse after the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    let pgrp = fields.get(2)?.parse().ok()?;
+    let start = fields.get(19)?.parse().ok()?;
+    Some((state, pgrp, start))
+}
+
+/// Start time of a process in clock ticks since boot (to tell a reused pid apart).
+pub fn start_ticks(pid: i32) -> Option<u64> {
+    proc_stat(pid).map(|(_, _, t)| t)
+}
+
+/// Whether process `pid` is the live (not zombie) process started at `ticks`.
+pub fn same_process_alive(pid: i32, ticks: Option<u64>) -> bool {
+    match proc_stat(pid) {
+        Some((state, _, start)) => state != 'Z' && ticks.is_none_or(|t| t == start),
+        None => false,
+    }
+}
+
+/// Whether any live (non-zombie) process is in group `pgid`.
+pub fn group_alive(pgid: i32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        e.file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+            .and_then(proc_stat)
+            .is_some_and(|(state, pgrp, _)| pgrp == pgid && state != 'Z')
+    })
+}
+
+/// The wrapper's pid of a launch, if it wrote one.
+pub fn read_pid(run_dir: &Path) -> Option<i32> {
+    std::fs::read_to_string(run_dir.join("pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The exit code the wrapper recorded for a launch, if it did.
+pub fn read_exit(run_dir: &Path) -> Option<i32> {
+    std::fs::read_to_string(run_dir.join("exit"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// An exit status as one number: the exit code, or minus the signal that killed the process.
+pub fn status_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| -s))
+        .unwrap_or(-1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn ctx(dir: &Path) -> ExecContext {
+        ExecContext {
+            data_dir: dir.to_path_buf(),
+            torchrun: PathBuf::from("/venv/bin/torchrun"),
+            api_url: Some("http://127.0.0.1:1".into()),
+            token: Some("t".into()),
+        }
+    }
+
+    fn spec(command: &[&str], launcher: &str) -> JobSpec {
+        JobSpec::from_value(serde_json::json!({
+            "id": "j", "min_batch": 2, "max_batch": 64, "max_local_batch": 64,
+            "command": command, "workdir": "/tmp", "launcher": launcher,
+            "env": {"OMP_NUM_THREADS": "2"}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn plans_torchrun_and_env() {
+        let dir = tempfile::tempdir().unwrap();
+        let alloc = LaunchAlloc {
+            slots: vec![2, 3],
+            batch_size: 64,
+            local_batch_size: 32,
+        };
+        let p = plan(
+            &spec(&["train.py", "--x"], "torchrun"),
+            &alloc,
+            3,
+            &ctx(dir.path()),
+        );
+        assert_eq!(
+            p.argv,
+            [
+                "/venv/bin/torchrun",
+                "--standalone",
+                "--nnodes=1",
+                "--nproc-per-node=2",
+                "--max-restarts=0",
+                "train.py",
+                "--x"
+            ]
+        );
+        assert_eq!(p.env["CUDA_VISIBLE_DEVICES"], "2,3");
+        assert_eq!(p.env["DLSCALE_WORLD_SIZE"], "2");
+        assert_eq!(p.env["DLSCALE_LOCAL_BATCH_SIZE"], "32");
+        assert_eq!(p.env["OMP_NUM_THREADS"], "2");
+        assert_eq!(p.env["DLSCALE_TOKEN"], "t");
+        assert!(p.run_dir.ends_with("jobs/j/run-3"));
+    }
+
+    #[tokio::test]
+    async fn wrapper_records_exit_codes_and_survives_sigterm() {
+        let dir = tempfile::tempdir().unwrap();
+        let alloc = LaunchAlloc {
+            slots: vec![0],
+            batch_size: 2,
+            local_batch_size: 2,
+        };
+        // A command that traps SIGTERM, prints, and exits 75 (like a checkpointing worker).
+        let script = "trap 'echo stopping; exit 75' TERM; echo \"ws=$DLSCALE_WORLD_SIZE\"; while :; do sleep 0.05; done";
+        let p = plan(
+            &spec(&["sh", "-c", script], "plain"),
+            &alloc,
+            1,
+            &ctx(dir.path()),
+        );
+        let mut child = spawn(&p, "header").unwrap();
+        let pid = child.id().unwrap() as i32;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(group_alive(pid));
+        assert_eq!(read_pid(&p.run_dir), Some(pid));
+        assert!(same_process_alive(pid, start_ticks(pid)));
+        signal_group(pid, libc::SIGTERM).unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status_code(status), 75);
+        assert_eq!(read_exit(&p.run_dir), Some(75));
+        assert!(!group_alive(pid));
+        let log = std::fs::read_to_string(&p.log).unwrap();
+        assert!(log.starts_with("header\nws=1\n"), "{log}");
+        assert!(log.contains("stopping"), "{log}");
+    }
+}

@@ -1,0 +1,513 @@
+//! Job submissions: the fields of a job file (see `dlscale_core::jobfile::JobEntry`) plus how to
+//! run the job.
+//!
+//! ```json
+//! {"id": "digits", "min_batch": 32, "max_batch": 256, "max_local_batch": 64, "max_gpus": 4,
+//!  "model": {"compute_per_sample_s": 0.0005, "sync_intra_base_s": 0.01},
+//!  "command": ["examples/train_digits.py", "--total-steps", "300"],
+//!  "workdir": "/home/me/dlscale", "launcher": "torchrun", "env": {"DLSCALE_STEP_SLEEP": "0.05"}}
+//! ```
+//!
+//! `model` may be left out: the job then uses the stored profile named by `profile`, or — without
+//! `profile` — an analytic model fitted from its own metrics (a linear-scaling prior until then).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use dlscale_core::jobfile::JobEntry;
+use dlscale_core::throughput::AnalyticModel;
+use dlscale_core::{CoreError, Job};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// How a job's processes are started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Launcher {
+    /// `torchrun --standalone --nproc-per-node=W <command...>`: `command` is the training script
+    /// and its arguments (as torchrun takes them).
+    #[default]
+    Torchrun,
+    /// `command` runs as is, once, whatever the worker count (it reads `DLSCALE_WORLD_SIZE`).
+    Plain,
+}
+
+impl Launcher {
+    /// Its name in a submission.
+    pub fn name(self) -> &'static str {
+        match self {
+            Launcher::Torchrun => "torchrun",
+            Launcher::Plain => "plain",
+        }
+    }
+}
+
+/// Where a job's throughput model comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSource {
+    /// The submission's `model` field (a bundled profile name or inline analytic parameters).
+    Spec,
+    /// A stored profile (`dlscale profile --name`).
+    Profile(String),
+    /// Fitted from the job's own metrics, stored as profile `job:<id>`.
+    Fitted,
+}
+
+/// A syntactically valid submission, as stored in the database.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JobSpec {
+    /// Job id: 1–64 characters of `[A-Za-z0-9._-]`, not starting with `.`.
+    pub id: String,
+    /// What to run (see [`Launcher`]).
+    pub command: Vec<String>,
+    /// Absolute working directory.
+    pub workdir: PathBuf,
+    /// How to launch.
+    #[serde(default)]
+    pub launcher: Launcher,
+    /// Extra environment (keys starting with `DLSCALE_` other than the step/log knobs are
+    /// reserved for the server).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Stored profile to use when `model` is absent.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Relaunches after failures (default: the server's `max_retries`).
+    #[serde(default)]
+    pub max_retries: Option<u32>,
+    /// The job-file fields, as submitted.
+    pub entry: Map<String, Value>,
+}
+
+/// Environment variables the server sets itself; a submission may not override them.
+pub const RESERVED_ENV: [&str; 10] = [
+    "DLSCALE_JOB_ID",
+    "DLSCALE_WORLD_SIZE",
+    "DLSCALE_BATCH_SIZE",
+    "DLSCALE_LOCAL_BATCH_SIZE",
+    "DLSCALE_CHECKPOINT_DIR",
+    "DLSCALE_API",
+    "DLSCALE_TOKEN",
+    "DLSCALE_STOP_EXIT_CODE",
+    "CUDA_VISIBLE_DEVICES",
+    "WORLD_SIZE",
+];
+
+/// Checks a job or profile id.
+pub fn validate_id(field: &str, id: &str) -> Result<(), ApiError> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::field(
+            field,
+            format!("'{id}' is not a valid id: use 1-64 characters of A-Z a-z 0-9 . _ - (not starting with .)"),
+        ))
+    }
+}
+
+fn core_error(e: CoreError) -> ApiError {
+    match e {
+        CoreError::InvalidJob { field, reason, .. } => {
+            ApiError::field(field.clone(), format!("field '{field}': {reason}"))
+        }
+        CoreError::UnknownModel { .. } | CoreError::Model(_) => {
+            ApiError::field("model", e.to_string())
+        }
+        other => ApiError::bad_request(other.to_string()),
+    }
+}
+
+fn serde_error(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    crate::error::serde_field_error(&e.path().to_string(), &e.inner().to_string())
+}
+
+fn take_string(map: &mut Map<String, Value>, key: &str) -> Result<Option<String>, ApiError> {
+    match map.remove(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(ApiError::field(
+            key,
+            format!("field '{key}' must be a string"),
+        )),
+    }
+}
+
+impl JobSpec {
+    /// Parses a submission body (JSON). Checks syntax, types, the id and the run fields; the
+    /// job-file fields are checked by [`JobSpec::build_job`].
+    pub fn parse(body: &[u8]) -> Result<JobSpec, ApiError> {
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
+        Self::from_value(value)
+    }
+
+    /// As [`JobSpec::parse`], from a JSON value.
+    pub fn from_value(value: Value) -> Result<JobSpec, ApiError> {
+        let Value::Object(mut map) = value else {
+            return Err(ApiError::bad_request("request body must be a JSON object"));
+        };
+        let command = match map.remove("command") {
+            None | Some(Value::Null) => {
+                return Err(ApiError::field("command", "field 'command' is required"))
+            }
+            Some(Value::Array(items)) => items
+                .into_iter()
+                .map(|v| match v {
+                    Value::String(s) if !s.is_empty() && !s.contains('\0') => Ok(s),
+                    _ => Err(ApiError::field(
+                        "command",
+                        "field 'command' must be an array of non-empty strings",
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(_) => {
+                return Err(ApiError::field(
+                    "command",
+                    "field 'command' must be an array of strings",
+                ))
+            }
+        };
+        if command.is_empty() {
+            return Err(ApiError::field(
+                "command",
+                "field 'command' must not be empty",
+            ));
+        }
+        let workdir = take_string(&mut map, "workdir")?
+            .ok_or_else(|| ApiError::field("workdir", "field 'workdir' is required"))?;
+        let workdir = PathBuf::from(workdir);
+        if !workdir.is_absolute() {
+            return Err(ApiError::field(
+                "workdir",
+                format!(
+                    "field 'workdir' must be an absolute path, got {}",
+                    workdir.display()
+                ),
+            ));
+        }
+        let launcher = match take_string(&mut map, "launcher")?.as_deref() {
+            None | Some("torchrun") => Launcher::Torchrun,
+            Some("plain") => Launcher::Plain,
+            Some(other) => {
+                return Err(ApiError::field(
+                    "launcher",
+                    format!(
+                        "field 'launcher': unknown launcher '{other}' (expected torchrun or plain)"
+                    ),
+                ))
+            }
+        };
+        let env = match map.remove("env") {
+            None | Some(Value::Null) => BTreeMap::new(),
+            Some(Value::Object(m)) => {
+                let mut env = BTreeMap::new();
+                for (k, v) in m {
+                    let Value::String(v) = v else {
+                        return Err(ApiError::field(
+                            format!("env.{k}"),
+                            format!("field 'env.{k}' must be a string"),
+                        ));
+                    };
+                    if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                        return Err(ApiError::field("env", format!("invalid variable '{k}'")));
+                    }
+                    if RESERVED_ENV.contains(&k.as_str()) {
+                        return Err(ApiError::field(
+                            format!("env.{k}"),
+                            format!("field 'env.{k}': {k} is set by the server"),
+                        ));
+                    }
+                    env.insert(k, v);
+                }
+                env
+            }
+            Some(_) => return Err(ApiError::field("env", "field 'env' must be an object")),
+        };
+        let profile = take_string(&mut map, "profile")?;
+        if let Some(p) = &profile {
+            validate_id("profile", p)?;
+        }
+        let max_retries =
+            match map.remove("max_retries") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(
+                    || ApiError::field("max_retries", "field 'max_retries' must be an integer ≥ 0"),
+                )?),
+            };
+        if map.contains_key("current") {
+            return Err(ApiError::field(
+                "current",
+                "field 'current' is managed by the server and cannot be submitted",
+            ));
+        }
+        let id = match map.get("id") {
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => return Err(ApiError::field("id", "field 'id' must be a string")),
+            None => return Err(ApiError::field("id", "field 'id' is required")),
+        };
+        validate_id("id", &id)?;
+        if map.contains_key("model") && profile.is_some() {
+            return Err(ApiError::field(
+                "profile",
+                "give either 'model' or 'profile', not both",
+            ));
+        }
+        let spec = JobSpec {
+            id,
+            command,
+            workdir,
+            launcher,
+            env,
+            profile,
+            max_retries,
+            entry: map,
+        };
+        // Types and unknown fields of the job-file part, checked now with the prior model.
+        spec.entry_with(None)?;
+        Ok(spec)
+    }
+
+    /// Where the job's throughput model comes from.
+    pub fn model_source(&self) -> ModelSource {
+        if self.entry.contains_key("model") {
+            ModelSource::Spec
+        } else if let Some(p) = &self.profile {
+            ModelSource::Profile(p.clone())
+        } else {
+            ModelSource::Fitted
+        }
+    }
+
+    /// Name of the stored profile the job uses or writes, if any.
+    pub fn profile_name(&self) -> Option<String> {
+        match self.model_source() {
+            ModelSource::Spec => None,
+            ModelSource::Profile(p) => Some(p),
+            ModelSource::Fitted => Some(format!("job:{}", self.id)),
+        }
+    }
+
+    fn entry_with(&self, model: Option<&AnalyticModel>) -> Result<JobEntry, ApiError> {
+        let mut map = self.entry.clone();
+        if !map.contains_key("model") {
+            map.insert("model".into(), analytic_json(model.unwrap_or(&PRIOR)));
+        }
+        serde_path_to_error::deserialize(Value::Object(map)).map_err(serde_error)
+    }
+
+    /// Validates the job-file fields into the allocator's job. Without a `model` field, `model`
+    /// (a stored or fitted profile) is used, or the linear-scaling prior when it is `None`.
+    pub fn build_job(&self, model: Option<&AnalyticModel>) -> Result<Job, ApiError> {
+        self.entry_with(model)?.into_job().map_err(core_error)
+    }
+}
+
+/// The model of a job without any measurement yet: compute only, perfectly linear scaling
+/// (optimistic, so that the job is tried on more GPUs and measured there).
+pub const PRIOR: AnalyticModel = AnalyticModel {
+    compute_base_s: 0.0,
+    compute_per_sample_s: 1e-3,
+    sync_intra_base_s: 0.0,
+    sync_intra_per_gpu_s: 0.0,
+    sync_inter_base_s: 0.0,
+    sync_inter_per_gpu_s: 0.0,
+    max_local_batch: None,
+};
+
+/// The job-file form (`model = {...}`) of an analytic model.
+pub fn analytic_json(m: &AnalyticModel) -> Value {
+    serde_json::json!({
+        "compute_base_s": m.compute_base_s,
+        "compute_per_sample_s": m.compute_per_sample_s,
+        "sync_intra_base_s": m.sync_intra_base_s,
+        "sync_intra_per_gpu_s": m.sync_intra_per_gpu_s,
+        "sync_inter_base_s": m.sync_inter_base_s,
+        "sync_inter_per_gpu_s": m.sync_inter_per_gpu_s,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn base() -> Value {
+        json!({"id": "a", "min_batch": 32, "max_batch": 256, "max_local_batch": 64,
+               "command": ["train.py"], "workdir": "/tmp", "launcher": "plain"})
+    }
+
+    fn err(v: Value) -> ApiError {
+        JobSpec::from_value(v)
+            .and_then(|s| s.build_job(None).map(|_| s))
+            .unwrap_err()
+    }
+
+    #[test]
+    fn parses_and_builds() {
+        let spec = JobSpec::from_value(base()).unwrap();
+        assert_eq!(spec.launcher, Launcher::Plain);
+        assert_eq!(spec.model_source(), ModelSource::Fitted);
+        assert_eq!(spec.profile_name().as_deref(), Some("job:a"));
+        let job = spec.build_job(None).unwrap();
+        assert_eq!(job.max_local_batch, 64);
+        let mut v = base();
+        v["model"] = json!("cifar10");
+        let spec = JobSpec::from_value(v).unwrap();
+        assert_eq!(spec.model_source(), ModelSource::Spec);
+        assert!(spec.build_job(None).is_ok());
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases: Vec<(Value, &str)> = vec![
+            (
+                {
+                    let mut v = base();
+                    v.as_object_mut().unwrap().remove("min_batch");
+                    v
+                },
+                "min_batch",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["min_batch"] = json!(-1);
+                    v
+                },
+                "min_batch",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["min_batch"] = json!("x");
+                    v
+                },
+                "min_batch",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["min_batch"] = json!(512);
+                    v
+                },
+                "min_batch",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["colour"] = json!(1);
+                    v
+                },
+                "colour",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["model"] = json!("nope");
+                    v
+                },
+                "model",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["model"] = json!({"compute_per_sample_s": -1.0});
+                    v
+                },
+                "model.compute_per_sample_s",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["command"] = json!([]);
+                    v
+                },
+                "command",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v.as_object_mut().unwrap().remove("command");
+                    v
+                },
+                "command",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["workdir"] = json!("rel");
+                    v
+                },
+                "workdir",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["launcher"] = json!("slurm");
+                    v
+                },
+                "launcher",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["id"] = json!("../x");
+                    v
+                },
+                "id",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["env"] = json!({"DLSCALE_TOKEN": "x"});
+                    v
+                },
+                "env.DLSCALE_TOKEN",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["current"] = json!({"gpus": 1, "batch": 32});
+                    v
+                },
+                "current",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["weight"] = json!(0);
+                    v
+                },
+                "weight",
+            ),
+        ];
+        for (v, field) in cases {
+            let e = err(v.clone());
+            assert_eq!(e.field.as_deref(), Some(field), "{v}: {e:?}");
+            assert!(e.message.contains(field), "{v}: {e:?}");
+        }
+        assert!(JobSpec::parse(b"{nope")
+            .unwrap_err()
+            .message
+            .contains("not valid JSON"));
+        assert!(JobSpec::parse(b"[1]")
+            .unwrap_err()
+            .message
+            .contains("JSON object"));
+    }
+
+    #[test]
+    fn stored_form_round_trips() {
+        let spec = JobSpec::from_value(base()).unwrap();
+        let text = serde_json::to_string(&spec).unwrap();
+        assert_eq!(serde_json::from_str::<JobSpec>(&text).unwrap(), spec);
+    }
+}
