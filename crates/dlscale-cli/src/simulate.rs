@@ -194,56 +194,25 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
     if let Some((_, bar)) = bars.last() {
         bar.finish();
     }
-    println!(
-        "{:<14} {:>6} {:>9} {:>8} {:>11} {:>11} {:>11} {:>7} {:>9} {:>8}",
-        "policy",
-        "jobs",
-        "completed",
-        "dropped",
-        "avg JCT s",
-        "p50 JCT s",
-        "p99 JCT s",
-        "util",
-        "restarts",
-        "wall s"
-    );
-    for r in &results {
-        let s = &r.summary;
-        println!(
-            "{:<14} {:>6} {:>9} {:>8} {:>11.0} {:>11.0} {:>11.0} {:>7.3} {:>9} {:>8.2}",
-            s.policy,
-            s.jobs,
-            s.completed,
-            s.dropped,
-            s.avg_jct_s,
-            s.p50_jct_s,
-            s.p99_jct_s,
-            s.gpu_utilization,
-            s.reallocations,
-            s.wall_s
-        );
-    }
+    let summaries: Vec<&dlscale_sim::Summary> = results.iter().map(|r| &r.summary).collect();
+    println!("{}", dlscale_sim::report::comparison_table(&summaries));
     println!("reports in {}", args.out.display());
     Ok(())
 }
 
 /// Runs `dlscale reproduce`.
 pub fn run_reproduce(args: &ReproduceArgs) -> Result<()> {
-    match &args.experiment {
+    let out = match &args.experiment {
         Experiment::Paper { out, jobs, seed } => {
             let options = PaperOptions {
                 jobs: *jobs,
                 seed: *seed,
                 ..PaperOptions::default()
             };
-            let bar = progress_bar(0, "paper");
-            reproduce_paper(out, &options, &mut |done, total| {
-                bar.set_length(total as u64);
-                bar.set_position(done as u64);
-            })
-            .map_err(sim_error)?;
-            bar.finish();
-            println!("{}", std::fs::read_to_string(out.join("report.md"))?);
+            with_progress("paper", |progress| {
+                reproduce_paper(out, &options, progress).map(drop)
+            })?;
+            out
         }
         Experiment::Pollux { out, workloads } => {
             let options = if workloads.is_empty() {
@@ -253,15 +222,27 @@ pub fn run_reproduce(args: &ReproduceArgs) -> Result<()> {
                     workloads: workloads.clone(),
                 }
             };
-            let bar = progress_bar(0, "pollux");
-            reproduce_pollux(out, &options, &mut |done, total| {
-                bar.set_length(total as u64);
-                bar.set_position(done as u64);
-            })
-            .map_err(sim_error)?;
-            bar.finish();
-            println!("{}", std::fs::read_to_string(out.join("report.md"))?);
+            with_progress("pollux", |progress| {
+                reproduce_pollux(out, &options, progress).map(drop)
+            })?;
+            out
         }
-    }
+    };
+    println!("{}", std::fs::read_to_string(out.join("report.md"))?);
+    Ok(())
+}
+
+/// Runs an experiment that reports `(done, total)` progress, with a progress bar on a terminal.
+fn with_progress(
+    what: &str,
+    run: impl FnOnce(&mut dyn FnMut(usize, usize)) -> dlscale_sim::Result<()>,
+) -> Result<()> {
+    let bar = progress_bar(0, what);
+    run(&mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })
+    .map_err(sim_error)?;
+    bar.finish();
     Ok(())
 }

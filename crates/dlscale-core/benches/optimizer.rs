@@ -1,42 +1,20 @@
 //! Optimizer speed: one full elastic-batch decision (value tables with 32 batch candidates per
 //! GPU count, then the exact knapsack) for growing clusters, jobs of up to 64 GPUs each.
-//! Also the MILP formulation of the same knapsack, on the sizes it solves in reasonable time.
+//! Also the knapsack alone, and the MILP formulation of the same knapsack (`milp` group; sizes
+//! from `DLSCALE_MILP_SIZES`, e.g. `64x256,256x1024`, default `16x64,32x128`).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use dlscale_core::allocator::knapsack::{KnapsackItem, KnapsackSolver};
-use dlscale_core::options::{job_options, BatchChoice};
+use dlscale_core::allocator::knapsack::KnapsackSolver;
 use dlscale_core::synthetic::analytic_jobs;
-use dlscale_core::{Cluster, Policy, RestartAwareness, Settings, Utility};
-use good_lp::{constraint, default_solver, variable, Expression, ProblemVariables, SolverModel};
+use dlscale_core::{Cluster, Policy, Settings, Utility};
 
 const SIZES: [(usize, u32); 3] = [(64, 256), (256, 1024), (1000, 4096)];
 
 fn cluster_for(gpus: u32) -> Cluster {
     Cluster::new(gpus / 8, 8).expect("valid cluster")
-}
-
-fn items_for(
-    jobs: &[dlscale_core::Job],
-    cluster: &Cluster,
-    utility: Utility,
-) -> Vec<Vec<KnapsackItem>> {
-    jobs.iter()
-        .map(|job| {
-            job_options(
-                job,
-                cluster,
-                utility,
-                BatchChoice::Free { max_candidates: 32 },
-                &RestartAwareness::default(),
-            )
-            .iter()
-            .map(|o| KnapsackItem {
-                gpus: o.gpus,
-                value: o.value,
-            })
-            .collect()
-        })
-        .collect()
 }
 
 fn optimizer(c: &mut Criterion) {
@@ -59,7 +37,8 @@ fn optimizer(c: &mut Criterion) {
     }
     for (jobs, gpus) in SIZES {
         let cluster = cluster_for(gpus);
-        let items = items_for(&analytic_jobs(jobs, 64, 42), &cluster, Utility::Speedup);
+        let items =
+            support::elastic_batch_items(&analytic_jobs(jobs, 64, 42), &cluster, Utility::Speedup);
         let mut solver = KnapsackSolver::default();
         group.bench_with_input(
             BenchmarkId::new("knapsack-only", format!("{jobs}x{gpus}")),
@@ -84,38 +63,12 @@ fn milp(c: &mut Criterion) {
         .unwrap_or_else(|| vec![(16, 64), (32, 128)]);
     for (jobs, gpus) in sizes {
         let cluster = cluster_for(gpus);
-        let items = items_for(&analytic_jobs(jobs, 64, 42), &cluster, Utility::Speedup);
+        let items =
+            support::elastic_batch_items(&analytic_jobs(jobs, 64, 42), &cluster, Utility::Speedup);
         group.bench_with_input(
             BenchmarkId::new("microlp", format!("{jobs}x{gpus}")),
             &items,
-            |b, items| {
-                b.iter(|| {
-                    let mut vars = ProblemVariables::new();
-                    let x: Vec<Vec<_>> = items
-                        .iter()
-                        .map(|o| o.iter().map(|_| vars.add(variable().binary())).collect())
-                        .collect();
-                    let objective: Expression = items
-                        .iter()
-                        .zip(&x)
-                        .flat_map(|(o, xs)| o.iter().zip(xs).map(|(o, &v)| o.value * v))
-                        .sum();
-                    let used: Expression = items
-                        .iter()
-                        .zip(&x)
-                        .flat_map(|(o, xs)| o.iter().zip(xs).map(|(o, &v)| f64::from(o.gpus) * v))
-                        .sum();
-                    let mut model = vars
-                        .maximise(objective)
-                        .using(default_solver)
-                        .with(constraint!(used <= f64::from(cluster.total_gpus())));
-                    for xs in &x {
-                        let one: Expression = xs.iter().copied().sum();
-                        model = model.with(constraint!(one == 1.0));
-                    }
-                    model.solve().is_ok()
-                })
-            },
+            |b, items| b.iter(|| support::milp_optimum(items, cluster.total_gpus())),
         );
     }
     group.finish();

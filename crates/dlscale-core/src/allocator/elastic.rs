@@ -81,15 +81,7 @@ pub(super) fn decide_knapsack(
         .collect();
     let items: Vec<Vec<KnapsackItem>> = admitted
         .iter()
-        .map(|&i| {
-            tables[i]
-                .iter()
-                .map(|o| KnapsackItem {
-                    gpus: o.gpus,
-                    value: o.value,
-                })
-                .collect()
-        })
+        .map(|&i| tables[i].iter().map(KnapsackItem::from).collect())
         .collect();
     let solution = solver
         .solve(&items, cluster.total_gpus())

@@ -26,6 +26,15 @@ pub struct KnapsackItem {
     pub value: f64,
 }
 
+impl From<&crate::options::ConfigOption> for KnapsackItem {
+    fn from(option: &crate::options::ConfigOption) -> Self {
+        KnapsackItem {
+            gpus: option.gpus,
+            value: option.value,
+        }
+    }
+}
+
 /// Reusable buffers, so repeated solves do not allocate.
 #[derive(Debug, Default)]
 pub struct KnapsackSolver {
