@@ -678,6 +678,67 @@ pub struct GeneratorSpec {
     pub duration_range_s: (f64, f64),
     /// Seed of the generator.
     pub seed: u64,
+    /// How the user's batch is chosen from the mix's requests.
+    pub user_batch: UserBatch,
+    /// The batch range a job trains correctly with.
+    pub batch_range: BatchRangeRule,
+    /// The fewest GPUs a job may run on, for every policy.
+    pub min_gpus: MinGpusRule,
+}
+
+/// How a generated job's user picks the batch size (the fixed batch of the baselines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UserBatch {
+    /// The `(gpus, batch)` pairs of the mix as they are (the Pollux workloads' users).
+    #[default]
+    AsRequested,
+    /// The model's single-GPU recipe batch `B0` per requested GPU (the linear scaling rule:
+    /// `b = gpus × B0`), capped by memory and by the model's largest validated batch. The same
+    /// rule maps trace jobs (philly, itp) to a batch.
+    PerGpuRecipe,
+}
+
+/// The batch range `[Bmin, Bmax]` of a generated job.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum BatchRangeRule {
+    /// The model's validated range `[B0, Bmax]` (Pollux's `init_batch_size` and
+    /// `max_batch_size`), widened to include the user's batch.
+    #[default]
+    Model,
+    /// A window spanning `factor`× with the user's batch at its geometric middle, shifted (not
+    /// cut) to stay inside the model's validated range when that is wide enough. The paper reports
+    /// unchanged accuracy over an 8× range.
+    AroundUser {
+        /// `Bmax / Bmin`.
+        factor: f64,
+    },
+}
+
+/// The fewest GPUs of a generated job (its `min_gpus`), the same for every policy. A policy may
+/// need more: with the batch fixed at `b`, at least `ceil(b / max per-GPU batch)`; with a free
+/// batch, at least `ceil(Bmin / max per-GPU batch)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MinGpusRule {
+    /// 1: each policy's own feasibility sets the minimum, so a free batch can shrink a job to the
+    /// fewest GPUs that hold `Bmin`, a fixed batch only to those that hold the user's batch.
+    #[default]
+    One,
+    /// `ceil(user batch / max per-GPU batch)`: the fixed-batch minimum, imposed on every policy
+    /// (both elastic policies then admit alike).
+    FixedBatchFits,
+    /// The requested GPUs: jobs may only grow beyond what their user asked for.
+    Requested,
+}
+
+impl MinGpusRule {
+    /// Short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            MinGpusRule::One => "1 GPU (each policy's own feasibility)",
+            MinGpusRule::FixedBatchFits => "ceil(user batch / memory) for both",
+            MinGpusRule::Requested => "the requested GPUs for both",
+        }
+    }
 }
 
 impl GeneratorSpec {
@@ -709,6 +770,9 @@ impl GeneratorSpec {
             duration_sigma: 1.0,
             duration_range_s: (300.0, 8.0 * 3600.0),
             seed,
+            user_batch: UserBatch::AsRequested,
+            batch_range: BatchRangeRule::Model,
+            min_gpus: MinGpusRule::One,
         }
     }
 }
@@ -732,6 +796,13 @@ pub fn generate(spec: &GeneratorSpec) -> Result<Workload> {
     if !(lo > 0.0 && hi >= lo && spec.median_duration_s > 0.0) {
         return Err(bad("durations must be positive".into()));
     }
+    if let BatchRangeRule::AroundUser { factor } = spec.batch_range {
+        if !(factor.is_finite() && factor >= 1.0) {
+            return Err(bad(format!(
+                "the batch range factor must be ≥ 1, got {factor}"
+            )));
+        }
+    }
     let gap = Exp::new(spec.rate_per_h / 3600.0).map_err(|e| bad(e.to_string()))?;
     let length = LogNormal::new(spec.median_duration_s.ln(), spec.duration_sigma)
         .map_err(|e| bad(e.to_string()))?;
@@ -751,12 +822,12 @@ pub fn generate(spec: &GeneratorSpec) -> Result<Workload> {
             .unwrap_or(&spec.mix[spec.mix.len() - 1]);
         let (gpus, batch) = entry.requests[rng.random_range(0..entry.requests.len())];
         let duration_s = length.sample(&mut rng).clamp(lo, hi);
-        let (job, efficiency) = model_job(
+        let (job, efficiency) = generated_job(
             format!("{}-{i}", entry.model),
             &entry.model,
             gpus,
             batch,
-            false,
+            spec,
         )
         .map_err(bad)?;
         jobs.push(SimJob {
@@ -771,4 +842,66 @@ pub fn generate(spec: &GeneratorSpec) -> Result<Workload> {
         jobs,
         0,
     ))
+}
+
+/// A generated job: the mix's request turned into a job by `spec`'s user-batch, batch-range and
+/// minimum-GPU rules (on top of [`model_job`]'s).
+fn generated_job(
+    id: String,
+    model: &str,
+    gpus: GpuCount,
+    batch: BatchSize,
+    spec: &GeneratorSpec,
+) -> std::result::Result<(Job, Option<Arc<EfficiencyModel>>), String> {
+    let profile = profiles::bundled(model).map_err(|e| e.to_string())?;
+    let efficiency = profile
+        .efficiency
+        .as_ref()
+        .ok_or_else(|| format!("model '{model}' has no training length (no validation files)"))?;
+    let init_batch = efficiency.init_batch();
+    let max_batch = efficiency
+        .measured_batches()
+        .last()
+        .copied()
+        .unwrap_or(init_batch);
+    let memory = profile.throughput.max_local_batch().unwrap_or(batch);
+    let batch = match spec.user_batch {
+        UserBatch::AsRequested => batch,
+        UserBatch::PerGpuRecipe => init_batch
+            .saturating_mul(gpus)
+            .min(max_batch)
+            .min(memory.saturating_mul(gpus))
+            .max(gpus),
+    };
+    let (mut job, efficiency) = model_job(id, model, gpus, batch, false)?;
+    if let BatchRangeRule::AroundUser { factor } = spec.batch_range {
+        let (lo, hi) = batch_window(
+            f64::from(batch),
+            factor,
+            f64::from(init_batch),
+            f64::from(max_batch),
+        );
+        job.batch = BatchRange {
+            min: (lo.round() as BatchSize).clamp(1, batch),
+            max: (hi.round() as BatchSize).max(batch),
+        };
+    }
+    job.gpus.min = match spec.min_gpus {
+        MinGpusRule::One => 1,
+        MinGpusRule::FixedBatchFits => batch.div_ceil(job.max_local_batch).max(1),
+        MinGpusRule::Requested => gpus,
+    }
+    .min(gpus);
+    job.validate().map_err(|e| e.to_string())?;
+    Ok((job, efficiency))
+}
+
+/// A window `[lo, lo · factor]` around `batch` (at its geometric middle), shifted into
+/// `[valid_lo, valid_hi]` when that range is at least `factor` wide, else that whole range.
+fn batch_window(batch: f64, factor: f64, valid_lo: f64, valid_hi: f64) -> (f64, f64) {
+    if valid_hi / valid_lo <= factor {
+        return (valid_lo, valid_hi);
+    }
+    let lo = (batch / factor.sqrt()).clamp(valid_lo, valid_hi / factor);
+    (lo, lo * factor)
 }
