@@ -41,6 +41,15 @@ impl GradNoise {
         (self.grad_var + self.grad_sqr) / (self.grad_var / scale + self.grad_sqr)
     }
 
+    /// The gradient noise scale φ = `grad_var / grad_sqr · B0`; infinite when no true gradient
+    /// signal was measured (every sample then counts fully).
+    pub fn noise_scale(&self, init_batch: u32) -> f64 {
+        if self.grad_sqr <= 0.0 {
+            return f64::INFINITY;
+        }
+        self.grad_var / self.grad_sqr * f64::from(init_batch)
+    }
+
     /// Statistical efficiency at `batch`: progress per sample relative to the initial batch, in (0, 1]
     /// for `batch ≥ init_batch`.
     pub fn efficiency(&self, batch: f64, init_batch: u32) -> f64 {
@@ -198,6 +207,22 @@ mod tests {
         // (φ + B0) / (φ + B) = 1100 / 1900.
         assert!((noise.efficiency(900.0, 100) - 1100.0 / 1900.0).abs() < 1e-12);
         assert!(noise.gain(900.0, 100) > 1.0);
+        // The closed form through the noise scale agrees with the gain formula.
+        let measured = GradNoise {
+            grad_sqr: 0.3,
+            grad_var: 4.1,
+        };
+        let phi = measured.noise_scale(200);
+        for batch in [200.0, 350.0, 3200.0] {
+            let closed = (phi + 200.0) / (phi + batch);
+            assert!((measured.efficiency(batch, 200) - closed).abs() < 1e-12);
+        }
+        assert!(GradNoise {
+            grad_sqr: 0.0,
+            grad_var: 1.0
+        }
+        .noise_scale(8)
+        .is_infinite());
     }
 
     #[test]

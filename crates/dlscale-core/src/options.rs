@@ -135,26 +135,23 @@ impl Row {
 impl OptionTable {
     /// Evaluates every candidate configuration of `job` (its [`Job::current`] is ignored).
     pub fn build(job: &Job, cluster: &Cluster, utility: Utility, choice: BatchChoice) -> Self {
-        let eval = Evaluator {
-            job,
-            cluster,
-            utility,
-        };
+        let eval = Evaluator::new(job, cluster, utility);
         let cap = job
             .throughput
             .max_gpus()
             .map_or(cluster.total_gpus(), |m| m.min(cluster.total_gpus()));
         let mut rows = Vec::new();
         let mut candidates = Vec::new();
-        let (mut batches, mut locals, mut steps) = (Vec::new(), Vec::new(), Vec::new());
+        let mut grid = CandidateGrid::default();
+        let mut steps = Vec::new();
         for gpus in job.gpus.counts(cap) {
-            candidate_batches(job, gpus, choice, &mut batches, &mut locals);
+            grid.fill(job, gpus, choice);
+            let (batches, locals) = (&grid.batches, &grid.shares);
             let nodes = cluster.min_nodes_for(gpus);
             // One model call per GPU count: the model does its per-placement work once.
             steps.clear();
             steps.resize(batches.len(), None);
-            job.throughput
-                .step_times_s(gpus, nodes, &locals, &mut steps);
+            job.throughput.step_times_s(gpus, nodes, locals, &mut steps);
             let start = candidates.len();
             for (&batch, step_s) in batches.iter().zip(&steps) {
                 if let Some((throughput, metric)) = eval.metric_from_step(gpus, batch, *step_s) {
@@ -183,10 +180,10 @@ impl OptionTable {
         if !self.utility.uses_goodput() {
             return;
         }
-        if let Some(eff) = &job.efficiency {
+        if job.efficiency.is_some() {
+            let terms = efficiency_terms(job, self.utility);
             for cand in &mut self.candidates {
-                cand.metric =
-                    cand.throughput * eff.noise.efficiency(f64::from(cand.batch), eff.init_batch);
+                cand.metric = metric_of(cand.throughput, cand.batch, terms);
             }
             for row in &mut self.rows {
                 row.refresh_best(&self.candidates);
@@ -203,11 +200,7 @@ impl OptionTable {
         restart: &RestartAwareness,
     ) -> Vec<ConfigOption> {
         let utility = self.utility;
-        let eval = Evaluator {
-            job,
-            cluster,
-            utility,
-        };
+        let eval = Evaluator::new(job, cluster, utility);
         let current = job.current;
         let change_factor = match current {
             Some(c) if restart.cost_s > 0.0 => ((c.age_s - restart.cost_s * f64::from(c.restarts))
@@ -282,10 +275,31 @@ impl OptionTable {
 struct Evaluator<'a> {
     job: &'a Job,
     cluster: &'a Cluster,
-    utility: Utility,
+    /// `(φ, φ + B0)` when the metric is goodput and the noise scale φ is finite: efficiency at
+    /// batch b is then `(φ + B0) / (φ + b)`. `None`: the metric is throughput.
+    efficiency: Option<(f64, f64)>,
 }
 
-impl Evaluator<'_> {
+impl<'a> Evaluator<'a> {
+    fn new(job: &'a Job, cluster: &'a Cluster, utility: Utility) -> Self {
+        let efficiency = job
+            .efficiency
+            .filter(|_| utility.uses_goodput())
+            .map(|eff| {
+                (
+                    eff.noise.noise_scale(eff.init_batch),
+                    f64::from(eff.init_batch),
+                )
+            })
+            .filter(|(phi, _)| phi.is_finite())
+            .map(|(phi, init_batch)| (phi, phi + init_batch));
+        Evaluator {
+            job,
+            cluster,
+            efficiency,
+        }
+    }
+
     /// (throughput, metric) of one configuration, where the metric is throughput or goodput in
     /// samples/s.
     fn metric(&self, gpus: GpuCount, nodes: u32, batch: BatchSize) -> Option<(f64, f64)> {
@@ -305,68 +319,110 @@ impl Evaluator<'_> {
         step_s: Option<f64>,
     ) -> Option<(f64, f64)> {
         let throughput = throughput_from_step(gpus, batch, step_s?)?;
-        let metric = match (&self.job.efficiency, self.utility.uses_goodput()) {
-            (Some(eff), true) => {
-                throughput * eff.noise.efficiency(f64::from(batch), eff.init_batch)
-            }
-            _ => throughput,
-        };
-        Some((throughput, metric))
+        Some((throughput, metric_of(throughput, batch, self.efficiency)))
     }
 }
 
-/// Candidate global batches of `job` at `gpus` GPUs, written into `out`, with their per-GPU shares
-/// `ceil(batch / gpus)` in `shares`.
+/// `(φ, φ + B0)` of `job` when `utility` uses goodput and the noise scale φ is finite; `None`
+/// when the metric is plain throughput.
+fn efficiency_terms(job: &Job, utility: Utility) -> Option<(f64, f64)> {
+    let eff = job.efficiency.filter(|_| utility.uses_goodput())?;
+    let phi = eff.noise.noise_scale(eff.init_batch);
+    phi.is_finite()
+        .then(|| (phi, phi + f64::from(eff.init_batch)))
+}
+
+/// The metric of a configuration: throughput, or goodput = throughput · (φ + B0) / (φ + b).
+fn metric_of(throughput: f64, batch: BatchSize, efficiency: Option<(f64, f64)>) -> f64 {
+    match efficiency {
+        Some((phi, phi_plus_init)) => throughput * phi_plus_init / (phi + f64::from(batch)),
+        None => throughput,
+    }
+}
+
+/// Candidate global batches of a job at one GPU count after another, with their per-GPU shares
+/// `ceil(batch / gpus)`.
 ///
 /// Step time depends on the batch only through the per-GPU share `ceil(b / g)`, and every metric
 /// grows with `b` at a fixed share, so for each share only the largest batch with that share
 /// matters. When the range holds at most `max_candidates` shares all are tried (exact); otherwise
-/// a geometric grid of shares including both ends.
-pub fn candidate_batches(
-    job: &Job,
-    gpus: GpuCount,
-    choice: BatchChoice,
-    out: &mut Vec<BatchSize>,
-    shares: &mut Vec<BatchSize>,
-) {
-    out.clear();
-    shares.clear();
-    let upper = job.batch.max.min(job.max_local_batch.saturating_mul(gpus));
-    let lower = job.batch.min.max(gpus);
-    match choice {
-        BatchChoice::Fixed => {
-            if job.batch_fits(gpus, job.requested.batch) {
-                out.push(job.requested.batch);
-                shares.push(job.requested.batch.div_ceil(gpus));
-            }
-        }
-        BatchChoice::Free { max_candidates } => {
-            if lower > upper {
-                return;
-            }
-            let lo = lower.div_ceil(gpus);
-            let hi = upper.div_ceil(gpus);
-            // With share ≤ hi, min(share·g, upper) has exactly `share` as its per-GPU share.
-            let largest_with_share = |share: u32| share.saturating_mul(gpus).min(upper);
-            let count = (hi - lo + 1) as usize;
-            if count <= max_candidates.max(2) {
-                shares.extend(lo..=hi);
-            } else {
-                // lo · rᵏ for k = 0..steps with r = (hi/lo)^(1/steps): one powf, not one per point.
-                let steps = max_candidates.max(2) - 1;
-                let step_ratio = (f64::from(hi) / f64::from(lo)).powf(1.0 / steps as f64);
-                let mut share = f64::from(lo);
-                for _ in 0..steps {
-                    // share ≥ 1, so adding ½ and truncating rounds to nearest.
-                    shares.push(((share + 0.5) as u32).clamp(lo, hi));
-                    share *= step_ratio;
+/// a geometric grid of shares including both ends. The share grid depends only on its ends, which
+/// repeat across GPU counts (often `1..max_local_batch`), so it is rebuilt only when they change.
+#[derive(Debug, Default)]
+pub struct CandidateGrid {
+    /// Ends and size of the share grid now held.
+    key: Option<(u32, u32, usize)>,
+    /// Per-GPU share of each candidate.
+    pub shares: Vec<BatchSize>,
+    /// Global batch of each candidate.
+    pub batches: Vec<BatchSize>,
+}
+
+impl CandidateGrid {
+    /// Fills the candidates of `job` at `gpus` GPUs.
+    pub fn fill(&mut self, job: &Job, gpus: GpuCount, choice: BatchChoice) {
+        self.batches.clear();
+        let upper = job.batch.max.min(job.max_local_batch.saturating_mul(gpus));
+        let lower = job.batch.min.max(gpus);
+        match choice {
+            BatchChoice::Fixed => {
+                self.key = None;
+                self.shares.clear();
+                if job.batch_fits(gpus, job.requested.batch) {
+                    self.batches.push(job.requested.batch);
+                    self.shares.push(job.requested.batch.div_ceil(gpus));
                 }
-                shares.push(hi);
-                shares.dedup();
             }
-            out.extend(shares.iter().map(|&share| largest_with_share(share)));
+            BatchChoice::Free { max_candidates } => {
+                if lower > upper {
+                    self.key = None;
+                    self.shares.clear();
+                    return;
+                }
+                let (lo, hi) = (lower.div_ceil(gpus), upper.div_ceil(gpus));
+                let key = (lo, hi, max_candidates);
+                if self.key != Some(key) {
+                    self.key = Some(key);
+                    share_grid(lo, hi, max_candidates, &mut self.shares);
+                }
+                // With share ≤ hi, min(share·g, upper) has exactly `share` as its per-GPU share.
+                self.batches.extend(
+                    self.shares
+                        .iter()
+                        .map(|&share| share.saturating_mul(gpus).min(upper)),
+                );
+            }
         }
     }
+}
+
+/// Every share in `lo..=hi` when there are at most `max_candidates`, else a geometric grid of
+/// `max_candidates` shares from `lo` to `hi` (deduplicated).
+fn share_grid(lo: u32, hi: u32, max_candidates: usize, shares: &mut Vec<BatchSize>) {
+    shares.clear();
+    let max_candidates = max_candidates.max(2);
+    if (hi - lo + 1) as usize <= max_candidates {
+        shares.extend(lo..=hi);
+        return;
+    }
+    // lo · rᵏ for k = 0..steps with r = (hi/lo)^(1/steps), as four interleaved chains.
+    let steps = max_candidates - 1;
+    let step_ratio = (f64::from(hi) / f64::from(lo)).powf(1.0 / steps as f64);
+    let r2 = step_ratio * step_ratio;
+    let r4 = r2 * r2;
+    let base = f64::from(lo);
+    let mut lanes = [base, base * step_ratio, base * r2, base * r2 * step_ratio];
+    for k in (0..steps).step_by(4) {
+        for (j, lane) in lanes.iter_mut().enumerate() {
+            if k + j < steps {
+                // share ≥ 1, so adding ½ and truncating rounds to nearest.
+                shares.push(((*lane + 0.5) as u32).clamp(lo, hi));
+            }
+            *lane *= r4;
+        }
+    }
+    shares.push(hi);
+    shares.dedup();
 }
 
 #[cfg(test)]
