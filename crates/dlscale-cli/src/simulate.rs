@@ -31,7 +31,7 @@ pub struct SimulateArgs {
     /// GPUs per node.
     #[arg(long, default_value_t = 4)]
     pub gpus_per_node: u32,
-    /// Policies: elastic-batch, elastic-gpu, static, tiresias; repeat or comma-separate to compare.
+    /// Policies: elastic-batch, elastic-gpu, static, tiresias, optimus; repeat or comma-separate to compare.
     #[arg(long, required = true, value_delimiter = ',', value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<SimPolicy>()))]
     pub policy: Vec<SimPolicy>,
     /// Run the allocator every this many seconds (0: only on arrivals and completions).

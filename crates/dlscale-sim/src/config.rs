@@ -56,15 +56,22 @@ pub enum SimPolicy {
     /// ([`TiresiasSettings`]), first come first served within a queue, preemptive, skipping jobs
     /// that do not fit; a preempted job resumes later and pays the restart delay.
     Tiresias,
+    /// Optimus+Oracle as Pollux's artifact simulator runs it (`simulator/optimus.py`, branch
+    /// `osdi21-artifact`): the batch fixed at the user's, every waiting job first gets its fewest
+    /// feasible GPUs in arrival order, then GPUs go one step at a time to the job whose true
+    /// (oracle) step time drops most times its remaining iterations, until no step gains. No
+    /// restart awareness: any change of GPU count restarts the job.
+    Optimus,
 }
 
 impl SimPolicy {
     /// Every policy.
-    pub const ALL: [SimPolicy; 4] = [
+    pub const ALL: [SimPolicy; 5] = [
         SimPolicy::Core(Policy::ElasticBatch),
         SimPolicy::Core(Policy::ElasticGpu),
         SimPolicy::Core(Policy::Static),
         SimPolicy::Tiresias,
+        SimPolicy::Optimus,
     ];
 
     /// Its command-line name.
@@ -72,6 +79,7 @@ impl SimPolicy {
         match self {
             SimPolicy::Core(p) => p.name(),
             SimPolicy::Tiresias => "tiresias",
+            SimPolicy::Optimus => "optimus",
         }
     }
 }
@@ -90,7 +98,7 @@ impl FromStr for SimPolicy {
             .find(|p| p.name() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown policy '{s}' (expected elastic-batch, elastic-gpu, static or tiresias)"
+                    "unknown policy '{s}' (expected elastic-batch, elastic-gpu, static, tiresias or optimus)"
                 )
             })
     }

@@ -456,6 +456,9 @@ impl<'w, 'o> Engine<'w, 'o> {
                     a.queue == 0 && a.gpu_s >= threshold
                 })
             }
+            // Remaining iterations change as jobs progress: decide on every tick, as Pollux's
+            // simulator does.
+            SimPolicy::Optimus => !self.active.is_empty(),
         }
     }
 
@@ -484,6 +487,7 @@ impl<'w, 'o> Engine<'w, 'o> {
         let targets = match self.policy {
             SimPolicy::Core(policy) => self.decide_core(policy),
             SimPolicy::Tiresias => self.decide_tiresias(t),
+            SimPolicy::Optimus => self.decide_optimus(),
         };
         let spent = clock.elapsed().as_secs_f64();
         self.decisions += 1;
@@ -558,6 +562,103 @@ impl<'w, 'o> Engine<'w, 'o> {
             }
         }
         targets
+    }
+
+    /// Optimus+Oracle (see [`SimPolicy::Optimus`]): fixed batch, fewest feasible GPUs per job in
+    /// arrival order, then greedy by the true step time saved times remaining iterations.
+    fn decide_optimus(&self) -> Vec<Target> {
+        let cluster = &self.config.cluster;
+        let capacity = cluster.total_gpus();
+        // Per job, its feasible GPU counts with the fixed batch and their step times, ascending.
+        let ladders: Vec<Vec<(GpuCount, f64)>> = self
+            .jobs
+            .iter()
+            .map(|job| {
+                let batch = job.requested.batch;
+                let cap = job
+                    .throughput
+                    .max_gpus()
+                    .map_or(capacity, |m| m.min(capacity));
+                job.gpus
+                    .counts(cap)
+                    .filter(|&g| job.batch_fits(g, batch))
+                    .filter_map(|g| {
+                        let nodes = cluster.min_nodes_for(g);
+                        let step = job.throughput.step_time_s(g, nodes, batch.div_ceil(g))?;
+                        (step.is_finite() && step > 0.0).then_some((g, step))
+                    })
+                    .collect()
+            })
+            .collect();
+        let remaining: Vec<f64> = (0..self.jobs.len())
+            .map(|i| self.remaining_iterations(i, self.jobs[i].requested.batch))
+            .collect();
+        let mut free = capacity;
+        let mut level: Vec<Option<usize>> = vec![None; self.jobs.len()];
+        for (i, ladder) in ladders.iter().enumerate() {
+            if let Some(&(g, _)) = ladder.first() {
+                if g <= free {
+                    free -= g;
+                    level[i] = Some(0);
+                }
+            }
+        }
+        loop {
+            let mut best: Option<(f64, usize)> = None;
+            for (i, ladder) in ladders.iter().enumerate() {
+                let Some(k) = level[i] else { continue };
+                let (Some(&(g, step)), Some(&(next_g, next_step))) =
+                    (ladder.get(k), ladder.get(k + 1))
+                else {
+                    continue;
+                };
+                let gain = (step - next_step) * remaining[i];
+                if next_g - g <= free && gain > 0.0 && best.is_none_or(|(b, _)| gain > b) {
+                    best = Some((gain, i));
+                }
+            }
+            let Some((_, i)) = best else { break };
+            let k = level[i].unwrap_or(0);
+            free -= ladders[i][k + 1].0 - ladders[i][k].0;
+            level[i] = Some(k + 1);
+        }
+        level
+            .iter()
+            .zip(&ladders)
+            .zip(&self.jobs)
+            .map(|((lvl, ladder), job)| match lvl {
+                Some(k) => Target::Run(ladder[*k].0, job.requested.batch),
+                None if ladder.is_empty() => Target::Drop,
+                None => Target::Wait,
+            })
+            .collect()
+    }
+
+    /// Iterations job `i` has left at global batch `batch`: its remaining progress divided by
+    /// what one step at `batch` makes, epoch by epoch with goodput progress (Optimus's
+    /// `remaining`, which Pollux's artifact counts from the start of the current epoch).
+    fn remaining_iterations(&self, i: usize, batch: BatchSize) -> f64 {
+        let a = &self.active[i];
+        let b = f64::from(batch.max(1));
+        match (&a.spec.efficiency, self.goodput) {
+            (Some(eff), true) => {
+                let (mut progress, mut epoch, mut iterations) = (a.progress, a.epoch, 0.0);
+                loop {
+                    let boundary = self.next_boundary(a.spec, epoch, a.total);
+                    let e = eff
+                        .noise(epoch, batch)
+                        .efficiency(b, eff.init_batch())
+                        .max(1e-12);
+                    iterations += (boundary - progress).max(0.0) / (b * e);
+                    if boundary >= a.total {
+                        return iterations;
+                    }
+                    progress = progress.max(boundary);
+                    epoch += 1;
+                }
+            }
+            _ => (a.total - a.progress).max(0.0) / b,
+        }
     }
 
     /// Applies targets: drops, preemptions, (re)starts, placement.

@@ -1,5 +1,5 @@
-//! dlscale-sim: a discrete-event simulator of dlscale's allocators (and Tiresias) on GPU-cluster
-//! workloads.
+//! dlscale-sim: a discrete-event simulator of dlscale's allocators (and Tiresias, Optimus) on
+//! GPU-cluster workloads.
 //!
 //! - [`workload`]: Pollux workloads (8 bundled), Philly and ITP traces, dlscale's JSON format and a
 //!   Poisson generator, with documented rules mapping trace jobs to models and batch ranges.

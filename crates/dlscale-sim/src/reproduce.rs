@@ -15,8 +15,9 @@ use crate::error::{Result, SimError};
 use crate::metrics::{JobRecord, Outcome, SimObserver, Summary};
 use crate::plot::{line_chart, Chart, Series};
 use crate::workload::{
-    bundled_pollux_workload, generate, BatchRangeRule, GeneratorSpec, MinGpusRule, UserBatch,
-    BUNDLED_POLLUX_WORKLOADS,
+    bundled_pollux_workload, generate, with_fixed_batch_accumulation, with_gpu_cap,
+    with_memory_cap, with_single_gpu_split, BatchRangeRule, GeneratorSpec, MinGpusRule, UserBatch,
+    Workload, BUNDLED_POLLUX_WORKLOADS,
 };
 
 /// A sweep plot: file stem, title, y label, and the value plotted.
@@ -640,8 +641,255 @@ pub struct PolluxRow {
     pub published_s: Option<f64>,
     /// The comparable system.
     pub published_as: String,
+    /// Which table of the report it belongs to.
+    pub part: PolluxPart,
     /// One summary per workload.
     pub summaries: Vec<Summary>,
+}
+
+/// The tables of the Pollux report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolluxPart {
+    /// The main comparison.
+    Main,
+    /// Variants of the baselines that test why they land where they do.
+    BaselineAnalysis,
+}
+
+/// Rules of Pollux's artifact simulator that a run may adopt, applied to the workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ArtifactRules {
+    /// A fixed batch may run on fewer GPUs than its memory needs, by gradient accumulation
+    /// ([`with_fixed_batch_accumulation`]).
+    pub accumulation: bool,
+    /// `ncf` jobs get one GPU at most ([`with_gpu_cap`]).
+    pub ncf_one_gpu: bool,
+    /// `yolov3` micro-batches of at most 8 per GPU ([`with_memory_cap`]).
+    pub yolov3_local_8: bool,
+    /// A batch above the initial one runs as two micro-steps on one GPU
+    /// ([`with_single_gpu_split`]).
+    pub single_gpu_split: bool,
+}
+
+impl ArtifactRules {
+    /// `workload` under these rules.
+    pub fn apply(&self, workload: &Workload) -> Result<Workload> {
+        let mut w = if self.accumulation {
+            with_fixed_batch_accumulation(workload)?
+        } else {
+            workload.clone()
+        };
+        if self.ncf_one_gpu {
+            w = with_gpu_cap(&w, "ncf", 1);
+        }
+        if self.yolov3_local_8 {
+            w = with_memory_cap(&w, "yolov3", 8)?;
+        }
+        if self.single_gpu_split {
+            w = with_single_gpu_split(&w);
+        }
+        Ok(w)
+    }
+}
+
+/// One run of [`reproduce_pollux`].
+struct PolluxVariant {
+    label: &'static str,
+    published_s: Option<f64>,
+    published_as: &'static str,
+    part: PolluxPart,
+    policy: SimPolicy,
+    config: SimConfig,
+    rules: ArtifactRules,
+}
+
+/// The runs of [`reproduce_pollux`]: the main table, then the baseline analysis.
+fn pollux_variants() -> Vec<PolluxVariant> {
+    let base = pollux_config();
+    let artifact_tiresias = SimConfig {
+        tiresias: TiresiasSettings {
+            threshold_gpu_s: 57_600.0,
+        },
+        ..base.clone()
+    };
+    let no_restart_awareness = SimConfig {
+        settings: Settings {
+            restart: RestartAwareness::default(),
+            ..base.settings
+        },
+        ..base.clone()
+    };
+    let no_defrag = |c: &SimConfig| SimConfig {
+        defragment_moves_per_job: 0,
+        ..c.clone()
+    };
+    let none = ArtifactRules::default();
+    let accum = ArtifactRules {
+        accumulation: true,
+        ..none
+    };
+    let artifact = ArtifactRules {
+        accumulation: true,
+        ncf_one_gpu: true,
+        ..none
+    };
+    let artifact_all = ArtifactRules {
+        accumulation: true,
+        ncf_one_gpu: true,
+        yolov3_local_8: true,
+        single_gpu_split: true,
+    };
+    let yolo8 = ArtifactRules {
+        yolov3_local_8: true,
+        ..none
+    };
+    let yolo8_split = ArtifactRules {
+        yolov3_local_8: true,
+        single_gpu_split: true,
+        ..none
+    };
+    let main = |label, published_s, published_as, policy, config| PolluxVariant {
+        label,
+        published_s,
+        published_as,
+        part: PolluxPart::Main,
+        policy,
+        config,
+        rules: none,
+    };
+    let why = |label, policy, config, rules| PolluxVariant {
+        label,
+        published_s: None,
+        published_as: "",
+        part: PolluxPart::BaselineAnalysis,
+        policy,
+        config,
+        rules,
+    };
+    let gpu = SimPolicy::Core(Policy::ElasticGpu);
+    vec![
+        main(
+            "elastic-batch (fair p=-1, restart-aware, min gain 5 %)",
+            Some(2751.0),
+            "Pollux",
+            SimPolicy::Core(Policy::ElasticBatch),
+            base.clone(),
+        ),
+        PolluxVariant {
+            label: "optimus+oracle (Pollux's artifact: greedy, accumulation, ncf on 1 GPU)",
+            published_s: Some(5682.0),
+            published_as: "Optimus+Oracle",
+            part: PolluxPart::Main,
+            policy: SimPolicy::Optimus,
+            config: base.clone(),
+            rules: artifact,
+        },
+        main(
+            "elastic-gpu (same settings, batch fixed, no accumulation)",
+            None,
+            "",
+            gpu,
+            base.clone(),
+        ),
+        main(
+            "tiresias (threshold 57,600 GPU-s, Pollux's artifact)",
+            Some(4038.0),
+            "Tiresias",
+            SimPolicy::Tiresias,
+            artifact_tiresias.clone(),
+        ),
+        main(
+            "tiresias (threshold 3,200 GPU-s)",
+            Some(4038.0),
+            "Tiresias",
+            SimPolicy::Tiresias,
+            base.clone(),
+        ),
+        main(
+            "static (FIFO with backfill)",
+            None,
+            "",
+            SimPolicy::Core(Policy::Static),
+            base.clone(),
+        ),
+        why("elastic-gpu + accumulation", gpu, base.clone(), accum),
+        why(
+            "elastic-gpu + accumulation + ncf on 1 GPU",
+            gpu,
+            base.clone(),
+            artifact,
+        ),
+        why(
+            "elastic-gpu + accumulation + ncf on 1 GPU, no restart awareness",
+            gpu,
+            no_restart_awareness.clone(),
+            artifact,
+        ),
+        why(
+            "optimus (greedy, oracle), no accumulation",
+            SimPolicy::Optimus,
+            base.clone(),
+            none,
+        ),
+        why(
+            "optimus + accumulation (ncf free to scale)",
+            SimPolicy::Optimus,
+            base.clone(),
+            accum,
+        ),
+        why(
+            "optimus+oracle row, no defragmenting repack",
+            SimPolicy::Optimus,
+            no_defrag(&base),
+            artifact,
+        ),
+        why(
+            "elastic-batch + ncf on 1 GPU",
+            SimPolicy::Core(Policy::ElasticBatch),
+            base.clone(),
+            ArtifactRules {
+                ncf_one_gpu: true,
+                ..none
+            },
+        ),
+        why(
+            "optimus + all four artifact rules (+ yolov3 at 8 per GPU, 1-GPU split)",
+            SimPolicy::Optimus,
+            base.clone(),
+            artifact_all,
+        ),
+        why(
+            "elastic-gpu + all four artifact rules",
+            gpu,
+            base.clone(),
+            artifact_all,
+        ),
+        why(
+            "elastic-batch + all four artifact rules",
+            SimPolicy::Core(Policy::ElasticBatch),
+            base.clone(),
+            artifact_all,
+        ),
+        why(
+            "tiresias (57,600 GPU-s) + yolov3 at 8 per GPU",
+            SimPolicy::Tiresias,
+            artifact_tiresias.clone(),
+            yolo8,
+        ),
+        why(
+            "tiresias (57,600 GPU-s) + yolov3 at 8 per GPU + 1-GPU split",
+            SimPolicy::Tiresias,
+            artifact_tiresias.clone(),
+            yolo8_split,
+        ),
+        why(
+            "tiresias (57,600 GPU-s), no defragmenting repack",
+            SimPolicy::Tiresias,
+            no_defrag(&artifact_tiresias),
+            none,
+        ),
+    ]
 }
 
 impl PolluxRow {
@@ -689,68 +937,40 @@ pub fn reproduce_pollux(
         return Err(SimError::Config("no workload to run".into()));
     }
     std::fs::create_dir_all(out_dir).map_err(|e| SimError::io(out_dir, e))?;
-    let base = pollux_config();
-    let variants: Vec<(&str, Option<f64>, &str, SimPolicy, SimConfig)> = vec![
-        (
-            "elastic-batch (fair p=-1, restart-aware, min gain 5 %)",
-            Some(2751.0),
-            "Pollux",
-            SimPolicy::Core(Policy::ElasticBatch),
-            base.clone(),
-        ),
-        (
-            "elastic-gpu (same settings, batch fixed)",
-            Some(5682.0),
-            "Optimus+Oracle",
-            SimPolicy::Core(Policy::ElasticGpu),
-            base.clone(),
-        ),
-        (
-            "tiresias (threshold 57,600 GPU-s, Pollux's artifact)",
-            Some(4038.0),
-            "Tiresias",
-            SimPolicy::Tiresias,
-            SimConfig {
-                tiresias: TiresiasSettings {
-                    threshold_gpu_s: 57_600.0,
-                },
-                ..base.clone()
-            },
-        ),
-        (
-            "tiresias (threshold 3,200 GPU-s)",
-            Some(4038.0),
-            "Tiresias",
-            SimPolicy::Tiresias,
-            base.clone(),
-        ),
-        (
-            "static (FIFO with backfill)",
-            None,
-            "",
-            SimPolicy::Core(Policy::Static),
-            base.clone(),
-        ),
-    ];
-    let workloads = options
+    let variants = pollux_variants();
+    let mut workload_sets: Vec<(ArtifactRules, Vec<Workload>)> = Vec::new();
+    let bundled = options
         .workloads
         .iter()
         .map(|&n| bundled_pollux_workload(n))
         .collect::<Result<Vec<_>>>()?;
-    let total = variants.len() * workloads.len();
+    let total = variants.len() * bundled.len();
     let mut rows = Vec::new();
     let mut done = 0;
-    for (label, published_s, published_as, policy, config) in variants {
+    for v in variants {
+        if !workload_sets.iter().any(|(r, _)| *r == v.rules) {
+            let set = bundled
+                .iter()
+                .map(|w| v.rules.apply(w))
+                .collect::<Result<Vec<_>>>()?;
+            workload_sets.push((v.rules, set));
+        }
+        let workloads = workload_sets
+            .iter()
+            .find(|(r, _)| *r == v.rules)
+            .map(|(_, set)| set)
+            .ok_or_else(|| SimError::Config("workload set missing".into()))?;
         let mut summaries = Vec::new();
-        for workload in &workloads {
-            summaries.push(simulate(workload, &config, policy, &mut ())?.summary);
+        for workload in workloads {
+            summaries.push(simulate(workload, &v.config, v.policy, &mut ())?.summary);
             done += 1;
             on_progress(done, total);
         }
         rows.push(PolluxRow {
-            label: label.to_string(),
-            published_s,
-            published_as: published_as.to_string(),
+            label: v.label.to_string(),
+            published_s: v.published_s,
+            published_as: v.published_as.to_string(),
+            part: v.part,
             summaries,
         });
     }
@@ -759,6 +979,7 @@ pub fn reproduce_pollux(
     std::fs::write(&path, json + "\n").map_err(|e| SimError::io(&path, e))?;
     let series: Vec<Series> = rows
         .iter()
+        .filter(|r| r.part == PolluxPart::Main)
         .map(|r| Series {
             label: r.label.clone(),
             points: r
@@ -799,7 +1020,7 @@ fn pollux_report(options: &PolluxOptions, rows: &[PolluxRow]) -> String {
         md,
         "| policy | mean avg JCT (s) | published | per workload (s) | reallocations (mean) | optimizer (ms/decision) |\n|---|---|---|---|---|---|"
     );
-    for r in rows {
+    for r in rows.iter().filter(|r| r.part == PolluxPart::Main) {
         let per: Vec<String> = r
             .summaries
             .iter()
@@ -829,8 +1050,75 @@ fn pollux_report(options: &PolluxOptions, rows: &[PolluxRow]) -> String {
     }
     md.push_str("\n![average JCT per workload](avg_jct_by_workload.svg)\n\n");
     md.push_str(POLLUX_DISCUSSION);
+    let analysis: Vec<&PolluxRow> = rows
+        .iter()
+        .filter(|r| r.part == PolluxPart::BaselineAnalysis)
+        .collect();
+    if !analysis.is_empty() {
+        md.push_str(POLLUX_BASELINES_INTRO);
+        let _ = writeln!(
+            md,
+            "| variant | mean avg JCT (s) | per workload (s) | reallocations (mean) |\n|---|---|---|---|"
+        );
+        let reference = rows
+            .iter()
+            .filter(|r| r.part == PolluxPart::Main && r.label.starts_with("elastic-gpu"));
+        for r in reference.chain(analysis) {
+            let per: Vec<String> = r
+                .summaries
+                .iter()
+                .map(|s| format!("{:.0}", s.avg_jct_s))
+                .collect();
+            let n = r.summaries.len().max(1) as f64;
+            let realloc = r
+                .summaries
+                .iter()
+                .map(|s| s.reallocations as f64)
+                .sum::<f64>()
+                / n;
+            let _ = writeln!(
+                md,
+                "| {} | {:.0} | {} | {:.0} |",
+                r.label,
+                r.mean_avg_jct_s(),
+                per.join(", "),
+                realloc
+            );
+        }
+        if options.workloads == (1..=BUNDLED_POLLUX_WORKLOADS).collect::<Vec<_>>() {
+            for (label, per) in ARTIFACT_RESULTS {
+                let mean = per.iter().sum::<f64>() / per.len() as f64;
+                let per: Vec<String> = per.iter().map(|v| format!("{v:.0}")).collect();
+                let _ = writeln!(md, "| {label} | {mean:.0} | {} | — |", per.join(", "));
+            }
+        }
+        md.push_str(POLLUX_BASELINES_FINDINGS);
+    }
     md
 }
+
+/// Pollux's artifact's own per-workload average JCTs, s (`simulator/results-jobload/*-1.0/
+/// summary.json`, branch `osdi21-artifact`); their means are the published numbers.
+const ARTIFACT_RESULTS: [(&str, [f64; 8]); 3] = [
+    (
+        "*Pollux artifact, Optimus+Oracle (published)*",
+        [
+            4087.0, 6914.0, 3944.0, 5968.0, 5656.0, 5302.0, 7291.0, 6294.0,
+        ],
+    ),
+    (
+        "*Pollux artifact, Tiresias (published)*",
+        [
+            2474.0, 5145.0, 3876.0, 3280.0, 3501.0, 3470.0, 5480.0, 5080.0,
+        ],
+    ),
+    (
+        "*Pollux artifact, Pollux (published)*",
+        [
+            2089.0, 3323.0, 2188.0, 2721.0, 2674.0, 2446.0, 3616.0, 2952.0,
+        ],
+    ),
+];
 
 const POLLUX_DISCUSSION: &str = "## How this simulator differs from Pollux's
 
@@ -845,19 +1133,78 @@ const POLLUX_DISCUSSION: &str = "## How this simulator differs from Pollux's
   gradient accumulation in both simulators; Pollux's also caps yolov3's per-GPU batch at 8 where
   the bundled profile allows 16.
 - Tiresias in Pollux's artifact demotes at 16 GPU-hours of attained service (two queues, no
-  starvation guard); both thresholds are shown. With 57,600 GPU-s the row lands between the
-  artifact's own Tiresias result (3,470 s) and the paper's 4,038 s. With 3,200 GPU-s almost every
+  starvation guard); both thresholds are shown. The published 4,038 s is the artifact's own mean
+  over the 8 workloads (its README's 3,470 s is workload 6 alone). With 3,200 GPU-s almost every
   job is demoted within its first hour, so long jobs preempt each other in FIFO order of demotion
   and the low queue behaves like FIFO with restarts: much worse.
-- elastic-gpu lands far above Optimus+Oracle (5,682 s), mostly on workloads 2, 4 and 5. The likely
-  cause (not yet verified by an experiment): Optimus in Pollux's simulator starts every job at one
-  replica and reaches a fixed batch by gradient accumulation, while elastic-gpu here keeps the
-  paper's rule that a fixed batch must fit in GPU memory, so its minimum is `ceil(batch / max
-  per-GPU batch)` GPUs — 32 for imagenet at 6,400, 16 at 3,200, 8 for deepspeech2 at 640 — and
-  under queue admission such jobs wait for large blocks and then hold them. It also maximises
-  the fair goodput utility rather than Optimus's remaining-time marginal gain.
+- The Optimus+Oracle row is the artifact's baseline re-implemented (`SimPolicy::Optimus` with
+  gradient accumulation and ncf on one GPU, both part of that baseline's definition; see below).
+  elastic-gpu is dlscale's own fixed-batch baseline (the exact DP over the same fair goodput as
+  elastic-batch, a fixed batch must fit GPU memory): it has no published counterpart.
 - Placement: the allocator values consolidated placements; a job that restarts anyway and lands
   on extra nodes triggers a defragmenting repack (`SimConfig::defragment_moves_per_job`, 4 here)
   that re-places all running jobs when that consolidates more jobs than it moves per job; it
   lowers elastic-batch's mean from about 2,830 s (off) to about 2,610 s.
+";
+
+const POLLUX_BASELINES_INTRO: &str = "
+## Why the baselines differ from the published numbers
+
+What Pollux's artifact (branch `osdi21-artifact`, `simulator/`) runs as **Optimus+Oracle**
+(`optimus.py`, `OptimusPolicy.optimize`; job set-up in `simulator.py`, `Cluster.__init__`,
+`get_optimus_job_info`, `Job.update_local_bsz`):
+
+- the batch is fixed at the workload's `batch_size` (`target_batch_size=row.batch_size`);
+- every job's minimum is **1 replica** (the memory minimum `ceil(batch / max_local_bsz)` is
+  commented out): a batch that does not fit runs by **gradient accumulation** (`accum_steps =
+  ceil(local / max_local_bsz) − 1`, step = step + accum_steps × (step − sync)), and on one replica a
+  batch above the initial one always runs as at least two micro-steps;
+- allocation is **greedy**: jobs (in arrival order) first get one GPU each, then GPUs go one at a
+  time to the job with the largest `(step_time(n) − step_time(n+1)) × remaining iterations`, until no
+  job gains; step times are the **true** (oracle) measured ones (`predict_step_time` calls
+  `application.get_throughput`) on packed placements; `max_replicas = batch // min_local_bsz`, ncf
+  jobs one replica (as for Pollux itself);
+- no restart awareness: a changed GPU count restarts the job (30 s), every 60 s round; new jobs
+  go to the nodes with the most free GPUs, others never move.
+
+`SimPolicy::Optimus` re-implements this allocation, and the workload rules are options
+(`ArtifactRules`: `with_fixed_batch_accumulation`, `with_gpu_cap`, `with_memory_cap`,
+`with_single_gpu_split` in `workload.rs`). Measured (same settings as the table above):
+
+";
+const POLLUX_BASELINES_FINDINGS: &str = "
+- **Accumulation is the main cause of elastic-gpu's gap (verified).** Without it a fixed batch
+  needs `ceil(batch / memory)` GPUs — 32 for imagenet at 6,400, 16 at 3,200, 8 for deepspeech2 at
+  640, 4 for cifar10 at 4,096 — so under queue admission such jobs wait for large blocks and then
+  hold them (workloads 2, 4 and 5 average 15,000–21,000 s). With accumulation from one GPU
+  elastic-gpu drops from 9,352 s to 3,256 s, and Optimus's greedy from 12,947 s to 5,639 s. Since
+  Pollux's baseline defines the minimum as one replica, the Optimus+Oracle row uses it by default;
+  elastic-gpu keeps the paper's no-accumulation rule (its own definition).
+- **With the artifact's rules the Optimus row reproduces the published result:** 5,639 s (5,712 s
+  with all four rules) against 5,682 s, every workload within 11 % (workload 3, with the most
+  yolov3 jobs, is the largest gap; yolov3 at 8 per GPU closes half of it). Capping ncf at one GPU
+  changes nothing here (the greedy never gives ncf a second GPU), nor does the defragmenting
+  repack (+47 s without it).
+- **Our exact optimizer is a much stronger fixed-batch baseline than Optimus.** With the same
+  accumulation rule, elastic-gpu (exact DP over the fair goodput utility, restart-aware) averages
+  3,256 s against Optimus's 5,639 s: Optimus weights a GPU's time saved by the job's remaining
+  iterations, so long jobs collect the spare GPUs while short ones stay at one GPU, and it restarts
+  jobs more often (775 against 463 reallocations per workload). We did not separate the greedy
+  from the objective (that needs the Optimus objective in dlscale-core's value tables).
+  Restart awareness is not what makes the difference: without it elastic-gpu stays at 3,262 s.
+  So against the published Optimus+Oracle number, elastic-batch's 2.2× advantage is mostly the
+  allocator, not the batch: against elastic-gpu with accumulation it is 1.25×.
+- **Tiresias (3,740 s vs 4,038 s published).** The artifact caps yolov3 at 8 samples per GPU
+  (`max_local_bsz=8` in `applications.py`) where the bundled profile allows 16, so yolov3's
+  requested 64 on 4 GPUs runs as two micro-steps there; with that cap our Tiresias rises to 3,876 s
+  (gap −7 % → −4 %), mostly on workloads 3 and 7, which have the most yolov3 jobs. The one-GPU
+  split adds 5 s; the defragmenting repack none (Tiresias rarely restarts). Not explained: the rest
+  (workload 3 still 3,487 vs 3,876 s, workload 7 4,892 vs 5,480 s). Candidates, not measured: the
+  artifact places new jobs on the nodes with the most free GPUs, which can spread a 4- or 6-GPU job
+  over more nodes than needed (slower synchronisation) where dlscale consolidates; its throughput
+  interpolation (SciPy `LinearNDInterpolator` over nodes × replicas × per-GPU batch) differs from
+  dlscale-core's piecewise-linear one for unmeasured placements; its accumulation counts compute
+  time as `step − sync` at the job's own placement where dlscale uses the one-GPU step.
+- **elastic-batch under the artifact's rules** rises from 2,614 s to 2,685 s (Pollux published
+  2,751 s): yolov3 at 8 per GPU slows it, accumulation barely helps it.
 ";

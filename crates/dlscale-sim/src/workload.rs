@@ -623,6 +623,119 @@ impl ThroughputModel for Accumulating {
     }
 }
 
+/// Gradient accumulation down to one GPU, as Pollux's artifact simulator runs its fixed-batch
+/// baselines (`Job.update_local_bsz` and `OptimusPolicy.predict_step_time` in
+/// `simulator/simulator.py` and `simulator/optimus.py`, branch `osdi21-artifact`): every job whose
+/// requested batch does not fit one GPU's memory gets the [`Accumulating`] model with room for its
+/// whole requested batch per GPU, so its fixed batch is feasible on any GPU count from 1 (as
+/// `ceil(local / memory)` micro-steps) instead of only from `ceil(batch / memory)` GPUs. Jobs whose
+/// batch fits one GPU are unchanged. It widens elastic-batch's choices too (larger batches on few
+/// GPUs by accumulation), so apply it only to the runs it is meant for.
+pub fn with_fixed_batch_accumulation(workload: &Workload) -> Result<Workload> {
+    let mut out = workload.clone();
+    for sim in &mut out.jobs {
+        let job = &mut sim.job;
+        let profile = profiles::bundled(&job.model_name).map_err(|e| {
+            SimError::Config(format!(
+                "job '{}': accumulation needs a bundled model: {e}",
+                job.id
+            ))
+        })?;
+        let Some(memory) = profile.throughput.max_local_batch() else {
+            continue;
+        };
+        let batch = job.requested.batch;
+        if batch <= memory {
+            continue;
+        }
+        job.throughput = Arc::new(Accumulating {
+            inner: profile.throughput.clone(),
+            memory_local: memory,
+            max_local: batch,
+        });
+        job.max_local_batch = batch;
+        job.validate()
+            .map_err(|e| SimError::Config(format!("job '{}': {e}", job.id)))?;
+    }
+    Ok(out)
+}
+
+/// Caps every job of `model` at `max_gpus` GPUs (at least its minimum). Pollux's artifact gives
+/// `ncf` jobs one replica under every policy (`max_replicas = 1` in `get_pollux_job_info` and
+/// `get_optimus_job_info`, `simulator/simulator.py`).
+pub fn with_gpu_cap(workload: &Workload, model: &str, max_gpus: GpuCount) -> Workload {
+    let mut out = workload.clone();
+    for sim in out.jobs.iter_mut().filter(|j| j.job.model_name == model) {
+        sim.job.gpus.max = max_gpus.max(sim.job.gpus.min);
+    }
+    out
+}
+
+/// Caps the per-GPU micro-batch of every job of `model` at `memory` samples: larger per-GPU
+/// batches run by gradient accumulation ([`Accumulating`]); the GPU counts and batches a job may
+/// use are unchanged. Pollux's artifact caps `yolov3` at 8 (`max_local_bsz=8` in
+/// `simulator/applications.py`) where its measured profile, bundled here, reaches 16.
+pub fn with_memory_cap(workload: &Workload, model: &str, memory: BatchSize) -> Result<Workload> {
+    let mut out = workload.clone();
+    for sim in out.jobs.iter_mut().filter(|j| j.job.model_name == model) {
+        let job = &mut sim.job;
+        let profile = profiles::bundled(model).map_err(|e| SimError::Config(e.to_string()))?;
+        job.throughput = Arc::new(Accumulating {
+            inner: profile.throughput.clone(),
+            memory_local: memory.max(1),
+            max_local: job.max_local_batch,
+        });
+    }
+    Ok(out)
+}
+
+/// Pollux's artifact runs a fixed batch above the model's initial batch on one GPU as at least two
+/// micro-steps (`accum_steps = max(1, accum_steps)` when `num_replicas == 1` in
+/// `Job.update_local_bsz` and `OptimusPolicy.predict_step_time`); this applies that to every job
+/// whose model has an initial batch ([`SplitOnOneGpu`]). It hits `ncf` (32,768 on one GPU) most.
+pub fn with_single_gpu_split(workload: &Workload) -> Workload {
+    let mut out = workload.clone();
+    for sim in &mut out.jobs {
+        if let Some(eff) = &sim.efficiency {
+            sim.job.throughput = Arc::new(SplitOnOneGpu {
+                inner: sim.job.throughput.clone(),
+                above: eff.init_batch(),
+            });
+        }
+    }
+    out
+}
+
+/// On one GPU, a batch above `above` runs as at least two micro-steps of half the batch (compute
+/// only, one GPU has no gradient exchange): the step takes the larger of the inner model's time and
+/// twice its time at half the batch. Other configurations are the inner model's.
+#[derive(Debug, Clone)]
+pub struct SplitOnOneGpu {
+    /// The model without the split.
+    pub inner: Arc<dyn ThroughputModel>,
+    /// Batches above this are split on one GPU.
+    pub above: BatchSize,
+}
+
+impl ThroughputModel for SplitOnOneGpu {
+    fn step_time_s(&self, gpus: GpuCount, nodes: u32, local_batch: u32) -> Option<f64> {
+        let whole = self.inner.step_time_s(gpus, nodes, local_batch)?;
+        if gpus != 1 || local_batch <= self.above {
+            return Some(whole);
+        }
+        let half = self.inner.step_time_s(1, 1, local_batch.div_ceil(2))?;
+        Some(whole.max(2.0 * half))
+    }
+
+    fn max_local_batch(&self) -> Option<u32> {
+        self.inner.max_local_batch()
+    }
+
+    fn max_gpus(&self) -> Option<GpuCount> {
+        self.inner.max_gpus()
+    }
+}
+
 /// Seconds since 1970-01-01 of a `YYYY-MM-DD HH:MM:SS` timestamp (UTC, proleptic Gregorian).
 pub fn parse_timestamp(text: &str) -> Option<f64> {
     let (date, time) = text.trim().split_once(' ')?;

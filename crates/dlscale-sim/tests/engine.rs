@@ -174,7 +174,7 @@ proptest! {
         rate in 2.0..60.0f64,
         nodes in 1u32..5,
         per_node in 1u32..5,
-        policy in 0usize..4,
+        policy in 0usize..5,
         queue in any::<bool>(),
         goodput in any::<bool>(),
         interval in prop::option::of(30.0..300.0f64),
