@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of dlscale on a fresh machine: installs what the tests need (a torch venv for the
-# real training processes), then formatting, lints, the Rust test suite and the Python tests.
+# real training processes, a local Slurm cluster), then formatting, lints, the Rust test suite and
+# the Python tests.
 # Usage: ./scripts/test-all.sh        (from anywhere; takes ~10-25 min on a fresh 2-core machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,12 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== starting a local Slurm cluster (2 nodes x 4 GPUs) for the Slurm tests"
+trap './scripts/slurm-local.sh down' EXIT
+slurm_env=$(./scripts/slurm-local.sh up --nodes 2 --gpus-per-node 4) # exports SLURM_CONF
+eval "$slurm_env"
+# The Slurm end-to-end tests must not skip here: Slurm is up.
+export DLSCALE_REQUIRE_SLURM=1
 echo "== cargo test"
 cargo test --workspace
 echo "== pytest"

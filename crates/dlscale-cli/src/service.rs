@@ -260,6 +260,17 @@ pub fn run_job(args: &JobArgs) -> Result<()> {
             slots.join(",")
         }
     );
+    if !j.nodes.is_empty() {
+        let nodes: Vec<String> = j
+            .nodes
+            .iter()
+            .map(|s| format!("{}×{}", s.node, s.gpus))
+            .collect();
+        println!("nodes:       {}", nodes.join(" + "));
+    }
+    if let Some(id) = j.slurm_job_id {
+        println!("slurm_job:   {id}");
+    }
     println!(
         "batch_size:  {} ({} per worker)",
         j.batch_size, j.local_batch_size

@@ -5,44 +5,13 @@
 
 mod service_support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use dlscale_server::client::Method;
 use dlscale_server::job::{JobStatus, JobView};
 use serde_json::{json, Value};
-use service_support::{Server, TOKEN};
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-/// The torch venv (`$DLSCALE_VENV` or `~/.cache/dlscale/venv`) if it has torch, scikit-learn
-/// and dlscale; otherwise why not.
-fn venv() -> Result<PathBuf, String> {
-    let venv = std::env::var_os("DLSCALE_VENV")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dlscale/venv")))
-        .ok_or("neither DLSCALE_VENV nor HOME is set")?;
-    let torchrun = venv.join("bin/torchrun");
-    if !torchrun.is_file() {
-        return Err(format!("{} not found", torchrun.display()));
-    }
-    let ok = Command::new(venv.join("bin/python"))
-        .args(["-c", "import importlib.metadata as m; m.version('torch'); m.version('scikit-learn'); import dlscale"])
-        .status()
-        .map_err(|e| e.to_string())?;
-    if !ok.success() {
-        return Err(format!(
-            "{} lacks torch, scikit-learn or dlscale",
-            venv.display()
-        ));
-    }
-    Ok(venv)
-}
+use service_support::{check_trace, losses, repo_root, venv, Server, TOKEN};
 
 fn job(id: &str, max_gpus: u32, total_steps: u32, trace: &Path) -> Value {
     json!({"id": id, "min_batch": 32, "max_batch": 256, "max_local_batch": 64, "max_gpus": max_gpus,
@@ -56,45 +25,6 @@ fn job(id: &str, max_gpus: u32, total_steps: u32, trace: &Path) -> Value {
 
 fn running(j: &JobView) -> bool {
     j.state == JobStatus::Running && j.pgid.is_some()
-}
-
-/// Checks rank 0's per-step trace: steps 1..=total exactly once, in order, and each step's
-/// first sample follows the previous step's batch (no sample skipped or repeated).
-fn check_trace(id: &str, trace: &Path, total: u64) {
-    let text = std::fs::read_to_string(trace.with_extension("trace.rank0"))
-        .unwrap_or_else(|e| panic!("{id}: no trace: {e}"));
-    let rows: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let steps: Vec<u64> = rows.iter().map(|r| r["step"].as_u64().unwrap()).collect();
-    assert_eq!(
-        steps,
-        (1..=total).collect::<Vec<_>>(),
-        "{id}: steps lost or repeated"
-    );
-    for w in rows.windows(2) {
-        let (a, b) = (&w[0], &w[1]);
-        let next = a["offset"].as_u64().unwrap()
-            + a["world_size"].as_u64().unwrap() * a["count"].as_u64().unwrap();
-        assert_eq!(
-            b["offset"].as_u64().unwrap(),
-            next,
-            "{id}: sample stream broken between {a} and {b}"
-        );
-    }
-}
-
-/// (first, last) loss of the job's progress lines.
-fn losses(log: &str) -> Vec<f64> {
-    log.lines()
-        .filter(|l| l.starts_with("dlscale: step="))
-        .filter_map(|l| {
-            l.split_whitespace()
-                .find_map(|t| t.strip_prefix("loss="))
-                .and_then(|v| v.parse().ok())
-        })
-        .collect()
 }
 
 fn cli(server: &Server, args: &[&str]) -> String {

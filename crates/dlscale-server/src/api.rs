@@ -152,7 +152,7 @@ async fn allocations(
         .into_iter()
         .map(|a| {
             serde_json::json!({"attempt": a.attempt, "gpus": a.gpus, "batch_size": a.batch_size,
-                               "local_batch_size": a.local_batch_size, "slots": a.slots})
+                               "local_batch_size": a.local_batch_size, "slots": a.slots, "nodes": a.nodes})
         })
         .collect();
     Ok(Json(out).into_response())

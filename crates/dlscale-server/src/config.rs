@@ -16,6 +16,17 @@
 //! grace_s = 30                # SIGTERM → SIGKILL grace period
 //! max_retries = 2             # relaunches after a failure before a job is marked failed
 //! torchrun = "/path/to/venv/bin/torchrun"
+//! executor = "local"          # local | slurm
+//!
+//! [slurm]                     # with executor = "slurm"
+//! partition = "gpu"           # required: jobs go here; its nodes are the cluster
+//! account = "proj"            # optional --account
+//! nodes = ["n1", "n2"]        # optional: only these nodes (default: all, from sinfo)
+//! poll_s = 2                  # squeue poll period
+//! pending_timeout_s = 120     # resubmit a launch pending longer than this
+//! sbatch_args = ["--time=24:00:00"]
+//! cpus_per_gpu = 4            # optional --cpus-per-task = GPUs per node x this
+//! rdzv_port_base = 29500      # multi-node rendezvous ports: base .. base+999
 //! ```
 
 use std::net::SocketAddr;
@@ -25,6 +36,8 @@ use std::str::FromStr;
 use anyhow::{anyhow, bail, Context, Result};
 use dlscale_core::{Admission, Policy, RestartAwareness, Settings, Utility};
 use serde::Deserialize;
+
+use crate::executor::slurm::SlurmConfig;
 
 /// The configuration file, every key optional.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -62,6 +75,43 @@ pub struct ConfigFile {
     pub torchrun: Option<PathBuf>,
     /// Base URL workers use to reach the API (default `http://<listen>`).
     pub api_url: Option<String>,
+    /// Executor: `local` (default) or `slurm`.
+    pub executor: Option<String>,
+    /// Settings of the Slurm executor.
+    pub slurm: Option<SlurmFile>,
+}
+
+/// The `[slurm]` table, every key optional except `partition`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmFile {
+    /// Partition to submit to.
+    pub partition: Option<String>,
+    /// Account to charge.
+    pub account: Option<String>,
+    /// Only these nodes of the partition.
+    pub nodes: Option<Vec<String>>,
+    /// Seconds between `squeue` polls.
+    pub poll_s: Option<f64>,
+    /// Seconds a launch may stay pending before it is resubmitted.
+    pub pending_timeout_s: Option<f64>,
+    /// Extra `sbatch` arguments.
+    pub sbatch_args: Option<Vec<String>>,
+    /// CPUs per GPU to request.
+    pub cpus_per_gpu: Option<u32>,
+    /// First port for multi-node rendezvous.
+    pub rdzv_port_base: Option<u16>,
+    /// Longest wait for one Slurm command, seconds.
+    pub command_timeout_s: Option<f64>,
+}
+
+/// Which executor runs the jobs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExecutorConfig {
+    /// Process groups on this machine, over `slots` (or the GPUs nvidia-smi finds).
+    Local,
+    /// Batch jobs on a Slurm cluster.
+    Slurm(SlurmConfig),
 }
 
 impl ConfigFile {
@@ -100,6 +150,8 @@ pub struct ServerConfig {
     pub torchrun: PathBuf,
     /// Base URL given to workers as `DLSCALE_API`.
     pub api_url: String,
+    /// The executor.
+    pub executor: ExecutorConfig,
 }
 
 /// Default data directory: `$XDG_DATA_HOME/dlscale`, `$HOME/.local/share/dlscale`, or
@@ -182,6 +234,21 @@ impl ServerConfig {
                 format!("http://{host}:{}", listen.port())
             }
         };
+        let executor = match (file.executor.as_deref(), file.slurm) {
+            (None | Some("local"), None) => ExecutorConfig::Local,
+            (None | Some("local"), Some(_)) => {
+                bail!("a [slurm] table needs executor = \"slurm\"")
+            }
+            (Some("slurm"), slurm) => {
+                if file.slots.is_some() {
+                    bail!("slots is for the local executor; with executor = \"slurm\" the GPUs come from Slurm");
+                }
+                ExecutorConfig::Slurm(resolve_slurm(slurm.unwrap_or_default())?)
+            }
+            (Some(other), _) => {
+                bail!("executor: unknown executor '{other}' (expected local or slurm)")
+            }
+        };
         Ok(ServerConfig {
             listen,
             slots: file.slots,
@@ -195,8 +262,57 @@ impl ServerConfig {
             max_retries: file.max_retries.unwrap_or(2),
             torchrun: file.torchrun.unwrap_or_else(|| PathBuf::from("torchrun")),
             api_url,
+            executor,
         })
     }
+}
+
+fn resolve_slurm(f: SlurmFile) -> Result<SlurmConfig> {
+    let d = SlurmConfig::default();
+    let partition = f
+        .partition
+        .filter(|p| !p.trim().is_empty())
+        .ok_or_else(|| anyhow!("slurm.partition is required with executor = \"slurm\""))?;
+    let poll_s = non_negative("slurm.poll_s", f.poll_s.unwrap_or(d.poll_s))?;
+    if poll_s < 0.2 {
+        bail!("slurm.poll_s must be at least 0.2, got {poll_s}");
+    }
+    let command_timeout_s = non_negative(
+        "slurm.command_timeout_s",
+        f.command_timeout_s.unwrap_or(d.command_timeout_s),
+    )?;
+    if command_timeout_s < 1.0 {
+        bail!("slurm.command_timeout_s must be at least 1, got {command_timeout_s}");
+    }
+    if let Some(nodes) = &f.nodes {
+        if nodes.is_empty() || nodes.iter().any(|n| n.trim().is_empty()) {
+            bail!("slurm.nodes must list node names (leave it out to use the whole partition)");
+        }
+    }
+    if f.cpus_per_gpu == Some(0) {
+        bail!("slurm.cpus_per_gpu must be at least 1");
+    }
+    let rdzv_port_base = f.rdzv_port_base.unwrap_or(d.rdzv_port_base);
+    if !(1024..=u16::MAX - 1000).contains(&rdzv_port_base) {
+        bail!(
+            "slurm.rdzv_port_base must be in 1024..={}, got {rdzv_port_base}",
+            u16::MAX - 1000
+        );
+    }
+    Ok(SlurmConfig {
+        partition,
+        account: f.account.filter(|a| !a.trim().is_empty()),
+        nodes: f.nodes,
+        poll_s,
+        pending_timeout_s: non_negative(
+            "slurm.pending_timeout_s",
+            f.pending_timeout_s.unwrap_or(d.pending_timeout_s),
+        )?,
+        sbatch_args: f.sbatch_args.unwrap_or_default(),
+        cpus_per_gpu: f.cpus_per_gpu,
+        rdzv_port_base,
+        command_timeout_s,
+    })
 }
 
 #[cfg(test)]
@@ -234,5 +350,45 @@ mod tests {
             assert!(err.contains(expected), "{text}: {err}");
         }
         assert!(toml::from_str::<ConfigFile>("colour = 1").is_err());
+    }
+
+    #[test]
+    fn slurm_executor() {
+        let file: ConfigFile = toml::from_str(
+            "executor = \"slurm\"\n[slurm]\npartition = \"gpu\"\nnodes = [\"n1\"]\npoll_s = 0.5\nsbatch_args = [\"--time=1:00:00\"]\n",
+        )
+        .unwrap();
+        let c = ServerConfig::resolve(file, None).unwrap();
+        let ExecutorConfig::Slurm(s) = c.executor else {
+            panic!("not slurm: {:?}", c.executor);
+        };
+        assert_eq!(s.partition, "gpu");
+        assert_eq!(s.nodes.as_deref(), Some(&["n1".to_string()][..]));
+        assert_eq!((s.poll_s, s.pending_timeout_s), (0.5, 120.0));
+        assert_eq!(s.sbatch_args, ["--time=1:00:00"]);
+        assert_eq!(
+            ServerConfig::resolve(ConfigFile::default(), None)
+                .unwrap()
+                .executor,
+            ExecutorConfig::Local
+        );
+        for (text, expected) in [
+            ("executor = \"slurm\"", "slurm.partition is required"),
+            ("executor = \"k8s\"", "unknown executor 'k8s'"),
+            ("[slurm]\npartition = \"gpu\"", "needs executor = \"slurm\""),
+            (
+                "executor = \"slurm\"\nslots = 4\n[slurm]\npartition = \"gpu\"",
+                "slots is for the local executor",
+            ),
+            (
+                "executor = \"slurm\"\n[slurm]\npartition = \"gpu\"\npoll_s = 0.01",
+                "slurm.poll_s must be at least",
+            ),
+        ] {
+            let file: ConfigFile = toml::from_str(text).unwrap();
+            let err = ServerConfig::resolve(file, None).unwrap_err().to_string();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+        assert!(toml::from_str::<ConfigFile>("[slurm]\nqueue = \"x\"").is_err());
     }
 }

@@ -20,16 +20,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use dlscale_core::options::{job_options, BatchChoice};
+use dlscale_core::allocator::knapsack::KnapsackSolver;
+use dlscale_core::options::{job_options, BatchChoice, ConfigOption};
 use dlscale_core::throughput::{AnalyticModel, StepTimeSample};
 use dlscale_core::{BatchRange, Cluster, CurrentAllocation, GpuRange, Job, JobState, Requested};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, Mutex, Notify};
 
-use crate::config::ServerConfig;
+use crate::config::{ExecutorConfig, ServerConfig};
 use crate::error::ApiError;
-use crate::executor::{self, ExecContext, LaunchAlloc};
+use crate::executor::local::{self, LocalExecutor};
+use crate::executor::slurm::{self, SlurmExecutor, SlurmJob};
+use crate::executor::{
+    self, ExecContext, Executor, LaunchRequest, Launched, Outcome, StopDelivery,
+};
 use crate::job::{JobRecord, JobStatus, JobView, Runtime, StopReason};
+use crate::placement::{self as place, Share, Topology};
 use crate::spec::{JobSpec, ModelSource};
 use crate::store::{now, AllocationRow, MetricsRow, Profile, Store};
 
@@ -97,13 +103,13 @@ pub struct ProfileUpload {
 pub struct DecisionInfo {
     /// When (seconds since the epoch).
     pub at: f64,
-    /// Slots the allocator could use.
+    /// GPUs the allocator could use.
     pub capacity: u32,
     /// Objective value.
     pub objective: f64,
     /// Allocator time in milliseconds.
     pub elapsed_ms: f64,
-    /// Per job: id, decided state, GPUs, batch.
+    /// Per job: id, decided state, GPUs, batch, nodes.
     pub jobs: Vec<DecidedJob>,
 }
 
@@ -114,25 +120,47 @@ pub struct DecidedJob {
     pub id: String,
     /// running, queued or dropped.
     pub state: JobState,
-    /// GPUs decided.
+    /// GPUs decided (after placement: a smaller option when the decided count did not fit).
     pub gpus: u32,
     /// Batch decided.
     pub batch_size: u32,
+    /// Where its GPUs go (empty when it does not run).
+    #[serde(default)]
+    pub nodes: Vec<Share>,
     /// Predicted samples per second.
     pub predicted_samples_per_s: f64,
+}
+
+/// One node of `GET /v1/cluster`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeView {
+    /// Node name.
+    pub name: String,
+    /// GPUs dlscale may use on it.
+    pub gpus: u32,
+    /// GPUs it has in all (the rest are held by jobs dlscale did not start).
+    pub total_gpus: u32,
+    /// Job id → GPUs it holds on this node.
+    pub jobs: BTreeMap<String, u32>,
 }
 
 /// `GET /v1/cluster`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClusterView {
-    /// Slot ids (GPU indices, or 0..N).
+    /// `local` or `slurm`.
+    pub executor: String,
+    /// Slot ids (local executor: GPU indices, or 0..N).
     pub slots: Vec<u32>,
     /// Whether slots are GPUs found by nvidia-smi.
     pub gpus_detected: bool,
-    /// Slot id → job holding it.
+    /// Slot id → job holding it (local executor).
     pub assigned: BTreeMap<u32, String>,
-    /// Slots free.
+    /// GPUs dlscale may use now.
+    pub capacity: u32,
+    /// Of those, GPUs no job holds.
     pub free: u32,
+    /// The usable nodes and what runs on them.
+    pub nodes: Vec<NodeView>,
     /// Policy.
     pub policy: String,
     /// Utility.
@@ -151,6 +179,19 @@ struct Entry {
     job: Option<Job>,
     /// Distinct (workers, local batch) points its fitted model has seen.
     fitted_points: usize,
+    /// The attempt a forced stop (SIGKILL, `scancel`) was already sent to.
+    killed_attempt: Option<u32>,
+}
+
+impl Entry {
+    fn new(rec: JobRecord) -> Self {
+        Entry {
+            rec,
+            job: None,
+            fitted_points: 0,
+            killed_attempt: None,
+        }
+    }
 }
 
 /// Everything guarded by the controller's mutex.
@@ -159,13 +200,18 @@ struct State {
     next_seq: i64,
     profiles: BTreeMap<String, Profile>,
     last_decision: Option<DecisionInfo>,
+    /// The GPUs dlscale may use, as last read from the executor.
+    topology: Topology,
+    /// Jobs with a Slurm launch that is not their current one still alive (being cancelled):
+    /// they are not launched again until it is gone.
+    shadowed: BTreeSet<String>,
+    solver: KnapsackSolver,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct ExitEvent {
     attempt: u32,
-    /// Exit code (negative: signal); `None` when the process vanished without recording one.
-    code: Option<i32>,
+    outcome: Outcome,
 }
 
 #[derive(Default)]
@@ -185,10 +231,8 @@ pub struct Controller {
     wake: Notify,
     exits: mpsc::UnboundedSender<(String, ExitEvent)>,
     exits_rx: std::sync::Mutex<Option<mpsc::UnboundedReceiver<(String, ExitEvent)>>>,
-    slots: Vec<u32>,
-    gpus_detected: bool,
+    executor: Executor,
     token: String,
-    exec: ExecContext,
     stats: Stats,
 }
 
@@ -266,62 +310,115 @@ fn job_log(config: &ServerConfig, id: &str) -> PathBuf {
     executor::log_path(&config.data_dir, id)
 }
 
+/// Where a job's held GPUs are: its placement, or (records from before placements) its slots on
+/// the local node.
+fn held(rt: &Runtime, topology: &Topology) -> Vec<Share> {
+    if !rt.placement.is_empty() || rt.slots.is_empty() {
+        return rt.placement.clone();
+    }
+    let node = topology
+        .nodes
+        .first()
+        .map_or_else(|| "local".to_string(), |n| n.name.clone());
+    vec![Share {
+        node,
+        gpus: rt.slots.len() as u32,
+    }]
+}
+
+/// `n1×4+n2×4` (or `local×2 (slots 0,1)`).
+fn describe(placement: &[Share], slots: &[u32]) -> String {
+    let nodes = placement
+        .iter()
+        .map(|s| format!("{}×{}", s.node, s.gpus))
+        .collect::<Vec<_>>()
+        .join("+");
+    if slots.is_empty() {
+        nodes
+    } else {
+        format!("{nodes} (slots {slots:?})")
+    }
+}
+
+/// What one round decided for one job, after placement.
+struct Planned {
+    gpus: u32,
+    batch: u32,
+    local_batch: u32,
+    shares: Vec<Share>,
+}
+
 impl Controller {
-    /// Opens the database, reloads jobs and profiles, detects slots and re-attaches to
-    /// surviving jobs. Call [`Controller::run`] afterwards.
+    /// Opens the database, reloads jobs and profiles, sets up the executor (detecting slots, or
+    /// reading the Slurm cluster) and re-attaches to (adopts) surviving launches. Call
+    /// [`Controller::run`] afterwards.
     pub async fn start(config: ServerConfig) -> Result<Arc<Controller>> {
         std::fs::create_dir_all(config.data_dir.join("jobs"))
             .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
-        let (slots, gpus_detected) = match config.slots {
-            Some(n) => ((0..n).collect(), false),
-            None => match detect_gpus() {
-                Some(ids) => (ids, true),
-                None => bail!("no GPUs found with nvidia-smi; give the number of slots to schedule with --slots N (or slots = N in the config)"),
-            },
-        };
         let token = load_or_create_token(&config)?;
-        let store = Store::open(&config.data_dir.join("dlscale.db"))?;
-        let records = store.load_jobs().await?;
-        let profiles = store.load_profiles().await?;
-        let next_seq = records.iter().map(|r| r.seq).max().unwrap_or(0) + 1;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let exec = ExecContext {
+        let ctx = ExecContext {
             data_dir: config.data_dir.clone(),
             torchrun: config.torchrun.clone(),
             api_url: Some(config.api_url.clone()),
             token: Some(token.clone()),
         };
+        let executor = match &config.executor {
+            ExecutorConfig::Local => {
+                let (slots, gpus_detected) = match config.slots {
+                    Some(n) => ((0..n).collect(), false),
+                    None => match detect_gpus() {
+                        Some(ids) => (ids, true),
+                        None => bail!("no GPUs found with nvidia-smi; give the number of slots to schedule with --slots N (or slots = N in the config)"),
+                    },
+                };
+                Executor::Local(LocalExecutor {
+                    ctx,
+                    slots,
+                    gpus_detected,
+                })
+            }
+            ExecutorConfig::Slurm(cfg) => {
+                let instance = slurm::load_or_create_instance(&config.data_dir)?;
+                Executor::Slurm(SlurmExecutor::new(cfg.clone(), ctx, instance))
+            }
+        };
+        let topology = executor
+            .topology()
+            .await
+            .with_context(|| format!("cannot read the cluster ({} executor)", executor.name()))?;
+        let store = Store::open(&config.data_dir.join("dlscale.db"))?;
+        let records = store.load_jobs().await?;
+        let profiles = store.load_profiles().await?;
+        let next_seq = records.iter().map(|r| r.seq).max().unwrap_or(0) + 1;
+        let (tx, rx) = mpsc::unbounded_channel();
         let controller = Arc::new(Controller {
             store,
             state: Mutex::new(State {
                 jobs: records
                     .into_iter()
-                    .map(|rec| {
-                        (
-                            rec.spec.id.clone(),
-                            Entry {
-                                rec,
-                                job: None,
-                                fitted_points: 0,
-                            },
-                        )
-                    })
+                    .map(|rec| (rec.spec.id.clone(), Entry::new(rec)))
                     .collect(),
                 next_seq,
                 profiles: profiles.into_iter().map(|p| (p.name.clone(), p)).collect(),
                 last_decision: None,
+                topology,
+                shadowed: BTreeSet::new(),
+                solver: KnapsackSolver::default(),
             }),
             wake: Notify::new(),
             exits: tx,
             exits_rx: std::sync::Mutex::new(Some(rx)),
-            slots,
-            gpus_detected,
+            executor,
             token,
-            exec,
             stats: Stats::default(),
             config,
         });
-        controller.recover().await;
+        match &controller.executor {
+            Executor::Local(_) => controller.recover_local().await,
+            Executor::Slurm(_) => {
+                controller.observe().await;
+            }
+        }
         Ok(controller)
     }
 
@@ -340,9 +437,14 @@ impl Controller {
         &self.store
     }
 
-    /// Re-attaches to jobs whose process group survived, and settles those that ended while
-    /// the server was down.
-    async fn recover(self: &Arc<Self>) {
+    /// The executor.
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+
+    /// Local executor: re-attaches to jobs whose process group survived, and settles those that
+    /// ended while the server was down.
+    async fn recover_local(self: &Arc<Self>) {
         let st = self.state.lock().await;
         for e in st.jobs.values() {
             let rec = &e.rec;
@@ -352,25 +454,30 @@ impl Controller {
             let id = rec.spec.id.clone();
             let attempt = rec.rt.attempt;
             let run_dir = executor::run_dir(&self.config.data_dir, &id, attempt);
-            let pid = rec.rt.pid.or_else(|| executor::read_pid(&run_dir));
+            let pid = rec.rt.pid.or_else(|| local::read_pid(&run_dir));
             let reused = match (pid, rec.rt.pid_start_ticks) {
-                (Some(p), Some(t)) => executor::start_ticks(p).is_some_and(|now| now != t),
+                (Some(p), Some(t)) => local::start_ticks(p).is_some_and(|now| now != t),
                 _ => false,
             };
             match pid {
-                Some(pgid) if !reused && executor::group_alive(pgid) => {
+                Some(pgid) if !reused && local::group_alive(pgid) => {
                     tracing::info!("job {id}: re-attached to process group {pgid}");
                     self.watch_group(id.clone(), attempt, pgid, run_dir);
                     if rec.status == JobStatus::Stopping {
                         let elapsed = now() - rec.rt.stop_requested_at.unwrap_or_else(now);
                         let left = (self.config.grace_s - elapsed).max(0.0);
-                        self.escalate_after(id.clone(), attempt, pgid, left);
+                        self.escalate_after(id.clone(), attempt, left);
                     }
                 }
                 _ => {
-                    let code = executor::read_exit(&run_dir);
-                    tracing::info!("job {id}: its processes ended while the server was down (exit code {code:?})");
-                    let _ = self.exits.send((id.clone(), ExitEvent { attempt, code }));
+                    let outcome =
+                        executor::read_exit(&run_dir).map_or(Outcome::Vanished, Outcome::Exited);
+                    tracing::info!(
+                        "job {id}: its processes ended while the server was down ({outcome:?})"
+                    );
+                    let _ = self
+                        .exits
+                        .send((id.clone(), ExitEvent { attempt, outcome }));
                 }
             }
         }
@@ -382,43 +489,64 @@ impl Controller {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                let alive = tokio::task::spawn_blocking(move || executor::group_alive(pgid))
+                let alive = tokio::task::spawn_blocking(move || local::group_alive(pgid))
                     .await
                     .unwrap_or(false);
                 if !alive {
                     break;
                 }
             }
-            let code = executor::read_exit(&run_dir);
-            let _ = tx.send((id, ExitEvent { attempt, code }));
+            let outcome = executor::read_exit(&run_dir).map_or(Outcome::Vanished, Outcome::Exited);
+            let _ = tx.send((id, ExitEvent { attempt, outcome }));
         });
     }
 
-    /// SIGKILLs a stopping job's group after `after_s` seconds if that launch still runs.
-    fn escalate_after(self: &Arc<Self>, id: String, attempt: u32, pgid: i32, after_s: f64) {
+    /// Local executor: forces a stopping launch down after `after_s` seconds if it still runs.
+    fn escalate_after(self: &Arc<Self>, id: String, attempt: u32, after_s: f64) {
         let this = Arc::clone(self);
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs_f64(after_s)).await;
             let mut st = this.state.lock().await;
-            let Some(e) = st.jobs.get_mut(&id) else {
-                return;
-            };
-            if e.rec.status == JobStatus::Stopping && e.rec.rt.attempt == attempt {
-                tracing::warn!(
-                    "job {id}: still running {after_s:.0} s after SIGTERM; sending SIGKILL"
-                );
-                if let Err(err) = executor::signal_group(pgid, libc::SIGKILL) {
-                    tracing::error!("job {id}: SIGKILL failed: {err}");
-                }
-                let rec = e.rec.clone();
-                this.persist(
-                    &rec,
-                    vec![("kill".into(), format!("SIGKILL after {after_s:.0} s grace"))],
-                    None,
-                )
-                .await;
-            }
+            this.force_stop(&mut st, &id, attempt).await;
         });
+    }
+
+    /// Sends a stopping launch that outlived its grace period SIGKILL (local) or `scancel`
+    /// (Slurm); recorded once per launch.
+    async fn force_stop(self: &Arc<Self>, st: &mut State, id: &str, attempt: u32) {
+        let Some(e) = st.jobs.get_mut(id) else {
+            return;
+        };
+        if e.rec.status != JobStatus::Stopping || e.rec.rt.attempt != attempt {
+            return;
+        }
+        let grace = self.config.grace_s;
+        let first = e.killed_attempt != Some(attempt);
+        if first {
+            tracing::warn!(
+                "job {id}: still running {grace:.0} s after the stop request; forcing it down"
+            );
+        }
+        if let Err(err) = self.executor.kill(&e.rec.rt).await {
+            tracing::error!("job {id}: cannot force it down: {err:#}");
+            return;
+        }
+        e.killed_attempt = Some(attempt);
+        if first {
+            let rec = e.rec.clone();
+            self.persist(
+                &rec,
+                vec![(
+                    "kill".into(),
+                    format!(
+                        "forced down ({}) after {grace:.0} s grace",
+                        self.executor.name()
+                    ),
+                )],
+                None,
+            )
+            .await;
+        }
     }
 
     /// Runs the control loop until the process ends.
@@ -429,19 +557,33 @@ impl Controller {
         };
         let mut timer = tokio::time::interval(Duration::from_secs_f64(self.config.interval_s));
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut poll = self.executor.poll_interval().map(|d| {
+            let mut p = tokio::time::interval(d);
+            p.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            p
+        });
         loop {
-            tokio::select! {
+            let decide = tokio::select! {
                 ev = rx.recv() => {
                     let Some((id, ev)) = ev else { return };
                     self.handle_exit(&id, ev).await;
                     while let Ok((id, ev)) = rx.try_recv() {
                         self.handle_exit(&id, ev).await;
                     }
+                    true
                 }
-                _ = self.wake.notified() => {}
-                _ = timer.tick() => {}
+                _ = self.wake.notified() => true,
+                _ = timer.tick() => true,
+                _ = async {
+                    match poll.as_mut() {
+                        Some(p) => { p.tick().await; }
+                        None => std::future::pending::<()>().await,
+                    }
+                } => self.observe().await,
+            };
+            if decide {
+                self.reconcile().await;
             }
-            self.reconcile().await;
         }
     }
 
@@ -489,10 +631,187 @@ impl Controller {
         entry.job.clone()
     }
 
+    /// Slurm executor: one level-triggered pass over Slurm's queue. For every job dlscale
+    /// believes holds GPUs, finds its current launch in `squeue` (by job name) and
+    ///
+    /// * adopts it (records its Slurm job id) if the server did not know it — after a crash
+    ///   between `sbatch` and saving, or when the server restarts;
+    /// * settles the job when the launch ended (or vanished: its recorded exit code, else lost);
+    /// * cancels and resubmits it when Slurm requeued it or left it pending too long;
+    /// * re-sends a stop Slurm could not take yet, and forces stopping launches down after
+    ///   `grace_s`.
+    ///
+    /// Launches no job holding GPUs stands for (duplicates, stale attempts, jobs already settled)
+    /// are cancelled, and their jobs are not launched again until Slurm reports them gone. Returns
+    /// whether anything changed that calls for a new decision.
+    async fn observe(self: &Arc<Self>) -> bool {
+        let Executor::Slurm(slurm) = &self.executor else {
+            return false;
+        };
+        // The lock is held across squeue so that no launch happens between the snapshot and its
+        // interpretation (a launch missing from an older snapshot would look lost).
+        let mut guard = self.state.lock().await;
+        let snap = match slurm.snapshot().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot read Slurm's queue: {e:#}");
+                return false;
+            }
+        };
+        let st = &mut *guard;
+        let t = now();
+        let mut by_launch: BTreeMap<(String, u32), Vec<SlurmJob>> = BTreeMap::new();
+        for j in snap.ours {
+            by_launch
+                .entry((j.job.clone(), j.attempt))
+                .or_default()
+                .push(j);
+        }
+        let holders: Vec<String> = st
+            .jobs
+            .values()
+            .filter(|e| e.rec.status.holds_slots())
+            .map(|e| e.rec.spec.id.clone())
+            .collect();
+        let mut changed = false;
+        let mut settle = Vec::new();
+        let mut stops = Vec::new();
+        let mut resignal = Vec::new();
+        let mut kills = Vec::new();
+        let mut cancels: Vec<(u64, String, String)> = Vec::new();
+        for id in holders {
+            let Some(e) = st.jobs.get_mut(&id) else {
+                continue;
+            };
+            let attempt = e.rec.rt.attempt;
+            let mut found = by_launch.remove(&(id.clone(), attempt)).unwrap_or_default();
+            // The launch the server knows first, then the oldest; any other is a duplicate.
+            let known = e.rec.rt.slurm_job_id;
+            found.sort_by_key(|j| (Some(j.job_id) != known, j.job_id));
+            let mut found = found.into_iter();
+            let current = found.next();
+            for dup in found.filter(|d| !d.is_terminal()) {
+                cancels.push((
+                    dup.job_id,
+                    id.clone(),
+                    format!("duplicate of attempt {attempt}"),
+                ));
+            }
+            let run_dir = executor::run_dir(&self.config.data_dir, &id, attempt);
+            match current {
+                Some(j) if !j.is_terminal() => {
+                    if known != Some(j.job_id) {
+                        tracing::info!(
+                            "job {id}: adopted Slurm job {} (attempt {attempt}, {})",
+                            j.job_id,
+                            j.state
+                        );
+                        e.rec.rt.slurm_job_id = Some(j.job_id);
+                        let rec = e.rec.clone();
+                        self.persist(
+                            &rec,
+                            vec![(
+                                "adopted".into(),
+                                format!(
+                                    "Slurm job {} ({}) of attempt {attempt}",
+                                    j.job_id, j.state
+                                ),
+                            )],
+                            None,
+                        )
+                        .await;
+                        changed = true;
+                    }
+                    match e.rec.status {
+                        JobStatus::Running if j.state == "PENDING" && j.restart_cnt > 0 => {
+                            stops.push((
+                                id.clone(),
+                                format!(
+                                    "Slurm requeued job {} ({}); cancelling it to submit afresh",
+                                    j.job_id, j.reason
+                                ),
+                            ));
+                        }
+                        JobStatus::Running
+                            if j.state == "PENDING"
+                                && j.submit_time.is_some_and(|s| {
+                                    t - s as f64 > slurm.config().pending_timeout_s
+                                }) =>
+                        {
+                            stops.push((id.clone(), format!("Slurm job {} pending for over {:.0} s ({}); cancelling it to submit afresh", j.job_id, slurm.config().pending_timeout_s, j.reason)));
+                        }
+                        JobStatus::Stopping => {
+                            let waited = t - e.rec.rt.stop_requested_at.unwrap_or(t);
+                            if waited > self.config.grace_s {
+                                kills.push((id.clone(), attempt));
+                            } else if !e.rec.rt.stop_signalled {
+                                resignal.push(id.clone());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                Some(j) => {
+                    let outcome = j.outcome(executor::read_exit(&run_dir));
+                    tracing::info!(
+                        "job {id}: Slurm job {} ended {} ({outcome:?})",
+                        j.job_id,
+                        j.state
+                    );
+                    settle.push((id.clone(), attempt, outcome));
+                }
+                None => {
+                    let outcome =
+                        executor::read_exit(&run_dir).map_or(Outcome::Vanished, Outcome::Exited);
+                    tracing::info!(
+                        "job {id}: attempt {attempt} is not in Slurm's queue ({outcome:?})"
+                    );
+                    settle.push((id.clone(), attempt, outcome));
+                }
+            }
+        }
+        for ((id, attempt), jobs) in by_launch {
+            for j in jobs.into_iter().filter(|j| !j.is_terminal()) {
+                cancels.push((j.job_id, id.clone(), format!("stale attempt {attempt}")));
+            }
+        }
+        let shadowed: BTreeSet<String> = cancels.iter().map(|(_, id, _)| id.clone()).collect();
+        if shadowed != st.shadowed {
+            changed = true;
+        }
+        st.shadowed = shadowed;
+        for (job_id, id, why) in cancels {
+            tracing::warn!("job {id}: cancelling Slurm job {job_id}: {why}");
+            if let Err(err) = slurm.cancel(job_id).await {
+                tracing::error!("job {id}: {err:#}");
+            }
+        }
+        for id in resignal {
+            self.deliver_stop(st, &id).await;
+        }
+        for (id, attempt) in kills {
+            self.force_stop(st, &id, attempt).await;
+        }
+        for (id, detail) in stops {
+            self.request_stop(st, &id, StopReason::Resubmit, detail)
+                .await;
+        }
+        for (id, attempt, outcome) in settle {
+            self.settle(st, &id, attempt, outcome).await;
+            changed = true;
+        }
+        changed
+    }
+
     async fn reconcile(self: &Arc<Self>) {
         let started = Instant::now();
+        let fresh = self.executor.topology().await;
         let mut guard = self.state.lock().await;
         let st = &mut *guard;
+        match fresh {
+            Ok(t) => st.topology = t,
+            Err(e) => tracing::warn!("cannot read the cluster; using the last known one: {e:#}"),
+        }
         if st
             .jobs
             .values()
@@ -511,8 +830,14 @@ impl Controller {
             return;
         }
         order.sort();
+        let topology = st.topology.clone();
+        let Some(model_cluster) = topology.model_cluster() else {
+            tracing::debug!("no usable GPU in the cluster; nothing to decide");
+            return;
+        };
         let mut ids = Vec::with_capacity(order.len());
         let mut jobs = Vec::with_capacity(order.len());
+        let mut current_gpus = Vec::with_capacity(order.len());
         for (_, id) in order {
             let Some(entry) = st.jobs.get_mut(&id) else {
                 continue;
@@ -521,13 +846,15 @@ impl Controller {
                 continue;
             };
             let rt = &entry.rec.rt;
+            let mut held_gpus = None;
             if entry.rec.status == JobStatus::Running {
                 let cur = CurrentAllocation {
-                    gpus: rt.slots.len() as u32,
+                    gpus: rt.gpus(),
                     batch: rt.batch_size,
                     age_s: t - rt.started_at.unwrap_or(t),
                     restarts: rt.restarts + rt.failures,
                 };
+                held_gpus = Some(cur.gpus);
                 let in_cooldown = t - rt.launched_at.unwrap_or(t) < self.config.cooldown_s;
                 if in_cooldown {
                     job.gpus = GpuRange {
@@ -551,62 +878,160 @@ impl Controller {
             }
             ids.push(id);
             jobs.push(job);
+            current_gpus.push(held_gpus);
         }
-        let capacity = self.slots.len() as u32;
-        let cluster = Cluster {
-            nodes: 1,
-            gpus_per_node: capacity,
-        };
+        // Value tables over the real node shape, keeping only GPU counts the executor can place
+        // (and a running job's own count, which is placed already).
+        let policy = self.config.policy;
+        let settings = &self.config.settings;
+        let tables: Vec<Vec<ConfigOption>> = jobs
+            .iter()
+            .zip(&current_gpus)
+            .map(|(job, cur)| {
+                let mut table = job_options(
+                    job,
+                    &model_cluster,
+                    settings.utility,
+                    policy.batch_choice(settings),
+                    &policy.restart_awareness(settings),
+                );
+                table.retain(|o| Some(o.gpus) == *cur || topology.expressible(o.gpus));
+                table
+            })
+            .collect();
+        let capacity = topology.total();
         let t0 = Instant::now();
-        let decision =
-            self.config
-                .policy
-                .allocator()
-                .allocate(&cluster, &jobs, &self.config.settings);
+        let decision = policy.decide_with_options(
+            &mut st.solver,
+            &Cluster {
+                nodes: 1,
+                gpus_per_node: capacity,
+            },
+            &jobs,
+            &tables,
+            settings,
+        );
         let elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let mut free: BTreeSet<u32> = self.slots.iter().copied().collect();
-        for e in st.jobs.values().filter(|e| e.rec.status.holds_slots()) {
-            for s in &e.rec.rt.slots {
-                free.remove(s);
+
+        // Placement: unchanged running jobs keep their nodes; the others, largest first, get the
+        // fewest nodes that fit, falling back to their next smaller option when fragmentation
+        // leaves no room for the decided count.
+        let mut target = topology.free_map();
+        let mut planned: BTreeMap<usize, Planned> = BTreeMap::new();
+        let mut rest = Vec::new();
+        for (i, d) in decision.jobs.iter().enumerate() {
+            if d.state != JobState::Running {
+                continue;
             }
+            let Some(e) = st.jobs.get(&ids[i]) else {
+                continue;
+            };
+            if current_gpus[i] == Some(d.gpus) {
+                let shares = held(&e.rec.rt, &topology);
+                place::take(&mut target, &shares);
+                let (batch, local_batch) = launch_batch(d.batch_size, d.gpus, jobs[i].batch);
+                planned.insert(
+                    i,
+                    Planned {
+                        gpus: d.gpus,
+                        batch,
+                        local_batch,
+                        shares,
+                    },
+                );
+            } else {
+                rest.push(i);
+            }
+        }
+        rest.sort_by_key(|&i| (std::cmp::Reverse(decision.jobs[i].gpus), i));
+        for i in rest {
+            let d = &decision.jobs[i];
+            let Some(e) = st.jobs.get(&ids[i]) else {
+                continue;
+            };
+            let mine = held(&e.rec.rt, &topology);
+            for o in tables[i].iter().rev().filter(|o| o.gpus <= d.gpus) {
+                let shares = if current_gpus[i] == Some(o.gpus) && place::fits(&target, &mine) {
+                    Some(mine.clone())
+                } else {
+                    place::place_one(&topology, &target, o.gpus)
+                };
+                if let Some(shares) = shares {
+                    place::take(&mut target, &shares);
+                    let b = if o.gpus == d.gpus {
+                        d.batch_size
+                    } else {
+                        o.batch
+                    };
+                    let (batch, local_batch) = launch_batch(b, o.gpus, jobs[i].batch);
+                    planned.insert(
+                        i,
+                        Planned {
+                            gpus: o.gpus,
+                            batch,
+                            local_batch,
+                            shares,
+                        },
+                    );
+                    break;
+                }
+            }
+        }
+
+        // What is physically free now: capacity less every job holding GPUs (stopping ones too).
+        let mut free = topology.free_map();
+        let mut busy_slots = BTreeSet::new();
+        for e in st.jobs.values().filter(|e| e.rec.status.holds_slots()) {
+            place::take(&mut free, &held(&e.rec.rt, &topology));
+            busy_slots.extend(e.rec.rt.slots.iter().copied());
         }
         let mut stops = Vec::new();
         let mut launches = Vec::new();
         let mut drops = Vec::new();
-        for ((id, d), job) in ids.iter().zip(&decision.jobs).zip(&jobs) {
+        for (i, (id, d)) in ids.iter().zip(&decision.jobs).enumerate() {
             let Some(e) = st.jobs.get(id) else { continue };
             let rt = &e.rec.rt;
-            match (e.rec.status, d.state) {
-                (JobStatus::Running, JobState::Running) => {
-                    let (b, _) = launch_batch(d.batch_size, d.gpus, job.batch);
-                    if d.gpus as usize != rt.slots.len() || b != rt.batch_size {
-                        stops.push((
-                            id.clone(),
-                            StopReason::Rescale,
-                            format!(
-                                "rescale {}×{} → {}×{} (predicted {:.0} samples/s)",
-                                rt.slots.len(),
-                                rt.batch_size,
-                                d.gpus,
-                                b,
-                                d.throughput_samples_per_s
-                            ),
-                        ));
-                    }
+            match (e.rec.status, planned.get(&i)) {
+                (JobStatus::Running, Some(p))
+                    if p.gpus != rt.gpus() || p.batch != rt.batch_size =>
+                {
+                    stops.push((
+                        id.clone(),
+                        StopReason::Rescale,
+                        format!(
+                            "rescale {}×{} → {}×{} on {} (predicted {:.0} samples/s)",
+                            rt.gpus(),
+                            rt.batch_size,
+                            p.gpus,
+                            p.batch,
+                            describe(&p.shares, &[]),
+                            d.throughput_samples_per_s
+                        ),
+                    ));
                 }
-                (JobStatus::Running, _) => {
+                (JobStatus::Running, Some(_)) => {}
+                (JobStatus::Running, None) => {
                     stops.push((
                         id.clone(),
                         StopReason::Preempt,
-                        "preempted: its slots go to other jobs".into(),
+                        "preempted: its GPUs go to other jobs".into(),
                     ));
                 }
-                (JobStatus::Queued, JobState::Running) => launches.push((
-                    id.clone(),
-                    d.gpus,
-                    launch_batch(d.batch_size, d.gpus, job.batch),
-                )),
-                (JobStatus::Queued, JobState::Dropped) if rt.attempt == 0 => drops.push(id.clone()),
+                (JobStatus::Queued, Some(p)) => {
+                    if st.shadowed.contains(id) {
+                        continue; // an older launch is still being cancelled
+                    }
+                    if place::fits(&free, &p.shares) {
+                        place::take(&mut free, &p.shares);
+                        let slots = self.executor.pick_slots(p.gpus, &busy_slots);
+                        busy_slots.extend(slots.iter().copied());
+                        launches.push((id.clone(), i, slots));
+                    }
+                    // else: waits for GPUs held by jobs being stopped
+                }
+                (JobStatus::Queued, None) if d.state == JobState::Dropped && rt.attempt == 0 => {
+                    drops.push(id.clone())
+                }
                 _ => {}
             }
         }
@@ -618,12 +1043,17 @@ impl Controller {
             jobs: ids
                 .iter()
                 .zip(&decision.jobs)
-                .map(|(id, d)| DecidedJob {
-                    id: id.clone(),
-                    state: d.state,
-                    gpus: d.gpus,
-                    batch_size: d.batch_size,
-                    predicted_samples_per_s: d.throughput_samples_per_s,
+                .enumerate()
+                .map(|(i, (id, d))| {
+                    let p = planned.get(&i);
+                    DecidedJob {
+                        id: id.clone(),
+                        state: d.state,
+                        gpus: p.map_or(d.gpus, |p| p.gpus),
+                        batch_size: p.map_or(d.batch_size, |p| p.batch),
+                        nodes: p.map(|p| p.shares.clone()).unwrap_or_default(),
+                        predicted_samples_per_s: d.throughput_samples_per_s,
+                    }
                 })
                 .collect(),
         });
@@ -635,7 +1065,7 @@ impl Controller {
                 e.rec.status = JobStatus::Dropped;
                 e.rec.rt.finished_at = Some(t);
                 e.rec.rt.message = Some(format!(
-                    "dropped: its minimum does not fit beside the running jobs on {capacity} slots"
+                    "dropped: its minimum does not fit beside the running jobs on {capacity} GPUs"
                 ));
                 let rec = e.rec.clone();
                 self.persist(
@@ -646,24 +1076,10 @@ impl Controller {
                 .await;
             }
         }
-        for (id, gpus, (batch, local)) in launches {
-            if free.len() < gpus as usize {
-                continue; // waits for slots held by jobs being stopped
+        for (id, i, slots) in launches {
+            if let Some(p) = planned.remove(&i) {
+                self.launch(st, &id, p, slots).await;
             }
-            let slots: Vec<u32> = free.iter().copied().take(gpus as usize).collect();
-            for s in &slots {
-                free.remove(s);
-            }
-            self.launch(
-                st,
-                &id,
-                LaunchAlloc {
-                    slots,
-                    batch_size: batch,
-                    local_batch_size: local,
-                },
-            )
-            .await;
         }
         self.stats.reconciles.fetch_add(1, Ordering::Relaxed);
         self.stats
@@ -671,73 +1087,95 @@ impl Controller {
             .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
 
-    async fn launch(self: &Arc<Self>, st: &mut State, id: &str, alloc: LaunchAlloc) {
+    async fn launch(self: &Arc<Self>, st: &mut State, id: &str, p: Planned, slots: Vec<u32>) {
         let Some(e) = st.jobs.get_mut(id) else { return };
         let t = now();
         let rt = &mut e.rec.rt;
         rt.attempt += 1;
-        rt.slots = alloc.slots.clone();
-        rt.batch_size = alloc.batch_size;
-        rt.local_batch_size = alloc.local_batch_size;
+        rt.slots = slots.clone();
+        rt.placement = p.shares.clone();
+        rt.batch_size = p.batch;
+        rt.local_batch_size = p.local_batch;
         rt.pid = None;
         rt.pid_start_ticks = None;
+        rt.slurm_job_id = None;
         rt.exit_code = None;
         rt.stop_reason = None;
         rt.stop_requested_at = None;
+        rt.stop_signalled = false;
         rt.launched_at = Some(t);
         rt.started_at.get_or_insert(t);
-        rt.message = Some(format!("running on slots {:?}", alloc.slots));
+        let where_ = describe(&p.shares, &slots);
+        rt.message = Some(format!("running on {where_}"));
         e.rec.status = JobStatus::Running;
         let attempt = rt.attempt;
         let detail = format!(
-            "attempt {attempt}: {} workers, batch {} ({} per worker), slots {:?}",
-            alloc.slots.len(),
-            alloc.batch_size,
-            alloc.local_batch_size,
-            alloc.slots
+            "attempt {attempt}: {} workers on {} node(s), batch {} ({} per worker), {where_}",
+            p.gpus,
+            p.shares.len(),
+            p.batch,
+            p.local_batch,
         );
         let row = AllocationRow {
             attempt,
-            gpus: alloc.slots.len() as u32,
-            batch_size: alloc.batch_size,
-            local_batch_size: alloc.local_batch_size,
-            slots: alloc.slots.clone(),
+            gpus: p.gpus,
+            batch_size: p.batch,
+            local_batch_size: p.local_batch,
+            slots: slots.clone(),
+            nodes: p.shares.clone(),
         };
-        // Intent first: after a crash right after the spawn, recovery finds the launch's pid file.
+        // Intent first: after a crash right after the launch, recovery finds the launch's pid
+        // file (local) or its Slurm job by name (Slurm).
         let rec = e.rec.clone();
         self.persist(&rec, vec![("launch".into(), detail.clone())], Some(row))
             .await;
-        let plan = executor::plan(&e.rec.spec, &alloc, attempt, &self.exec);
-        let header = format!("dlscale-server: launch {detail}: {:?}", plan.argv);
-        let spawned = tokio::task::spawn_blocking(move || executor::spawn(&plan, &header)).await;
-        let spawned = match spawned {
-            Ok(r) => r,
-            Err(join) => Err(anyhow::anyhow!("launch task failed: {join}")),
+        let req = LaunchRequest {
+            spec: &rec.spec,
+            attempt,
+            placement: &p.shares,
+            slots: &slots,
+            batch_size: p.batch,
+            local_batch_size: p.local_batch,
+            header: format!("dlscale-server: launch {detail}"),
         };
+        let launched = self.executor.launch(&req, &st.topology).await;
         let Some(e) = st.jobs.get_mut(id) else { return };
-        match spawned.and_then(|child| {
-            let pid = child.id().context("the launched process has no pid")? as i32;
-            Ok((child, pid))
-        }) {
-            Ok((mut child, pid)) => {
+        match launched {
+            Ok(Launched::Local {
+                mut child,
+                pgid,
+                start_ticks,
+            }) => {
                 self.stats.launches.fetch_add(1, Ordering::Relaxed);
-                e.rec.rt.pid = Some(pid);
-                e.rec.rt.pid_start_ticks = executor::start_ticks(pid);
-                tracing::info!("job {id}: launched (pgid {pid}) {detail}");
+                e.rec.rt.pid = Some(pgid);
+                e.rec.rt.pid_start_ticks = start_ticks;
+                tracing::info!("job {id}: launched (pgid {pgid}) {detail}");
                 let rec = e.rec.clone();
                 self.persist(&rec, vec![], None).await;
                 let tx = self.exits.clone();
                 let id = id.to_string();
                 tokio::spawn(async move {
-                    let code = match child.wait().await {
-                        Ok(status) => Some(executor::status_code(status)),
+                    let outcome = match child.wait().await {
+                        Ok(status) => Outcome::Exited(local::status_code(status)),
                         Err(err) => {
                             tracing::error!("job {id}: cannot wait for its process: {err}");
-                            None
+                            Outcome::Vanished
                         }
                     };
-                    let _ = tx.send((id, ExitEvent { attempt, code }));
+                    let _ = tx.send((id, ExitEvent { attempt, outcome }));
                 });
+            }
+            Ok(Launched::Slurm { job_id }) => {
+                self.stats.launches.fetch_add(1, Ordering::Relaxed);
+                e.rec.rt.slurm_job_id = Some(job_id);
+                tracing::info!("job {id}: submitted as Slurm job {job_id}: {detail}");
+                let rec = e.rec.clone();
+                self.persist(
+                    &rec,
+                    vec![("submitted".into(), format!("Slurm job {job_id}"))],
+                    None,
+                )
+                .await;
             }
             Err(err) => {
                 tracing::error!("job {id}: launch failed: {err:#}");
@@ -745,6 +1183,7 @@ impl Controller {
                 let rt = &mut e.rec.rt;
                 rt.failures += 1;
                 rt.slots.clear();
+                rt.placement.clear();
                 rt.message = Some(format!("launch failed: {err:#}"));
                 e.rec.status = if rt.failures > limit {
                     JobStatus::Failed
@@ -776,6 +1215,7 @@ impl Controller {
         e.rec.status = JobStatus::Stopping;
         e.rec.rt.stop_reason = Some(reason);
         e.rec.rt.stop_requested_at = Some(now());
+        e.rec.rt.stop_signalled = false;
         e.rec.rt.message = Some(detail.clone());
         let attempt = e.rec.rt.attempt;
         let pgid = e.rec.rt.pid;
@@ -784,85 +1224,143 @@ impl Controller {
             .await;
         self.stats.stops.fetch_add(1, Ordering::Relaxed);
         tracing::info!("job {id}: stopping: {detail}");
-        match pgid {
-            Some(pgid) => {
-                if let Err(err) = executor::signal_group(pgid, libc::SIGTERM) {
-                    tracing::error!("job {id}: SIGTERM failed: {err}");
-                }
-                self.escalate_after(id.to_string(), attempt, pgid, self.config.grace_s);
-            }
-            None => {
+        match (&self.executor, pgid) {
+            (Executor::Local(_), None) => {
                 // Nothing to signal (launch never got a pid): settle it at once.
                 let _ = self.exits.send((
                     id.to_string(),
                     ExitEvent {
                         attempt,
-                        code: None,
+                        outcome: Outcome::Vanished,
                     },
                 ));
             }
+            (Executor::Local(_), Some(_)) => {
+                self.deliver_stop(st, id).await;
+                self.escalate_after(id.to_string(), attempt, self.config.grace_s);
+            }
+            // Slurm: escalation is level-triggered (observe).
+            (Executor::Slurm(_), _) => self.deliver_stop(st, id).await,
+        }
+    }
+
+    /// Sends the stop signal of a stopping job, recording when it got through.
+    async fn deliver_stop(self: &Arc<Self>, st: &mut State, id: &str) {
+        let Some(e) = st.jobs.get_mut(id) else { return };
+        match self.executor.stop(&e.rec.rt).await {
+            Ok(StopDelivery::Delivered) => {
+                e.rec.rt.stop_signalled = true;
+                let rec = e.rec.clone();
+                self.persist(&rec, vec![], None).await;
+            }
+            Ok(StopDelivery::NotYet) => {
+                tracing::debug!("job {id}: cannot signal it yet (its job step has not started)");
+            }
+            Err(err) => tracing::error!("job {id}: stop signal failed: {err:#}"),
         }
     }
 
     async fn handle_exit(self: &Arc<Self>, id: &str, ev: ExitEvent) {
         let mut st = self.state.lock().await;
+        self.settle(&mut st, id, ev.attempt, ev.outcome).await;
+    }
+
+    /// Records how a launch ended and what happens to the job next.
+    async fn settle(self: &Arc<Self>, st: &mut State, id: &str, attempt: u32, outcome: Outcome) {
         let Some(e) = st.jobs.get_mut(id) else { return };
-        if e.rec.rt.attempt != ev.attempt || !e.rec.status.holds_slots() {
+        if e.rec.rt.attempt != attempt || !e.rec.status.holds_slots() {
             return;
         }
         let t = now();
         let limit = e.rec.spec.max_retries.unwrap_or(self.config.max_retries);
+        let stopping = e.rec.status == JobStatus::Stopping;
         let rt = &mut e.rec.rt;
-        rt.exit_code = ev.code;
+        rt.exit_code = match &outcome {
+            Outcome::Exited(c) => Some(*c),
+            _ => None,
+        };
         rt.pid = None;
         rt.pid_start_ticks = None;
         rt.slots.clear();
-        let code_text = ev.code.map_or("unknown".to_string(), |c| c.to_string());
-        let (status, kind, message) = if ev.code == Some(0) {
-            (
+        rt.placement.clear();
+        let how = match &outcome {
+            Outcome::Exited(c) => format!("exit code {c}"),
+            Outcome::Vanished => "exit code unknown".to_string(),
+            Outcome::CancelledOutside => "cancelled in Slurm".to_string(),
+            Outcome::Interrupted(why) => why.clone(),
+        };
+        let (status, kind, message) = match (&outcome, stopping, rt.stop_reason) {
+            (Outcome::Exited(0), _, _) => (
                 JobStatus::Succeeded,
                 "finished",
                 "finished (exit code 0)".to_string(),
-            )
-        } else if e.rec.status == JobStatus::Stopping {
-            match rt.stop_reason {
-                Some(StopReason::Cancel) => (
-                    JobStatus::Cancelled,
-                    "cancelled",
-                    format!("cancelled (exit code {code_text})"),
-                ),
-                _ => {
-                    rt.restarts += 1;
-                    (JobStatus::Queued, "stopped", format!("stopped for a new allocation (exit code {code_text}); relaunching from its checkpoint"))
-                }
-            }
-        } else if ev.code.is_none() {
-            rt.restarts += 1;
-            (JobStatus::Queued, "lost", "its processes ended without an exit code (server down?); relaunching from its checkpoint".to_string())
-        } else {
-            rt.failures += 1;
-            if rt.failures > limit {
-                (
-                    JobStatus::Failed,
-                    "failed",
-                    format!(
-                        "failed with exit code {code_text}; {} failures > max_retries {limit}",
-                        rt.failures
-                    ),
-                )
-            } else {
+            ),
+            (_, true, Some(StopReason::Cancel)) => (
+                JobStatus::Cancelled,
+                "cancelled",
+                format!("cancelled ({how})"),
+            ),
+            (_, true, Some(StopReason::Resubmit)) => {
+                rt.restarts += 1;
                 (
                     JobStatus::Queued,
-                    "retry",
+                    "stopped",
+                    format!("taken back from the cluster ({how}); submitting it afresh"),
+                )
+            }
+            (_, true, _) => {
+                rt.restarts += 1;
+                (
+                    JobStatus::Queued,
+                    "stopped",
                     format!(
-                        "failed with exit code {code_text}; retry {}/{limit} from its checkpoint",
-                        rt.failures
+                        "stopped for a new allocation ({how}); relaunching from its checkpoint"
                     ),
                 )
+            }
+            (Outcome::CancelledOutside, false, _) => (
+                JobStatus::Cancelled,
+                "cancelled",
+                "cancelled outside dlscale (scancel); not relaunched".to_string(),
+            ),
+            (Outcome::Vanished, false, _) => {
+                rt.restarts += 1;
+                (JobStatus::Queued, "lost", "its processes ended without an exit code (server down?); relaunching from its checkpoint".to_string())
+            }
+            (Outcome::Interrupted(why), false, _) => {
+                rt.restarts += 1;
+                (
+                    JobStatus::Queued,
+                    "interrupted",
+                    format!("{why}; relaunching from its checkpoint"),
+                )
+            }
+            (Outcome::Exited(_), false, _) => {
+                rt.failures += 1;
+                if rt.failures > limit {
+                    (
+                        JobStatus::Failed,
+                        "failed",
+                        format!(
+                            "failed with {how}; {} failures > max_retries {limit}",
+                            rt.failures
+                        ),
+                    )
+                } else {
+                    (
+                        JobStatus::Queued,
+                        "retry",
+                        format!(
+                            "failed with {how}; retry {}/{limit} from its checkpoint",
+                            rt.failures
+                        ),
+                    )
+                }
             }
         };
         rt.stop_reason = None;
         rt.stop_requested_at = None;
+        rt.stop_signalled = false;
         rt.message = Some(message.clone());
         if status.is_terminal() {
             rt.finished_at = Some(t);
@@ -903,20 +1401,21 @@ impl Controller {
             _ => None,
         };
         let job = spec.build_job(model.as_ref())?;
-        let cluster = Cluster {
-            nodes: 1,
-            gpus_per_node: self.slots.len() as u32,
-        };
-        if job_options(
-            &job,
-            &cluster,
-            self.config.settings.utility,
-            BatchChoice::Free { max_candidates: 4 },
-            &Default::default(),
-        )
-        .is_empty()
-        {
-            let field = if job.gpus.min > cluster.total_gpus() {
+        // Against the whole cluster (GPUs other jobs hold now may free up later).
+        let full = st.topology.full();
+        let runnable = full.model_cluster().is_some_and(|cluster| {
+            job_options(
+                &job,
+                &cluster,
+                self.config.settings.utility,
+                BatchChoice::Free { max_candidates: 4 },
+                &Default::default(),
+            )
+            .iter()
+            .any(|o| full.expressible(o.gpus))
+        });
+        if !runnable {
+            let field = if job.gpus.min > full.total() {
                 "min_gpus"
             } else {
                 "min_batch"
@@ -924,8 +1423,8 @@ impl Controller {
             return Err(ApiError::field(
                 field,
                 format!(
-                    "field '{field}': the job cannot run on this server's {} slots (min_gpus {}, min_batch {}, max_local_batch {})",
-                    cluster.total_gpus(), job.gpus.min, job.batch.min, job.max_local_batch
+                    "field '{field}': the job cannot run on this server's {} GPUs on {} node(s) (min_gpus {}, min_batch {}, max_local_batch {}; a job on several nodes needs the same GPUs on each)",
+                    full.total(), full.nodes.len(), job.gpus.min, job.batch.min, job.max_local_batch
                 ),
             ));
         }
@@ -962,14 +1461,9 @@ impl Controller {
         st.next_seq += 1;
         let id = rec.spec.id.clone();
         let view = rec.view(job_log(&self.config, &id));
-        st.jobs.insert(
-            id,
-            Entry {
-                rec,
-                job: Some(job),
-                fitted_points: 0,
-            },
-        );
+        let mut entry = Entry::new(rec);
+        entry.job = Some(job);
+        st.jobs.insert(id, entry);
         drop(st);
         self.wake.notify_one();
         Ok(view)
@@ -1177,23 +1671,49 @@ impl Controller {
             .map_err(ApiError::internal)
     }
 
-    /// Slots, their jobs and the last decision.
+    /// Nodes, slots, their jobs and the last decision.
     pub async fn cluster(&self) -> ClusterView {
         let st = self.state.lock().await;
         let mut assigned = BTreeMap::new();
         let mut jobs = BTreeMap::new();
+        let mut nodes: Vec<NodeView> = st
+            .topology
+            .nodes
+            .iter()
+            .map(|n| NodeView {
+                name: n.name.clone(),
+                gpus: n.gpus,
+                total_gpus: n.total_gpus,
+                jobs: BTreeMap::new(),
+            })
+            .collect();
+        let mut used = 0;
         for e in st.jobs.values() {
             *jobs.entry(e.rec.status.name().to_string()).or_insert(0) += 1;
             if e.rec.status.holds_slots() {
                 for s in &e.rec.rt.slots {
                     assigned.insert(*s, e.rec.spec.id.clone());
                 }
+                used += e.rec.rt.gpus();
+                for share in held(&e.rec.rt, &st.topology) {
+                    if let Some(n) = nodes.iter_mut().find(|n| n.name == share.node) {
+                        n.jobs.insert(e.rec.spec.id.clone(), share.gpus);
+                    }
+                }
             }
         }
+        let (slots, gpus_detected) = match &self.executor {
+            Executor::Local(l) => (l.slots.clone(), l.gpus_detected),
+            Executor::Slurm(_) => (Vec::new(), false),
+        };
+        let capacity = st.topology.total();
         ClusterView {
-            free: (self.slots.len() - assigned.len()) as u32,
-            slots: self.slots.clone(),
-            gpus_detected: self.gpus_detected,
+            executor: self.executor.name().to_string(),
+            capacity,
+            free: capacity.saturating_sub(used),
+            nodes,
+            slots,
+            gpus_detected,
             assigned,
             policy: self.config.policy.name().to_string(),
             utility: self.config.settings.utility.to_string(),
@@ -1209,11 +1729,11 @@ impl Controller {
         let mut out = String::new();
         let mut counts: BTreeMap<&str, usize> =
             JobStatus::ALL.iter().map(|s| (s.name(), 0)).collect();
-        let mut used = 0usize;
+        let mut used = 0;
         for e in st.jobs.values() {
             *counts.entry(e.rec.status.name()).or_insert(0) += 1;
             if e.rec.status.holds_slots() {
-                used += e.rec.rt.slots.len();
+                used += e.rec.rt.gpus();
             }
         }
         let _ = writeln!(
@@ -1223,7 +1743,7 @@ impl Controller {
         for (state, n) in &counts {
             let _ = writeln!(out, "dlscale_jobs{{state=\"{state}\"}} {n}");
         }
-        let _ = writeln!(out, "# HELP dlscale_slots Slots (GPUs) the server schedules.\n# TYPE dlscale_slots gauge\ndlscale_slots {}", self.slots.len());
+        let _ = writeln!(out, "# HELP dlscale_slots GPUs the server may schedule now.\n# TYPE dlscale_slots gauge\ndlscale_slots {}", st.topology.total());
         let _ = writeln!(out, "# HELP dlscale_slots_used Slots held by running or stopping jobs.\n# TYPE dlscale_slots_used gauge\ndlscale_slots_used {used}");
         let s = &self.stats;
         for (name, help, value) in [
@@ -1266,8 +1786,8 @@ impl Controller {
         for (name, help, get) in [
             (
                 "dlscale_job_gpus",
-                "Slots held by a running job.",
-                (|e: &Entry| Some(e.rec.rt.slots.len() as f64)) as fn(&Entry) -> Option<f64>,
+                "GPUs held by a running job.",
+                (|e: &Entry| Some(f64::from(e.rec.rt.gpus()))) as fn(&Entry) -> Option<f64>,
             ),
             (
                 "dlscale_job_batch_size",

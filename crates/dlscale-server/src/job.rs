@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::placement::{gpus_of, Share};
 use crate::spec::JobSpec;
 
 /// Lifecycle of a job.
@@ -75,6 +76,8 @@ pub enum StopReason {
     Preempt,
     /// A user cancelled it.
     Cancel,
+    /// The cluster requeued it or left it pending too long: cancel it and submit it afresh.
+    Resubmit,
 }
 
 /// Mutable state of a job, persisted as JSON in the `jobs` table.
@@ -83,8 +86,14 @@ pub enum StopReason {
 pub struct Runtime {
     /// Launches so far (the current or last one is this number).
     pub attempt: u32,
-    /// Slot (GPU) ids held while running or stopping.
+    /// Slot (GPU) ids held while running or stopping (local executor).
     pub slots: Vec<u32>,
+    /// Nodes and GPUs per node held while running or stopping.
+    pub placement: Vec<Share>,
+    /// Slurm job id of the current launch (Slurm executor).
+    pub slurm_job_id: Option<u64>,
+    /// Whether the stop signal of the current stop reached the job.
+    pub stop_signalled: bool,
     /// Global batch of the current launch.
     pub batch_size: u32,
     /// Per-worker batch of the current launch.
@@ -119,6 +128,17 @@ pub struct Runtime {
     pub samples_per_s: Option<f64>,
     /// Human-readable note on the last transition.
     pub message: Option<String>,
+}
+
+impl Runtime {
+    /// GPUs held: the placement's, or (records from before placements) the slot count.
+    pub fn gpus(&self) -> u32 {
+        if self.placement.is_empty() {
+            self.slots.len() as u32
+        } else {
+            gpus_of(&self.placement)
+        }
+    }
 }
 
 /// A job: submission, lifecycle state, runtime.
@@ -160,8 +180,14 @@ pub struct JobView {
     pub launcher: String,
     /// Workers (slots) held now.
     pub gpus: u32,
-    /// Slot ids held now.
+    /// Slot ids held now (local executor).
     pub slots: Vec<u32>,
+    /// Nodes held now, with GPUs per node.
+    #[serde(default)]
+    pub nodes: Vec<Share>,
+    /// Slurm job id of the current launch (Slurm executor).
+    #[serde(default)]
+    pub slurm_job_id: Option<u64>,
     /// Global batch of the current or last launch.
     pub batch_size: u32,
     /// Per-worker batch of the current or last launch.
@@ -214,8 +240,18 @@ impl JobRecord {
             state: self.status,
             model,
             launcher: self.spec.launcher.name().to_string(),
-            gpus: self.rt.slots.len() as u32,
+            gpus: if self.status.holds_slots() {
+                self.rt.gpus()
+            } else {
+                0
+            },
             slots: self.rt.slots.clone(),
+            nodes: if self.status.holds_slots() {
+                self.rt.placement.clone()
+            } else {
+                Vec::new()
+            },
+            slurm_job_id: self.rt.slurm_job_id.filter(|_| self.status.holds_slots()),
             batch_size: self.rt.batch_size,
             local_batch_size: self.rt.local_batch_size,
             restarts: self.rt.restarts,

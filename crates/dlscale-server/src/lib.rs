@@ -2,8 +2,8 @@
 //!
 //! [`serve`] runs it: an HTTP/JSON API ([`api`], described by [`openapi`]) in front of a
 //! [`controller::Controller`] that keeps jobs in SQLite ([`store`]), runs the core allocator over
-//! the machine's GPU slots and applies its decisions through the local [`executor`] (one process
-//! group per job, torchrun or plain). [`client`] talks to a running server; [`profile`] measures
+//! the cluster's GPUs, places them on nodes ([`placement`]) and applies its decisions through an
+//! [`executor`]: local process groups (torchrun or plain), or Slurm batch jobs. [`client`] talks to a running server; [`profile`] measures
 //! a job at a few (workers, batch) points and fits its throughput model.
 //!
 //! Async boundaries: the API and the controller run on tokio; every SQLite call runs on the
@@ -17,6 +17,7 @@ pub mod error;
 pub mod executor;
 pub mod job;
 pub mod openapi;
+pub mod placement;
 pub mod profile;
 pub mod spec;
 pub mod store;
@@ -49,11 +50,14 @@ pub async fn serve(config: ServerConfig) -> Result<()> {
     let controller = Controller::start(config).await?;
     let local = listener.local_addr()?;
     let cfg = controller.config();
+    let cluster = controller.cluster().await;
     tracing::info!(
-        "dlscale serving on http://{local} (data dir {}, policy {}, {} slots)",
+        "dlscale serving on http://{local} (data dir {}, policy {}, {} executor, {} GPUs on {} node(s))",
         cfg.data_dir.display(),
         cfg.policy,
-        controller.cluster().await.slots.len()
+        cluster.executor,
+        cluster.capacity,
+        cluster.nodes.len()
     );
     tokio::spawn(controller.clone().run());
     axum::serve(listener, api::router(controller))

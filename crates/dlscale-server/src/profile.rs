@@ -10,7 +10,8 @@ use anyhow::{bail, Context, Result};
 use dlscale_core::throughput::{AnalyticModel, FitQuality, StepTimeSample};
 use serde::Serialize;
 
-use crate::executor::{self, ExecContext, LaunchAlloc};
+use crate::executor::local::{self, LaunchAlloc};
+use crate::executor::ExecContext;
 use crate::spec::JobSpec;
 
 /// One configuration to measure.
@@ -131,10 +132,10 @@ pub async fn measure(
         batch_size: point.batch_size,
         local_batch_size: point.batch_size / point.workers,
     };
-    let plan = executor::plan(spec, &alloc, 1, &ctx);
+    let plan = local::plan(spec, &alloc, 1, &ctx);
     let log = plan.log.clone();
     let header = format!("dlscale profile: {}x{}", point.workers, point.batch_size);
-    let mut child = tokio::task::spawn_blocking(move || executor::spawn(&plan, &header)).await??;
+    let mut child = tokio::task::spawn_blocking(move || local::spawn(&plan, &header)).await??;
     let pgid = child.id().context("profiled process has no pid")? as i32;
     let started = Instant::now();
     let mut first_line_at = None;
@@ -164,12 +165,12 @@ pub async fn measure(
         }
     }
     if exited.is_none() {
-        executor::signal_group(pgid, libc::SIGTERM)?;
+        local::signal_group(pgid, libc::SIGTERM)?;
         if tokio::time::timeout(Duration::from_secs(20), child.wait())
             .await
             .is_err()
         {
-            executor::signal_group(pgid, libc::SIGKILL)?;
+            local::signal_group(pgid, libc::SIGKILL)?;
             child.wait().await?;
         }
     }

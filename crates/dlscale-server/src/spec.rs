@@ -27,10 +27,12 @@ use crate::error::ApiError;
 #[serde(rename_all = "lowercase")]
 pub enum Launcher {
     /// `torchrun --standalone --nproc-per-node=W <command...>`: `command` is the training script
-    /// and its arguments (as torchrun takes them).
+    /// and its arguments (as torchrun takes them). On Slurm, one torchrun per node, joined by a
+    /// c10d rendezvous when the job spans several nodes.
     #[default]
     Torchrun,
-    /// `command` runs as is, once, whatever the worker count (it reads `DLSCALE_WORLD_SIZE`).
+    /// `command` runs as is, once (on Slurm: once per node), whatever the worker count (it reads
+    /// `DLSCALE_WORLD_SIZE`).
     Plain,
 }
 

@@ -13,6 +13,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use crate::job::{Event, JobRecord, JobStatus, Runtime};
+use crate::placement::Share;
 use crate::spec::JobSpec;
 
 const SCHEMA: &str = "
@@ -33,7 +34,8 @@ CREATE TABLE IF NOT EXISTS allocations (
     gpus INTEGER NOT NULL,
     batch_size INTEGER NOT NULL,
     local_batch_size INTEGER NOT NULL,
-    slots TEXT NOT NULL
+    slots TEXT NOT NULL,
+    nodes TEXT NOT NULL DEFAULT '[]'
 );
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -110,8 +112,10 @@ pub struct AllocationRow {
     pub batch_size: u32,
     /// Per-worker batch.
     pub local_batch_size: u32,
-    /// Slot ids.
+    /// Slot ids (local executor).
     pub slots: Vec<u32>,
+    /// Nodes and GPUs per node.
+    pub nodes: Vec<Share>,
 }
 
 /// Handle to the database; cheap to clone.
@@ -143,6 +147,16 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)
             .context("creating the database schema")?;
+        // Databases from before node-aware placement lack allocations.nodes.
+        let has_nodes = conn
+            .prepare("SELECT 1 FROM pragma_table_info('allocations') WHERE name = 'nodes'")?
+            .exists([])?;
+        if !has_nodes {
+            conn.execute_batch(
+                "ALTER TABLE allocations ADD COLUMN nodes TEXT NOT NULL DEFAULT '[]'",
+            )
+            .context("adding allocations.nodes to the database")?;
+        }
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
         })
@@ -213,9 +227,9 @@ impl Store {
             }
             if let Some(a) = allocation {
                 tx.execute(
-                    "INSERT INTO allocations (job_id, at, attempt, gpus, batch_size, local_batch_size, slots)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    params![id, t, a.attempt, a.gpus, a.batch_size, a.local_batch_size, json(&a.slots)?],
+                    "INSERT INTO allocations (job_id, at, attempt, gpus, batch_size, local_batch_size, slots, nodes)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    params![id, t, a.attempt, a.gpus, a.batch_size, a.local_batch_size, json(&a.slots)?, json(&a.nodes)?],
                 )?;
             }
             tx.commit()?;
@@ -391,7 +405,7 @@ impl Store {
     pub async fn allocations(&self, id: String) -> Result<Vec<AllocationRow>> {
         self.call(move |conn| {
             let mut stmt = conn.prepare(
-                "SELECT attempt, gpus, batch_size, local_batch_size, slots FROM allocations
+                "SELECT attempt, gpus, batch_size, local_batch_size, slots, nodes FROM allocations
                  WHERE job_id = ?1 ORDER BY id",
             )?;
             let rows = stmt.query_map(params![id], |r| {
@@ -401,17 +415,19 @@ impl Store {
                     r.get::<_, u32>(2)?,
                     r.get::<_, u32>(3)?,
                     r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
                 ))
             })?;
             let mut out = Vec::new();
             for row in rows {
-                let (attempt, gpus, batch_size, local_batch_size, slots) = row?;
+                let (attempt, gpus, batch_size, local_batch_size, slots, nodes) = row?;
                 out.push(AllocationRow {
                     attempt,
                     gpus,
                     batch_size,
                     local_batch_size,
                     slots: serde_json::from_str(&slots).context("stored slots are unreadable")?,
+                    nodes: serde_json::from_str(&nodes).context("stored nodes are unreadable")?,
                 });
             }
             Ok(out)
@@ -488,6 +504,10 @@ mod tests {
                         batch_size: 64,
                         local_batch_size: 32,
                         slots: vec![0, 1],
+                        nodes: vec![Share {
+                            node: "local".into(),
+                            gpus: 2,
+                        }],
                     }),
                 )
                 .await

@@ -1,4 +1,5 @@
-//! Shared helpers of the service tests: a real `dlscale serve` process on a free loopback port.
+//! Shared helpers of the service tests: a real `dlscale serve` process on a free loopback port,
+//! the torch venv, and checks of a training job's step trace and losses.
 
 #![allow(dead_code)] // each test file uses a different subset
 
@@ -197,4 +198,75 @@ impl Drop for Server {
         self.kill9();
         self.kill_jobs();
     }
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The torch venv (`$DLSCALE_VENV` or `~/.cache/dlscale/venv`) if it has torch, scikit-learn
+/// and dlscale; otherwise why not.
+pub fn venv() -> Result<PathBuf, String> {
+    let venv = std::env::var_os("DLSCALE_VENV")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dlscale/venv")))
+        .ok_or("neither DLSCALE_VENV nor HOME is set")?;
+    let torchrun = venv.join("bin/torchrun");
+    if !torchrun.is_file() {
+        return Err(format!("{} not found", torchrun.display()));
+    }
+    let ok = Command::new(venv.join("bin/python"))
+        .args(["-c", "import importlib.metadata as m; m.version('torch'); m.version('scikit-learn'); import dlscale"])
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !ok.success() {
+        return Err(format!(
+            "{} lacks torch, scikit-learn or dlscale",
+            venv.display()
+        ));
+    }
+    Ok(venv)
+}
+
+/// Checks rank 0's per-step trace: steps 1..=total exactly once, in order, and each step's
+/// first sample follows the previous step's batch (no sample skipped or repeated).
+pub fn check_trace(id: &str, trace: &Path, total: u64) {
+    let text = std::fs::read_to_string(trace.with_extension("trace.rank0"))
+        .unwrap_or_else(|e| panic!("{id}: no trace: {e}"));
+    let rows: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let steps: Vec<u64> = rows.iter().map(|r| r["step"].as_u64().unwrap()).collect();
+    assert_eq!(
+        steps,
+        (1..=total).collect::<Vec<_>>(),
+        "{id}: steps lost or repeated"
+    );
+    for w in rows.windows(2) {
+        let (a, b) = (&w[0], &w[1]);
+        let next = a["offset"].as_u64().unwrap()
+            + a["world_size"].as_u64().unwrap() * a["count"].as_u64().unwrap();
+        assert_eq!(
+            b["offset"].as_u64().unwrap(),
+            next,
+            "{id}: sample stream broken between {a} and {b}"
+        );
+    }
+}
+
+/// The losses of the job's progress lines.
+pub fn losses(log: &str) -> Vec<f64> {
+    log.lines()
+        .filter(|l| l.starts_with("dlscale: step="))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|t| t.strip_prefix("loss="))
+                .and_then(|v| v.parse().ok())
+        })
+        .collect()
 }

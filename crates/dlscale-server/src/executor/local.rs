@@ -1,5 +1,5 @@
-//! The local executor: runs each job launch in its own process group and signals, watches and
-//! re-attaches to it.
+//! The local executor: runs each job launch on this machine in its own process group and signals,
+//! watches and re-attaches to it.
 //!
 //! Every launch runs under a small `sh` wrapper that leads the process group, writes its pid to
 //! `<run_dir>/pid` and, when the job's command exits, its exit code to `<run_dir>/exit`. The
@@ -7,18 +7,16 @@
 //! longer the parent — still learns how a re-attached job ended. Output goes straight to the
 //! job's log file, never through a pipe to the server, so jobs outlive the server.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use anyhow::{Context, Result};
 
+use super::{log_path, run_dir, single_node, worker_env, ExecContext, LaunchRequest, Launched};
+use crate::placement::Topology;
 use crate::spec::{JobSpec, Launcher};
-
-/// Exit code the worker library uses after a checkpoint on SIGTERM (set via
-/// `DLSCALE_STOP_EXIT_CODE`), so that a stop is never mistaken for a finished job.
-pub const STOP_EXIT_CODE: i32 = 75;
 
 const WRAPPER: &str = r#"dir="$1"; shift
 printf '%s\n' "$$" > "$dir/pid"
@@ -32,6 +30,54 @@ done
 printf '%s\n' "$rc" > "$dir/exit.tmp" && mv -f "$dir/exit.tmp" "$dir/exit"
 exit "$rc"
 "#;
+
+/// The local executor: a fixed set of device slots on this machine.
+#[derive(Debug, Clone)]
+pub struct LocalExecutor {
+    /// Context of every launch.
+    pub ctx: ExecContext,
+    /// Slot (GPU) ids.
+    pub slots: Vec<u32>,
+    /// Whether the slots are GPUs found by nvidia-smi.
+    pub gpus_detected: bool,
+}
+
+impl LocalExecutor {
+    /// This machine as one node with its slots.
+    pub fn topology(&self) -> Topology {
+        single_node("local", self.slots.len() as u32)
+    }
+
+    /// The first `gpus` slots not in `busy`.
+    pub fn pick_slots(&self, gpus: u32, busy: &BTreeSet<u32>) -> Vec<u32> {
+        self.slots
+            .iter()
+            .copied()
+            .filter(|s| !busy.contains(s))
+            .take(gpus as usize)
+            .collect()
+    }
+
+    /// Starts a launch in its own process group (see [`spawn`]).
+    pub async fn launch(&self, req: &LaunchRequest<'_>) -> Result<Launched> {
+        let alloc = LaunchAlloc {
+            slots: req.slots.to_vec(),
+            batch_size: req.batch_size,
+            local_batch_size: req.local_batch_size,
+        };
+        let plan = plan(req.spec, &alloc, req.attempt, &self.ctx);
+        let header = format!("{}: {:?}", req.header, plan.argv);
+        let child = tokio::task::spawn_blocking(move || spawn(&plan, &header))
+            .await
+            .context("launch task failed")??;
+        let pgid = child.id().context("the launched process has no pid")? as i32;
+        Ok(Launched::Local {
+            child: Box::new(child),
+            pgid,
+            start_ticks: start_ticks(pgid),
+        })
+    }
+}
 
 /// Everything one launch needs.
 #[derive(Debug, Clone)]
@@ -59,39 +105,6 @@ pub struct LaunchAlloc {
     pub local_batch_size: u32,
 }
 
-/// Where a job keeps its files: `<data_dir>/jobs/<id>/`.
-pub fn job_dir(data_dir: &Path, id: &str) -> PathBuf {
-    data_dir.join("jobs").join(id)
-}
-
-/// The job's log file.
-pub fn log_path(data_dir: &Path, id: &str) -> PathBuf {
-    job_dir(data_dir, id).join("log")
-}
-
-/// The job's checkpoint directory (`DLSCALE_CHECKPOINT_DIR`).
-pub fn checkpoint_dir(data_dir: &Path, id: &str) -> PathBuf {
-    job_dir(data_dir, id).join("checkpoints")
-}
-
-/// The directory of one launch.
-pub fn run_dir(data_dir: &Path, id: &str, attempt: u32) -> PathBuf {
-    job_dir(data_dir, id).join(format!("run-{attempt}"))
-}
-
-/// What the executor needs to know beyond the job.
-#[derive(Debug, Clone)]
-pub struct ExecContext {
-    /// Data directory.
-    pub data_dir: PathBuf,
-    /// torchrun executable.
-    pub torchrun: PathBuf,
-    /// `DLSCALE_API` for workers (`None`: no metrics reports).
-    pub api_url: Option<String>,
-    /// `DLSCALE_TOKEN` for workers.
-    pub token: Option<String>,
-}
-
 /// Builds the launch of `spec` with `alloc`, attempt number `attempt`.
 pub fn plan(spec: &JobSpec, alloc: &LaunchAlloc, attempt: u32, ctx: &ExecContext) -> LaunchPlan {
     let workers = alloc.slots.len().max(1);
@@ -115,36 +128,14 @@ pub fn plan(spec: &JobSpec, alloc: &LaunchAlloc, attempt: u32, ctx: &ExecContext
         .map(u32::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let mut env = BTreeMap::new();
-    // Defaults a submission may override.
-    env.insert("OMP_NUM_THREADS".to_string(), "1".to_string());
-    env.insert("PYTHONUNBUFFERED".to_string(), "1".to_string());
-    env.insert(
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE".to_string(),
-        "1".to_string(),
+    let mut env = worker_env(
+        spec,
+        workers as u32,
+        alloc.batch_size,
+        alloc.local_batch_size,
+        ctx,
     );
-    env.extend(spec.env.clone());
-    let ckpt = checkpoint_dir(&ctx.data_dir, &spec.id);
-    for (k, v) in [
-        ("DLSCALE_JOB_ID", spec.id.clone()),
-        ("DLSCALE_WORLD_SIZE", workers.to_string()),
-        ("DLSCALE_BATCH_SIZE", alloc.batch_size.to_string()),
-        (
-            "DLSCALE_LOCAL_BATCH_SIZE",
-            alloc.local_batch_size.to_string(),
-        ),
-        ("DLSCALE_CHECKPOINT_DIR", ckpt.display().to_string()),
-        ("DLSCALE_STOP_EXIT_CODE", STOP_EXIT_CODE.to_string()),
-        ("CUDA_VISIBLE_DEVICES", slots),
-    ] {
-        env.insert(k.to_string(), v);
-    }
-    if let Some(api) = &ctx.api_url {
-        env.insert("DLSCALE_API".to_string(), api.clone());
-    }
-    if let Some(token) = &ctx.token {
-        env.insert("DLSCALE_TOKEN".to_string(), token.clone());
-    }
+    env.insert("CUDA_VISIBLE_DEVICES".to_string(), slots);
     LaunchPlan {
         argv,
         env,
@@ -256,15 +247,6 @@ pub fn read_pid(run_dir: &Path) -> Option<i32> {
         .ok()
 }
 
-/// The exit code the wrapper recorded for a launch, if it did.
-pub fn read_exit(run_dir: &Path) -> Option<i32> {
-    std::fs::read_to_string(run_dir.join("exit"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
 /// An exit status as one number: the exit code, or minus the signal that killed the process.
 pub fn status_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
@@ -276,6 +258,7 @@ pub fn status_code(status: std::process::ExitStatus) -> i32 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::read_exit;
     use super::*;
     use std::time::Duration;
 

@@ -1,0 +1,645 @@
+//! End to end on a real Slurm cluster: `scripts/slurm-local.sh up --nodes 2 --gpus-per-node 4`
+//! (two nodes × 4 fake GPUs; `SLURM_CONF` exported). `dlscale serve` runs with the Slurm
+//! executor; jobs are real Slurm batch jobs.
+//!
+//! * Three real `examples/train_digits.py` torchrun jobs arrive at different times: one spans
+//!   both nodes, jobs are rescaled (GPUs and batch) as others arrive and finish, every job's step
+//!   trace runs 1..=total with nothing lost or repeated, and a `kill -9` of the server mid-run is
+//!   followed by adoption of the running Slurm jobs, never a duplicate (watched in `squeue` for
+//!   the whole run).
+//! * Reconciliation with cheap plain jobs: GPUs held by a job dlscale did not submit are left
+//!   out, a stale launch carrying the server's name is cancelled, a job Slurm requeues is
+//!   cancelled and submitted afresh, and a job cancelled with `scancel` is recorded as cancelled.
+//!
+//! Skips (passes with a SKIP message) when Slurm is not reachable, unless
+//! `DLSCALE_REQUIRE_SLURM=1`.
+
+mod service_support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dlscale_server::client::Method;
+use dlscale_server::job::{JobStatus, JobView};
+use serde_json::{json, Value};
+use service_support::{check_trace, losses, repo_root, venv, Server, TOKEN};
+
+/// The tests share one Slurm cluster and assert on its capacity: one at a time.
+static SLURM: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const PARTITION: &str = "gpu";
+
+fn required() -> bool {
+    std::env::var("DLSCALE_REQUIRE_SLURM").as_deref() == Ok("1")
+}
+
+/// Why the Slurm cluster cannot be used, if it cannot: reachable, partition `gpu` with two
+/// usable nodes of 4 GPUs each.
+fn slurm_unusable() -> Option<String> {
+    let conf = std::env::var_os("SLURM_CONF")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/etc/slurm/slurm.conf".into());
+    if !conf.is_file() {
+        return Some(format!("no Slurm configuration at {}", conf.display()));
+    }
+    // sinfo retries for a minute when slurmctld does not answer: give it 15 s.
+    let mut child = match Command::new("sinfo")
+        .args(["-h", "-N", "-p", PARTITION, "-o", "%N %T %G"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => return Some(format!("cannot run sinfo: {e}")),
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while child.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Some("sinfo got no answer from slurmctld within 15 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = match child.wait_with_output() {
+        Ok(out) => out,
+        Err(e) => return Some(format!("sinfo: {e}")),
+    };
+    if !out.status.success() {
+        return Some(format!(
+            "sinfo failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let nodes: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let ok = nodes.len() == 2
+        && nodes.iter().all(|n| {
+            n.len() == 3
+                && matches!(n[1], "idle" | "mixed" | "allocated" | "completing")
+                && n[2] == "gpu:4"
+        });
+    (!ok).then(|| {
+        format!("partition '{PARTITION}' must have 2 usable nodes with gpu:4; sinfo shows {text:?}")
+    })
+}
+
+/// Whether the test may run; prints SKIP or panics (with `DLSCALE_REQUIRE_SLURM=1`) if not.
+fn slurm_ready(test: &str) -> bool {
+    match slurm_unusable() {
+        None => true,
+        Some(why) if required() => panic!(
+            "DLSCALE_REQUIRE_SLURM=1 but Slurm is not usable: {why} (run: eval \"$(scripts/slurm-local.sh up --nodes 2 --gpus-per-node 4)\")"
+        ),
+        Some(why) => {
+            eprintln!("SKIP {test}: {why}; start it with: eval \"$(scripts/slurm-local.sh up --nodes 2 --gpus-per-node 4)\" (set DLSCALE_REQUIRE_SLURM=1 to fail instead)");
+            false
+        }
+    }
+}
+
+fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// A job in `squeue` (active states only: pending, running, completing, ...).
+#[derive(Debug, Clone, PartialEq)]
+struct Queued {
+    slurm_id: u64,
+    name: String,
+    state: String,
+    nodes: String,
+}
+
+fn squeue() -> Vec<Queued> {
+    run("squeue", &["-h", "-o", "%A|%j|%T|%N"])
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            Some(Queued {
+                slurm_id: f.first()?.trim().parse().ok()?,
+                name: f.get(1)?.to_string(),
+                state: f.get(2)?.to_string(),
+                nodes: f.get(3)?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The active Slurm jobs of server `instance`, by dlscale job id.
+fn ours(instance: &str) -> BTreeMap<String, Vec<Queued>> {
+    let prefix = format!("dlscale:{instance}:");
+    let mut out: BTreeMap<String, Vec<Queued>> = BTreeMap::new();
+    for q in squeue() {
+        if let Some(rest) = q.name.strip_prefix(&prefix) {
+            if let Some((id, _)) = rest.rsplit_once(':') {
+                out.entry(id.to_string()).or_default().push(q.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Cancels jobs left by earlier runs (dlscale launches, the foreign test job) and waits until
+/// Slurm's queue is empty, so capacity assertions hold.
+fn clear_queue() {
+    let stale: Vec<String> = squeue()
+        .into_iter()
+        .filter(|q| q.name.starts_with("dlscale:") || q.name == "dlscale-test-foreign")
+        .map(|q| q.slurm_id.to_string())
+        .collect();
+    if !stale.is_empty() {
+        eprintln!("cancelling Slurm jobs left by an earlier run: {stale:?}");
+        let _ = Command::new("scancel").args(&stale).status();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !squeue().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "Slurm's queue does not drain: {:?}",
+            squeue()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A directory removed when dropped, unless the thread is panicking (then it is kept, and named).
+struct KeepOnFailure(std::path::PathBuf);
+
+impl Drop for KeepOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("test failed: its data is kept in {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// Cancels the Slurm jobs of the server in `data_dir` when dropped (test cleanup).
+struct CancelOnDrop(std::path::PathBuf);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Ok(instance) = std::fs::read_to_string(self.0.join("instance")) else {
+            return;
+        };
+        let ids: Vec<String> = ours(instance.trim())
+            .into_values()
+            .flatten()
+            .map(|q| q.slurm_id.to_string())
+            .collect();
+        if !ids.is_empty() {
+            let _ = Command::new("scancel").args(&ids).status();
+        }
+    }
+}
+
+fn instance(data_dir: &Path) -> String {
+    std::fs::read_to_string(data_dir.join("instance"))
+        .expect("the Slurm executor writes <data_dir>/instance")
+        .trim()
+        .to_string()
+}
+
+/// Per dlscale job: the most Slurm jobs active at once, and those jobs.
+type MostActive = BTreeMap<String, (usize, Vec<Queued>)>;
+
+/// Watches `squeue` in the background and records, per dlscale job, the most Slurm jobs that
+/// were active at once (completing ones included).
+struct QueueWatch {
+    stop: Arc<AtomicBool>,
+    most: Arc<Mutex<MostActive>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl QueueWatch {
+    fn start(instance: String) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let most = Arc::new(Mutex::new(BTreeMap::new()));
+        let (s, m) = (Arc::clone(&stop), Arc::clone(&most));
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                for (id, active) in ours(&instance) {
+                    let mut most = m.lock().unwrap();
+                    let e = most.entry(id).or_insert((0, Vec::new()));
+                    if active.len() > e.0 {
+                        *e = (active.len(), active);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        });
+        QueueWatch {
+            stop,
+            most,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> MostActive {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.most.lock().unwrap().clone()
+    }
+}
+
+impl Drop for QueueWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A train_digits job; at most 32 samples per worker, so its batch follows its GPUs.
+fn torch_job(id: &str, max_gpus: u32, total_steps: u64, trace: &Path) -> Value {
+    json!({"id": id, "min_batch": 32, "max_batch": 256, "max_local_batch": 32, "max_gpus": max_gpus,
+           "powers_of_two": true,
+           "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.0005, "sync_intra_base_s": 0.005},
+           "command": ["examples/train_digits.py", "--total-steps", total_steps.to_string(),
+                       "--trace", trace.display().to_string()],
+           "workdir": repo_root().display().to_string(), "launcher": "torchrun",
+           "env": {"DLSCALE_STEP_SLEEP": "0.05", "DLSCALE_METRICS_INTERVAL": "1", "DLSCALE_LOG_EVERY": "10"}})
+}
+
+fn on_slurm(j: &JobView) -> bool {
+    j.state == JobStatus::Running && j.slurm_job_id.is_some()
+}
+
+fn shape(j: &JobView) -> Vec<(String, u32)> {
+    j.nodes.iter().map(|s| (s.node.clone(), s.gpus)).collect()
+}
+
+fn cli(server: &Server, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlscale"))
+        .args(args)
+        .env("DLSCALE_API", format!("http://127.0.0.1:{}", server.port))
+        .env("DLSCALE_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "dlscale {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+async fn jobs(server: &Server) -> Vec<JobView> {
+    server
+        .client
+        .call(Method::GET, "/v1/jobs", None)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn torch_jobs_span_nodes_rescale_and_are_adopted_after_a_server_kill() {
+    const NAME: &str = "torch_jobs_span_nodes_rescale_and_are_adopted_after_a_server_kill";
+    if !slurm_ready(NAME) {
+        return;
+    }
+    let venv = match venv() {
+        Ok(v) => v,
+        Err(why) if required() || std::env::var("DLSCALE_REQUIRE_TORCH").as_deref() == Ok("1") => {
+            panic!("the torch venv is unusable: {why} (run scripts/setup-python.sh)")
+        }
+        Err(why) => {
+            eprintln!("SKIP {NAME}: {why}; run scripts/setup-python.sh");
+            return;
+        }
+    };
+    let _one_at_a_time = SLURM.lock().await;
+    clear_queue();
+    let t0 = Instant::now();
+    let lap = |what: &str| eprintln!("[{:6.1} s] {what}", t0.elapsed().as_secs_f64());
+    // Kept when the test fails (job logs, scripts, server logs); removed when it passes.
+    let dir = KeepOnFailure(tempfile::tempdir().unwrap().keep());
+    let config = format!(
+        "executor = \"slurm\"\ncooldown_s = 3\ninterval_s = 1\ngrace_s = 30\nmin_gain = 0.05\ntorchrun = \"{}\"\n\n[slurm]\npartition = \"{PARTITION}\"\npoll_s = 0.5\n",
+        venv.join("bin/torchrun").display()
+    );
+    // Dropped after the server is killed, so nothing resubmits what it cancels.
+    let _cleanup = CancelOnDrop(dir.0.clone());
+    let mut server = Server::start(&dir.0, &config).await;
+    let inst = instance(&dir.0);
+    let watch = QueueWatch::start(inst.clone());
+    let traces = dir.0.join("traces");
+    std::fs::create_dir_all(&traces).unwrap();
+    let trace = |id: &str| traces.join(format!("{id}.trace"));
+    let totals = [("a", 8, 900u64), ("b", 2, 200), ("c", 1, 120)];
+
+    // a alone: all 8 GPUs, packed as 4 on each of the two nodes, one Slurm job.
+    server.submit(torch_job("a", 8, 900, &trace("a"))).await;
+    let a1 = server
+        .wait_job("a", 150.0, "a training on 8 GPUs", |j| {
+            on_slurm(j) && j.step.is_some_and(|s| s >= 20)
+        })
+        .await;
+    lap("a trains on 8 GPUs");
+    assert_eq!((a1.gpus, a1.batch_size), (8, 256), "{a1:?}");
+    assert_eq!(shape(&a1), [("n1".to_string(), 4), ("n2".to_string(), 4)]);
+    let q = ours(&inst);
+    assert_eq!(q["a"].len(), 1, "{q:?}");
+    assert_eq!(
+        (q["a"][0].slurm_id, q["a"][0].nodes.as_str()),
+        (a1.slurm_job_id.unwrap(), "n[1-2]")
+    );
+
+    // b arrives: a is stopped at a checkpoint and resubmitted smaller; b gets the rest.
+    server.submit(torch_job("b", 2, 200, &trace("b"))).await;
+    let b1 = server
+        .wait_job("b", 150.0, "b training", |j| {
+            on_slurm(j) && j.step.is_some_and(|s| s >= 20)
+        })
+        .await;
+    lap("b trains");
+    let a2 = server.job("a").await;
+    assert!(
+        a2.attempt >= 2 && a2.restarts >= 1 && a2.gpus < 8,
+        "a was not rescaled: {a2:?}"
+    );
+    assert_eq!(b1.gpus, 2, "{b1:?}");
+
+    // c arrives through the CLI.
+    let c_file = dir.0.join("c.json");
+    std::fs::write(&c_file, torch_job("c", 1, 120, &trace("c")).to_string()).unwrap();
+    assert!(cli(&server, &["submit", c_file.to_str().unwrap()]).contains("submitted c"));
+    server
+        .wait_job("c", 150.0, "c training", |j| {
+            on_slurm(j) && j.step.is_some_and(|s| s >= 10)
+        })
+        .await;
+    lap("c trains");
+
+    // kill -9 the server mid-run: the Slurm jobs keep running, and the restarted server adopts
+    // them (same attempt, same Slurm job) instead of submitting them again.
+    let before = jobs(&server).await;
+    server.kill9();
+    lap("server killed");
+    let q = ours(&inst);
+    for j in before.iter().filter(|j| on_slurm(j)) {
+        let live = q.get(&j.id).cloned().unwrap_or_default();
+        assert_eq!(live.len(), 1, "{}: {live:?}", j.id);
+        assert_eq!(Some(live[0].slurm_id), j.slurm_job_id, "{}", j.id);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.restart().await;
+    tokio::time::sleep(Duration::from_secs(3)).await; // several squeue polls
+    let after = jobs(&server).await;
+    lap("server restarted");
+    assert_eq!(
+        after.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+        ["a", "b", "c"]
+    );
+    for (b, a) in before.iter().zip(&after) {
+        if on_slurm(b) && !a.state.is_terminal() {
+            assert_eq!(
+                (a.attempt, a.slurm_job_id),
+                (b.attempt, b.slurm_job_id),
+                "{} was resubmitted instead of adopted: {b:?} -> {a:?}",
+                a.id
+            );
+        }
+    }
+    for (id, live) in ours(&inst) {
+        assert!(live.len() <= 1, "{id} runs twice in Slurm: {live:?}");
+    }
+
+    for (id, _, total) in totals {
+        let done = server
+            .wait_job(id, 240.0, "success", |j| j.state.is_terminal())
+            .await;
+        lap(&format!("{id} finished"));
+        assert_eq!(
+            (done.state, done.exit_code),
+            (JobStatus::Succeeded, Some(0)),
+            "{done:?}\n{}",
+            server.log()
+        );
+        assert_eq!(done.step, Some(total));
+        check_trace(id, &trace(id), total);
+        let log = server
+            .client
+            .text(&format!("/v1/jobs/{id}/logs?tail_bytes=10000000"))
+            .await
+            .unwrap();
+        let l = losses(&log);
+        assert!(
+            l.len() >= 5 && l[l.len() - 1] < 0.5 * l[0],
+            "{id}: loss did not fall: {l:?}"
+        );
+    }
+
+    // a spanned both nodes, shrank (GPUs and batch) as b and c arrived and grew again after
+    // they finished.
+    let allocations: Vec<Value> = server
+        .client
+        .call(Method::GET, "/v1/jobs/a/allocations", None)
+        .await
+        .unwrap();
+    let gpus: Vec<u64> = allocations
+        .iter()
+        .map(|x| x["gpus"].as_u64().unwrap())
+        .collect();
+    assert_eq!(allocations[0]["nodes"].as_array().map(Vec::len), Some(2));
+    assert!(
+        allocations
+            .iter()
+            .any(|x| x["gpus"] != allocations[0]["gpus"]
+                && x["batch_size"] != allocations[0]["batch_size"]),
+        "{allocations:?}"
+    );
+    let lowest = gpus.iter().position(|&g| g == *gpus.iter().min().unwrap());
+    assert!(
+        lowest.is_some_and(|i| gpus[i..].iter().any(|&g| g > gpus[i])),
+        "a never grew after shrinking: {gpus:?}"
+    );
+    let most = watch.finish();
+    for (id, (n, jobs)) in &most {
+        assert_eq!(*n, 1, "{id} ran as {n} Slurm jobs at once: {jobs:?}");
+    }
+    assert_eq!(most.len(), 3, "{most:?}");
+    lap(&format!("done; allocations of a: {gpus:?}"));
+}
+
+fn plain_job(id: &str, max_gpus: u32) -> Value {
+    json!({"id": id, "min_batch": 8, "max_batch": 64, "max_local_batch": 64, "max_gpus": max_gpus,
+           "powers_of_two": true,
+           "model": {"compute_per_sample_s": 0.0005, "sync_intra_base_s": 0.001},
+           "command": ["bash", "-c", "trap 'exit 75' TERM; echo \"$SLURMD_NODENAME ws=$DLSCALE_WORLD_SIZE\"; while :; do sleep 0.2; done"],
+           "workdir": "/tmp", "launcher": "plain"})
+}
+
+async fn cluster(server: &Server) -> Value {
+    server.json(Method::GET, "/v1/cluster", None).await.1
+}
+
+async fn wait_until<F, Fut>(timeout_s: f64, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs_f64(timeout_s);
+    while !cond().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reconciles_foreign_gpus_stale_launches_requeues_and_scancel() {
+    const NAME: &str = "reconciles_foreign_gpus_stale_launches_requeues_and_scancel";
+    if !slurm_ready(NAME) {
+        return;
+    }
+    let _one_at_a_time = SLURM.lock().await;
+    clear_queue();
+    // A job dlscale did not submit holds 3 GPUs of n1.
+    let foreign = run(
+        "sbatch",
+        &[
+            "--parsable",
+            "--job-name=dlscale-test-foreign",
+            "--nodelist=n1",
+            "--gres=gpu:3",
+            "--output=/dev/null",
+            "--wrap",
+            "sleep 300",
+        ],
+    );
+    let foreign = foreign.trim().split(';').next().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "executor = \"slurm\"\ncooldown_s = 1\ninterval_s = 0.5\ngrace_s = 5\nmin_gain = 0.05\n\n[slurm]\npartition = \"{PARTITION}\"\npoll_s = 0.5\n"
+    );
+    let _cleanup = CancelOnDrop(dir.path().to_path_buf());
+    let server = Server::start(dir.path(), &config).await;
+    let inst = instance(dir.path());
+    wait_until(
+        30.0,
+        "capacity 5 (3 GPUs of n1 held by the foreign job)",
+        || async { cluster(&server).await["capacity"] == 5 },
+    )
+    .await;
+    let c = cluster(&server).await;
+    assert_eq!(c["executor"], "slurm");
+    assert_eq!(
+        c["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| (
+                n["name"].clone(),
+                n["gpus"].clone(),
+                n["total_gpus"].clone()
+            ))
+            .collect::<Vec<_>>(),
+        [
+            (json!("n1"), json!(1), json!(4)),
+            (json!("n2"), json!(4), json!(4))
+        ]
+    );
+
+    // p (up to 8 GPUs, powers of two) gets 4, all on n2: 8 does not fit and 4 = 2 + 2 is not
+    // packed when one node has room.
+    server.submit(plain_job("p", 8)).await;
+    let p1 = server.wait_job("p", 30.0, "p on 4 GPUs", on_slurm).await;
+    assert_eq!(shape(&p1), [("n2".to_string(), 4)], "{p1:?}");
+
+    // The foreign job ends: p grows to both nodes.
+    run("scancel", &[&foreign]);
+    let p2 = server
+        .wait_job("p", 40.0, "p on 8 GPUs", |j| on_slurm(j) && j.gpus == 8)
+        .await;
+    assert_eq!(shape(&p2), [("n1".to_string(), 4), ("n2".to_string(), 4)]);
+    assert!(p2.attempt > p1.attempt);
+
+    // A launch under the server's name that is not p's current one (a stale attempt) is
+    // cancelled; p itself keeps running.
+    let stale = run(
+        "sbatch",
+        &[
+            "--parsable",
+            &format!("--job-name=dlscale:{inst}:p:{}", p1.attempt),
+            "--output=/dev/null",
+            "--wrap",
+            "sleep 300",
+        ],
+    );
+    let stale: u64 = stale.trim().split(';').next().unwrap().parse().unwrap();
+    wait_until(20.0, "the stale launch to be cancelled", || async {
+        ours(&inst)["p"].iter().all(|q| q.slurm_id != stale)
+    })
+    .await;
+    let p3 = server.job("p").await;
+    assert_eq!(
+        (p3.attempt, p3.slurm_job_id, p3.state),
+        (p2.attempt, p2.slurm_job_id, JobStatus::Running)
+    );
+
+    // Slurm requeues p (a running job can be requeued): dlscale cancels the requeued job and
+    // submits p afresh, once.
+    let sid = p3.slurm_job_id.unwrap().to_string();
+    wait_until(30.0, "p's Slurm job to run", || async {
+        ours(&inst)["p"]
+            .iter()
+            .any(|q| q.slurm_id.to_string() == sid && q.state == "RUNNING")
+    })
+    .await;
+    run("scontrol", &["requeue", &sid]);
+    let p4 = server
+        .wait_job("p", 60.0, "p resubmitted after the requeue", |j| {
+            on_slurm(j) && j.attempt > p3.attempt
+        })
+        .await;
+    assert_ne!(p4.slurm_job_id, p3.slurm_job_id);
+    wait_until(30.0, "one Slurm job for p", || async {
+        ours(&inst).get("p").map(Vec::len) == Some(1)
+    })
+    .await;
+    let job: JobView = server.job("p").await;
+    assert!(
+        job.events
+            .iter()
+            .any(|e| e.kind == "stop" && e.detail.contains("requeued")),
+        "{:?}",
+        job.events
+    );
+
+    // scancel by hand: recorded as cancelled, not relaunched.
+    let sid = p4.slurm_job_id.unwrap().to_string();
+    run("scancel", &[&sid]);
+    let done = server
+        .wait_job("p", 30.0, "p cancelled", |j| j.state.is_terminal())
+        .await;
+    assert_eq!(done.state, JobStatus::Cancelled, "{done:?}");
+    assert!(
+        done.message.as_deref().unwrap_or("").contains("scancel"),
+        "{done:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !ours(&inst).contains_key("p"),
+        "p was relaunched: {:?}",
+        ours(&inst)
+    );
+    assert_eq!(server.job("p").await.attempt, p4.attempt);
+}
