@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use dlscale_server::client::Method;
 use dlscale_server::job::{JobStatus, JobView};
 use serde_json::{json, Value};
-use service_support::{check_trace, losses, repo_root, venv, Server, TOKEN};
+use service_support::{assert_trained, repo_root, venv, Server, TOKEN};
 
 /// The tests share one Slurm cluster and assert on its capacity: one at a time.
 static SLURM: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -424,28 +424,8 @@ async fn torch_jobs_span_nodes_rescale_and_are_adopted_after_a_server_kill() {
     }
 
     for (id, _, total) in totals {
-        let done = server
-            .wait_job(id, 240.0, "success", |j| j.state.is_terminal())
-            .await;
+        assert_trained(&server, id, total, &trace(id), 240.0).await;
         lap(&format!("{id} finished"));
-        assert_eq!(
-            (done.state, done.exit_code),
-            (JobStatus::Succeeded, Some(0)),
-            "{done:?}\n{}",
-            server.log()
-        );
-        assert_eq!(done.step, Some(total));
-        check_trace(id, &trace(id), total);
-        let log = server
-            .client
-            .text(&format!("/v1/jobs/{id}/logs?tail_bytes=10000000"))
-            .await
-            .unwrap();
-        let l = losses(&log);
-        assert!(
-            l.len() >= 5 && l[l.len() - 1] < 0.5 * l[0],
-            "{id}: loss did not fall: {l:?}"
-        );
     }
 
     // a spanned both nodes, shrank (GPUs and batch) as b and c arrived and grew again after

@@ -11,7 +11,7 @@ use std::process::Command;
 use dlscale_server::client::Method;
 use dlscale_server::job::{JobStatus, JobView};
 use serde_json::{json, Value};
-use service_support::{check_trace, losses, repo_root, venv, Server, TOKEN};
+use service_support::{assert_trained, repo_root, venv, Server, TOKEN};
 
 fn job(id: &str, max_gpus: u32, total_steps: u32, trace: &Path) -> Value {
     json!({"id": id, "min_batch": 32, "max_batch": 256, "max_local_batch": 64, "max_gpus": max_gpus,
@@ -129,27 +129,7 @@ async fn three_torchrun_jobs_rescale_resume_and_survive_a_server_kill() {
     }
 
     for (id, _, total) in totals {
-        let done = server
-            .wait_job(id, 150.0, "success", |j| j.state.is_terminal())
-            .await;
-        assert_eq!(
-            (done.state, done.exit_code),
-            (JobStatus::Succeeded, Some(0)),
-            "{done:?}\n{}",
-            server.log()
-        );
-        assert_eq!(done.step, Some(total));
-        check_trace(id, &trace(id), total);
-        let log = server
-            .client
-            .text(&format!("/v1/jobs/{id}/logs?tail_bytes=10000000"))
-            .await
-            .unwrap();
-        let l = losses(&log);
-        assert!(
-            l.len() >= 5 && l[l.len() - 1] < 0.5 * l[0],
-            "{id}: loss did not fall: {l:?}"
-        );
+        assert_trained(&server, id, total, &trace(id), 150.0).await;
     }
     // a was rescaled: workers and batch both changed, and it resumed at its checkpoints.
     let allocations: Vec<Value> = server

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dlscale_server::client::{ApiClient, Method};
-use dlscale_server::job::JobView;
+use dlscale_server::job::{JobStatus, JobView};
 use serde_json::Value;
 
 /// The token every test server uses.
@@ -232,9 +232,35 @@ pub fn venv() -> Result<PathBuf, String> {
     Ok(venv)
 }
 
+/// Waits for `id` to end and checks that it trained for real: it succeeded at step `total`, rank
+/// 0's trace holds every step once over a continuous sample stream, and its loss fell below half.
+pub async fn assert_trained(server: &Server, id: &str, total: u64, trace: &Path, timeout_s: f64) {
+    let done = server
+        .wait_job(id, timeout_s, "success", |j| j.state.is_terminal())
+        .await;
+    assert_eq!(
+        (done.state, done.exit_code),
+        (JobStatus::Succeeded, Some(0)),
+        "{done:?}\n{}",
+        server.log()
+    );
+    assert_eq!(done.step, Some(total));
+    check_trace(id, trace, total);
+    let log = server
+        .client
+        .text(&format!("/v1/jobs/{id}/logs?tail_bytes=10000000"))
+        .await
+        .unwrap();
+    let l = losses(&log);
+    assert!(
+        l.len() >= 5 && l[l.len() - 1] < 0.5 * l[0],
+        "{id}: loss did not fall: {l:?}"
+    );
+}
+
 /// Checks rank 0's per-step trace: steps 1..=total exactly once, in order, and each step's
 /// first sample follows the previous step's batch (no sample skipped or repeated).
-pub fn check_trace(id: &str, trace: &Path, total: u64) {
+fn check_trace(id: &str, trace: &Path, total: u64) {
     let text = std::fs::read_to_string(trace.with_extension("trace.rank0"))
         .unwrap_or_else(|e| panic!("{id}: no trace: {e}"));
     let rows: Vec<Value> = text
@@ -260,7 +286,7 @@ pub fn check_trace(id: &str, trace: &Path, total: u64) {
 }
 
 /// The losses of the job's progress lines.
-pub fn losses(log: &str) -> Vec<f64> {
+fn losses(log: &str) -> Vec<f64> {
     log.lines()
         .filter(|l| l.starts_with("dlscale: step="))
         .filter_map(|l| {
