@@ -84,13 +84,43 @@ pub struct JobEntry {
 }
 
 /// The `model` field: a name or inline parameters.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub enum ModelField {
     /// A bundled profile.
     Name(String),
     /// Analytic parameters.
     Analytic(AnalyticSpec),
+}
+
+/// A string is a profile name, a table is analytic parameters. Written by hand (not
+/// `#[serde(untagged)]`) so that a mistake inside the table keeps its own message, e.g.
+/// "unknown field `compute_per_sample`, expected one of ...".
+impl<'de> Deserialize<'de> for ModelField {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        struct FieldVisitor;
+        impl<'de> serde::de::Visitor<'de> for FieldVisitor {
+            type Value = ModelField;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a bundled model name or a table of analytic parameters")
+            }
+            fn visit_str<E: serde::de::Error>(
+                self,
+                name: &str,
+            ) -> std::result::Result<ModelField, E> {
+                Ok(ModelField::Name(name.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> std::result::Result<ModelField, A::Error> {
+                AnalyticSpec::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(ModelField::Analytic)
+            }
+        }
+        deserializer.deserialize_any(FieldVisitor)
+    }
 }
 
 /// Inline analytic model parameters.
@@ -377,6 +407,14 @@ mod tests {
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 1, "max_batch": 2, "colour": 1}]}"#,
                 "jobs.json:1: unknown field `colour`",
+            ),
+            (
+                r#"{"jobs": [{"id": "a", "model": {"compute_per_sample": 1}, "min_batch": 1, "max_batch": 2}]}"#,
+                "jobs.json:1: unknown field `compute_per_sample`, expected one of",
+            ),
+            (
+                r#"{"jobs": [{"id": "a", "model": 7, "min_batch": 1, "max_batch": 2}]}"#,
+                "jobs.json:1: invalid type: integer `7`, expected a bundled model name or a table",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": {"compute_per_sample_s": -1}, "min_batch": 1, "max_batch": 2, "max_local_batch": 2}]}"#,
