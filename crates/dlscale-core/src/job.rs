@@ -36,9 +36,36 @@ impl GpuRange {
         gpus >= self.min && gpus <= self.max && (!self.powers_of_two || gpus.is_power_of_two())
     }
 
-    /// The allowed counts, ascending, up to `cap`.
+    /// The allowed counts, ascending, up to `cap`. With powers of two only, just those are
+    /// visited (never the integers in between, which may be billions).
     pub fn counts(&self, cap: GpuCount) -> impl Iterator<Item = GpuCount> + '_ {
-        (self.min.max(1)..=self.max.min(cap)).filter(|&g| self.allows(g))
+        let (lo, hi) = (self.min.max(1), self.max.min(cap));
+        let step_by_doubling = self.powers_of_two;
+        let mut next = if step_by_doubling {
+            lo.checked_next_power_of_two()
+        } else {
+            Some(lo)
+        };
+        std::iter::from_fn(move || {
+            let g = next.filter(|&g| g <= hi)?;
+            next = if step_by_doubling {
+                g.checked_mul(2)
+            } else {
+                g.checked_add(1)
+            };
+            Some(g)
+        })
+    }
+
+    /// The smallest allowed count that is at least `gpus`, if any.
+    pub fn first_at_least(&self, gpus: GpuCount) -> Option<GpuCount> {
+        let g = gpus.max(self.min).max(1);
+        let g = if self.powers_of_two {
+            g.checked_next_power_of_two()?
+        } else {
+            g
+        };
+        (g <= self.max).then_some(g)
     }
 }
 
@@ -148,7 +175,7 @@ impl Job {
                 ),
             ));
         }
-        if self.gpus.counts(GpuCount::MAX).next().is_none() {
+        if self.gpus.first_at_least(1).is_none() {
             return Err(CoreError::job(
                 id,
                 "powers_of_two",

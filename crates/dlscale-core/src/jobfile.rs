@@ -308,11 +308,11 @@ impl JobEntry {
             powers_of_two: self.powers_of_two,
         };
         let requested_batch = self.batch_size.unwrap_or(self.min_batch);
+        // The fewest GPUs whose memory holds the batch: ceil(batch / max_local_batch), rounded up
+        // to an allowed count.
         let requested_gpus = self.gpus.unwrap_or_else(|| {
             gpu_range
-                .counts(GpuCount::MAX)
-                .take(1 << 16)
-                .find(|&g| requested_batch.div_ceil(g) <= max_local_batch)
+                .first_at_least(requested_batch.div_ceil(max_local_batch.max(1)))
                 .unwrap_or(gpu_range.min)
         });
         let job = Job {
@@ -411,6 +411,10 @@ mod tests {
             (
                 r#"{"jobs": [{"id": "a", "model": {"compute_per_sample": 1}, "min_batch": 1, "max_batch": 2}]}"#,
                 "jobs.json:1: unknown field `compute_per_sample`, expected one of",
+            ),
+            (
+                r#"{"jobs": [{"id": "a", "model": "ncf", "min_batch": 256, "max_batch": 512, "min_gpus": 2147483649, "powers_of_two": true}]}"#,
+                "jobs.json: job 'a': field 'powers_of_two'",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": 7, "min_batch": 1, "max_batch": 2}]}"#,

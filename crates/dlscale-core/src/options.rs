@@ -258,14 +258,20 @@ impl OptionTable {
             // The reference is the best raw metric at the smallest feasible count.
             let reference =
                 *reference.get_or_insert(if utility.normalised() { best_raw } else { 1.0 });
+            let raw_utility = job.weight * utility.transform(cand.metric / reference);
             options.push(ConfigOption {
                 gpus,
                 nodes,
                 batch: cand.batch,
                 local_batch: cand.batch.div_ceil(gpus),
                 throughput_samples_per_s: cand.throughput,
-                utility: job.weight * utility.transform(cand.metric / reference),
-                value: job.weight * utility.transform(adjusted / reference),
+                utility: raw_utility,
+                // Without a restart adjustment (the common case) the value is the utility.
+                value: if adjusted == cand.metric {
+                    raw_utility
+                } else {
+                    job.weight * utility.transform(adjusted / reference)
+                },
             });
         }
         options

@@ -46,6 +46,8 @@ impl Utility {
     /// would otherwise weigh −∞ and swamp every other job's value in the sum.
     pub fn transform(&self, metric: f64) -> f64 {
         match *self {
+            // p = −1 (the default) is a reciprocal, far cheaper than powf.
+            Utility::Fair { p: -1.0 } => 1.0 - 1.0 / metric.max(Self::FAIR_FLOOR),
             Utility::Fair { p } => (metric.max(Self::FAIR_FLOOR).powf(p) - 1.0) / p,
             _ => metric,
         }

@@ -4,10 +4,10 @@
 use std::sync::Mutex;
 
 use super::knapsack::{KnapsackItem, KnapsackSolver};
-use super::{admit, Allocator, Decision, JobDecision, JobState, Settings};
+use super::{admit, Allocator, Decision, JobDecision, JobState, Policy, Settings};
 use crate::cluster::Cluster;
 use crate::job::Job;
-use crate::options::{job_options, BatchChoice, ConfigOption};
+use crate::options::ConfigOption;
 
 /// GPUs and batch size both adapt: each job's value at g GPUs is its best over feasible batches
 /// (the paper's elastic-batch optimizer).
@@ -28,10 +28,7 @@ impl Allocator for ElasticBatch {
     }
 
     fn allocate(&self, cluster: &Cluster, jobs: &[Job], settings: &Settings) -> Decision {
-        let choice = BatchChoice::Free {
-            max_candidates: settings.batch_candidates,
-        };
-        allocate_knapsack(&self.solver, cluster, jobs, settings, choice)
+        allocate_knapsack(&self.solver, Policy::ElasticBatch, cluster, jobs, settings)
     }
 }
 
@@ -41,21 +38,18 @@ impl Allocator for ElasticGpu {
     }
 
     fn allocate(&self, cluster: &Cluster, jobs: &[Job], settings: &Settings) -> Decision {
-        allocate_knapsack(&self.solver, cluster, jobs, settings, BatchChoice::Fixed)
+        allocate_knapsack(&self.solver, Policy::ElasticGpu, cluster, jobs, settings)
     }
 }
 
 fn allocate_knapsack(
     solver: &Mutex<KnapsackSolver>,
+    policy: Policy,
     cluster: &Cluster,
     jobs: &[Job],
     settings: &Settings,
-    choice: BatchChoice,
 ) -> Decision {
-    let tables: Vec<Vec<ConfigOption>> = jobs
-        .iter()
-        .map(|job| job_options(job, cluster, settings.utility, choice, &settings.restart))
-        .collect();
+    let tables = policy.value_tables(cluster, jobs, settings);
     // A poisoned lock only means another thread panicked mid-solve; the buffers are rebuilt
     // from scratch on every solve, so they are safe to reuse.
     let mut solver = solver.lock().unwrap_or_else(|e| e.into_inner());

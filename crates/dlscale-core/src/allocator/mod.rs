@@ -16,7 +16,7 @@ pub use static_fifo::StaticFifo;
 
 use crate::cluster::Cluster;
 use crate::job::Job;
-use crate::options::{BatchChoice, ConfigOption, RestartAwareness};
+use crate::options::{job_options, BatchChoice, ConfigOption, RestartAwareness};
 use crate::utility::Utility;
 use crate::{BatchSize, GpuCount};
 use knapsack::KnapsackSolver;
@@ -210,6 +210,22 @@ impl Policy {
             Policy::Static => RestartAwareness::default(),
             _ => settings.restart,
         }
+    }
+
+    /// Each job's value table as this policy sees it (its batch choice and restart awareness).
+    pub fn value_tables(
+        self,
+        cluster: &Cluster,
+        jobs: &[Job],
+        settings: &Settings,
+    ) -> Vec<Vec<ConfigOption>> {
+        let (choice, restart) = (
+            self.batch_choice(settings),
+            self.restart_awareness(settings),
+        );
+        jobs.iter()
+            .map(|job| job_options(job, cluster, settings.utility, choice, &restart))
+            .collect()
     }
 
     /// Decides like this policy's [`Allocator`] from value tables built by the caller:

@@ -1,9 +1,9 @@
 //! The static baseline: every job runs exactly as its user asked, first come first served.
 
-use super::{admit, Allocator, Decision, JobDecision, JobState, Settings};
+use super::{admit, Allocator, Decision, JobDecision, JobState, Policy, Settings};
 use crate::cluster::Cluster;
 use crate::job::Job;
-use crate::options::{job_options, BatchChoice, ConfigOption, RestartAwareness};
+use crate::options::ConfigOption;
 
 /// The user's GPUs and batch, no rescaling; FIFO, with backfill when [`Settings::backfill`] is set.
 #[derive(Debug, Default, Clone, Copy)]
@@ -16,19 +16,8 @@ impl Allocator for StaticFifo {
 
     fn allocate(&self, cluster: &Cluster, jobs: &[Job], settings: &Settings) -> Decision {
         // The requested configuration as the job's only option, valued like the others for
-        // comparable objectives; restarts never happen, so no restart adjustment.
-        let tables: Vec<Vec<ConfigOption>> = jobs
-            .iter()
-            .map(|job| {
-                job_options(
-                    job,
-                    cluster,
-                    settings.utility,
-                    BatchChoice::Fixed,
-                    &RestartAwareness::default(),
-                )
-            })
-            .collect();
+        // comparable objectives.
+        let tables = Policy::Static.value_tables(cluster, jobs, settings);
         decide_static(cluster, jobs, &tables, settings)
     }
 }

@@ -341,18 +341,50 @@ fn checked_point(
 
 /// Reads every record of a headed CSV, each with its 1-based line number.
 pub(crate) fn read_csv<T: serde::de::DeserializeOwned>(
-    reader: impl Read,
+    mut reader: impl Read,
     name: &str,
 ) -> Result<Vec<(u64, T)>> {
+    let mut text = Vec::new();
+    reader
+        .read_to_end(&mut text)
+        .map_err(|e| CoreError::parse(name, 0, e.to_string()))?;
+    // Physical line of a byte offset: the csv crate's own line count skips blank lines.
+    // Physical line of a record starting at a byte offset. The csv crate's own line count skips
+    // blank lines, and a record's offset may sit on the blank lines before it: step over them.
+    // Offsets only grow, so lines are counted incrementally from the previous record.
+    let (mut counted_to, mut lines_before) = (0usize, 0u64);
+    let mut line_at = |byte: u64| {
+        let mut at = (byte as usize).min(text.len());
+        while matches!(text.get(at), Some(b'\n' | b'\r')) {
+            at += 1;
+        }
+        if at >= counted_to {
+            lines_before += text[counted_to..at].iter().filter(|&&b| b == b'\n').count() as u64;
+            counted_to = at;
+        }
+        1 + lines_before
+    };
     let mut csv = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
-        .from_reader(reader);
+        .from_reader(text.as_slice());
+    let headers = csv
+        .headers()
+        .map_err(|e| CoreError::parse(name, 1, csv_reason(&e)))?
+        .clone();
     let mut rows = Vec::new();
-    for record in csv.deserialize::<T>() {
-        match record {
-            Ok(row) => rows.push((rows.len() as u64 + 2, row)),
+    let mut record = csv::StringRecord::new();
+    loop {
+        match csv.read_record(&mut record) {
+            Ok(false) => break,
+            Ok(true) => {
+                let line = record.position().map_or(0, |p| line_at(p.byte()));
+                let row = record
+                    .deserialize(Some(&headers))
+                    .map_err(|e| CoreError::parse(name, line, csv_reason(&e)))?;
+                rows.push((line, row));
+            }
             Err(e) => {
-                let line = e.position().map_or(0, |p| p.line());
+                let line = e.position().map_or(0, |p| line_at(p.byte()));
                 return Err(CoreError::parse(name, line, csv_reason(&e)));
             }
         }
@@ -436,7 +468,8 @@ mod tests {
             err.to_string(),
             "p.csv:3: placement '1x' is not a string of digits 1-9"
         );
-        let placements = "placement,local_bsz,step_time,sync_time\n1,abc,0.1,0.0\n";
+        let placements =
+            "placement,local_bsz,step_time,sync_time\n\n1,32,0.1,0.0\n\n1,abc,0.1,0.0\n";
         let err = MeasuredTable::from_pollux_csv(
             placements.as_bytes(),
             "p.csv",
@@ -444,6 +477,6 @@ mod tests {
             "s.csv",
         )
         .unwrap_err();
-        assert!(err.to_string().starts_with("p.csv:2: column 2"), "{err}");
+        assert!(err.to_string().starts_with("p.csv:5: column 2"), "{err}");
     }
 }
