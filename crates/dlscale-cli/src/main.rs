@@ -29,7 +29,7 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Reproduce an experiment: `paper` (arrival-rate sweep) or `pollux` (Pollux's yardstick).
     Reproduce(simulate::ReproduceArgs),
-    /// Run the autoscaler service (HTTP API, durable state, controller, local executor).
+    /// Run the autoscaler service (HTTP API, durable state, controller; local or Slurm executor).
     Serve(service::ServeArgs),
     /// Submit the job(s) of a job file to the service.
     Submit(service::SubmitArgs),
