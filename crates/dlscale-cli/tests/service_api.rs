@@ -219,12 +219,36 @@ async fn bad_requests_get_json_errors_naming_the_field_and_write_nothing() {
             json!({"step": 1, "samples_per_s": -1.0, "batch_size": 32, "world_size": 1, "loss": 1.0, "samples_seen": 1}),
             "samples_per_s",
         ),
+        (
+            json!({"step": u64::MAX, "samples_per_s": 1.0, "batch_size": 32, "world_size": 1, "loss": 1.0, "samples_seen": 1}),
+            "step",
+        ),
     ] {
         let (s, b) = server
             .json(Method::POST, "/v1/jobs/ok/metrics", Some(body))
             .await;
         assert_eq!((s, b["field"].clone()), (400, json!(field)), "{b}");
     }
+    // Progress counts only from the current launch (its world size) of a job holding GPUs.
+    let mut running = server.job("ok").await;
+    for _ in 0..100 {
+        if running.state == JobStatus::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        running = server.job("ok").await;
+    }
+    assert_eq!(running.state, JobStatus::Running);
+    let mut stale = metrics.clone();
+    stale["world_size"] = json!(running.gpus + 1);
+    stale["step"] = json!(7);
+    let (s, b) = server
+        .json(Method::POST, "/v1/jobs/ok/metrics", Some(stale))
+        .await;
+    assert_eq!(s, 202, "{b}");
+    assert_eq!(server.job("ok").await.step, None);
+    let mut metrics = metrics;
+    metrics["world_size"] = json!(running.gpus);
     let (s, b) = server
         .json(Method::POST, "/v1/jobs/ok/metrics", Some(metrics))
         .await;

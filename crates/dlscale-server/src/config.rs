@@ -174,6 +174,19 @@ fn non_negative(name: &str, value: f64) -> Result<f64> {
     }
 }
 
+/// The longest duration a setting may have, in seconds (about 31 years): larger values would
+/// overflow timers (`Duration::from_secs_f64` panics past `u64::MAX` seconds).
+pub const MAX_DURATION_S: f64 = 1e9;
+
+/// A duration in seconds: finite, ≥ 0 and at most [`MAX_DURATION_S`].
+fn duration_s(name: &str, value: f64) -> Result<f64> {
+    let value = non_negative(name, value)?;
+    if value > MAX_DURATION_S {
+        bail!("{name} must be at most {MAX_DURATION_S:e} seconds, got {value}");
+    }
+    Ok(value)
+}
+
 impl ServerConfig {
     /// Resolves a configuration file (with overrides already applied) into a validated config.
     /// `env_token` (from `DLSCALE_TOKEN`) wins over the file's token.
@@ -206,7 +219,7 @@ impl ServerConfig {
         if file.slots == Some(0) {
             bail!("slots must be at least 1");
         }
-        let interval_s = non_negative("interval_s", file.interval_s.unwrap_or(30.0))?;
+        let interval_s = duration_s("interval_s", file.interval_s.unwrap_or(30.0))?;
         if interval_s < 0.1 {
             bail!("interval_s must be at least 0.1, got {interval_s}");
         }
@@ -256,9 +269,9 @@ impl ServerConfig {
             token,
             policy,
             settings,
-            cooldown_s: non_negative("cooldown_s", file.cooldown_s.unwrap_or(60.0))?,
+            cooldown_s: duration_s("cooldown_s", file.cooldown_s.unwrap_or(60.0))?,
             interval_s,
-            grace_s: non_negative("grace_s", file.grace_s.unwrap_or(30.0))?,
+            grace_s: duration_s("grace_s", file.grace_s.unwrap_or(30.0))?,
             max_retries: file.max_retries.unwrap_or(2),
             torchrun: file.torchrun.unwrap_or_else(|| PathBuf::from("torchrun")),
             api_url,
@@ -273,11 +286,11 @@ fn resolve_slurm(f: SlurmFile) -> Result<SlurmConfig> {
         .partition
         .filter(|p| !p.trim().is_empty())
         .ok_or_else(|| anyhow!("slurm.partition is required with executor = \"slurm\""))?;
-    let poll_s = non_negative("slurm.poll_s", f.poll_s.unwrap_or(d.poll_s))?;
+    let poll_s = duration_s("slurm.poll_s", f.poll_s.unwrap_or(d.poll_s))?;
     if poll_s < 0.2 {
         bail!("slurm.poll_s must be at least 0.2, got {poll_s}");
     }
-    let command_timeout_s = non_negative(
+    let command_timeout_s = duration_s(
         "slurm.command_timeout_s",
         f.command_timeout_s.unwrap_or(d.command_timeout_s),
     )?;
@@ -304,7 +317,7 @@ fn resolve_slurm(f: SlurmFile) -> Result<SlurmConfig> {
         account: f.account.filter(|a| !a.trim().is_empty()),
         nodes: f.nodes,
         poll_s,
-        pending_timeout_s: non_negative(
+        pending_timeout_s: duration_s(
             "slurm.pending_timeout_s",
             f.pending_timeout_s.unwrap_or(d.pending_timeout_s),
         )?,
@@ -344,6 +357,9 @@ mod tests {
             ("min_gain = -1.0", "min_gain must be"),
             ("slots = 0", "slots must be at least 1"),
             ("interval_s = 0.0", "interval_s must be at least"),
+            ("interval_s = 1e20", "interval_s must be at most"),
+            ("grace_s = 1e20", "grace_s must be at most"),
+            ("cooldown_s = 1e20", "cooldown_s must be at most"),
         ] {
             let file: ConfigFile = toml::from_str(text).unwrap();
             let err = ServerConfig::resolve(file, None).unwrap_err().to_string();
@@ -383,6 +399,14 @@ mod tests {
             (
                 "executor = \"slurm\"\n[slurm]\npartition = \"gpu\"\npoll_s = 0.01",
                 "slurm.poll_s must be at least",
+            ),
+            (
+                "executor = \"slurm\"\n[slurm]\npartition = \"gpu\"\npoll_s = 1e20",
+                "slurm.poll_s must be at most",
+            ),
+            (
+                "executor = \"slurm\"\n[slurm]\npartition = \"gpu\"\ncommand_timeout_s = 1e20",
+                "slurm.command_timeout_s must be at most",
             ),
         ] {
             let file: ConfigFile = toml::from_str(text).unwrap();

@@ -21,9 +21,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use dlscale_core::allocator::knapsack::KnapsackSolver;
-use dlscale_core::options::{job_options, BatchChoice, ConfigOption};
+use dlscale_core::options::{job_options, ConfigOption};
 use dlscale_core::throughput::{AnalyticModel, StepTimeSample};
-use dlscale_core::{BatchRange, Cluster, CurrentAllocation, GpuRange, Job, JobState, Requested};
+use dlscale_core::{
+    BatchRange, Cluster, CurrentAllocation, GpuRange, Job, JobState, Policy, Requested,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, Mutex, Notify};
 
@@ -76,6 +78,15 @@ impl MetricsReport {
                 "world_size",
                 "field 'world_size' must be ≥ 1",
             ));
+        }
+        // Stored as SQLite integers (i64).
+        for (name, v) in [("step", self.step), ("samples_seen", self.samples_seen)] {
+            if v > i64::MAX as u64 {
+                return Err(ApiError::field(
+                    name,
+                    format!("field '{name}' must be at most {}", i64::MAX),
+                ));
+            }
         }
         if self.loss.is_some_and(|l| !l.is_finite()) {
             return Err(ApiError::field(
@@ -443,28 +454,47 @@ impl Controller {
     }
 
     /// Local executor: re-attaches to jobs whose process group survived, and settles those that
-    /// ended while the server was down.
+    /// ended while the server was down. A group found only through its run directory (the server
+    /// crashed before saving the pid) is recorded and saved, so that stopping it signals it.
     async fn recover_local(self: &Arc<Self>) {
-        let st = self.state.lock().await;
-        for e in st.jobs.values() {
-            let rec = &e.rec;
-            if !rec.status.holds_slots() {
+        let mut guard = self.state.lock().await;
+        let st = &mut *guard;
+        for e in st.jobs.values_mut() {
+            if !e.rec.status.holds_slots() {
                 continue;
             }
-            let id = rec.spec.id.clone();
-            let attempt = rec.rt.attempt;
+            let id = e.rec.spec.id.clone();
+            let attempt = e.rec.rt.attempt;
             let run_dir = executor::run_dir(&self.config.data_dir, &id, attempt);
-            let pid = rec.rt.pid.or_else(|| local::read_pid(&run_dir));
-            let reused = match (pid, rec.rt.pid_start_ticks) {
+            let known = e.rec.rt.pid;
+            let pid = known
+                .or_else(|| local::read_pid(&run_dir))
+                .or_else(|| local::find_launch(&run_dir));
+            let reused = match (pid, e.rec.rt.pid_start_ticks) {
                 (Some(p), Some(t)) => local::start_ticks(p).is_some_and(|now| now != t),
                 _ => false,
             };
             match pid {
                 Some(pgid) if !reused && local::group_alive(pgid) => {
                     tracing::info!("job {id}: re-attached to process group {pgid}");
+                    if known != Some(pgid) {
+                        e.rec.rt.pid = Some(pgid);
+                        e.rec.rt.pid_start_ticks = local::start_ticks(pgid);
+                        let rec = e.rec.clone();
+                        let _ = self
+                            .persist(
+                                &rec,
+                                vec![(
+                                    "adopted".into(),
+                                    format!("process group {pgid} of attempt {attempt}"),
+                                )],
+                                None,
+                            )
+                            .await;
+                    }
                     self.watch_group(id.clone(), attempt, pgid, run_dir);
-                    if rec.status == JobStatus::Stopping {
-                        let elapsed = now() - rec.rt.stop_requested_at.unwrap_or_else(now);
+                    if e.rec.status == JobStatus::Stopping {
+                        let elapsed = now() - e.rec.rt.stop_requested_at.unwrap_or_else(now);
                         let left = (self.config.grace_s - elapsed).max(0.0);
                         self.escalate_after(id.clone(), attempt, left);
                     }
@@ -534,18 +564,19 @@ impl Controller {
         e.killed_attempt = Some(attempt);
         if first {
             let rec = e.rec.clone();
-            self.persist(
-                &rec,
-                vec![(
-                    "kill".into(),
-                    format!(
-                        "forced down ({}) after {grace:.0} s grace",
-                        self.executor.name()
-                    ),
-                )],
-                None,
-            )
-            .await;
+            let _ = self
+                .persist(
+                    &rec,
+                    vec![(
+                        "kill".into(),
+                        format!(
+                            "forced down ({}) after {grace:.0} s grace",
+                            self.executor.name()
+                        ),
+                    )],
+                    None,
+                )
+                .await;
         }
     }
 
@@ -587,20 +618,23 @@ impl Controller {
         }
     }
 
+    /// Writes a job's state through to the database (logging a failure). Callers that are about
+    /// to act on a new intent (launch, stop, cancel, drop) must not act when this fails.
     async fn persist(
         &self,
         rec: &JobRecord,
         events: Vec<(String, String)>,
         alloc: Option<AllocationRow>,
-    ) {
+    ) -> Result<()> {
         let id = rec.spec.id.clone();
-        if let Err(e) = self
+        let saved = self
             .store
             .update_job(id.clone(), rec.status, rec.rt.clone(), events, alloc)
-            .await
-        {
+            .await;
+        if let Err(e) = &saved {
             tracing::error!("job {id}: cannot save its state: {e:#}");
         }
+        saved
     }
 
     /// The allocator's view of a job: cached, rebuilt after a model change. Falls back to the
@@ -708,18 +742,19 @@ impl Controller {
                         );
                         e.rec.rt.slurm_job_id = Some(j.job_id);
                         let rec = e.rec.clone();
-                        self.persist(
-                            &rec,
-                            vec![(
-                                "adopted".into(),
-                                format!(
-                                    "Slurm job {} ({}) of attempt {attempt}",
-                                    j.job_id, j.state
-                                ),
-                            )],
-                            None,
-                        )
-                        .await;
+                        let _ = self
+                            .persist(
+                                &rec,
+                                vec![(
+                                    "adopted".into(),
+                                    format!(
+                                        "Slurm job {} ({}) of attempt {attempt}",
+                                        j.job_id, j.state
+                                    ),
+                                )],
+                                None,
+                            )
+                            .await;
                         changed = true;
                     }
                     match e.rec.status {
@@ -793,7 +828,8 @@ impl Controller {
             self.force_stop(st, &id, attempt).await;
         }
         for (id, detail) in stops {
-            self.request_stop(st, &id, StopReason::Resubmit, detail)
+            let _ = self
+                .request_stop(st, &id, StopReason::Resubmit, detail)
                 .await;
         }
         for (id, attempt, outcome) in settle {
@@ -915,7 +951,7 @@ impl Controller {
 
         // Placement: unchanged running jobs keep their nodes; the others, largest first, get the
         // fewest nodes that fit, falling back to their next smaller option when fragmentation
-        // leaves no room for the decided count.
+        // leaves no room for the decided count on as few nodes as it was valued at.
         let mut target = topology.free_map();
         let mut planned: BTreeMap<usize, Planned> = BTreeMap::new();
         let mut rest = Vec::new();
@@ -954,7 +990,7 @@ impl Controller {
                 let shares = if current_gpus[i] == Some(o.gpus) && place::fits(&target, &mine) {
                     Some(mine.clone())
                 } else {
-                    place::place_one(&topology, &target, o.gpus)
+                    place::place_packed(&topology, &target, o.gpus)
                 };
                 if let Some(shares) = shares {
                     place::take(&mut target, &shares);
@@ -1058,22 +1094,29 @@ impl Controller {
                 .collect(),
         });
         for (id, reason, detail) in stops {
-            self.request_stop(st, &id, reason, detail).await;
+            // A stop whose intent could not be saved is retried next round.
+            let _ = self.request_stop(st, &id, reason, detail).await;
         }
         for id in drops {
             if let Some(e) = st.jobs.get_mut(&id) {
+                let before = e.rec.clone();
                 e.rec.status = JobStatus::Dropped;
                 e.rec.rt.finished_at = Some(t);
                 e.rec.rt.message = Some(format!(
                     "dropped: its minimum does not fit beside the running jobs on {capacity} GPUs"
                 ));
                 let rec = e.rec.clone();
-                self.persist(
-                    &rec,
-                    vec![("dropped".into(), rec.rt.message.clone().unwrap_or_default())],
-                    None,
-                )
-                .await;
+                if self
+                    .persist(
+                        &rec,
+                        vec![("dropped".into(), rec.rt.message.clone().unwrap_or_default())],
+                        None,
+                    )
+                    .await
+                    .is_err()
+                {
+                    e.rec = before; // still queued; decided again next round
+                }
             }
         }
         for (id, i, slots) in launches {
@@ -1089,6 +1132,7 @@ impl Controller {
 
     async fn launch(self: &Arc<Self>, st: &mut State, id: &str, p: Planned, slots: Vec<u32>) {
         let Some(e) = st.jobs.get_mut(id) else { return };
+        let before = e.rec.clone();
         let t = now();
         let rt = &mut e.rec.rt;
         rt.attempt += 1;
@@ -1127,8 +1171,15 @@ impl Controller {
         // Intent first: after a crash right after the launch, recovery finds the launch's pid
         // file (local) or its Slurm job by name (Slurm).
         let rec = e.rec.clone();
-        self.persist(&rec, vec![("launch".into(), detail.clone())], Some(row))
-            .await;
+        if self
+            .persist(&rec, vec![("launch".into(), detail.clone())], Some(row))
+            .await
+            .is_err()
+        {
+            // No durable intent, no launch: the job stays queued for a later round.
+            e.rec = before;
+            return;
+        }
         let req = LaunchRequest {
             spec: &rec.spec,
             attempt,
@@ -1151,7 +1202,7 @@ impl Controller {
                 e.rec.rt.pid_start_ticks = start_ticks;
                 tracing::info!("job {id}: launched (pgid {pgid}) {detail}");
                 let rec = e.rec.clone();
-                self.persist(&rec, vec![], None).await;
+                let _ = self.persist(&rec, vec![], None).await;
                 let tx = self.exits.clone();
                 let id = id.to_string();
                 tokio::spawn(async move {
@@ -1170,12 +1221,13 @@ impl Controller {
                 e.rec.rt.slurm_job_id = Some(job_id);
                 tracing::info!("job {id}: submitted as Slurm job {job_id}: {detail}");
                 let rec = e.rec.clone();
-                self.persist(
-                    &rec,
-                    vec![("submitted".into(), format!("Slurm job {job_id}"))],
-                    None,
-                )
-                .await;
+                let _ = self
+                    .persist(
+                        &rec,
+                        vec![("submitted".into(), format!("Slurm job {job_id}"))],
+                        None,
+                    )
+                    .await;
             }
             Err(err) => {
                 tracing::error!("job {id}: launch failed: {err:#}");
@@ -1194,24 +1246,30 @@ impl Controller {
                     rt.finished_at = Some(now());
                 }
                 let rec = e.rec.clone();
-                self.persist(
-                    &rec,
-                    vec![("launch-failed".into(), format!("{err:#}"))],
-                    None,
-                )
-                .await;
+                let _ = self
+                    .persist(
+                        &rec,
+                        vec![("launch-failed".into(), format!("{err:#}"))],
+                        None,
+                    )
+                    .await;
             }
         }
     }
 
+    /// Stops a running job: records the intent, then signals it. When the intent cannot be
+    /// written, nothing changes and the error is returned.
     async fn request_stop(
         self: &Arc<Self>,
         st: &mut State,
         id: &str,
         reason: StopReason,
         detail: String,
-    ) {
-        let Some(e) = st.jobs.get_mut(id) else { return };
+    ) -> Result<()> {
+        let Some(e) = st.jobs.get_mut(id) else {
+            return Ok(());
+        };
+        let before = e.rec.clone();
         e.rec.status = JobStatus::Stopping;
         e.rec.rt.stop_reason = Some(reason);
         e.rec.rt.stop_requested_at = Some(now());
@@ -1220,8 +1278,13 @@ impl Controller {
         let attempt = e.rec.rt.attempt;
         let pgid = e.rec.rt.pid;
         let rec = e.rec.clone();
-        self.persist(&rec, vec![("stop".into(), detail.clone())], None)
-            .await;
+        if let Err(err) = self
+            .persist(&rec, vec![("stop".into(), detail.clone())], None)
+            .await
+        {
+            e.rec = before;
+            return Err(err);
+        }
         self.stats.stops.fetch_add(1, Ordering::Relaxed);
         tracing::info!("job {id}: stopping: {detail}");
         match (&self.executor, pgid) {
@@ -1242,6 +1305,7 @@ impl Controller {
             // Slurm: escalation is level-triggered (observe).
             (Executor::Slurm(_), _) => self.deliver_stop(st, id).await,
         }
+        Ok(())
     }
 
     /// Sends the stop signal of a stopping job, recording when it got through.
@@ -1251,7 +1315,7 @@ impl Controller {
             Ok(StopDelivery::Delivered) => {
                 e.rec.rt.stop_signalled = true;
                 let rec = e.rec.clone();
-                self.persist(&rec, vec![], None).await;
+                let _ = self.persist(&rec, vec![], None).await;
             }
             Ok(StopDelivery::NotYet) => {
                 tracing::debug!("job {id}: cannot signal it yet (its job step has not started)");
@@ -1368,7 +1432,7 @@ impl Controller {
         e.rec.status = status;
         tracing::info!("job {id}: {message}");
         let rec = e.rec.clone();
-        self.persist(&rec, vec![(kind.into(), message)], None).await;
+        let _ = self.persist(&rec, vec![(kind.into(), message)], None).await;
     }
 
     /// Accepts a job: validates it against the models and slots, commits it, wakes the loop.
@@ -1401,19 +1465,33 @@ impl Controller {
             _ => None,
         };
         let job = spec.build_job(model.as_ref())?;
-        // Against the whole cluster (GPUs other jobs hold now may free up later).
+        // Against the whole cluster (GPUs other jobs hold now may free up later), with the
+        // options the configured policy would consider.
         let full = st.topology.full();
-        let runnable = full.model_cluster().is_some_and(|cluster| {
+        let policy = self.config.policy;
+        let options = full.model_cluster().map_or_else(Vec::new, |cluster| {
             job_options(
                 &job,
                 &cluster,
                 self.config.settings.utility,
-                BatchChoice::Free { max_candidates: 4 },
+                policy.batch_choice(&self.config.settings),
                 &Default::default(),
             )
-            .iter()
-            .any(|o| full.expressible(o.gpus))
         });
+        let runnable = options.iter().any(|o| full.expressible(o.gpus));
+        if runnable && policy == Policy::Static {
+            // static runs a job at its requested GPU count only.
+            let g = job.requested.gpus;
+            if !(full.expressible(g) && options.iter().any(|o| o.gpus == g)) {
+                return Err(ApiError::field(
+                    "gpus",
+                    format!(
+                        "field 'gpus': policy static runs a job at exactly its requested {g} GPUs, which cannot run on this server's {} GPUs on {} node(s) (a job on several nodes needs the same GPUs on each)",
+                        full.total(), full.nodes.len()
+                    ),
+                ));
+            }
+        }
         if !runnable {
             let field = if job.gpus.min > full.total() {
                 "min_gpus"
@@ -1477,29 +1555,41 @@ impl Controller {
             .jobs
             .get_mut(id)
             .ok_or_else(|| ApiError::not_found(format!("no job '{id}'")))?;
+        let before = e.rec.clone();
         match e.rec.status {
             JobStatus::Queued => {
                 e.rec.status = JobStatus::Cancelled;
                 e.rec.rt.finished_at = Some(now());
                 e.rec.rt.message = Some("cancelled while queued".into());
                 let rec = e.rec.clone();
-                self.persist(
-                    &rec,
-                    vec![("cancelled".into(), "cancelled while queued".into())],
-                    None,
-                )
-                .await;
+                if let Err(err) = self
+                    .persist(
+                        &rec,
+                        vec![("cancelled".into(), "cancelled while queued".into())],
+                        None,
+                    )
+                    .await
+                {
+                    e.rec = before;
+                    return Err(ApiError::internal(format!("{err:#}")));
+                }
             }
             JobStatus::Running => {
                 self.request_stop(st, id, StopReason::Cancel, "cancel requested".into())
-                    .await;
+                    .await
+                    .map_err(|err| ApiError::internal(format!("{err:#}")))?;
             }
             JobStatus::Stopping => {
                 e.rec.rt.stop_reason = Some(StopReason::Cancel);
                 e.rec.rt.message = Some("cancel requested".into());
                 let rec = e.rec.clone();
-                self.persist(&rec, vec![("stop".into(), "cancel requested".into())], None)
-                    .await;
+                if let Err(err) = self
+                    .persist(&rec, vec![("stop".into(), "cancel requested".into())], None)
+                    .await
+                {
+                    e.rec = before;
+                    return Err(ApiError::internal(format!("{err:#}")));
+                }
             }
             other => {
                 return Err(ApiError::conflict(format!(
@@ -1518,6 +1608,12 @@ impl Controller {
     }
 
     /// Records a worker's metrics report; refits the job's model when it has no other.
+    ///
+    /// A job that has ended answers 409 (its workers are gone; a late report changes nothing). A
+    /// report whose world size is not the current launch's — a worker of an earlier launch still
+    /// exiting after a rescale — or any report while the job is queued is
+    /// stored as a measurement (it still helps fit the model) but does not overwrite the job's
+    /// progress (step, throughput, loss).
     pub async fn report_metrics(
         self: &Arc<Self>,
         id: &str,
@@ -1531,11 +1627,20 @@ impl Controller {
             .jobs
             .get_mut(id)
             .ok_or_else(|| ApiError::not_found(format!("no job '{id}'")))?;
+        if e.rec.status.is_terminal() {
+            return Err(ApiError::conflict(format!(
+                "job '{id}' is already {}; report ignored",
+                e.rec.status.name()
+            )));
+        }
         let rt = &mut e.rec.rt;
-        rt.step = Some(m.step);
-        rt.samples_seen = Some(m.samples_seen);
-        rt.loss = m.loss.or(rt.loss);
-        rt.samples_per_s = Some(m.samples_per_s);
+        let current = e.rec.status.holds_slots() && m.world_size == rt.gpus();
+        if current {
+            rt.step = Some(m.step);
+            rt.samples_seen = Some(m.samples_seen);
+            rt.loss = m.loss.or(rt.loss);
+            rt.samples_per_s = Some(m.samples_per_s);
+        }
         let row = MetricsRow {
             attempt: rt.attempt,
             step: m.step,
@@ -1550,7 +1655,7 @@ impl Controller {
             .insert_metrics(id.to_string(), row, rt)
             .await
             .map_err(ApiError::internal)?;
-        if e.rec.spec.model_source() != ModelSource::Fitted || e.rec.status.is_terminal() {
+        if e.rec.spec.model_source() != ModelSource::Fitted {
             return Ok(());
         }
         let rows = self
@@ -1892,5 +1997,223 @@ mod tests {
         assert_eq!(q.samples, 4);
         assert!((m.sync_intra_base_s - 0.005).abs() < 1e-9, "{m:?}");
         assert!(fit_from_metrics(&rows[..1]).is_none());
+    }
+}
+
+#[cfg(test)]
+mod service_tests {
+    use super::*;
+    use crate::config::ConfigFile;
+    use crate::placement::NodeCapacity;
+    use serde_json::json;
+
+    async fn controller(dir: &std::path::Path, extra: &str) -> Arc<Controller> {
+        let text = format!(
+            "slots = 2\ntoken = \"t\"\ninterval_s = 0.2\ngrace_s = 5\ndata_dir = {:?}\n{extra}",
+            dir.display().to_string()
+        );
+        let file: ConfigFile = toml::from_str(&text).unwrap();
+        Controller::start(ServerConfig::resolve(file, None).unwrap())
+            .await
+            .unwrap()
+    }
+
+    fn spec(id: &str, script: &str, extra: serde_json::Value) -> JobSpec {
+        let mut v = json!({"id": id, "min_batch": 2, "max_batch": 2, "max_local_batch": 2,
+            "command": ["sh", "-c", script], "workdir": "/tmp", "launcher": "plain"});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        JobSpec::from_value(v).unwrap()
+    }
+
+    fn report(step: u64, world_size: u32) -> MetricsReport {
+        MetricsReport {
+            step,
+            samples_per_s: 10.0,
+            batch_size: 2,
+            world_size,
+            loss: Some(1.0),
+            samples_seen: step.saturating_mul(2),
+        }
+    }
+
+    async fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+        for _ in 0..200 {
+            if ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    async fn status(c: &Controller, id: &str) -> (JobStatus, Runtime) {
+        let st = c.state.lock().await;
+        let rec = &st.jobs[id].rec;
+        (rec.status, rec.rt.clone())
+    }
+
+    /// The crash window of a launch: the database says attempt 1 runs but has no pid, while the
+    /// launch's process group lives (its pid file exists). After a restart the server must
+    /// record the group, so that cancelling it really stops it — and launch nothing else.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn recovery_records_a_group_found_by_its_pid_file_and_cancel_stops_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = "trap 'exit 75' TERM; while :; do sleep 0.05; done";
+        let spec = spec("j", script, json!({}));
+        {
+            let store = Store::open(&dir.path().join("dlscale.db")).unwrap();
+            let mut rec = JobRecord {
+                seq: 1,
+                spec: spec.clone(),
+                status: JobStatus::Queued,
+                rt: Runtime::default(),
+                submitted_at: now(),
+            };
+            store.insert_job(rec.clone(), "test".into()).await.unwrap();
+            rec.status = JobStatus::Running;
+            let rt = &mut rec.rt;
+            rt.attempt = 1;
+            rt.slots = vec![0];
+            rt.placement = vec![Share {
+                node: "local".into(),
+                gpus: 1,
+            }];
+            rt.batch_size = 2;
+            rt.local_batch_size = 2;
+            rt.launched_at = Some(now());
+            rt.started_at = Some(now());
+            store
+                .update_job("j".into(), rec.status, rec.rt, vec![], None)
+                .await
+                .unwrap();
+        }
+        // The launch itself, as the crashed server started it.
+        let ctx = ExecContext {
+            data_dir: dir.path().to_path_buf(),
+            torchrun: "torchrun".into(),
+            api_url: None,
+            token: None,
+        };
+        let alloc = local::LaunchAlloc {
+            slots: vec![0],
+            batch_size: 2,
+            local_batch_size: 2,
+        };
+        let plan = local::plan(&spec, &alloc, 1, &ctx);
+        let mut child = local::spawn(&plan, "test launch").unwrap();
+        let pgid = child.id().unwrap() as i32;
+        tokio::spawn(async move { child.wait().await });
+        /// Kills the group should the test fail.
+        struct Reap(i32);
+        impl Drop for Reap {
+            fn drop(&mut self) {
+                let _ = local::signal_group(self.0, libc::SIGKILL);
+            }
+        }
+        let _reap = Reap(pgid);
+        assert_eq!(local::read_pid(&plan.run_dir), Some(pgid));
+        wait_for("the group", || local::group_alive(pgid)).await;
+
+        let c = controller(dir.path(), "").await;
+        let (s, rt) = status(&c, "j").await;
+        assert_eq!((s, rt.pid, rt.attempt), (JobStatus::Running, Some(pgid), 1));
+        assert_eq!(rt.pid_start_ticks, local::start_ticks(pgid));
+        let saved = c.store().load_jobs().await.unwrap();
+        assert_eq!(saved[0].rt.pid, Some(pgid), "re-attached pid not saved");
+        tokio::spawn(Arc::clone(&c).run());
+
+        // Progress of the current launch is recorded; a report from another shape is not.
+        c.report_metrics("j", report(5, 1)).await.unwrap();
+        c.report_metrics("j", report(99, 2)).await.unwrap();
+        assert_eq!(status(&c, "j").await.1.step, Some(5));
+
+        c.cancel("j").await.unwrap();
+        for _ in 0..200 {
+            if status(&c, "j").await.0 == JobStatus::Cancelled {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (s, rt) = status(&c, "j").await;
+        assert_eq!(
+            (s, rt.attempt, rt.exit_code),
+            (JobStatus::Cancelled, 1, Some(75))
+        );
+        assert!(!local::group_alive(pgid), "cancel left the group running");
+        assert!(!executor::run_dir(dir.path(), "j", 2).exists());
+        // Late reports of an ended job are refused.
+        let err = c.report_metrics("j", report(6, 1)).await.unwrap_err();
+        assert_eq!(err.status.as_u16(), 409);
+        let err = c
+            .report_metrics("j", report(u64::MAX, 1))
+            .await
+            .unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("step"));
+    }
+
+    /// When the database refuses a write, nothing is launched and the API answers 500.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn no_launch_and_500_when_the_intent_cannot_be_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = controller(dir.path(), "").await;
+        c.submit(spec("q", "sleep 30", json!({}))).await.unwrap();
+        c.store()
+            .call(|conn| {
+                conn.execute_batch("ALTER TABLE jobs RENAME TO jobs_gone")?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        c.reconcile().await;
+        let (s, rt) = status(&c, "q").await;
+        assert_eq!((s, rt.attempt, rt.pid), (JobStatus::Queued, 0, None));
+        assert_eq!(c.stats.launches.load(Ordering::Relaxed), 0);
+        assert!(!executor::run_dir(dir.path(), "q", 1).exists());
+        let err = c.cancel("q").await.unwrap_err();
+        assert_eq!(err.status.as_u16(), 500);
+        assert_eq!(status(&c, "q").await.0, JobStatus::Queued);
+    }
+
+    /// Policy static runs a job at exactly its requested count, which must be expressible.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn static_submissions_need_an_expressible_requested_count() {
+        let two_by_four = Topology {
+            nodes: ["n1", "n2"]
+                .map(|n| NodeCapacity {
+                    name: n.into(),
+                    gpus: 4,
+                    total_gpus: 4,
+                    addr: "127.0.0.1".into(),
+                })
+                .to_vec(),
+        };
+        for (policy, gpus, ok) in [
+            ("static", 5, false),
+            ("static", 4, true),
+            ("static", 6, true),
+            ("elastic-batch", 5, true),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let c = controller(dir.path(), &format!("policy = \"{policy}\"")).await;
+            c.state.lock().await.topology = two_by_four.clone();
+            let job = spec(
+                "s",
+                "true",
+                json!({"min_batch": 8, "max_batch": 64, "max_local_batch": 8,
+                       "batch_size": 24, "gpus": gpus, "max_gpus": 8,
+                       "model": {"compute_per_sample_s": 0.001}}),
+            );
+            let got = c.submit(job).await;
+            match (ok, got) {
+                (true, Ok(_)) => {}
+                (false, Err(e)) => {
+                    assert_eq!(e.status.as_u16(), 400, "{e:?}");
+                    assert_eq!(e.field.as_deref(), Some("gpus"), "{e:?}");
+                }
+                (_, got) => panic!("{policy} gpus={gpus}: {got:?}"),
+            }
+        }
     }
 }

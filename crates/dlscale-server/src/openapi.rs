@@ -88,7 +88,8 @@ fn operation(method: &str, path: &str, secured: bool) -> Value {
         ("post", "/v1/jobs/{id}/metrics") => {
             json!({"summary": "Progress report of a job's chief worker", "parameters": id_param,
             "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/MetricsReport"}}}},
-            "responses": {"202": {"description": "recorded"}, "400": error("invalid report"), "404": error("unknown job")}})
+            "responses": {"202": {"description": "recorded"}, "400": error("invalid report"), "404": error("unknown job"),
+                "409": error("the job has ended")}})
         }
         ("get", "/v1/profiles") => {
             json!({"summary": "Stored throughput profiles", "responses": {"200": {"description": "profiles",

@@ -10,7 +10,10 @@
 //! **Packing.** Among the shapes of a count, the one with the fewest nodes that fits is used (a
 //! job's throughput model depends on its node count, and the allocator assumes consolidated
 //! placement); within a shape, the nodes with the least room that still fits are taken (best
-//! fit), ties by node order. Jobs whose GPU count does not change keep their nodes.
+//! fit), ties by node order. A job is never spread over more nodes than its count takes on the
+//! idle cluster ([`Topology::packed_nodes`], the node count its value assumed): when fragmented
+//! free GPUs only fit it spread wider, the controller falls back to a smaller option instead.
+//! Jobs whose GPU count does not change keep their nodes.
 
 use std::collections::BTreeMap;
 
@@ -95,7 +98,13 @@ impl Topology {
 
     /// Whether `gpus` can be placed on this topology with nothing else running.
     pub fn expressible(&self, gpus: u32) -> bool {
-        place_one(self, &self.free_map(), gpus).is_some()
+        self.packed_nodes(gpus).is_some()
+    }
+
+    /// The nodes `gpus` GPUs take with nothing else running (the consolidated shape its value
+    /// assumes); `None` when the count is not expressible.
+    pub fn packed_nodes(&self, gpus: u32) -> Option<u32> {
+        place_one(self, &self.free_map(), gpus, u32::MAX).map(|s| s.len() as u32)
     }
 
     /// The address of a node (its name if unknown).
@@ -107,14 +116,20 @@ impl Topology {
     }
 }
 
-/// Places `gpus` GPUs on the nodes' `free` GPUs: the fewest nodes with an equal share each,
-/// best fit within that node count. `None` when no shape fits. Does not change `free`.
-pub fn place_one(topology: &Topology, free: &FreeMap, gpus: u32) -> Option<Vec<Share>> {
+/// Places `gpus` GPUs on the nodes' `free` GPUs: the fewest nodes (at most `max_nodes`) with an
+/// equal share each, best fit within that node count. `None` when no such shape fits. Does not
+/// change `free`.
+pub fn place_one(
+    topology: &Topology,
+    free: &FreeMap,
+    gpus: u32,
+    max_nodes: u32,
+) -> Option<Vec<Share>> {
     if gpus == 0 {
         return None;
     }
     let nodes = topology.nodes.len() as u32;
-    for n in (1..=nodes.min(gpus)).filter(|&n| gpus.is_multiple_of(n)) {
+    for n in (1..=nodes.min(gpus).min(max_nodes)).filter(|&n| gpus.is_multiple_of(n)) {
         let k = gpus / n;
         // (room, order) of every node with enough room; take the n tightest.
         let mut fits: Vec<(u32, usize, &str)> = topology
@@ -147,6 +162,12 @@ pub fn place_one(topology: &Topology, free: &FreeMap, gpus: u32) -> Option<Vec<S
         );
     }
     None
+}
+
+/// Places `gpus` GPUs on `free` without spreading them over more nodes than the count takes on
+/// the idle cluster ([`Topology::packed_nodes`]). `None` when that does not fit now.
+pub fn place_packed(topology: &Topology, free: &FreeMap, gpus: u32) -> Option<Vec<Share>> {
+    place_one(topology, free, gpus, topology.packed_nodes(gpus)?)
 }
 
 /// Takes a placement's GPUs out of `free` (saturating: a node that vanished has no room).
@@ -192,13 +213,16 @@ mod tests {
     fn packs_onto_fewest_nodes_with_equal_shares() {
         let t = topo(&[4, 4]);
         let free = t.free_map();
-        assert_eq!(shape(&place_one(&t, &free, 3).unwrap()), [("n1", 3)]);
         assert_eq!(
-            shape(&place_one(&t, &free, 8).unwrap()),
+            shape(&place_one(&t, &free, 3, u32::MAX).unwrap()),
+            [("n1", 3)]
+        );
+        assert_eq!(
+            shape(&place_one(&t, &free, 8, u32::MAX).unwrap()),
             [("n1", 4), ("n2", 4)]
         );
         assert_eq!(
-            shape(&place_one(&t, &free, 6).unwrap()),
+            shape(&place_one(&t, &free, 6, u32::MAX).unwrap()),
             [("n1", 3), ("n2", 3)]
         );
         // 5 and 7 have no equal split over two 4-GPU nodes.
@@ -218,8 +242,14 @@ mod tests {
             }],
         );
         // 1 GPU goes to the tight node, 2 to the roomy one.
-        assert_eq!(shape(&place_one(&t, &free, 1).unwrap()), [("n1", 1)]);
-        assert_eq!(shape(&place_one(&t, &free, 2).unwrap()), [("n2", 2)]);
+        assert_eq!(
+            shape(&place_one(&t, &free, 1, u32::MAX).unwrap()),
+            [("n1", 1)]
+        );
+        assert_eq!(
+            shape(&place_one(&t, &free, 2, u32::MAX).unwrap()),
+            [("n2", 2)]
+        );
         take(
             &mut free,
             &[Share {
@@ -229,10 +259,10 @@ mod tests {
         );
         // One GPU left on each node: 2 GPUs only as 1 + 1, 3 not at all.
         assert_eq!(
-            shape(&place_one(&t, &free, 2).unwrap()),
+            shape(&place_one(&t, &free, 2, u32::MAX).unwrap()),
             [("n1", 1), ("n2", 1)]
         );
-        assert!(place_one(&t, &free, 3).is_none());
+        assert!(place_one(&t, &free, 3, u32::MAX).is_none());
         assert!(fits(
             &free,
             &[Share {
@@ -247,6 +277,44 @@ mod tests {
                 gpus: 1
             }]
         ));
+    }
+
+    #[test]
+    fn fragmented_gpus_do_not_spread_a_job_wider_than_it_was_valued() {
+        // 2×4 cluster, A holds 2 GPUs on n1, B 2 on n2; C was decided at 4 GPUs (one node).
+        let t = topo(&[4, 4]);
+        let mut free = t.free_map();
+        for node in ["n1", "n2"] {
+            take(
+                &mut free,
+                &[Share {
+                    node: node.into(),
+                    gpus: 2,
+                }],
+            );
+        }
+        assert_eq!(t.packed_nodes(4), Some(1));
+        assert_eq!(t.packed_nodes(8), Some(2));
+        // Unrestricted, 4 would go 2 + 2 over both nodes; packed it does not fit ...
+        assert_eq!(
+            shape(&place_one(&t, &free, 4, u32::MAX).unwrap()),
+            [("n1", 2), ("n2", 2)]
+        );
+        assert!(place_packed(&t, &free, 4).is_none());
+        // ... so the controller's fallback (options tried largest first) takes C's next smaller
+        // option, 2 GPUs on one node.
+        let options = [1, 2, 4];
+        let placed = options
+            .iter()
+            .rev()
+            .find_map(|&g| place_packed(&t, &free, g).map(|s| (g, s)))
+            .unwrap();
+        assert_eq!((placed.0, shape(&placed.1)), (2, vec![("n1", 2)]));
+        // On an idle cluster 8 still spans both nodes.
+        assert_eq!(
+            shape(&place_packed(&t, &t.free_map(), 8).unwrap()),
+            [("n1", 4), ("n2", 4)]
+        );
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! The local executor: runs each job launch on this machine in its own process group and signals,
 //! watches and re-attaches to it.
 //!
-//! Every launch runs under a small `sh` wrapper that leads the process group, writes its pid to
-//! `<run_dir>/pid` and, when the job's command exits, its exit code to `<run_dir>/exit`. The
+//! Every launch runs under a small `sh` wrapper that leads the process group and, when the job's
+//! command exits, writes its exit code to `<run_dir>/exit`. The server writes the wrapper's pid
+//! (the group id) to `<run_dir>/pid` right after starting it; should it crash before that, the
+//! launch is still found by its run directory in the wrapper's command line ([`find_launch`]). The
 //! wrapper survives SIGTERM (it only waits), so a server that restarted after a crash — and is no
 //! longer the parent — still learns how a re-attached job ended. Output goes straight to the
 //! job's log file, never through a pipe to the server, so jobs outlive the server.
@@ -19,7 +21,6 @@ use crate::placement::Topology;
 use crate::spec::{JobSpec, Launcher};
 
 const WRAPPER: &str = r#"dir="$1"; shift
-printf '%s\n' "$$" > "$dir/pid"
 "$@" &
 child=$!
 trap ':' TERM INT HUP
@@ -174,8 +175,19 @@ pub fn spawn(plan: &LaunchPlan, header: &str) -> Result<tokio::process::Child> {
         .stderr(Stdio::from(err))
         .process_group(0)
         .kill_on_drop(false);
-    cmd.spawn()
-        .with_context(|| format!("cannot start {:?} in {}", plan.argv, plan.workdir.display()))
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start {:?} in {}", plan.argv, plan.workdir.display()))?;
+    // Before anything else: a server that crashes from here on finds the group on recovery.
+    if let Some(pid) = child.id() {
+        let tmp = plan.run_dir.join("pid.tmp");
+        let written = std::fs::write(&tmp, format!("{pid}\n"))
+            .and_then(|()| std::fs::rename(&tmp, plan.run_dir.join("pid")));
+        if let Err(e) = written {
+            tracing::warn!("cannot write {}/pid: {e}", plan.run_dir.display());
+        }
+    }
+    Ok(child)
 }
 
 /// Sends `signal` to every process of group `pgid`. A group that is gone is not an error.
@@ -238,7 +250,25 @@ pub fn group_alive(pgid: i32) -> bool {
     })
 }
 
-/// The wrapper's pid of a launch, if it wrote one.
+/// The process group of a launch whose wrapper still runs, found by the run directory in its
+/// command line (`sh -c WRAPPER dlscale-job <run_dir> ...`): for a server that crashed between
+/// starting the wrapper and writing its pid file.
+pub fn find_launch(run_dir: &Path) -> Option<i32> {
+    let want = run_dir.as_os_str().as_encoded_bytes();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let ours = args.get(1) == Some(&&b"-c"[..])
+            && args.get(2) == Some(&WRAPPER.as_bytes())
+            && args.get(3) == Some(&&b"dlscale-job"[..])
+            && args.get(4) == Some(&want);
+        let (state, pgrp, _) = proc_stat(pid)?;
+        (ours && state != 'Z').then_some(pgrp)
+    })
+}
+
+/// The wrapper's pid of a launch, if it was recorded.
 pub fn read_pid(run_dir: &Path) -> Option<i32> {
     std::fs::read_to_string(run_dir.join("pid"))
         .ok()?
@@ -334,6 +364,10 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(group_alive(pid));
         assert_eq!(read_pid(&p.run_dir), Some(pid));
+        // Found without its pid file too (a crash before the file was written).
+        std::fs::remove_file(p.run_dir.join("pid")).unwrap();
+        assert_eq!(find_launch(&p.run_dir), Some(pid));
+        assert_eq!(find_launch(&dir.path().join("elsewhere")), None);
         assert!(same_process_alive(pid, start_ticks(pid)));
         signal_group(pid, libc::SIGTERM).unwrap();
         let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
