@@ -144,6 +144,11 @@ impl EfficiencyModel {
         &self.batches
     }
 
+    /// The largest batch size gradient statistics were measured at (Pollux's max batch size).
+    pub fn largest_measured_batch(&self) -> u32 {
+        self.batches.last().copied().unwrap_or(self.init_batch)
+    }
+
     /// Number of epochs to completion.
     pub fn epochs(&self) -> usize {
         self.epoch_end_progress.len()

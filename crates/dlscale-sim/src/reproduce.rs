@@ -897,6 +897,25 @@ impl PolluxRow {
     pub fn mean_avg_jct_s(&self) -> f64 {
         self.summaries.iter().map(|s| s.avg_jct_s).sum::<f64>() / self.summaries.len().max(1) as f64
     }
+
+    /// Mean over workloads of the reallocation count.
+    pub fn mean_reallocations(&self) -> f64 {
+        self.summaries
+            .iter()
+            .map(|s| s.reallocations as f64)
+            .sum::<f64>()
+            / self.summaries.len().max(1) as f64
+    }
+
+    /// Each workload's average JCT, s, formatted for a table cell.
+    fn per_workload_jct(&self) -> String {
+        let per: Vec<String> = self
+            .summaries
+            .iter()
+            .map(|s| format!("{:.0}", s.avg_jct_s))
+            .collect();
+        per.join(", ")
+    }
 }
 
 /// The settings of Pollux's simulator: 16 nodes × 4 GPUs, allocator every 60 s only, 30 s per
@@ -1021,18 +1040,7 @@ fn pollux_report(options: &PolluxOptions, rows: &[PolluxRow]) -> String {
         "| policy | mean avg JCT (s) | published | per workload (s) | reallocations (mean) | optimizer (ms/decision) |\n|---|---|---|---|---|---|"
     );
     for r in rows.iter().filter(|r| r.part == PolluxPart::Main) {
-        let per: Vec<String> = r
-            .summaries
-            .iter()
-            .map(|s| format!("{:.0}", s.avg_jct_s))
-            .collect();
         let n = r.summaries.len().max(1) as f64;
-        let realloc = r
-            .summaries
-            .iter()
-            .map(|s| s.reallocations as f64)
-            .sum::<f64>()
-            / n;
         let opt = r.summaries.iter().map(|s| s.optimizer_avg_s).sum::<f64>() / n * 1e3;
         let published = r.published_s.map_or(String::from("—"), |p| {
             format!("{} {p:.0}", r.published_as)
@@ -1043,8 +1051,8 @@ fn pollux_report(options: &PolluxOptions, rows: &[PolluxRow]) -> String {
             r.label,
             r.mean_avg_jct_s(),
             published,
-            per.join(", "),
-            realloc,
+            r.per_workload_jct(),
+            r.mean_reallocations(),
             opt
         );
     }
@@ -1064,25 +1072,13 @@ fn pollux_report(options: &PolluxOptions, rows: &[PolluxRow]) -> String {
             .iter()
             .filter(|r| r.part == PolluxPart::Main && r.label.starts_with("elastic-gpu"));
         for r in reference.chain(analysis) {
-            let per: Vec<String> = r
-                .summaries
-                .iter()
-                .map(|s| format!("{:.0}", s.avg_jct_s))
-                .collect();
-            let n = r.summaries.len().max(1) as f64;
-            let realloc = r
-                .summaries
-                .iter()
-                .map(|s| s.reallocations as f64)
-                .sum::<f64>()
-                / n;
             let _ = writeln!(
                 md,
                 "| {} | {:.0} | {} | {:.0} |",
                 r.label,
                 r.mean_avg_jct_s(),
-                per.join(", "),
-                realloc
+                r.per_workload_jct(),
+                r.mean_reallocations()
             );
         }
         if options.workloads == (1..=BUNDLED_POLLUX_WORKLOADS).collect::<Vec<_>>() {

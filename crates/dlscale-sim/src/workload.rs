@@ -477,11 +477,7 @@ pub fn model_job(
         ));
     }
     let init_batch = efficiency.init_batch();
-    let max_batch = efficiency
-        .measured_batches()
-        .last()
-        .copied()
-        .unwrap_or(init_batch);
+    let max_batch = efficiency.largest_measured_batch();
     let memory = profile.throughput.max_local_batch().unwrap_or(batch);
     let max_gpus = profile
         .throughput
@@ -564,11 +560,7 @@ fn trace_job(
         .efficiency
         .ok_or_else(|| format!("model '{model}' has no validation files"))?;
     let init_batch = efficiency.init_batch();
-    let max_batch = efficiency
-        .measured_batches()
-        .last()
-        .copied()
-        .unwrap_or(init_batch);
+    let max_batch = efficiency.largest_measured_batch();
     let memory = profile.throughput.max_local_batch().unwrap_or(init_batch);
     let batch = init_batch
         .saturating_mul(gpus)
@@ -972,11 +964,7 @@ fn generated_job(
         .as_ref()
         .ok_or_else(|| format!("model '{model}' has no training length (no validation files)"))?;
     let init_batch = efficiency.init_batch();
-    let max_batch = efficiency
-        .measured_batches()
-        .last()
-        .copied()
-        .unwrap_or(init_batch);
+    let max_batch = efficiency.largest_measured_batch();
     let memory = profile.throughput.max_local_batch().unwrap_or(batch);
     let batch = match spec.user_batch {
         UserBatch::AsRequested => batch,
