@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use dlscale_server::client::Method;
 use dlscale_server::job::{JobStatus, JobView};
 use serde_json::{json, Value};
-use service_support::{assert_trained, repo_root, venv, Server, TOKEN};
+use service_support::{assert_trained, cli, repo_root, venv, Server};
 
 /// The tests share one Slurm cluster and assert on its capacity: one at a time.
 static SLURM: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -285,21 +285,6 @@ fn on_slurm(j: &JobView) -> bool {
 
 fn shape(j: &JobView) -> Vec<(String, u32)> {
     j.nodes.iter().map(|s| (s.node.clone(), s.gpus)).collect()
-}
-
-fn cli(server: &Server, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_dlscale"))
-        .args(args)
-        .env("DLSCALE_API", format!("http://127.0.0.1:{}", server.port))
-        .env("DLSCALE_TOKEN", TOKEN)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "dlscale {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 async fn jobs(server: &Server) -> Vec<JobView> {

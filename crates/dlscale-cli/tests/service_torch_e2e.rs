@@ -6,12 +6,11 @@
 mod service_support;
 
 use std::path::Path;
-use std::process::Command;
 
 use dlscale_server::client::Method;
 use dlscale_server::job::{JobStatus, JobView};
 use serde_json::{json, Value};
-use service_support::{assert_trained, repo_root, venv, Server, TOKEN};
+use service_support::{assert_trained, cli, repo_root, venv, Server};
 
 fn job(id: &str, max_gpus: u32, total_steps: u32, trace: &Path) -> Value {
     json!({"id": id, "min_batch": 32, "max_batch": 256, "max_local_batch": 64, "max_gpus": max_gpus,
@@ -25,21 +24,6 @@ fn job(id: &str, max_gpus: u32, total_steps: u32, trace: &Path) -> Value {
 
 fn running(j: &JobView) -> bool {
     j.state == JobStatus::Running && j.pgid.is_some()
-}
-
-fn cli(server: &Server, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_dlscale"))
-        .args(args)
-        .env("DLSCALE_API", format!("http://127.0.0.1:{}", server.port))
-        .env("DLSCALE_TOKEN", TOKEN)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "dlscale {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -232,6 +232,22 @@ pub fn venv() -> Result<PathBuf, String> {
     Ok(venv)
 }
 
+/// Runs the real `dlscale` CLI against `server`, asserting success; returns its stdout.
+pub fn cli(server: &Server, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlscale"))
+        .args(args)
+        .env("DLSCALE_API", format!("http://127.0.0.1:{}", server.port))
+        .env("DLSCALE_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "dlscale {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// Waits for `id` to end and checks that it trained for real: it succeeded at step `total`, rank
 /// 0's trace holds every step once over a continuous sample stream, and its loss fell below half.
 pub async fn assert_trained(server: &Server, id: &str, total: u64, trace: &Path, timeout_s: f64) {
