@@ -133,3 +133,61 @@ def test_job_without_api_posts_nothing(capsys):
     job.step_done(loss=0.3)
     assert not job.reporter.enabled
     assert capsys.readouterr().out.startswith("dlscale: step=1 loss=0.3000 ")
+
+
+def test_reports_carry_the_attempt(metrics_server):
+    env = {"DLSCALE_API": metrics_server.url, "DLSCALE_JOB_ID": "j", "DLSCALE_ATTEMPT": "3",
+           "DLSCALE_WORLD_SIZE": "1", "DLSCALE_LOCAL_BATCH_SIZE": "8", "DLSCALE_METRICS_INTERVAL": "0"}
+    job = Job(environ=env, log_every=1, install_signals=False)
+    job.step_done(loss=1.0)
+    job.reporter.close()
+    (_, _, body), = metrics_server.wait_for(1)
+    assert body["attempt"] == 3 and set(body) == KEYS | {"attempt"}
+
+
+def test_completion_is_reported_synchronously_after_the_last_progress(metrics_server):
+    r = MetricsReporter(metrics_server.url, "j", token="tok", interval=0)
+    r.report(payload(7))
+    r.close()
+    assert r.complete({"attempt": 2, "step": 7, "samples_seen": 448})
+    paths = [p for p, _, _ in metrics_server.wait_for(2)]
+    assert paths == ["/v1/jobs/j/metrics", "/v1/jobs/j/complete"]
+    _, headers, body = metrics_server.requests[1]
+    assert headers["Authorization"] == "Bearer tok"
+    assert body == {"attempt": 2, "step": 7, "samples_seen": 448}
+
+
+def test_a_refused_completion_is_not_retried(capsys):
+    server = MetricsServer(status=409)
+    try:
+        r = MetricsReporter(server.url, "j", interval=0)
+        assert not r.complete({"attempt": 1, "step": 1, "samples_seen": 1}, backoff=0)
+        assert len(server.requests) == 1
+        assert "refused (HTTP 409)" in capsys.readouterr().err
+    finally:
+        server.close()
+
+
+def test_an_unreachable_server_gets_a_few_tries(capsys):
+    server = MetricsServer(status=503)
+    try:
+        r = MetricsReporter(server.url, "j", interval=0)
+        assert not r.complete({"attempt": 1, "step": 1, "samples_seen": 1}, attempts=3, backoff=0)
+        assert len(server.requests) == 3
+        assert "completion report" in capsys.readouterr().err
+    finally:
+        server.close()
+
+
+def test_finish_reports_completion_of_its_attempt(metrics_server, capsys):
+    env = {"DLSCALE_API": metrics_server.url, "DLSCALE_JOB_ID": "j", "DLSCALE_ATTEMPT": "4",
+           "DLSCALE_WORLD_SIZE": "1", "DLSCALE_LOCAL_BATCH_SIZE": "8", "DLSCALE_METRICS_INTERVAL": "0"}
+    job = Job(environ=env, log_every=100, install_signals=False)
+    job.resume(object())  # no checkpoint dir: nothing to load or save
+    for _ in range(3):
+        job.step_done()
+    job.finish()
+    requests = metrics_server.wait_for(2)
+    assert [p for p, _, _ in requests] == ["/v1/jobs/j/metrics", "/v1/jobs/j/complete"]
+    assert requests[1][2] == {"attempt": 4, "step": 3, "samples_seen": 24}
+    assert "dlscale: done step=3" in capsys.readouterr().out

@@ -608,3 +608,98 @@ async fn reconciles_foreign_gpus_stale_launches_requeues_and_scancel() {
     );
     assert_eq!(server.job("p").await.attempt, p4.attempt);
 }
+
+/// `examples/plain_job.py` (no worker library: it checkpoints on SIGTERM and exits 0).
+fn counter_job(id: &str, max_gpus: u32, steps: u32, trace: &Path) -> Value {
+    json!({"id": id, "min_batch": 8, "max_batch": 64, "max_local_batch": 8, "max_gpus": max_gpus,
+           "powers_of_two": true,
+           "model": {"compute_per_sample_s": 0.0005, "sync_intra_base_s": 0.001},
+           "command": ["python3", repo_root().join("examples/plain_job.py").display().to_string(),
+                       "--steps", steps.to_string(), "--step-s", "0.1",
+                       "--trace", trace.display().to_string()],
+           "workdir": "/tmp", "launcher": "plain"})
+}
+
+/// The two regressions of issue 8 on Slurm: a `plain` job given two nodes runs its command once
+/// (it ran once per node, twice over the same checkpoint); a plain job stopped for a rescale that
+/// exits 0 is relaunched and runs every step exactly once. And `launcher = "srun"` runs the
+/// command once per node, with the node's rank.
+#[tokio::test(flavor = "multi_thread")]
+async fn plain_runs_once_srun_once_per_node_and_a_stopped_plain_job_resumes() {
+    const NAME: &str = "plain_runs_once_srun_once_per_node_and_a_stopped_plain_job_resumes";
+    if !slurm_ready(NAME) {
+        return;
+    }
+    let _one_at_a_time = SLURM.lock().await;
+    clear_queue();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "executor = \"slurm\"\ncooldown_s = 1\ninterval_s = 0.5\ngrace_s = 10\nmin_gain = 0.05\n\n[slurm]\npartition = \"{PARTITION}\"\npoll_s = 0.5\n"
+    );
+    let _cleanup = CancelOnDrop(dir.path().to_path_buf());
+    let server = Server::start(dir.path(), &config).await;
+    let trace = dir.path().join("a.trace");
+    server.submit(counter_job("a", 8, 150, &trace)).await;
+    let a1 = server
+        .wait_job("a", 60.0, "a on both nodes", |j| on_slurm(j) && j.gpus == 8)
+        .await;
+    assert_eq!(shape(&a1).len(), 2, "{a1:?}");
+    // Past the cooldown and a few steps in, b arrives: a shrinks, and its launch that exits 0
+    // after the stop is a stop.
+    wait_until(30.0, "a few steps of a", || async {
+        service_support::read_trace(&trace).len() >= 10
+    })
+    .await;
+    server
+        .submit(counter_job("b", 4, 20, &dir.path().join("b.trace")))
+        .await;
+    for id in ["a", "b"] {
+        let done = server
+            .wait_job(id, 120.0, "the end", |j| j.state.is_terminal())
+            .await;
+        assert_eq!(
+            done.state,
+            JobStatus::Succeeded,
+            "{done:?}\n{}",
+            server.log()
+        );
+    }
+    let rows = service_support::read_trace(&trace);
+    let steps: Vec<u64> = rows.iter().map(|r| r["step"].as_u64().unwrap()).collect();
+    assert_eq!(
+        steps,
+        (1..=150).collect::<Vec<_>>(),
+        "steps lost or repeated"
+    );
+    let mut pids: BTreeMap<u64, std::collections::BTreeSet<u64>> = BTreeMap::new();
+    for r in &rows {
+        pids.entry(r["attempt"].as_u64().unwrap())
+            .or_default()
+            .insert(r["pid"].as_u64().unwrap());
+    }
+    assert!(pids.len() >= 2, "a was never rescaled: {pids:?}");
+    assert!(
+        pids.values().all(|p| p.len() == 1),
+        "a launch ran the command more than once: {pids:?}"
+    );
+
+    // srun: one task per node, each with its node rank.
+    let ranks = dir.path().join("ranks");
+    server
+        .submit(json!({"id": "s", "min_batch": 8, "max_batch": 8, "max_local_batch": 1,
+            "min_gpus": 8, "max_gpus": 8, "model": {"compute_per_sample_s": 0.001},
+            "command": ["bash", "-c", format!("echo \"$DLSCALE_NODE_RANK $SLURMD_NODENAME $DLSCALE_NODES\" >> {}", ranks.display())],
+            "workdir": "/tmp", "launcher": "srun"}))
+        .await;
+    let done = server
+        .wait_job("s", 60.0, "the end", |j| j.state.is_terminal())
+        .await;
+    assert_eq!(done.state, JobStatus::Succeeded, "{done:?}");
+    let mut lines: Vec<String> = std::fs::read_to_string(&ranks)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    assert_eq!(lines, ["0 n1 2", "1 n2 2"]);
+}

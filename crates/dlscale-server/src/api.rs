@@ -14,7 +14,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
-use crate::controller::{Controller, MetricsReport, ProfileUpload};
+use crate::controller::{CompletionReport, Controller, MetricsReport, ProfileUpload};
 use crate::error::ApiError;
 use crate::spec::JobSpec;
 
@@ -33,6 +33,7 @@ pub fn router(controller: Arc<Controller>) -> Router {
         .route("/v1/jobs/{id}/logs", get(logs))
         .route("/v1/jobs/{id}/allocations", get(allocations))
         .route("/v1/jobs/{id}/metrics", post(metrics))
+        .route("/v1/jobs/{id}/complete", post(complete))
         .route("/v1/profiles", get(list_profiles))
         .route("/v1/profiles/{name}", put(put_profile))
         .fallback(|| async { ApiError::not_found("no such route") })
@@ -206,6 +207,21 @@ async fn metrics(
 ) -> Result<Response, ApiError> {
     let report: MetricsReport = parse_json(&body)?;
     c.report_metrics(&id, report).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({"accepted": true})),
+    )
+        .into_response())
+}
+
+async fn complete(
+    _: Authorized,
+    State(c): State<Arc<Controller>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let report: CompletionReport = parse_json(&body)?;
+    c.report_completion(&id, report).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(serde_json::json!({"accepted": true})),

@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, Mutex, Notify};
 use crate::config::{ExecutorConfig, ServerConfig};
 use crate::error::ApiError;
 use crate::executor::local::{self, LocalExecutor};
-use crate::executor::slurm::{self, SlurmExecutor, SlurmJob};
+use crate::executor::slurm::{SlurmExecutor, SlurmJob};
 use crate::executor::{
     self, ExecContext, Executor, LaunchRequest, Launched, Outcome, StopDelivery,
 };
@@ -55,6 +55,25 @@ pub struct MetricsReport {
     /// Mean loss over the window (`null` when unknown).
     pub loss: Option<f64>,
     /// Samples seen since the job began.
+    pub samples_seen: u64,
+    /// The launch the report comes from (`DLSCALE_ATTEMPT`); reports of an older launch still
+    /// exiting after a rescale do not overwrite the job's progress. Absent in reports of older
+    /// worker libraries: the world size tells launches apart then.
+    #[serde(default)]
+    pub attempt: Option<u32>,
+}
+
+/// A worker's report that training completed (`POST /v1/jobs/{id}/complete`, sent by the worker
+/// library's `job.finish()`): the job succeeds when this launch exits, even if a stop was asked
+/// for meanwhile, so a finished job is never relaunched.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionReport {
+    /// The launch that completed (`DLSCALE_ATTEMPT`).
+    pub attempt: u32,
+    /// Final global step.
+    pub step: u64,
+    /// Samples seen in all.
     pub samples_seen: u64,
 }
 
@@ -372,6 +391,7 @@ impl Controller {
             torchrun: config.torchrun.clone(),
             api_url: Some(config.api_url.clone()),
             token: Some(token.clone()),
+            instance: executor::load_or_create_instance(&config.data_dir)?,
         };
         let executor = match &config.executor {
             ExecutorConfig::Local => {
@@ -388,10 +408,7 @@ impl Controller {
                     gpus_detected,
                 })
             }
-            ExecutorConfig::Slurm(cfg) => {
-                let instance = slurm::load_or_create_instance(&config.data_dir)?;
-                Executor::Slurm(SlurmExecutor::new(cfg.clone(), ctx, instance))
-            }
+            ExecutorConfig::Slurm(cfg) => Executor::Slurm(SlurmExecutor::new(cfg.clone(), ctx)),
         };
         let topology = executor
             .topology()
@@ -513,9 +530,10 @@ impl Controller {
         }
     }
 
-    /// Polls a process group the server is not the parent of until it is gone.
+    /// Polls a process group the server is not the parent of until it is gone, then ends what
+    /// is left of the launch (see [`Controller::reap`]).
     fn watch_group(self: &Arc<Self>, id: String, attempt: u32, pgid: i32, run_dir: PathBuf) {
-        let tx = self.exits.clone();
+        let this = Arc::clone(self);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -527,8 +545,38 @@ impl Controller {
                 }
             }
             let outcome = executor::read_exit(&run_dir).map_or(Outcome::Vanished, Outcome::Exited);
-            let _ = tx.send((id, ExitEvent { attempt, outcome }));
+            this.reap(id, attempt, outcome).await;
         });
+    }
+
+    /// Local executor: the wrapper of a launch has exited. Processes of the launch that outlive
+    /// it (workers in sessions of their own, daemons they forked) are ended before the exit is
+    /// reported, so that the launch's GPUs are freed only when none of its processes is left.
+    async fn reap(self: &Arc<Self>, id: String, attempt: u32, outcome: Outcome) {
+        let marker = executor::launch_marker(&self.executor.ctx().instance, &id, attempt);
+        loop {
+            let (job, marker) = (id.clone(), marker.clone());
+            let left = tokio::task::spawn_blocking(move || {
+                let leftover = local::launch_processes(&marker).len();
+                if leftover > 0 {
+                    tracing::warn!(
+                        "job {job}: {leftover} process(es) of attempt {attempt} outlived the launch; ending them"
+                    );
+                }
+                local::kill_launch(&marker)
+            })
+            .await
+            .unwrap_or(1);
+            if left == 0 {
+                break;
+            }
+            // Still holding GPUs: the exit is reported once a later check finds nothing left.
+            tracing::error!(
+                "job {id}: {left} process(es) of attempt {attempt} survive SIGKILL; its GPUs stay held"
+            );
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        let _ = self.exits.send((id, ExitEvent { attempt, outcome }));
     }
 
     /// Local executor: forces a stopping launch down after `after_s` seconds if it still runs.
@@ -557,7 +605,7 @@ impl Controller {
                 "job {id}: still running {grace:.0} s after the stop request; forcing it down"
             );
         }
-        if let Err(err) = self.executor.kill(&e.rec.rt).await {
+        if let Err(err) = self.executor.kill(id, &e.rec.rt).await {
             tracing::error!("job {id}: cannot force it down: {err:#}");
             return;
         }
@@ -1203,7 +1251,7 @@ impl Controller {
                 tracing::info!("job {id}: launched (pgid {pgid}) {detail}");
                 let rec = e.rec.clone();
                 let _ = self.persist(&rec, vec![], None).await;
-                let tx = self.exits.clone();
+                let this = Arc::clone(self);
                 let id = id.to_string();
                 tokio::spawn(async move {
                     let outcome = match child.wait().await {
@@ -1213,7 +1261,7 @@ impl Controller {
                             Outcome::Vanished
                         }
                     };
-                    let _ = tx.send((id, ExitEvent { attempt, outcome }));
+                    this.reap(id, attempt, outcome).await;
                 });
             }
             Ok(Launched::Slurm { job_id }) => {
@@ -1311,7 +1359,7 @@ impl Controller {
     /// Sends the stop signal of a stopping job, recording when it got through.
     async fn deliver_stop(self: &Arc<Self>, st: &mut State, id: &str) {
         let Some(e) = st.jobs.get_mut(id) else { return };
-        match self.executor.stop(&e.rec.rt).await {
+        match self.executor.stop(&e.rec.spec, &e.rec.rt).await {
             Ok(StopDelivery::Delivered) => {
                 e.rec.rt.stop_signalled = true;
                 let rec = e.rec.clone();
@@ -1353,8 +1401,17 @@ impl Controller {
             Outcome::CancelledOutside => "cancelled in Slurm".to_string(),
             Outcome::Interrupted(why) => why.clone(),
         };
+        // A launch that exits after a stop was asked for is a stop, whatever its exit code: many
+        // programs checkpoint on SIGTERM and exit 0. Only the worker library's completion report
+        // or an exit 0 with no stop pending means the training is done.
+        let completed = rt.completed_attempt == Some(attempt);
         let (status, kind, message) = match (&outcome, stopping, rt.stop_reason) {
-            (Outcome::Exited(0), _, _) => (
+            _ if completed => (
+                JobStatus::Succeeded,
+                "finished",
+                format!("finished (completion reported by its workers; {how})"),
+            ),
+            (Outcome::Exited(0), false, _) => (
                 JobStatus::Succeeded,
                 "finished",
                 "finished (exit code 0)".to_string(),
@@ -1634,7 +1691,11 @@ impl Controller {
             )));
         }
         let rt = &mut e.rec.rt;
-        let current = e.rec.status.holds_slots() && m.world_size == rt.gpus();
+        let current = e.rec.status.holds_slots()
+            && match m.attempt {
+                Some(a) => a == rt.attempt,
+                None => m.world_size == rt.gpus(),
+            };
         if current {
             rt.step = Some(m.step);
             rt.samples_seen = Some(m.samples_seen);
@@ -1687,6 +1748,61 @@ impl Controller {
             e.fitted_points = points;
             drop(guard);
             self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Records that the workers of the job's current launch completed its training: when the
+    /// launch exits, the job succeeds whatever happened meanwhile (see `settle`). A report of
+    /// another launch, or of a job that holds no GPUs, answers 409.
+    pub async fn report_completion(
+        self: &Arc<Self>,
+        id: &str,
+        c: CompletionReport,
+    ) -> Result<(), ApiError> {
+        for (name, v) in [("step", c.step), ("samples_seen", c.samples_seen)] {
+            if v > i64::MAX as u64 {
+                return Err(ApiError::field(
+                    name,
+                    format!("field '{name}' must be at most {}", i64::MAX),
+                ));
+            }
+        }
+        let mut guard = self.state.lock().await;
+        let e = guard
+            .jobs
+            .get_mut(id)
+            .ok_or_else(|| ApiError::not_found(format!("no job '{id}'")))?;
+        if !e.rec.status.holds_slots() || e.rec.rt.attempt != c.attempt {
+            return Err(ApiError::conflict(format!(
+                "job '{id}' is {} at attempt {}; a completion of attempt {} is ignored",
+                e.rec.status.name(),
+                e.rec.rt.attempt,
+                c.attempt
+            ))
+            .with_field("attempt"));
+        }
+        let before = e.rec.clone();
+        e.rec.rt.completed_attempt = Some(c.attempt);
+        e.rec.rt.step = Some(c.step);
+        e.rec.rt.samples_seen = Some(c.samples_seen);
+        let rec = e.rec.clone();
+        if let Err(err) = self
+            .persist(
+                &rec,
+                vec![(
+                    "completed".into(),
+                    format!(
+                        "workers of attempt {} report training done at step {}",
+                        c.attempt, c.step
+                    ),
+                )],
+                None,
+            )
+            .await
+        {
+            e.rec = before;
+            return Err(ApiError::internal(format!("{err:#}")));
         }
         Ok(())
     }
@@ -2035,6 +2151,7 @@ mod service_tests {
             world_size,
             loss: Some(1.0),
             samples_seen: step.saturating_mul(2),
+            attempt: None,
         }
     }
 
@@ -2095,6 +2212,7 @@ mod service_tests {
             torchrun: "torchrun".into(),
             api_url: None,
             token: None,
+            instance: executor::load_or_create_instance(dir.path()).unwrap(),
         };
         let alloc = local::LaunchAlloc {
             slots: vec![0],

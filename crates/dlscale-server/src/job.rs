@@ -128,6 +128,9 @@ pub struct Runtime {
     pub samples_per_s: Option<f64>,
     /// Human-readable note on the last transition.
     pub message: Option<String>,
+    /// The attempt whose workers reported that training completed (`POST
+    /// /v1/jobs/{id}/complete`, sent by the worker library's `job.finish()`).
+    pub completed_attempt: Option<u32>,
 }
 
 impl Runtime {

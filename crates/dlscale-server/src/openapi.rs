@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 /// Every route: (method, path, needs the token).
-pub const ROUTES: [(&str, &str, bool); 13] = [
+pub const ROUTES: [(&str, &str, bool); 14] = [
     ("get", "/healthz", false),
     ("get", "/metrics", false),
     ("get", "/v1/openapi.json", false),
@@ -15,6 +15,7 @@ pub const ROUTES: [(&str, &str, bool); 13] = [
     ("get", "/v1/jobs/{id}/logs", false),
     ("get", "/v1/jobs/{id}/allocations", false),
     ("post", "/v1/jobs/{id}/metrics", true),
+    ("post", "/v1/jobs/{id}/complete", true),
     ("get", "/v1/profiles", false),
     ("put", "/v1/profiles/{name}", true),
 ];
@@ -91,6 +92,12 @@ fn operation(method: &str, path: &str, secured: bool) -> Value {
             "responses": {"202": {"description": "recorded"}, "400": error("invalid report"), "404": error("unknown job"),
                 "409": error("the job has ended")}})
         }
+        ("post", "/v1/jobs/{id}/complete") => {
+            json!({"summary": "The workers of the current launch report that training completed: the job succeeds when the launch exits, even if a stop was asked for meanwhile", "parameters": id_param,
+            "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CompletionReport"}}}},
+            "responses": {"202": {"description": "recorded"}, "400": error("invalid report"), "404": error("unknown job"),
+                "409": error("the job is not running that attempt")}})
+        }
         ("get", "/v1/profiles") => {
             json!({"summary": "Stored throughput profiles", "responses": {"200": {"description": "profiles",
             "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/Profile"}}}}}}})
@@ -161,7 +168,11 @@ fn schemas() -> Value {
         "MetricsReport": {"type": "object", "required": ["step", "samples_per_s", "batch_size", "world_size", "samples_seen"], "properties": {
             "step": {"type": "integer", "minimum": 0}, "samples_per_s": {"type": "number", "minimum": 0},
             "batch_size": {"type": "integer", "minimum": 1}, "world_size": {"type": "integer", "minimum": 1},
-            "loss": {"type": "number", "nullable": true}, "samples_seen": {"type": "integer", "minimum": 0}}},
+            "loss": {"type": "number", "nullable": true}, "samples_seen": {"type": "integer", "minimum": 0},
+            "attempt": {"type": "integer", "minimum": 0, "description": "the launch the report comes from (DLSCALE_ATTEMPT)"}}},
+        "CompletionReport": {"type": "object", "required": ["attempt", "step", "samples_seen"], "properties": {
+            "attempt": {"type": "integer", "minimum": 0}, "step": {"type": "integer", "minimum": 0},
+            "samples_seen": {"type": "integer", "minimum": 0}}},
         "Cluster": {"type": "object", "properties": {
             "executor": {"type": "string", "enum": ["local", "slurm"]},
             "slots": {"type": "array", "items": {"type": "integer"}}, "gpus_detected": {"type": "boolean"},

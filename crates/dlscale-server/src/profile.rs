@@ -126,6 +126,7 @@ pub async fn measure(
         torchrun: opts.torchrun.clone(),
         api_url: None,
         token: None,
+        instance: format!("profile{}", std::process::id()),
     };
     let alloc = LaunchAlloc {
         slots: (0..point.workers).collect(),

@@ -31,9 +31,14 @@ pub enum Launcher {
     /// c10d rendezvous when the job spans several nodes.
     #[default]
     Torchrun,
-    /// `command` runs as is, once (on Slurm: once per node), whatever the worker count (it reads
-    /// `DLSCALE_WORLD_SIZE`).
+    /// `command` runs as is, once, whatever the worker count (it reads `DLSCALE_WORLD_SIZE`); on
+    /// Slurm once on the job's first node, with the whole allocation in its environment
+    /// (`DLSCALE_NODE_LIST`, `DLSCALE_GPUS_PER_NODE`, ...), as `sbatch` runs a batch script.
     Plain,
+    /// `command` runs once per node (`srun --ntasks-per-node=1`), with its node's rank in
+    /// `DLSCALE_NODE_RANK`: for programs that start their own workers on each node. On the local
+    /// executor (one node) this is once, like `plain`.
+    Srun,
 }
 
 impl Launcher {
@@ -42,6 +47,7 @@ impl Launcher {
         match self {
             Launcher::Torchrun => "torchrun",
             Launcher::Plain => "plain",
+            Launcher::Srun => "srun",
         }
     }
 }
@@ -84,7 +90,7 @@ pub struct JobSpec {
 }
 
 /// Environment variables the server sets itself; a submission may not override them.
-pub const RESERVED_ENV: [&str; 10] = [
+pub const RESERVED_ENV: [&str; 19] = [
     "DLSCALE_JOB_ID",
     "DLSCALE_WORLD_SIZE",
     "DLSCALE_BATCH_SIZE",
@@ -93,6 +99,15 @@ pub const RESERVED_ENV: [&str; 10] = [
     "DLSCALE_API",
     "DLSCALE_TOKEN",
     "DLSCALE_STOP_EXIT_CODE",
+    "DLSCALE_ATTEMPT",
+    "DLSCALE_LAUNCH",
+    "DLSCALE_NODES",
+    "DLSCALE_NODE_RANK",
+    "DLSCALE_NODE_LIST",
+    "DLSCALE_GPUS_PER_NODE",
+    "DLSCALE_MASTER_ADDR",
+    "DLSCALE_MASTER_PORT",
+    "DLSCALE_RDZV_ENDPOINT",
     "CUDA_VISIBLE_DEVICES",
     "WORLD_SIZE",
 ];
@@ -198,11 +213,12 @@ impl JobSpec {
         let launcher = match take_string(&mut map, "launcher")?.as_deref() {
             None | Some("torchrun") => Launcher::Torchrun,
             Some("plain") => Launcher::Plain,
+            Some("srun") => Launcher::Srun,
             Some(other) => {
                 return Err(ApiError::field(
                     "launcher",
                     format!(
-                        "field 'launcher': unknown launcher '{other}' (expected torchrun or plain)"
+                        "field 'launcher': unknown launcher '{other}' (expected torchrun, plain or srun)"
                     ),
                 ))
             }

@@ -52,6 +52,9 @@ class Allocation:
     token: Optional[str]
     # What the scheduler asked for, when it differs from what torchrun actually formed.
     requested_world_size: Optional[int] = None
+    # The launch number dlscale gave this run (``DLSCALE_ATTEMPT``): sent with every report so
+    # the server can tell an old launch still exiting from the current one.
+    attempt: Optional[int] = None
 
     @property
     def is_chief(self) -> bool:
@@ -147,4 +150,5 @@ class Allocation:
             api=api,
             token=token,
             requested_world_size=dl_world,
+            attempt=_int(env, "DLSCALE_ATTEMPT", minimum=0),
         )

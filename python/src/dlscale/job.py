@@ -238,6 +238,7 @@ class Job:
             self.reporter.report(metrics_payload(
                 step=self.step, samples_per_s=sps, batch_size=self.batch_size,
                 world_size=self.world_size, loss=loss, samples_seen=self.samples_seen,
+                attempt=self.alloc.attempt,
             ))
         self._reset_window()
 
@@ -274,9 +275,14 @@ class Job:
         sys.exit(self.stop_code)
 
     def finish(self) -> None:
-        """Final checkpoint and ``dlscale: done step=N``."""
+        """Final checkpoint, the completion report to the server (rank 0, synchronous: the job
+        then succeeds even if a stop reached it meanwhile) and ``dlscale: done step=N``."""
         self._flush_window()
         self.checkpoint()
+        self.reporter.close()  # the last progress report goes before the completion
+        if self.is_chief and self.alloc.attempt is not None:
+            self.reporter.complete({"attempt": self.alloc.attempt, "step": self.step,
+                                    "samples_seen": self.samples_seen})
         self.log(f"done step={self.step} samples_seen={self.samples_seen}")
         self._close()
 

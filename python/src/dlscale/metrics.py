@@ -26,6 +26,7 @@ def metrics_payload(
     world_size: int,
     loss: Optional[float],
     samples_seen: int,
+    attempt: Optional[int] = None,
 ) -> Dict[str, Any]:
     if loss is not None:
         loss = float(loss)
@@ -34,7 +35,7 @@ def metrics_payload(
     sps = float(samples_per_s)
     if not math.isfinite(sps):
         sps = 0.0
-    return {
+    payload = {
         "step": int(step),
         "samples_per_s": sps,
         "batch_size": int(batch_size),
@@ -42,6 +43,9 @@ def metrics_payload(
         "loss": loss,
         "samples_seen": int(samples_seen),
     }
+    if attempt is not None:
+        payload["attempt"] = int(attempt)
+    return payload
 
 
 class MetricsReporter:
@@ -78,14 +82,39 @@ class MetricsReporter:
             self._pending = dict(payload)
         self._wake.set()
 
-    def _post(self, payload: Dict[str, Any]) -> None:
-        body = json.dumps(payload).encode()
-        req = urllib.request.Request(self.url, data=body, method="POST")
+    def _request(self, url: str, payload: Dict[str, Any]) -> urllib.request.Request:
+        req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST")
         req.add_header("Content-Type", "application/json")
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
+        return req
+
+    def complete(self, payload: Dict[str, Any], attempts: int = 5, backoff: float = 0.5) -> bool:
+        """Tell the server, synchronously, that training completed (``POST .../complete``), so
+        the job succeeds even if a stop reached it meanwhile. Retried a few times; whether the
+        server took it. A job whose report is lost is relaunched once and finishes at once."""
+        if not self.enabled:
+            return False
+        url = self.url[: -len("/metrics")] + "/complete"
+        for i in range(max(1, attempts)):
+            try:
+                with urllib.request.urlopen(self._request(url, payload), timeout=self.timeout) as resp:
+                    resp.read()
+                return True
+            except urllib.error.HTTPError as exc:
+                if 400 <= exc.code < 500:  # refused (e.g. 409: not the current launch): final
+                    print(f"dlscale: warning: completion report refused (HTTP {exc.code})",
+                          file=sys.stderr, flush=True)
+                    return False
+            except Exception:
+                pass
+            time.sleep(backoff * (2 ** i))
+        print(f"dlscale: warning: completion report to {url} failed", file=sys.stderr, flush=True)
+        return False
+
+    def _post(self, payload: Dict[str, Any]) -> None:
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(self._request(self.url, payload), timeout=self.timeout) as resp:
                 resp.read()
         except Exception as exc:  # network error, HTTP 4xx/5xx, timeout: log once, go on
             self.failed += 1

@@ -312,3 +312,46 @@ fn losses(log: &str) -> Vec<f64> {
         })
         .collect()
 }
+
+/// The JSON lines of a step trace (`examples/plain_job.py --trace`), in order.
+pub fn read_trace(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}: {l}", path.display())))
+        .collect()
+}
+
+/// Live processes (pid, command line) whose `DLSCALE_LAUNCH` marker starts with `prefix`
+/// (`dlscale:<instance>:<job>:` for every launch of a job).
+pub fn launch_processes(prefix: &str) -> Vec<(i32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let marked = environ.split(|&b| b == 0).any(|v| {
+            v.strip_prefix(b"DLSCALE_LAUNCH=".as_slice())
+                .is_some_and(|m| m.starts_with(prefix.as_bytes()))
+        });
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rfind(')')
+                    .map(|i| s[i + 1..].trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true);
+        if marked && !zombie {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            found.push((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+        }
+    }
+    found
+}

@@ -8,6 +8,12 @@
 //! wrapper survives SIGTERM (it only waits), so a server that restarted after a crash — and is no
 //! longer the parent — still learns how a re-attached job ended. Output goes straight to the
 //! job's log file, never through a pipe to the server, so jobs outlive the server.
+//!
+//! A launch is more than its process group: torchrun starts every worker in a session of its own,
+//! and a worker may fork daemons that re-parent to PID 1. Every process of a launch inherits the
+//! launch's marker in its environment (`DLSCALE_LAUNCH`, see [`super::launch_marker`]), so
+//! [`launch_processes`] finds all of them however they regrouped, [`kill_launch`] ends them all,
+//! and a launch counts as over (its GPUs free) only when none is left.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -110,7 +116,7 @@ pub struct LaunchAlloc {
 pub fn plan(spec: &JobSpec, alloc: &LaunchAlloc, attempt: u32, ctx: &ExecContext) -> LaunchPlan {
     let workers = alloc.slots.len().max(1);
     let argv = match spec.launcher {
-        Launcher::Plain => spec.command.clone(),
+        Launcher::Plain | Launcher::Srun => spec.command.clone(),
         Launcher::Torchrun => {
             let mut argv = vec![
                 ctx.torchrun.display().to_string(),
@@ -131,12 +137,23 @@ pub fn plan(spec: &JobSpec, alloc: &LaunchAlloc, attempt: u32, ctx: &ExecContext
         .join(",");
     let mut env = worker_env(
         spec,
+        attempt,
         workers as u32,
         alloc.batch_size,
         alloc.local_batch_size,
         ctx,
     );
     env.insert("CUDA_VISIBLE_DEVICES".to_string(), slots);
+    // One node: this machine, rank 0, hosting any rendezvous itself.
+    for (k, v) in [
+        ("DLSCALE_NODES", "1".to_string()),
+        ("DLSCALE_NODE_RANK", "0".to_string()),
+        ("DLSCALE_NODE_LIST", "localhost".to_string()),
+        ("DLSCALE_GPUS_PER_NODE", workers.to_string()),
+        ("DLSCALE_MASTER_ADDR", "127.0.0.1".to_string()),
+    ] {
+        env.insert(k.to_string(), v);
+    }
     LaunchPlan {
         argv,
         env,
@@ -277,6 +294,79 @@ pub fn read_pid(run_dir: &Path) -> Option<i32> {
         .ok()
 }
 
+/// Whether the environment block of `/proc/<pid>/environ` holds `DLSCALE_LAUNCH=<marker>`.
+fn carries_marker(environ: &[u8], marker: &str) -> bool {
+    environ
+        .split(|&b| b == 0)
+        .any(|var| var.strip_prefix(b"DLSCALE_LAUNCH=".as_slice()) == Some(marker.as_bytes()))
+}
+
+/// Every live (non-zombie) process of the launch with `marker`, found by the marker in its
+/// environment: the wrapper, torchrun, workers in sessions of their own and daemons they forked.
+pub fn launch_processes(marker: &str) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let me = std::process::id() as i32;
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| carries_marker(&env, marker))
+                && proc_stat(pid).is_some_and(|(state, _, _)| state != 'Z')
+        })
+        .collect()
+}
+
+/// Sends SIGKILL to one process of the launch with `marker`, race-free against pid reuse: the
+/// pid is pinned with a pidfd before its environment is checked, so a pid that was reused in the
+/// meantime is never signalled.
+fn kill_if_marked(pid: i32, marker: &str) {
+    // SAFETY: pidfd_open takes a pid and flags, and returns a new file descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        // No pidfds (old kernel): a plain kill, after checking the marker once more.
+        if std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|e| carries_marker(&e, marker)) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        return;
+    }
+    if std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|e| carries_marker(&e, marker)) {
+        // SAFETY: the descriptor is ours and open; a null siginfo is allowed.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd,
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+    }
+    // SAFETY: closing the descriptor opened above.
+    unsafe { libc::close(fd) };
+}
+
+/// Ends every process of the launch with `marker` (SIGKILL, repeated while processes remain, as
+/// a dying parent may still fork). Blocks for at most about five seconds; returns how many
+/// processes are still alive (0 unless something resists SIGKILL, e.g. an uninterruptible wait).
+pub fn kill_launch(marker: &str) -> usize {
+    for _ in 0..250 {
+        let pids = launch_processes(marker);
+        if pids.is_empty() {
+            return 0;
+        }
+        for pid in pids {
+            kill_if_marked(pid, marker);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    launch_processes(marker).len()
+}
+
 /// An exit status as one number: the exit code, or minus the signal that killed the process.
 pub fn status_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
@@ -298,6 +388,7 @@ mod tests {
             torchrun: PathBuf::from("/venv/bin/torchrun"),
             api_url: Some("http://127.0.0.1:1".into()),
             token: Some("t".into()),
+            instance: "test".into(),
         }
     }
 

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::job::Runtime;
 use crate::placement::{NodeCapacity, Share, Topology};
@@ -69,12 +69,53 @@ pub struct ExecContext {
     pub api_url: Option<String>,
     /// `DLSCALE_TOKEN` for workers.
     pub token: Option<String>,
+    /// This server's instance id: part of every launch's marker ([`launch_marker`]) and Slurm
+    /// job name, so that servers sharing a machine or a cluster never touch each other's jobs.
+    pub instance: String,
+}
+
+/// The marker of one launch, `dlscale:<instance>:<job id>:<attempt>`: every process of the launch
+/// inherits it as `DLSCALE_LAUNCH` (local executor) and it is the Slurm job name (Slurm executor).
+pub fn launch_marker(instance: &str, id: &str, attempt: u32) -> String {
+    format!("dlscale:{instance}:{id}:{attempt}")
+}
+
+/// `(instance, job id, attempt)` of a marker written by [`launch_marker`].
+pub fn parse_launch_marker(marker: &str) -> Option<(&str, &str, u32)> {
+    let rest = marker.strip_prefix("dlscale:")?;
+    let (instance, rest) = rest.split_once(':')?;
+    let (id, attempt) = rest.rsplit_once(':')?;
+    if id.is_empty() || instance.is_empty() {
+        return None;
+    }
+    Some((instance, id, attempt.parse().ok()?))
+}
+
+/// The server instance id in `<data_dir>/instance`, created (8 random hex digits) if missing.
+pub fn load_or_create_instance(data_dir: &Path) -> Result<String> {
+    let path = data_dir.join("instance");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let id = text.trim().to_string();
+        if !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Ok(id);
+        }
+    }
+    let mut bytes = [0u8; 4];
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("cannot read /dev/urandom to generate the instance id")?;
+    let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(&path, format!("{id}\n"))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(id)
 }
 
 /// The environment of a job's workers: defaults a submission may override, the submission's
 /// `env`, then the allocation (`DLSCALE_*`), which nothing overrides.
 pub fn worker_env(
     spec: &JobSpec,
+    attempt: u32,
     workers: u32,
     batch_size: u32,
     local_batch_size: u32,
@@ -96,6 +137,11 @@ pub fn worker_env(
         ("DLSCALE_LOCAL_BATCH_SIZE", local_batch_size.to_string()),
         ("DLSCALE_CHECKPOINT_DIR", ckpt.display().to_string()),
         ("DLSCALE_STOP_EXIT_CODE", STOP_EXIT_CODE.to_string()),
+        ("DLSCALE_ATTEMPT", attempt.to_string()),
+        (
+            "DLSCALE_LAUNCH",
+            launch_marker(&ctx.instance, &spec.id, attempt),
+        ),
     ] {
         env.insert(k.to_string(), v);
     }
@@ -234,8 +280,8 @@ impl Executor {
         }
     }
 
-    /// Asks a running launch to checkpoint and stop (SIGTERM to its workers).
-    pub async fn stop(&self, rt: &Runtime) -> Result<StopDelivery> {
+    /// Asks the running launch of `spec` to checkpoint and stop (SIGTERM to its workers).
+    pub async fn stop(&self, spec: &JobSpec, rt: &Runtime) -> Result<StopDelivery> {
         match self {
             Executor::Local(_) => {
                 if let Some(pgid) = rt.pid {
@@ -244,18 +290,29 @@ impl Executor {
                 Ok(StopDelivery::Delivered)
             }
             Executor::Slurm(s) => match rt.slurm_job_id {
-                Some(job_id) => s.stop(job_id).await,
+                Some(job_id) => {
+                    let dir = run_dir(&s.ctx.data_dir, &spec.id, rt.attempt);
+                    s.stop(job_id, spec.launcher, &dir).await
+                }
                 None => Ok(StopDelivery::NotYet),
             },
         }
     }
 
-    /// Ends a launch at once (SIGKILL; `scancel`).
-    pub async fn kill(&self, rt: &Runtime) -> Result<()> {
+    /// Ends the current launch of job `id` at once: SIGKILL to every process of the launch,
+    /// however it regrouped (local); `scancel` (Slurm).
+    pub async fn kill(&self, id: &str, rt: &Runtime) -> Result<()> {
         match self {
-            Executor::Local(_) => {
+            Executor::Local(l) => {
                 if let Some(pgid) = rt.pid {
                     local::signal_group(pgid, libc::SIGKILL)?;
+                }
+                let marker = launch_marker(&l.ctx.instance, id, rt.attempt);
+                let left = tokio::task::spawn_blocking(move || local::kill_launch(&marker))
+                    .await
+                    .context("kill task failed")?;
+                if left > 0 {
+                    bail!("{left} process(es) of job {id} survive SIGKILL");
                 }
                 Ok(())
             }

@@ -32,7 +32,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
 use super::{
-    log_path, run_dir, worker_env, ExecContext, LaunchRequest, Launched, Outcome, StopDelivery,
+    launch_marker, log_path, parse_launch_marker, run_dir, worker_env, ExecContext, LaunchRequest,
+    Launched, Outcome, StopDelivery,
 };
 use crate::placement::{NodeCapacity, Topology};
 use crate::spec::Launcher;
@@ -180,44 +181,7 @@ pub struct SlurmExecutor {
     cfg: SlurmConfig,
     /// Context of every launch.
     pub ctx: ExecContext,
-    instance: String,
     next_port: AtomicU32,
-}
-
-/// The server instance id in `<data_dir>/instance`, created (8 random hex digits) if missing.
-pub fn load_or_create_instance(data_dir: &Path) -> Result<String> {
-    let path = data_dir.join("instance");
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        let id = text.trim().to_string();
-        if !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric()) {
-            return Ok(id);
-        }
-    }
-    let mut bytes = [0u8; 4];
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .context("cannot read /dev/urandom to generate the instance id")?;
-    let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    std::fs::write(&path, format!("{id}\n"))
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(id)
-}
-
-/// The Slurm job name of a launch.
-pub fn job_name(instance: &str, id: &str, attempt: u32) -> String {
-    format!("dlscale:{instance}:{id}:{attempt}")
-}
-
-/// `(instance, job id, attempt)` of a Slurm job name written by [`job_name`].
-pub fn parse_job_name(name: &str) -> Option<(&str, &str, u32)> {
-    let rest = name.strip_prefix("dlscale:")?;
-    let (instance, rest) = rest.split_once(':')?;
-    let (id, attempt) = rest.rsplit_once(':')?;
-    if id.is_empty() || instance.is_empty() {
-        return None;
-    }
-    Some((instance, id, attempt.parse().ok()?))
 }
 
 /// A shell word: single-quoted unless plainly safe.
@@ -384,7 +348,7 @@ pub fn parse_squeue(text: &str, instance: &str) -> Result<QueueSnapshot> {
         let name = str_of(j.get("name"));
         let (state, completing) = state_of(j.get("job_state").unwrap_or(&Value::Null));
         let nodes = str_of(j.get("nodes"));
-        match parse_job_name(&name) {
+        match parse_launch_marker(&name) {
             Some((inst, id, attempt)) if inst == instance => snap.ours.push(SlurmJob {
                 job_id: job_id as u64,
                 job: id.to_string(),
@@ -523,13 +487,12 @@ pub fn parse_sinfo(text: &str, partition: &str, only: Option<&[String]>) -> Resu
 }
 
 impl SlurmExecutor {
-    /// An executor submitting to `cfg.partition` as server instance `instance`.
-    pub fn new(cfg: SlurmConfig, ctx: ExecContext, instance: String) -> Self {
+    /// An executor submitting to `cfg.partition` as server instance `ctx.instance`.
+    pub fn new(cfg: SlurmConfig, ctx: ExecContext) -> Self {
         let start = (crate::store::now() as u64 % u64::from(PORT_RANGE)) as u32;
         SlurmExecutor {
             cfg,
             ctx,
-            instance,
             next_port: AtomicU32::new(start),
         }
     }
@@ -537,11 +500,6 @@ impl SlurmExecutor {
     /// Its settings.
     pub fn config(&self) -> &SlurmConfig {
         &self.cfg
-    }
-
-    /// This server's instance id (part of every job name).
-    pub fn instance(&self) -> &str {
-        &self.instance
     }
 
     /// Runs a Slurm command; its stdout, or an error naming the command with its stderr.
@@ -580,7 +538,7 @@ impl SlurmExecutor {
     /// One `squeue --json`: this server's launches and the GPUs other jobs hold.
     pub async fn snapshot(&self) -> Result<QueueSnapshot> {
         let text = self.run("squeue", &["--json".to_string()]).await?;
-        parse_squeue(&text, &self.instance)
+        parse_squeue(&text, &self.ctx.instance)
     }
 
     /// The partition's usable nodes with the GPUs dlscale may use on each (`sinfo --json`, less
@@ -634,7 +592,7 @@ impl SlurmExecutor {
             "--parsable".to_string(),
             format!(
                 "--job-name={}",
-                job_name(&self.instance, &req.spec.id, req.attempt)
+                launch_marker(&self.ctx.instance, &req.spec.id, req.attempt)
             ),
             format!("--partition={}", self.cfg.partition),
             format!("--nodes={nodes}"),
@@ -703,24 +661,34 @@ impl SlurmExecutor {
         }
     }
 
-    /// Asks a launch to checkpoint and stop: SIGTERM to its job steps (torchrun and the workers on
-    /// every node; not the batch shell, which waits for them). A pending job is cancelled. While
-    /// the job runs but its step has not started, nothing can take the signal: `NotYet`.
-    pub async fn stop(&self, job_id: u64) -> Result<StopDelivery> {
+    /// Asks a launch to checkpoint and stop with SIGTERM: to its job steps (torchrun, or the
+    /// `srun` tasks on every node; not the batch shell, which waits for them), or — a `plain`
+    /// job, which runs in the batch shell itself — to the batch shell, which passes it on to the
+    /// command's process group. A pending job is cancelled. While nothing can take the signal yet
+    /// (the step has not started; the batch shell has not set up its handler): `NotYet`.
+    pub async fn stop(
+        &self,
+        job_id: u64,
+        launcher: Launcher,
+        run_dir: &Path,
+    ) -> Result<StopDelivery> {
         let Some(job) = self.show_job(job_id).await? else {
             return Ok(StopDelivery::Delivered);
         };
         let state = job.get("JobState").map_or("UNKNOWN", String::as_str);
         match state {
             "RUNNING" => {
-                if !self.step_running(job_id).await? {
+                let mut args = vec!["--signal=TERM".to_string()];
+                if launcher == Launcher::Plain {
+                    if !run_dir.join("ready").exists() {
+                        return Ok(StopDelivery::NotYet);
+                    }
+                    args.push("--batch".to_string());
+                } else if !self.step_running(job_id).await? {
                     return Ok(StopDelivery::NotYet);
                 }
-                self.run(
-                    "scancel",
-                    &["--signal=TERM".to_string(), job_id.to_string()],
-                )
-                .await?;
+                args.push(job_id.to_string());
+                self.run("scancel", &args).await?;
                 Ok(StopDelivery::Delivered)
             }
             "CONFIGURING" => Ok(StopDelivery::NotYet),
@@ -769,6 +737,7 @@ impl Scripts {
         let dir = run_dir(&exec.ctx.data_dir, &spec.id, req.attempt);
         let env = worker_env(
             spec,
+            req.attempt,
             workers,
             req.batch_size,
             req.local_batch_size,
@@ -787,35 +756,63 @@ impl Scripts {
         addr_case.push_str("  *) addr=$(hostname) ;;\nesac\n");
 
         let mut batch = format!(
-            "#!/bin/bash\n# dlscale job {id}, attempt {attempt}: {nodes} node(s) x {per_node} GPU(s), batch {b} ({lb} per worker).\n# Written by dlscale-server; submitted with sbatch. It runs one task per node (task.sh) and\n# records the exit code in {exit}.\n",
+            "#!/bin/bash\n# dlscale job {id}, attempt {attempt}: {nodes} node(s) x {per_node} GPU(s), batch {b} ({lb} per worker).\n# Written by dlscale-server; submitted with sbatch. It runs the job ({how}) and records the exit\n# code in {exit}.\n# A stop never kills this shell: it waits for the job, so that the exit code is recorded.\ntrap ':' TERM INT HUP\n",
             id = spec.id,
             attempt = req.attempt,
             b = req.batch_size,
             lb = req.local_batch_size,
             exit = dir.join("exit").display(),
+            how = match spec.launcher {
+                Launcher::Plain => "once, here on the first node",
+                Launcher::Srun | Launcher::Torchrun => "one task per node, task.sh",
+            },
         );
         for (k, v) in &env {
             let _ = writeln!(batch, "export {k}={}", sh_quote(v));
         }
         batch.push_str(&addr_case);
+        let node_list = req
+            .placement
+            .iter()
+            .map(|s| s.node.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
         let _ = writeln!(
             batch,
-            "# The batch step runs on the job's first node, which hosts the rendezvous.\nexport DLSCALE_RDZV_ENDPOINT=\"$addr:{port}\"\nrun_dir={}",
+            "# The batch step runs on the job's first node, which hosts the rendezvous.\nexport DLSCALE_MASTER_ADDR=\"$addr\" DLSCALE_MASTER_PORT={port}\nexport DLSCALE_RDZV_ENDPOINT=\"$addr:{port}\"\nexport DLSCALE_NODE_LIST={} DLSCALE_NODES={nodes} DLSCALE_GPUS_PER_NODE={per_node}\nrun_dir={}",
+            sh_quote(&node_list),
             sh_quote(&dir.display().to_string())
         );
         batch.push_str("echo \"dlscale-server: slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"\n");
-        let _ = writeln!(
-            batch,
-            "srun --export=ALL --nodes={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 /bin/bash \"$run_dir/task.sh\" &"
-        );
+        let command: Vec<String> = spec.command.iter().map(|a| sh_quote(a)).collect();
+        match spec.launcher {
+            Launcher::Plain => {
+                // One process, as sbatch runs a batch script, in a process group of its own
+                // (job control) that a stop signals as a whole, like the local executor does.
+                let _ = writeln!(
+                    batch,
+                    "export DLSCALE_NODE_RANK=0\nset -m\n{} &\nchild=$!\ntrap 'kill -TERM -- -\"$child\" 2>/dev/null' TERM\n: > \"$run_dir/ready\"",
+                    command.join(" ")
+                );
+            }
+            Launcher::Srun | Launcher::Torchrun => {
+                let _ = writeln!(
+                    batch,
+                    "srun --export=ALL --nodes={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 /bin/bash \"$run_dir/task.sh\" &\nchild=$!"
+                );
+            }
+        }
         batch.push_str(
-            "child=$!\ntrap ':' TERM INT HUP\nwhile :; do\n  wait \"$child\"; rc=$?\n  kill -0 \"$child\" 2>/dev/null || break\ndone\nprintf '%s\\n' \"$rc\" > \"$run_dir/exit.tmp\" && mv -f \"$run_dir/exit.tmp\" \"$run_dir/exit\"\nexit \"$rc\"\n",
+            "while :; do\n  wait \"$child\"; rc=$?\n  kill -0 \"$child\" 2>/dev/null || break\ndone\nprintf '%s\\n' \"$rc\" > \"$run_dir/exit.tmp\" && mv -f \"$run_dir/exit.tmp\" \"$run_dir/exit\"\nexit \"$rc\"\n",
         );
 
-        let command: Vec<String> = spec.command.iter().map(|a| sh_quote(a)).collect();
         let torchrun = sh_quote(&exec.ctx.torchrun.display().to_string());
         let launch = match (spec.launcher, nodes) {
-            (Launcher::Plain, _) => format!("exec {}", command.join(" ")),
+            (Launcher::Plain, _) => String::new(),
+            (Launcher::Srun, _) => format!(
+                "export DLSCALE_NODE_RANK=\"${{SLURM_NODEID:-0}}\"\nexec {}",
+                command.join(" ")
+            ),
             (Launcher::Torchrun, 1) => format!(
                 "exec {torchrun} --standalone --nnodes=1 --nproc-per-node={per_node} --max-restarts=0 {}",
                 command.join(" ")
@@ -868,11 +865,11 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        let name = job_name("ab12", "my.job-1", 7);
+        let name = launch_marker("ab12", "my.job-1", 7);
         assert_eq!(name, "dlscale:ab12:my.job-1:7");
-        assert_eq!(parse_job_name(&name), Some(("ab12", "my.job-1", 7)));
-        assert_eq!(parse_job_name("dlscale:ab12:x"), None);
-        assert_eq!(parse_job_name("other"), None);
+        assert_eq!(parse_launch_marker(&name), Some(("ab12", "my.job-1", 7)));
+        assert_eq!(parse_launch_marker("dlscale:ab12:x"), None);
+        assert_eq!(parse_launch_marker("other"), None);
     }
 
     #[test]
@@ -966,6 +963,7 @@ mod tests {
             torchrun: PathBuf::from("/venv/bin/torchrun"),
             api_url: Some("http://127.0.0.1:1".into()),
             token: Some("t'k".into()),
+            instance: "i1".into(),
         };
         let exec = SlurmExecutor::new(
             SlurmConfig {
@@ -973,7 +971,6 @@ mod tests {
                 ..SlurmConfig::default()
             },
             ctx,
-            "i1".into(),
         );
         let placement = [
             Share {

@@ -1,0 +1,160 @@
+//! The contract with training programs that do not use the worker library, end to end with a
+//! real `dlscale serve`: a program that checkpoints on SIGTERM and exits 0 is relaunched, not
+//! marked finished; a stop or cancel ends every process of a launch (torchrun workers in their
+//! own sessions, daemons they fork) before its GPUs are freed.
+
+mod service_support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use dlscale_server::job::{JobStatus, JobView};
+use serde_json::{json, Value};
+use service_support::{launch_processes, read_trace, repo_root, venv, Server};
+
+const CONFIG: &str =
+    "slots = 2\ncooldown_s = 1\ninterval_s = 0.5\ngrace_s = 3\nmin_gain = 0.05\nmax_retries = 1\n";
+
+/// `examples/plain_job.py` (no worker library) as a plain-launcher job.
+fn plain_job(id: &str, steps: u32, trace: &Path) -> Value {
+    json!({"id": id, "min_batch": 32, "max_batch": 256, "max_local_batch": 64, "max_gpus": 2,
+           "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.001, "sync_intra_base_s": 0.002},
+           "command": ["python3", repo_root().join("examples/plain_job.py").display().to_string(),
+                       "--steps", steps.to_string(), "--step-s", "0.1",
+                       "--trace", trace.display().to_string()],
+           "workdir": "/tmp", "launcher": "plain"})
+}
+
+fn running(j: &JobView) -> bool {
+    j.state == JobStatus::Running && j.pgid.is_some()
+}
+
+/// The regression of issue 8: a program stopped for a rescale saved its state and exited 0, and
+/// dlscale recorded `succeeded` at a fraction of its steps. Now the exit after the stop request
+/// is a stop: the job is relaunched from its checkpoint and runs every step exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_that_exits_0_on_sigterm_is_relaunched_not_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), CONFIG).await;
+    let (trace_a, trace_b) = (dir.path().join("a.trace"), dir.path().join("b.trace"));
+    server.submit(plain_job("a", 80, &trace_a)).await;
+    let first = server.wait_job("a", 20.0, "a on 2 slots", running).await;
+    assert_eq!(first.gpus, 2);
+    tokio::time::sleep(Duration::from_millis(1500)).await; // past the cooldown
+    server.submit(plain_job("b", 30, &trace_b)).await;
+
+    for id in ["a", "b"] {
+        let done = server
+            .wait_job(id, 60.0, "the end", |j| j.state.is_terminal())
+            .await;
+        assert_eq!(
+            done.state,
+            JobStatus::Succeeded,
+            "{done:?}\n{}",
+            server.log()
+        );
+    }
+    let a = server.job("a").await;
+    assert!(
+        a.restarts >= 1 && a.attempt >= 2,
+        "a was never rescaled: {a:?}"
+    );
+    for (trace, steps) in [(&trace_a, 80), (&trace_b, 30)] {
+        let rows = read_trace(trace);
+        let done: Vec<u64> = rows.iter().map(|r| r["step"].as_u64().unwrap()).collect();
+        assert_eq!(done, (1..=steps).collect::<Vec<_>>(), "{}", trace.display());
+    }
+    let attempts: std::collections::BTreeSet<u64> = read_trace(&trace_a)
+        .iter()
+        .map(|r| r["attempt"].as_u64().unwrap())
+        .collect();
+    assert!(
+        attempts.len() >= 2,
+        "a ran in one launch only: {attempts:?}"
+    );
+}
+
+/// A torchrun job whose workers ignore SIGTERM (torchrun starts each in a session of its own),
+/// and one whose worker forks a daemon: a cancel and a normal end leave no process behind, and
+/// the job is marked ended only once none is left.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_process_of_a_launch_outlives_it() {
+    let venv = match venv() {
+        Ok(v) => v,
+        Err(why) if std::env::var("DLSCALE_REQUIRE_TORCH").as_deref() == Ok("1") => {
+            panic!("DLSCALE_REQUIRE_TORCH=1 but the torch venv is unusable: {why}")
+        }
+        Err(why) => {
+            eprintln!("SKIP no_process_of_a_launch_outlives_it: {why}");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{CONFIG}torchrun = \"{}\"\n",
+        venv.join("bin/torchrun").display()
+    );
+    let server = Server::start(dir.path(), &config).await;
+    let script = dir.path().join("stubborn.py");
+    std::fs::write(
+        &script,
+        r#"import os, signal, subprocess, sys, time
+rank = int(os.environ["RANK"])
+if sys.argv[1] == "ignore-sigterm":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print(f"rank {rank} ignores SIGTERM", flush=True)
+    time.sleep(1000)
+else:  # fork a daemon that re-parents to PID 1, then finish normally
+    if rank == 0:
+        subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    print(f"rank {rank} done", flush=True)
+"#,
+    )
+    .unwrap();
+    let job = |id: &str, mode: &str| {
+        json!({"id": id, "min_batch": 2, "max_batch": 2, "max_local_batch": 1, "min_gpus": 2,
+               "max_gpus": 2, "model": {"compute_per_sample_s": 0.001},
+               "command": [script.display().to_string(), mode],
+               "workdir": dir.path().display().to_string(), "launcher": "torchrun"})
+    };
+    let instance = std::fs::read_to_string(dir.path().join("instance")).unwrap();
+    let prefix = |id: &str| format!("dlscale:{}:{id}:", instance.trim());
+
+    server.submit(job("stubborn", "ignore-sigterm")).await;
+    server
+        .wait_job("stubborn", 60.0, "workers up", running)
+        .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    // torchrun, its two workers and the wrapper.
+    while launch_processes(&prefix("stubborn")).len() < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "workers never started"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    service_support::cli(&server, &["cancel", "stubborn"]);
+    loop {
+        let j = server.job("stubborn").await;
+        if j.state.is_terminal() {
+            assert_eq!(j.state, JobStatus::Cancelled, "{j:?}");
+            // Marked ended (its slots free) only once nothing of the launch runs.
+            let left = launch_processes(&prefix("stubborn"));
+            assert!(left.is_empty(), "processes left after cancel: {left:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "cancel did not finish: {j:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    server.submit(job("forker", "fork-daemon")).await;
+    let done = server
+        .wait_job("forker", 60.0, "the end", |j| j.state.is_terminal())
+        .await;
+    assert_eq!(done.state, JobStatus::Succeeded, "{done:?}");
+    let left = launch_processes(&prefix("forker"));
+    assert!(left.is_empty(), "the daemon outlived its job: {left:?}");
+}
