@@ -7,7 +7,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use dlscale_core::jobfile::{parse_document, parse_jobs, FileFormat};
 use dlscale_core::{
-    Admission, Cluster, Decision, Job, JobState, Policy, RestartAwareness, Settings, Utility,
+    policy_info, Admission, Cluster, Decision, DecisionRequest, Job, JobState, PolicyInfo,
+    PolicyOptions, RestartAwareness, Settings, Utility, REGISTRY,
 };
 use serde::Serialize;
 
@@ -43,6 +44,9 @@ pub struct PolicyArgs {
     /// Candidate per-GPU batch sizes tried per GPU count.
     #[arg(long, default_value_t = 32)]
     pub batch_candidates: usize,
+    /// Tiresias: attained GPU-seconds after which a job drops to the low-priority queue.
+    #[arg(long, default_value_t = PolicyOptions::default().tiresias_threshold_gpu_s)]
+    pub tiresias_threshold_gpu_s: f64,
 }
 
 impl PolicyArgs {
@@ -65,6 +69,12 @@ impl PolicyArgs {
                 "--batch-candidates must be at least 2"
             )));
         }
+        if !(self.tiresias_threshold_gpu_s.is_finite() && self.tiresias_threshold_gpu_s > 0.0) {
+            return Err(input_error(anyhow::anyhow!(
+                "--tiresias-threshold-gpu-s must be a positive number, got {}",
+                self.tiresias_threshold_gpu_s
+            )));
+        }
         Ok(Settings {
             utility: self.utility,
             admission: self.admission,
@@ -76,6 +86,24 @@ impl PolicyArgs {
             batch_candidates: self.batch_candidates,
         })
     }
+
+    /// Options of individual policies.
+    pub fn policy_options(&self) -> PolicyOptions {
+        PolicyOptions {
+            tiresias_threshold_gpu_s: self.tiresias_threshold_gpu_s,
+        }
+    }
+}
+
+/// Parses a policy name; `--help` lists every policy of the registry with what it does.
+pub fn policy_parser() -> impl clap::builder::TypedValueParser<Value = PolicyInfo> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(
+        REGISTRY
+            .iter()
+            .map(|p| PossibleValue::new(p.name).help(p.about)),
+    )
+    .map(|name| *policy_info(&name).expect("the possible values are the registry's names"))
 }
 
 fn parse_utility(s: &str) -> Result<Utility, String> {
@@ -83,10 +111,6 @@ fn parse_utility(s: &str) -> Result<Utility, String> {
 }
 
 fn parse_admission(s: &str) -> Result<Admission, String> {
-    s.parse()
-}
-
-fn parse_policy(s: &str) -> Result<Policy, String> {
     s.parse()
 }
 
@@ -105,9 +129,9 @@ pub struct OptimizeArgs {
     /// GPUs per node.
     #[arg(long, requires = "nodes")]
     pub gpus_per_node: Option<u32>,
-    /// elastic-batch (GPUs and batch adapt), elastic-gpu (batch fixed) or static.
-    #[arg(long, default_value = "elastic-batch", value_parser = clap::builder::ValueParser::new(parse_policy))]
-    pub policy: Policy,
+    /// The policy.
+    #[arg(long, default_value = "elastic-batch", value_parser = policy_parser())]
+    pub policy: PolicyInfo,
     #[command(flatten)]
     pub policy_args: PolicyArgs,
     /// Output format.
@@ -182,7 +206,8 @@ pub fn run_optimize(args: &OptimizeArgs) -> Result<()> {
         }
     };
     let jobs = load_jobs(&args.jobs)?;
-    let (decision, solve_ms) = solve(args.policy, &cluster, &jobs, &settings);
+    let options = args.policy_args.policy_options();
+    let (decision, solve_ms) = solve(args.policy, &options, &cluster, &jobs, &settings);
     match args.format {
         OutputFormat::Json => print_json(args.policy, &settings, &cluster, &decision, solve_ms)?,
         OutputFormat::Table => {
@@ -206,8 +231,9 @@ pub fn run_demo(args: &DemoArgs) -> Result<()> {
             cluster.gpus_per_node
         );
     }
-    for policy in Policy::ALL {
-        let (decision, solve_ms) = solve(policy, &cluster, &jobs, &settings);
+    for &policy in REGISTRY {
+        let options = PolicyOptions::default();
+        let (decision, solve_ms) = solve(policy, &options, &cluster, &jobs, &settings);
         match args.format {
             OutputFormat::Json => print_json(policy, &settings, &cluster, &decision, solve_ms)?,
             OutputFormat::Table => {
@@ -219,22 +245,29 @@ pub fn run_demo(args: &DemoArgs) -> Result<()> {
     Ok(())
 }
 
-fn solve(policy: Policy, cluster: &Cluster, jobs: &[Job], settings: &Settings) -> (Decision, f64) {
-    let allocator = policy.allocator();
+fn solve(
+    policy: PolicyInfo,
+    options: &PolicyOptions,
+    cluster: &Cluster,
+    jobs: &[Job],
+    settings: &Settings,
+) -> (Decision, f64) {
     let start = Instant::now();
-    let decision = allocator.allocate(cluster, jobs, settings);
+    let decision = policy
+        .instance(options)
+        .decide(&DecisionRequest::new(cluster, jobs, settings));
     (decision, start.elapsed().as_secs_f64() * 1e3)
 }
 
 fn print_json(
-    policy: Policy,
+    policy: PolicyInfo,
     settings: &Settings,
     cluster: &Cluster,
     decision: &Decision,
     solve_ms: f64,
 ) -> Result<()> {
     let report = Report {
-        policy: policy.name(),
+        policy: policy.name,
         utility: settings.utility.to_string(),
         objective: decision.objective,
         solve_ms,
@@ -247,7 +280,7 @@ fn print_json(
 }
 
 fn print_table(
-    policy: Policy,
+    policy: PolicyInfo,
     settings: &Settings,
     cluster: &Cluster,
     jobs: &[Job],

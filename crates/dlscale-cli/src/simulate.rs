@@ -6,15 +6,16 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
+use dlscale_core::PolicyInfo;
 use dlscale_sim::workload::bundled_pollux_workload;
 use dlscale_sim::{
     read_workload, reproduce_paper, reproduce_pollux, run_to_dir, PaperOptions, PolluxOptions,
-    ProgressMode, ReadOptions, SimConfig, SimError, SimPolicy, WorkloadFormat,
+    ProgressMode, ReadOptions, SimConfig, SimError, WorkloadFormat,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::input_error;
-use crate::optimize::PolicyArgs;
+use crate::optimize::{policy_parser, PolicyArgs};
 
 /// Arguments of `dlscale simulate`.
 #[derive(Debug, Args)]
@@ -31,9 +32,9 @@ pub struct SimulateArgs {
     /// GPUs per node.
     #[arg(long, default_value_t = 4)]
     pub gpus_per_node: u32,
-    /// Policies: elastic-batch, elastic-gpu, static, tiresias, optimus; repeat or comma-separate to compare.
-    #[arg(long, required = true, value_delimiter = ',', value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<SimPolicy>()))]
-    pub policy: Vec<SimPolicy>,
+    /// Policies to simulate; repeat or comma-separate to compare.
+    #[arg(long, required = true, value_delimiter = ',', value_parser = policy_parser())]
+    pub policy: Vec<PolicyInfo>,
     /// Run the allocator every this many seconds (0: only on arrivals and completions).
     #[arg(long, default_value_t = 60.0)]
     pub interval: f64,
@@ -49,9 +50,6 @@ pub struct SimulateArgs {
     /// Skip malformed trace rows (counted in summary.json) instead of failing.
     #[arg(long)]
     pub skip_bad_rows: bool,
-    /// Tiresias: attained GPU-seconds after which a job drops to the low-priority queue.
-    #[arg(long, default_value_t = dlscale_sim::TiresiasSettings::default().threshold_gpu_s)]
-    pub tiresias_threshold_gpu_s: f64,
     /// Defragmenting repack: most unchanged jobs moved per job it consolidates (0: off).
     #[arg(long, default_value_t = 4)]
     pub defragment_moves: u32,
@@ -130,11 +128,6 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
             args.interval
         )));
     }
-    if !(args.tiresias_threshold_gpu_s.is_finite() && args.tiresias_threshold_gpu_s > 0.0) {
-        return Err(input_error(anyhow::anyhow!(
-            "--tiresias-threshold-gpu-s must be a positive number"
-        )));
-    }
     if !(args.restart_s.is_finite() && args.restart_s >= 0.0) {
         return Err(input_error(anyhow::anyhow!(
             "--restart-s must be a number ≥ 0, got {}",
@@ -165,13 +158,11 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
         progress: args.progress,
         settings,
         defragment_moves_per_job: args.defragment_moves,
-        tiresias: dlscale_sim::TiresiasSettings {
-            threshold_gpu_s: args.tiresias_threshold_gpu_s,
-        },
+        policy_options: args.policy_args.policy_options(),
         ..SimConfig::default()
     };
     let total = workload.jobs.len() as u64;
-    let mut bars: Vec<(SimPolicy, ProgressBar)> = Vec::new();
+    let mut bars: Vec<(PolicyInfo, ProgressBar)> = Vec::new();
     let results = run_to_dir(
         &workload,
         &config,
@@ -182,7 +173,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
                 if let Some((_, bar)) = bars.last() {
                     bar.finish();
                 }
-                bars.push((policy, progress_bar(total, policy.name())));
+                bars.push((policy, progress_bar(total, policy.name)));
             }
             if let Some((_, bar)) = bars.last() {
                 bar.set_position(finished as u64);

@@ -69,7 +69,7 @@ fn optimize_prints_the_documented_json() {
 #[test]
 fn every_policy_and_the_toml_form_work() {
     let jobs = examples().join("jobs.toml");
-    for policy in ["elastic-batch", "elastic-gpu", "static"] {
+    for policy in dlscale_core::policy_names() {
         let out = dlscale(&[
             "optimize",
             "--jobs",
@@ -99,6 +99,34 @@ fn every_policy_and_the_toml_form_work() {
 }
 
 #[test]
+fn help_lists_every_policy_of_the_registry() {
+    for command in ["optimize", "simulate"] {
+        let out = dlscale(&[command, "--help"]);
+        let help = String::from_utf8_lossy(&out.stdout);
+        for policy in dlscale_core::REGISTRY {
+            assert!(
+                help.contains(policy.name) && help.contains(policy.about),
+                "{command} --help lacks {}: {help}",
+                policy.name
+            );
+        }
+    }
+    let out = dlscale(&[
+        "optimize",
+        "--jobs",
+        "x",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "1",
+        "--policy",
+        "nope",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tiresias"));
+}
+
+#[test]
 fn demo_runs_on_built_in_defaults() {
     let out = dlscale(&["demo", "--format", "json"]);
     assert!(out.status.success());
@@ -108,7 +136,7 @@ fn demo_runs_on_built_in_defaults() {
         .map(Result::unwrap)
         .collect();
     let policies: Vec<&str> = docs.iter().map(|d| d["policy"].as_str().unwrap()).collect();
-    assert_eq!(policies, ["elastic-batch", "elastic-gpu", "static"]);
+    assert_eq!(policies, dlscale_core::policy_names());
     // Folding the batch into the decision never loses to a fixed batch under the same objective.
     let objective = |i: usize| docs[i]["objective"].as_f64().unwrap();
     assert!(objective(0) >= objective(1));

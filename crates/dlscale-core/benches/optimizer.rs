@@ -9,7 +9,7 @@ mod support;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use dlscale_core::allocator::knapsack::KnapsackSolver;
 use dlscale_core::synthetic::analytic_jobs;
-use dlscale_core::{Cluster, Policy, Settings, Utility};
+use dlscale_core::{build_policy, Cluster, DecisionRequest, Settings, Utility};
 
 const SIZES: [(usize, u32); 3] = [(64, 256), (256, 1024), (1000, 4096)];
 
@@ -27,11 +27,17 @@ fn optimizer(c: &mut Criterion) {
                 utility,
                 ..Settings::default()
             };
-            let allocator = Policy::ElasticBatch.allocator();
+            // A fresh policy per decision: nothing kept from an earlier one.
             group.bench_with_input(
                 BenchmarkId::new(format!("elastic-batch/{utility}"), format!("{jobs}x{gpus}")),
                 &instance,
-                |b, instance| b.iter(|| allocator.allocate(&cluster, instance, &settings)),
+                |b, instance| {
+                    b.iter(|| {
+                        build_policy("elastic-batch", &Default::default())
+                            .unwrap()
+                            .decide(&DecisionRequest::new(&cluster, instance, &settings))
+                    })
+                },
             );
         }
     }

@@ -102,6 +102,98 @@ pub struct CurrentAllocation {
     pub restarts: u32,
 }
 
+/// One stretch of time a job held GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RunSpan {
+    /// When it started holding them (seconds, the caller's clock).
+    pub start_s: f64,
+    /// When it gave them back; `None` while it still holds them.
+    pub end_s: Option<f64>,
+    /// How many it held.
+    pub gpus: GpuCount,
+}
+
+/// What a job has been through, for policies that rank jobs by the service they received or by
+/// their age (Tiresias's least attained service, fairness).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobHistory {
+    /// When it was submitted (seconds, the caller's clock).
+    pub submitted_s: f64,
+    /// GPU-seconds it received before the runs below were recorded (from a job file).
+    pub attained_before_gpu_s: f64,
+    /// Its runs, oldest first; the last one may still be open.
+    pub runs: Vec<RunSpan>,
+}
+
+impl JobHistory {
+    /// GPU-seconds received up to `now_s`.
+    pub fn attained_gpu_s(&self, now_s: f64) -> f64 {
+        self.attained_before_gpu_s
+            + self
+                .runs
+                .iter()
+                .map(|r| {
+                    f64::from(r.gpus) * (r.end_s.unwrap_or(now_s).min(now_s) - r.start_s).max(0.0)
+                })
+                .sum::<f64>()
+    }
+
+    /// The first time the job had received `gpu_s` GPU-seconds, if it had by `now_s`.
+    pub fn when_attained(&self, gpu_s: f64, now_s: f64) -> Option<f64> {
+        let mut got = self.attained_before_gpu_s;
+        if got >= gpu_s {
+            return Some(self.submitted_s);
+        }
+        for r in &self.runs {
+            let end = r.end_s.unwrap_or(now_s).min(now_s);
+            let span = f64::from(r.gpus) * (end - r.start_s).max(0.0);
+            if r.gpus > 0 && got + span >= gpu_s {
+                return Some(r.start_s + (gpu_s - got) / f64::from(r.gpus));
+            }
+            got += span;
+        }
+        None
+    }
+
+    /// Opens a run of `gpus` GPUs at `now_s`, closing an open one first.
+    pub fn start_run(&mut self, now_s: f64, gpus: GpuCount) {
+        self.end_run(now_s);
+        self.runs.push(RunSpan {
+            start_s: now_s,
+            end_s: None,
+            gpus,
+        });
+    }
+
+    /// Closes the open run, if any, at `now_s`.
+    pub fn end_run(&mut self, now_s: f64) {
+        if let Some(r) = self.runs.last_mut().filter(|r| r.end_s.is_none()) {
+            r.end_s = Some(now_s.max(r.start_s));
+        }
+    }
+}
+
+/// How much training a job has left, as optimizer steps at a given global batch: with
+/// statistical efficiency, a larger batch needs fewer steps, but not proportionally fewer.
+/// Known only where the job's training curve is (a simulation of a profiled model).
+pub trait RemainingWork: std::fmt::Debug + Send + Sync {
+    /// Steps left at global batch `batch`.
+    fn steps_at(&self, batch: BatchSize) -> f64;
+}
+
+/// What a running job's owner (the autoscaler) allows a policy to change about it now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Hold {
+    /// Anything: more or fewer GPUs, another batch, preemption.
+    #[default]
+    Free,
+    /// Only fewer GPUs (or none), so that a waiting job can start: a job in its cooldown.
+    ShrinkOnly,
+    /// Nothing: it keeps its GPUs and batch (a restart would cost more than the job has left).
+    Keep,
+}
+
 /// A job as allocators see it. Build with [`Job::validate`] checked.
 #[derive(Debug, Clone)]
 pub struct Job {
@@ -127,9 +219,24 @@ pub struct Job {
     pub weight: f64,
     /// Current allocation, for running jobs.
     pub current: Option<CurrentAllocation>,
+    /// What it received so far.
+    pub history: JobHistory,
+    /// What a policy may change about its current allocation (only with `current`).
+    pub hold: Hold,
+    /// Its remaining work by batch size, where its training curve is known; otherwise
+    /// [`Job::remaining_samples`] over the batch.
+    pub remaining_work: Option<Arc<dyn RemainingWork>>,
 }
 
 impl Job {
+    /// Steps left at global batch `batch`, if the job's remaining work is known.
+    pub fn remaining_steps(&self, batch: BatchSize) -> Option<f64> {
+        match &self.remaining_work {
+            Some(work) => Some(work.steps_at(batch)),
+            None => self.remaining_samples.map(|s| s / f64::from(batch.max(1))),
+        }
+    }
+
     /// Whether `gpus` GPUs can run a global batch of `batch` for this job (memory and range),
     /// ignoring the throughput model.
     pub fn batch_fits(&self, gpus: GpuCount, batch: BatchSize) -> bool {

@@ -16,7 +16,9 @@ use serde::Deserialize;
 
 use crate::efficiency::GradNoise;
 use crate::error::{CoreError, Result};
-use crate::job::{BatchRange, CurrentAllocation, GpuRange, Job, JobEfficiency, Requested};
+use crate::job::{
+    BatchRange, CurrentAllocation, GpuRange, Hold, Job, JobEfficiency, JobHistory, Requested,
+};
 use crate::profiles;
 use crate::throughput::{AnalyticModel, ThroughputModel};
 use crate::{BatchSize, GpuCount};
@@ -81,6 +83,10 @@ pub struct JobEntry {
     pub epoch: usize,
     /// The job's current allocation, if it runs.
     pub current: Option<CurrentAllocation>,
+    /// GPU-seconds the job has received so far (default 0), for policies that rank by attained
+    /// service (`tiresias`).
+    #[serde(default)]
+    pub attained_gpu_s: f64,
 }
 
 /// The `model` field: a name or inline parameters.
@@ -333,7 +339,20 @@ impl JobEntry {
             remaining_samples,
             weight: self.weight,
             current: self.current,
+            history: JobHistory {
+                attained_before_gpu_s: self.attained_gpu_s,
+                ..JobHistory::default()
+            },
+            hold: Hold::Free,
+            remaining_work: None,
         };
+        if !(self.attained_gpu_s.is_finite() && self.attained_gpu_s >= 0.0) {
+            return Err(CoreError::job(
+                &job.id,
+                "attained_gpu_s",
+                format!("must be a finite number ≥ 0, got {}", self.attained_gpu_s),
+            ));
+        }
         job.validate()?;
         Ok(job)
     }

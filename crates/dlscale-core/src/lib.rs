@@ -26,9 +26,12 @@ pub type GpuCount = u32;
 /// A number of samples in a batch (global or per GPU, as the name using it says).
 pub type BatchSize = u32;
 
-pub use allocator::{Admission, Allocator, Decision, JobDecision, JobState, Policy, Settings};
+pub use allocator::{
+    build_policy, policy_info, policy_names, Admission, Decision, DecisionRequest, JobDecision,
+    JobState, Policy, PolicyInfo, PolicyOptions, Settings, REGISTRY,
+};
 pub use cluster::Cluster;
 pub use error::{CoreError, Result};
-pub use job::{BatchRange, CurrentAllocation, GpuRange, Job, Requested};
+pub use job::{BatchRange, CurrentAllocation, GpuRange, Hold, Job, JobHistory, Requested};
 pub use options::{BatchChoice, RestartAwareness};
 pub use utility::Utility;

@@ -199,6 +199,33 @@ impl OptionTable {
         cluster: &Cluster,
         restart: &RestartAwareness,
     ) -> Vec<ConfigOption> {
+        self.valued(job, cluster, restart, false)
+    }
+
+    /// The option of the job's current configuration alone (its GPUs and its batch), valued as
+    /// kept: for a job that must not change. `None` without a current allocation, or when the
+    /// model cannot run it that way.
+    pub fn current_option(
+        &self,
+        job: &Job,
+        cluster: &Cluster,
+        restart: &RestartAwareness,
+    ) -> Option<ConfigOption> {
+        let current = job.current?;
+        self.valued(job, cluster, restart, true)
+            .into_iter()
+            .find(|o| o.gpus == current.gpus && o.batch == current.batch)
+    }
+
+    /// [`OptionTable::options`]; with `only_current`, only the current configuration is valued
+    /// (the reference still comes from the smallest feasible count).
+    fn valued(
+        &self,
+        job: &Job,
+        cluster: &Cluster,
+        restart: &RestartAwareness,
+        only_current: bool,
+    ) -> Vec<ConfigOption> {
         let utility = self.utility;
         let eval = Evaluator::new(job, cluster, utility);
         let current = job.current;
@@ -258,6 +285,22 @@ impl OptionTable {
             // The reference is the best raw metric at the smallest feasible count.
             let reference =
                 *reference.get_or_insert(if utility.normalised() { best_raw } else { 1.0 });
+            if only_current && current.is_none_or(|c| c.gpus != gpus) {
+                continue;
+            }
+            let (adjusted, cand) = if only_current {
+                // The kept candidate, whatever a change at this count would be worth.
+                let Some(kept) = self.candidates[row.range.clone()]
+                    .iter()
+                    .chain(extra.iter())
+                    .find(|cand| current.is_some_and(|c| c.batch == cand.batch))
+                else {
+                    continue;
+                };
+                (kept.metric * keep_factor, kept)
+            } else {
+                (adjusted, cand)
+            };
             let raw_utility = job.weight * utility.transform(cand.metric / reference);
             options.push(ConfigOption {
                 gpus,
@@ -468,6 +511,9 @@ mod tests {
             remaining_samples: None,
             weight: 1.0,
             current: None,
+            history: Default::default(),
+            hold: Default::default(),
+            remaining_work: None,
         };
         let cluster = Cluster::new(4, 4).unwrap();
         let utility = Utility::Fair { p: -1.0 };

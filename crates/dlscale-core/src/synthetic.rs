@@ -87,6 +87,9 @@ pub fn analytic_jobs(count: usize, max_gpus: GpuCount, seed: u64) -> Vec<Job> {
                 remaining_samples: Some(rng.range(1e5, 1e8)),
                 weight: 1.0,
                 current: None,
+                history: Default::default(),
+                hold: Default::default(),
+                remaining_work: None,
             }
         })
         .collect()

@@ -5,7 +5,7 @@ mod support;
 
 use dlscale_core::allocator::knapsack::KnapsackSolver;
 use dlscale_core::synthetic::analytic_jobs;
-use dlscale_core::{Cluster, Policy, Settings, Utility};
+use dlscale_core::{build_policy, Cluster, DecisionRequest, Settings, Utility};
 
 #[test]
 fn knapsack_matches_milp_on_medium_instances() {
@@ -34,9 +34,9 @@ fn knapsack_matches_milp_on_medium_instances() {
             utility,
             ..Settings::default()
         };
-        let decision = Policy::ElasticBatch
-            .allocator()
-            .allocate(&cluster, &jobs, &settings);
+        let decision = build_policy("elastic-batch", &Default::default())
+            .unwrap()
+            .decide(&DecisionRequest::new(&cluster, &jobs, &settings));
         assert!((decision.objective - dp.value).abs() <= 1e-9 * dp.value.abs().max(1.0));
     }
 }

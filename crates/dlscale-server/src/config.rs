@@ -5,7 +5,7 @@
 //! slots = 4                   # GPU slots when the machine has no GPUs (default: nvidia-smi)
 //! data_dir = "/var/lib/dlscale"
 //! token = "s3cret"            # bearer token; DLSCALE_TOKEN overrides it
-//! policy = "elastic-batch"    # elastic-batch | elastic-gpu | static
+//! policy = "elastic-batch"    # any policy of dlscale_core::REGISTRY
 //! utility = "speedup"         # speedup | throughput | goodput | fair | fair:P
 //! admission = "queue"         # queue | drop
 //! backfill = false
@@ -34,7 +34,10 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::{anyhow, bail, Context, Result};
-use dlscale_core::{Admission, Policy, RestartAwareness, Settings, Utility};
+use dlscale_core::allocator::ELASTIC_BATCH;
+use dlscale_core::{
+    policy_info, Admission, PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility,
+};
 use serde::Deserialize;
 
 use crate::executor::slurm::SlurmConfig;
@@ -53,6 +56,8 @@ pub struct ConfigFile {
     pub token: Option<String>,
     /// Allocation policy name.
     pub policy: Option<String>,
+    /// `tiresias`: GPU-seconds after which a job drops to the low-priority queue.
+    pub tiresias_threshold_gpu_s: Option<f64>,
     /// Utility name.
     pub utility: Option<String>,
     /// Admission: `queue` or `drop`.
@@ -135,7 +140,9 @@ pub struct ServerConfig {
     /// Bearer token (`None`: one is generated into `<data_dir>/token`).
     pub token: Option<String>,
     /// Allocation policy.
-    pub policy: Policy,
+    pub policy: PolicyInfo,
+    /// Options of individual policies.
+    pub policy_options: PolicyOptions,
     /// Allocator settings (utility, admission, min gain, restart cost).
     pub settings: Settings,
     /// Cooldown after a (re)start before a job may be rescaled, seconds.
@@ -195,8 +202,8 @@ impl ServerConfig {
             .listen
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7878)));
         let policy = match file.policy.as_deref() {
-            Some(p) => Policy::from_str(p).map_err(|e| anyhow!("policy: {e}"))?,
-            None => Policy::ElasticBatch,
+            Some(p) => *policy_info(p).map_err(|e| anyhow!("policy: {e}"))?,
+            None => ELASTIC_BATCH,
         };
         let utility = match file.utility.as_deref() {
             Some(u) => Utility::from_str(u).map_err(|e| anyhow!("utility: {e}"))?,
@@ -268,6 +275,13 @@ impl ServerConfig {
             data_dir: file.data_dir.unwrap_or_else(default_data_dir),
             token,
             policy,
+            policy_options: PolicyOptions {
+                tiresias_threshold_gpu_s: duration_s(
+                    "tiresias_threshold_gpu_s",
+                    file.tiresias_threshold_gpu_s
+                        .unwrap_or(PolicyOptions::default().tiresias_threshold_gpu_s),
+                )?,
+            },
             settings,
             cooldown_s: duration_s("cooldown_s", file.cooldown_s.unwrap_or(60.0))?,
             interval_s,
@@ -337,7 +351,7 @@ mod tests {
         let c = ServerConfig::resolve(ConfigFile::default(), None).unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:7878");
         assert_eq!(c.api_url, "http://127.0.0.1:7878");
-        assert_eq!(c.policy, Policy::ElasticBatch);
+        assert_eq!(c.policy, ELASTIC_BATCH);
         assert_eq!(c.settings.admission, Admission::Queue);
         let file: ConfigFile = toml::from_str(
             "listen = \"0.0.0.0:9000\"\ntoken = \"file\"\npolicy = \"static\"\nmin_gain = 0.2\n",
@@ -346,7 +360,7 @@ mod tests {
         let c = ServerConfig::resolve(file, Some("env".into())).unwrap();
         assert_eq!(c.api_url, "http://127.0.0.1:9000");
         assert_eq!(c.token.as_deref(), Some("env"));
-        assert_eq!(c.policy, Policy::Static);
+        assert_eq!(c.policy.name, "static");
         assert_eq!(c.settings.restart.min_gain, 0.2);
     }
 

@@ -20,12 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use dlscale_core::allocator::knapsack::KnapsackSolver;
-use dlscale_core::options::{job_options, ConfigOption};
+use dlscale_core::options::{job_options, BatchChoice, ConfigOption};
 use dlscale_core::throughput::{AnalyticModel, StepTimeSample};
-use dlscale_core::{
-    BatchRange, Cluster, CurrentAllocation, GpuRange, Job, JobState, Policy, Requested,
-};
+use dlscale_core::{BatchRange, CurrentAllocation, DecisionRequest, Hold, Job, JobState, Policy};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, Mutex, Notify};
 
@@ -235,7 +232,7 @@ struct State {
     /// Jobs with a Slurm launch that is not their current one still alive (being cancelled):
     /// they are not launched again until it is gone.
     shadowed: BTreeSet<String>,
-    solver: KnapsackSolver,
+    policy: Box<dyn Policy>,
 }
 
 #[derive(Debug, Clone)]
@@ -431,7 +428,7 @@ impl Controller {
                 last_decision: None,
                 topology,
                 shadowed: BTreeSet::new(),
-                solver: KnapsackSolver::default(),
+                policy: config.policy.instance(&config.policy_options),
             }),
             wake: Notify::new(),
             exits: tx,
@@ -941,20 +938,7 @@ impl Controller {
                 held_gpus = Some(cur.gpus);
                 let in_cooldown = t - rt.launched_at.unwrap_or(t) < self.config.cooldown_s;
                 if in_cooldown {
-                    job.gpus = GpuRange {
-                        min: cur.gpus,
-                        max: cur.gpus,
-                        powers_of_two: false,
-                    };
-                    job.batch = BatchRange {
-                        min: cur.batch,
-                        max: cur.batch,
-                    };
-                    job.requested = Requested {
-                        gpus: cur.gpus,
-                        batch: cur.batch,
-                    };
-                    job.max_local_batch = job.max_local_batch.max(cur.batch.div_ceil(cur.gpus));
+                    job.hold = Hold::Keep;
                 }
                 if job.batch_fits(cur.gpus, cur.batch) && job.gpus.allows(cur.gpus) {
                     job.current = Some(cur);
@@ -964,10 +948,29 @@ impl Controller {
             jobs.push(job);
             current_gpus.push(held_gpus);
         }
-        // Value tables over the real node shape, keeping only GPU counts the executor can place
-        // (and a running job's own count, which is placed already).
-        let policy = self.config.policy;
+        // Only GPU counts the executor can place (a running job's own count is placed already).
         let settings = &self.config.settings;
+        let capacity = topology.total();
+        let allowed: Vec<bool> = (0..=capacity).map(|g| topology.expressible(g)).collect();
+        let t0 = Instant::now();
+        let decision = st.policy.decide(&DecisionRequest {
+            now_s: t,
+            cluster: &model_cluster,
+            capacity,
+            jobs: &jobs,
+            settings,
+            allowed_counts: Some(&allowed),
+        });
+        let elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
+        // The smaller options a changed job falls back to when fragmentation leaves no room for
+        // its decided count.
+        let choice = if self.config.policy == dlscale_core::allocator::ELASTIC_BATCH {
+            BatchChoice::Free {
+                max_candidates: settings.batch_candidates,
+            }
+        } else {
+            BatchChoice::Fixed
+        };
         let tables: Vec<Vec<ConfigOption>> = jobs
             .iter()
             .zip(&current_gpus)
@@ -976,26 +979,13 @@ impl Controller {
                     job,
                     &model_cluster,
                     settings.utility,
-                    policy.batch_choice(settings),
-                    &policy.restart_awareness(settings),
+                    choice,
+                    &settings.restart,
                 );
                 table.retain(|o| Some(o.gpus) == *cur || topology.expressible(o.gpus));
                 table
             })
             .collect();
-        let capacity = topology.total();
-        let t0 = Instant::now();
-        let decision = policy.decide_with_options(
-            &mut st.solver,
-            &Cluster {
-                nodes: 1,
-                gpus_per_node: capacity,
-            },
-            &jobs,
-            &tables,
-            settings,
-        );
-        let elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
 
         // Placement: unchanged running jobs keep their nodes; the others, largest first, get the
         // fewest nodes that fit, falling back to their next smaller option when fragmentation
@@ -1525,41 +1515,22 @@ impl Controller {
         // Against the whole cluster (GPUs other jobs hold now may free up later), with the
         // options the configured policy would consider.
         let full = st.topology.full();
-        let policy = self.config.policy;
-        let options = full.model_cluster().map_or_else(Vec::new, |cluster| {
-            job_options(
-                &job,
-                &cluster,
-                self.config.settings.utility,
-                policy.batch_choice(&self.config.settings),
-                &Default::default(),
-            )
+        let counts = full.model_cluster().map_or_else(Vec::new, |cluster| {
+            st.policy.feasible_counts(&job, &cluster)
         });
-        let runnable = options.iter().any(|o| full.expressible(o.gpus));
-        if runnable && policy == Policy::Static {
-            // static runs a job at its requested GPU count only.
-            let g = job.requested.gpus;
-            if !(full.expressible(g) && options.iter().any(|o| o.gpus == g)) {
-                return Err(ApiError::field(
-                    "gpus",
-                    format!(
-                        "field 'gpus': policy static runs a job at exactly its requested {g} GPUs, which cannot run on this server's {} GPUs on {} node(s) (a job on several nodes needs the same GPUs on each)",
-                        full.total(), full.nodes.len()
-                    ),
-                ));
-            }
-        }
-        if !runnable {
+        if !counts.iter().any(|&g| full.expressible(g)) {
             let field = if job.gpus.min > full.total() {
                 "min_gpus"
-            } else {
+            } else if self.config.policy.name == "elastic-batch" {
                 "min_batch"
+            } else {
+                "gpus"
             };
             return Err(ApiError::field(
                 field,
                 format!(
-                    "field '{field}': the job cannot run on this server's {} GPUs on {} node(s) (min_gpus {}, min_batch {}, max_local_batch {}; a job on several nodes needs the same GPUs on each)",
-                    full.total(), full.nodes.len(), job.gpus.min, job.batch.min, job.max_local_batch
+                    "field '{field}': policy {} cannot run the job on this server's {} GPUs on {} node(s) (min_gpus {}, gpus {}, min_batch {}, batch_size {}, max_local_batch {}; a job on several nodes needs the same GPUs on each)",
+                    self.config.policy, full.total(), full.nodes.len(), job.gpus.min, job.requested.gpus, job.batch.min, job.requested.batch, job.max_local_batch
                 ),
             ));
         }
@@ -1936,7 +1907,7 @@ impl Controller {
             slots,
             gpus_detected,
             assigned,
-            policy: self.config.policy.name().to_string(),
+            policy: self.config.policy.name.to_string(),
             utility: self.config.settings.utility.to_string(),
             admission: format!("{:?}", self.config.settings.admission).to_lowercase(),
             jobs,

@@ -2,18 +2,18 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 
-use dlscale_core::Policy;
+use dlscale_core::allocator::{ELASTIC_BATCH, TIRESIAS};
 use dlscale_sim::reproduce::pollux_config;
+use dlscale_sim::simulate;
 use dlscale_sim::workload::bundled_pollux_workload;
-use dlscale_sim::{simulate, SimPolicy};
 
 fn pollux_workload(c: &mut Criterion) {
     let workload = bundled_pollux_workload(6).expect("bundled workload parses");
     let config = pollux_config();
     let mut group = c.benchmark_group("pollux-workload-6");
     group.sample_size(10);
-    for policy in [SimPolicy::Core(Policy::ElasticBatch), SimPolicy::Tiresias] {
-        group.bench_function(policy.name(), |b| {
+    for policy in [ELASTIC_BATCH, TIRESIAS] {
+        group.bench_function(policy.name, |b| {
             b.iter(|| simulate(&workload, &config, policy, &mut ()).expect("simulation runs"))
         });
     }

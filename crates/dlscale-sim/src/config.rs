@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use dlscale_core::{Cluster, Policy, Settings};
+use dlscale_core::{Cluster, PolicyOptions, Settings};
 
 use crate::error::{Result, SimError};
 
@@ -45,81 +45,6 @@ impl fmt::Display for ProgressMode {
     }
 }
 
-/// A policy the simulator can run: every allocator of the core, and Tiresias.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SimPolicy {
-    /// A dlscale-core allocator.
-    Core(Policy),
-    /// Tiresias-style two-dimensional least-attained-service (Gu et al., NSDI'19): every job runs
-    /// at its requested GPUs and batch; priority queues on attained GPU-seconds
-    /// ([`TiresiasSettings`]), first come first served within a queue, preemptive, skipping jobs
-    /// that do not fit; a preempted job resumes later and pays the restart delay.
-    Tiresias,
-    /// Optimus+Oracle as Pollux's artifact simulator runs it (`simulator/optimus.py`, branch
-    /// `osdi21-artifact`): the batch fixed at the user's, every waiting job first gets its fewest
-    /// feasible GPUs in arrival order, then GPUs go one step at a time to the job whose true
-    /// (oracle) step time drops most times its remaining iterations, until no step gains. No
-    /// restart awareness: any change of GPU count restarts the job.
-    Optimus,
-}
-
-impl SimPolicy {
-    /// Every policy.
-    pub const ALL: [SimPolicy; 5] = [
-        SimPolicy::Core(Policy::ElasticBatch),
-        SimPolicy::Core(Policy::ElasticGpu),
-        SimPolicy::Core(Policy::Static),
-        SimPolicy::Tiresias,
-        SimPolicy::Optimus,
-    ];
-
-    /// Its command-line name.
-    pub fn name(self) -> &'static str {
-        match self {
-            SimPolicy::Core(p) => p.name(),
-            SimPolicy::Tiresias => "tiresias",
-            SimPolicy::Optimus => "optimus",
-        }
-    }
-}
-
-impl fmt::Display for SimPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for SimPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
-        SimPolicy::ALL
-            .into_iter()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown policy '{s}' (expected elastic-batch, elastic-gpu, static, tiresias or optimus)"
-                )
-            })
-    }
-}
-
-/// Tiresias's queues.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct TiresiasSettings {
-    /// A job moves from the high- to the low-priority queue once it has held this many
-    /// GPU-seconds (two queues). Pollux's artifact uses 57,600 (16 GPU-hours).
-    pub threshold_gpu_s: f64,
-}
-
-impl Default for TiresiasSettings {
-    fn default() -> Self {
-        TiresiasSettings {
-            threshold_gpu_s: 3200.0,
-        }
-    }
-}
-
 /// Everything a simulation needs besides the workload and the policy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
@@ -137,8 +62,8 @@ pub struct SimConfig {
     pub progress: ProgressMode,
     /// The allocators' settings (utility, admission, restart awareness, ...).
     pub settings: Settings,
-    /// Tiresias's queues.
-    pub tiresias: TiresiasSettings,
+    /// Options of individual policies (Tiresias's queue threshold).
+    pub policy_options: PolicyOptions,
     /// Defragmenting repack: when a restarting job lands on more nodes than its GPU count needs,
     /// all running jobs are placed afresh (consolidated) if that spreads fewer jobs and moves at
     /// most this many otherwise-unchanged jobs (each then restarts) per job it consolidates.
@@ -161,7 +86,7 @@ impl Default for SimConfig {
             restart_delay_by_model_s: BTreeMap::new(),
             progress: ProgressMode::Samples,
             settings: Settings::default(),
-            tiresias: TiresiasSettings::default(),
+            policy_options: PolicyOptions::default(),
             defragment_moves_per_job: 4,
         }
     }
@@ -191,7 +116,8 @@ impl SimConfig {
                 ));
             }
         }
-        if !(self.tiresias.threshold_gpu_s.is_finite() && self.tiresias.threshold_gpu_s >= 0.0) {
+        let threshold = self.policy_options.tiresias_threshold_gpu_s;
+        if !(threshold.is_finite() && threshold >= 0.0) {
             return bad("tiresias threshold_gpu_s must be a number ≥ 0".into());
         }
         if self.settings.batch_candidates == 0 {

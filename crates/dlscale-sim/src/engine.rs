@@ -13,14 +13,17 @@
 
 use std::time::Instant;
 
-use dlscale_core::allocator::knapsack::KnapsackSolver;
-use dlscale_core::job::JobEfficiency;
-use dlscale_core::options::OptionTable;
+use std::sync::Arc;
+
+use dlscale_core::efficiency::EfficiencyModel;
+use dlscale_core::job::{JobEfficiency, RemainingWork};
 use dlscale_core::placement::{self, NodeShare, Placement};
 use dlscale_core::throughput::throughput_samples_per_s;
-use dlscale_core::{BatchSize, CurrentAllocation, GpuCount, Job, JobState, Policy};
+use dlscale_core::{
+    BatchSize, CurrentAllocation, DecisionRequest, GpuCount, Job, JobState, Policy, PolicyInfo,
+};
 
-use crate::config::{ProgressMode, SimConfig, SimPolicy};
+use crate::config::{ProgressMode, SimConfig};
 use crate::error::{Result, SimError};
 use crate::metrics::{percentile, JobRecord, Outcome, SimObserver, Summary, Timeline};
 use crate::workload::{SimJob, Work, Workload};
@@ -40,7 +43,7 @@ pub struct SimResult {
 pub fn simulate(
     workload: &Workload,
     config: &SimConfig,
-    policy: SimPolicy,
+    policy: PolicyInfo,
     observer: &mut dyn SimObserver,
 ) -> Result<SimResult> {
     config.validate()?;
@@ -74,11 +77,8 @@ struct Active<'w> {
     first_start_s: Option<f64>,
     starts: u32,
     gpu_s: f64,
-    /// Value table and the (epoch, batch) whose gradient statistics it holds.
-    table: Option<(OptionTable, usize, BatchSize)>,
-    /// Tiresias: queue (0 high, 1 low) and when the job entered it.
-    queue: u8,
-    queue_since_s: f64,
+    /// The epoch whose gradient statistics the last decision saw.
+    decided_epoch: usize,
 }
 
 /// What the policy wants for one job.
@@ -92,14 +92,14 @@ enum Target {
 struct Engine<'w, 'o> {
     workload: &'w Workload,
     config: &'w SimConfig,
-    policy: SimPolicy,
+    info: PolicyInfo,
+    policy: Box<dyn Policy>,
     observer: &'o mut dyn SimObserver,
     goodput: bool,
     /// Jobs in the system, in arrival order; `jobs[i]` is what allocators see of `active[i]`.
     jobs: Vec<Job>,
     active: Vec<Active<'w>>,
     placement: Placement,
-    solver: KnapsackSolver,
     next_arrival: usize,
     now_s: f64,
     gpus_in_use: GpuCount,
@@ -126,19 +126,19 @@ impl<'w, 'o> Engine<'w, 'o> {
     fn new(
         workload: &'w Workload,
         config: &'w SimConfig,
-        policy: SimPolicy,
+        info: PolicyInfo,
         observer: &'o mut dyn SimObserver,
     ) -> Self {
         Engine {
             workload,
             config,
-            policy,
+            info,
+            policy: info.instance(&config.policy_options),
             observer,
             goodput: config.progress == ProgressMode::Goodput,
             jobs: Vec::new(),
             active: Vec::new(),
             placement: Placement::new(),
-            solver: KnapsackSolver::default(),
             next_arrival: 0,
             now_s: 0.0,
             gpus_in_use: 0,
@@ -234,7 +234,9 @@ impl<'w, 'o> Engine<'w, 'o> {
 
     fn admit_arrival(&mut self, spec: &'w SimJob) {
         let total = self.work_total(spec);
-        self.jobs.push(spec.job.clone());
+        let mut job = spec.job.clone();
+        job.history.submitted_s = spec.arrival_s;
+        self.jobs.push(job);
         self.active.push(Active {
             spec,
             total,
@@ -246,9 +248,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             first_start_s: None,
             starts: 0,
             gpu_s: 0.0,
-            table: None,
-            queue: 0,
-            queue_since_s: spec.arrival_s,
+            decided_epoch: 0,
         });
     }
 
@@ -290,12 +290,10 @@ impl<'w, 'o> Engine<'w, 'o> {
         }
     }
 
-    /// Where the current rate of `a` stops holding: its next epoch boundary or its end.
+    /// Where the current rate of a job stops holding: its next epoch boundary or its end.
     fn next_boundary(&self, spec: &SimJob, epoch: usize, total: f64) -> f64 {
         match (&spec.efficiency, self.goodput) {
-            (Some(eff), true) if epoch + 1 < eff.epochs() => {
-                (eff.epoch_end_progress(epoch) * f64::from(eff.init_batch())).min(total)
-            }
+            (Some(eff), true) => epoch_boundary(eff, epoch, total),
             _ => total,
         }
     }
@@ -425,40 +423,53 @@ impl<'w, 'o> Engine<'w, 'o> {
         Ok(())
     }
 
-    /// Whether a tick's decision could differ from the last one.
+    /// Whether a tick's decision could differ from the last one: something the policy sees
+    /// changed, a job entered a new epoch (its gradient statistics), or the policy's own clock
+    /// says so (ages, attained service, remaining work).
     fn worth_deciding(&mut self, t: f64) -> bool {
         if self.dirty {
             return true;
         }
-        match self.policy {
-            SimPolicy::Core(policy) => {
-                if policy != Policy::Static && self.config.settings.restart.cost_s > 0.0 {
-                    // Restart penalties depend on the jobs' ages.
-                    return self.active.iter().any(|a| a.run.is_some());
-                }
-                if !self.config.settings.utility.uses_goodput() {
-                    return false;
-                }
-                // Goodput values change with the epoch.
-                (0..self.active.len()).any(|i| {
-                    self.advance(i, t);
-                    let a = &self.active[i];
-                    a.table
-                        .as_ref()
-                        .is_some_and(|(_, epoch, _)| *epoch != a.epoch)
-                })
+        for i in 0..self.active.len() {
+            self.advance(i, t);
+        }
+        if self.active.iter().any(|a| a.epoch != a.decided_epoch) {
+            return true;
+        }
+        self.refresh_jobs(t);
+        let request = DecisionRequest {
+            now_s: t,
+            ..DecisionRequest::new(&self.config.cluster, &self.jobs, &self.config.settings)
+        };
+        self.policy
+            .next_change_s(&request)
+            .is_some_and(|at| at <= t)
+    }
+
+    /// What the policy sees of every job at `t`: its current allocation, history, gradient
+    /// statistics and remaining work.
+    fn refresh_jobs(&mut self, t: f64) {
+        let goodput = self.goodput;
+        for (a, job) in self.active.iter().zip(self.jobs.iter_mut()) {
+            job.current = a.run.as_ref().map(|r| CurrentAllocation {
+                gpus: r.gpus,
+                batch: r.batch,
+                age_s: t - a.spec.arrival_s,
+                restarts: a.starts.saturating_sub(1),
+            });
+            let batch = a.run.as_ref().map_or(job.requested.batch, |r| r.batch);
+            if let Some(eff) = &a.spec.efficiency {
+                job.efficiency = Some(JobEfficiency {
+                    noise: eff.noise(a.epoch, batch),
+                    init_batch: eff.init_batch(),
+                });
             }
-            SimPolicy::Tiresias => {
-                let threshold = self.config.tiresias.threshold_gpu_s;
-                (0..self.active.len()).any(|i| {
-                    self.advance(i, t);
-                    let a = &self.active[i];
-                    a.queue == 0 && a.gpu_s >= threshold
-                })
-            }
-            // Remaining iterations change as jobs progress: decide on every tick, as Pollux's
-            // simulator does.
-            SimPolicy::Optimus => !self.active.is_empty(),
+            job.remaining_work = Some(Arc::new(Remaining {
+                efficiency: a.spec.efficiency.clone().filter(|_| goodput),
+                progress: a.progress,
+                epoch: a.epoch,
+                total: a.total,
+            }));
         }
     }
 
@@ -467,62 +478,20 @@ impl<'w, 'o> Engine<'w, 'o> {
         self.dirty = false;
         for i in 0..self.active.len() {
             self.advance(i, t);
+            self.active[i].decided_epoch = self.active[i].epoch;
         }
-        for (a, job) in self.active.iter().zip(self.jobs.iter_mut()) {
-            job.current = a.run.as_ref().map(|r| CurrentAllocation {
-                gpus: r.gpus,
-                batch: r.batch,
-                age_s: t - a.spec.arrival_s,
-                restarts: a.starts.saturating_sub(1),
-            });
-            if let Some(eff) = &a.spec.efficiency {
-                let batch = a.run.as_ref().map_or(job.requested.batch, |r| r.batch);
-                job.efficiency = Some(JobEfficiency {
-                    noise: eff.noise(a.epoch, batch),
-                    init_batch: eff.init_batch(),
-                });
-            }
-        }
+        self.refresh_jobs(t);
         let clock = Instant::now();
-        let targets = match self.policy {
-            SimPolicy::Core(policy) => self.decide_core(policy),
-            SimPolicy::Tiresias => self.decide_tiresias(t),
-            SimPolicy::Optimus => self.decide_optimus(),
+        let request = DecisionRequest {
+            now_s: t,
+            ..DecisionRequest::new(&self.config.cluster, &self.jobs, &self.config.settings)
         };
+        let decision = self.policy.decide(&request);
         let spent = clock.elapsed().as_secs_f64();
         self.decisions += 1;
         self.optimizer_total_s += spent;
         self.optimizer_max_s = self.optimizer_max_s.max(spent);
-        self.apply(t, &targets)
-    }
-
-    fn decide_core(&mut self, policy: Policy) -> Vec<Target> {
-        let settings = &self.config.settings;
-        let cluster = &self.config.cluster;
-        let choice = policy.batch_choice(settings);
-        let restart = policy.restart_awareness(settings);
-        let mut tables = Vec::with_capacity(self.jobs.len());
-        for (a, job) in self.active.iter_mut().zip(&self.jobs) {
-            let batch = job.current.map_or(job.requested.batch, |c| c.batch);
-            match &mut a.table {
-                Some((table, epoch, b)) => {
-                    if (*epoch, *b) != (a.epoch, batch) {
-                        table.update_efficiency(job);
-                        (*epoch, *b) = (a.epoch, batch);
-                    }
-                }
-                None => {
-                    let table = OptionTable::build(job, cluster, settings.utility, choice);
-                    a.table = Some((table, a.epoch, batch));
-                }
-            }
-            if let Some((table, ..)) = &a.table {
-                tables.push(table.options(job, cluster, &restart));
-            }
-        }
-        let decision =
-            policy.decide_with_options(&mut self.solver, cluster, &self.jobs, &tables, settings);
-        decision
+        let targets: Vec<Target> = decision
             .jobs
             .iter()
             .map(|d| match d.state {
@@ -530,135 +499,8 @@ impl<'w, 'o> Engine<'w, 'o> {
                 JobState::Queued => Target::Wait,
                 JobState::Dropped => Target::Drop,
             })
-            .collect()
-    }
-
-    fn decide_tiresias(&mut self, t: f64) -> Vec<Target> {
-        let threshold = self.config.tiresias.threshold_gpu_s;
-        for a in &mut self.active {
-            if a.queue == 0 && a.gpu_s >= threshold {
-                a.queue = 1;
-                a.queue_since_s = t;
-            }
-        }
-        let mut order: Vec<usize> = (0..self.active.len()).collect();
-        // Stable: arrival order breaks ties.
-        order.sort_by(|&x, &y| {
-            let (a, b) = (&self.active[x], &self.active[y]);
-            a.queue
-                .cmp(&b.queue)
-                .then(a.queue_since_s.total_cmp(&b.queue_since_s))
-        });
-        let capacity = self.config.cluster.total_gpus();
-        let mut free = capacity;
-        let mut targets = vec![Target::Wait; self.active.len()];
-        for i in order {
-            let requested = self.jobs[i].requested;
-            if requested.gpus > capacity {
-                targets[i] = Target::Drop;
-            } else if requested.gpus <= free {
-                free -= requested.gpus;
-                targets[i] = Target::Run(requested.gpus, requested.batch);
-            }
-        }
-        targets
-    }
-
-    /// Optimus+Oracle (see [`SimPolicy::Optimus`]): fixed batch, fewest feasible GPUs per job in
-    /// arrival order, then greedy by the true step time saved times remaining iterations.
-    fn decide_optimus(&self) -> Vec<Target> {
-        let cluster = &self.config.cluster;
-        let capacity = cluster.total_gpus();
-        // Per job, its feasible GPU counts with the fixed batch and their step times, ascending.
-        let ladders: Vec<Vec<(GpuCount, f64)>> = self
-            .jobs
-            .iter()
-            .map(|job| {
-                let batch = job.requested.batch;
-                let cap = job
-                    .throughput
-                    .max_gpus()
-                    .map_or(capacity, |m| m.min(capacity));
-                job.gpus
-                    .counts(cap)
-                    .filter(|&g| job.batch_fits(g, batch))
-                    .filter_map(|g| {
-                        let nodes = cluster.min_nodes_for(g);
-                        let step = job.throughput.step_time_s(g, nodes, batch.div_ceil(g))?;
-                        (step.is_finite() && step > 0.0).then_some((g, step))
-                    })
-                    .collect()
-            })
             .collect();
-        let remaining: Vec<f64> = (0..self.jobs.len())
-            .map(|i| self.remaining_iterations(i, self.jobs[i].requested.batch))
-            .collect();
-        let mut free = capacity;
-        let mut level: Vec<Option<usize>> = vec![None; self.jobs.len()];
-        for (i, ladder) in ladders.iter().enumerate() {
-            if let Some(&(g, _)) = ladder.first() {
-                if g <= free {
-                    free -= g;
-                    level[i] = Some(0);
-                }
-            }
-        }
-        loop {
-            let mut best: Option<(f64, usize)> = None;
-            for (i, ladder) in ladders.iter().enumerate() {
-                let Some(k) = level[i] else { continue };
-                let (Some(&(g, step)), Some(&(next_g, next_step))) =
-                    (ladder.get(k), ladder.get(k + 1))
-                else {
-                    continue;
-                };
-                let gain = (step - next_step) * remaining[i];
-                if next_g - g <= free && gain > 0.0 && best.is_none_or(|(b, _)| gain > b) {
-                    best = Some((gain, i));
-                }
-            }
-            let Some((_, i)) = best else { break };
-            let k = level[i].unwrap_or(0);
-            free -= ladders[i][k + 1].0 - ladders[i][k].0;
-            level[i] = Some(k + 1);
-        }
-        level
-            .iter()
-            .zip(&ladders)
-            .zip(&self.jobs)
-            .map(|((lvl, ladder), job)| match lvl {
-                Some(k) => Target::Run(ladder[*k].0, job.requested.batch),
-                None if ladder.is_empty() => Target::Drop,
-                None => Target::Wait,
-            })
-            .collect()
-    }
-
-    /// Iterations job `i` has left at global batch `batch`: its remaining progress divided by
-    /// what one step at `batch` makes, epoch by epoch with goodput progress (Optimus's
-    /// `remaining`, which Pollux's artifact counts from the start of the current epoch).
-    fn remaining_iterations(&self, i: usize, batch: BatchSize) -> f64 {
-        let a = &self.active[i];
-        let b = f64::from(batch.max(1));
-        match (&a.spec.efficiency, self.goodput) {
-            (Some(eff), true) => {
-                let (mut progress, mut epoch, mut iterations) = (a.progress, a.epoch, 0.0);
-                loop {
-                    let boundary = self.next_boundary(a.spec, epoch, a.total);
-                    let e = eff
-                        .noise(epoch, batch)
-                        .efficiency(b, eff.init_batch())
-                        .max(1e-12);
-                    iterations += (boundary - progress).max(0.0) / (b * e);
-                    if boundary >= a.total {
-                        return iterations;
-                    }
-                    progress = progress.max(boundary);
-                    epoch += 1;
-                }
-            }
-            _ => (a.total - a.progress).max(0.0) / b,
-        }
+        self.apply(t, &targets)
     }
 
     /// Applies targets: drops, preemptions, (re)starts, placement.
@@ -679,6 +521,7 @@ impl<'w, 'o> Engine<'w, 'o> {
                     if let Some(run) = a.run.take() {
                         self.gpus_in_use -= run.gpus;
                         a.finish_at_s = f64::INFINITY;
+                        self.jobs[i].history.end_run(t);
                     }
                 }
             }
@@ -686,7 +529,7 @@ impl<'w, 'o> Engine<'w, 'o> {
         let over = || {
             SimError::Config(format!(
                 "policy {} asked for more GPUs than the cluster has at t = {t} s",
-                self.policy
+                self.info
             ))
         };
         let mut placed =
@@ -708,6 +551,7 @@ impl<'w, 'o> Engine<'w, 'o> {
                 self.gpus_in_use -= old.gpus;
             }
             self.gpus_in_use += gpus;
+            self.jobs[i].history.start_run(t, gpus);
             a.run = Some(Run {
                 gpus,
                 batch,
@@ -723,7 +567,7 @@ impl<'w, 'o> Engine<'w, 'o> {
         if self.gpus_in_use > self.config.cluster.total_gpus() {
             return Err(SimError::Config(format!(
                 "policy {} holds {} GPUs of {} at t = {t} s",
-                self.policy,
+                self.info,
                 self.gpus_in_use,
                 self.config.cluster.total_gpus()
             )));
@@ -809,7 +653,7 @@ impl<'w, 'o> Engine<'w, 'o> {
         let cluster = self.config.cluster;
         let makespan = self.makespan_s;
         let summary = Summary {
-            policy: self.policy.name().to_string(),
+            policy: self.info.name.to_string(),
             workload: self.workload.name.clone(),
             jobs: self.workload.jobs.len(),
             completed: jcts.len(),
@@ -852,5 +696,49 @@ impl<'w, 'o> Engine<'w, 'o> {
             jcts_s: jcts,
             timeline: self.timeline,
         }
+    }
+}
+
+/// A simulated job's remaining work as steps at a batch: its remaining progress over what one
+/// step makes, epoch by epoch with goodput progress (what Optimus's oracle knows; Pollux's
+/// artifact counts it from the start of the current epoch).
+#[derive(Debug)]
+struct Remaining {
+    /// The job's training curve, with goodput progress.
+    efficiency: Option<Arc<EfficiencyModel>>,
+    progress: f64,
+    epoch: usize,
+    total: f64,
+}
+
+impl RemainingWork for Remaining {
+    fn steps_at(&self, batch: BatchSize) -> f64 {
+        let b = f64::from(batch.max(1));
+        let Some(eff) = &self.efficiency else {
+            return (self.total - self.progress).max(0.0) / b;
+        };
+        let (mut progress, mut epoch, mut steps) = (self.progress, self.epoch, 0.0);
+        loop {
+            let boundary = epoch_boundary(eff, epoch, self.total);
+            let e = eff
+                .noise(epoch, batch)
+                .efficiency(b, eff.init_batch())
+                .max(1e-12);
+            steps += (boundary - progress).max(0.0) / (b * e);
+            if boundary >= self.total {
+                return steps;
+            }
+            progress = progress.max(boundary);
+            epoch += 1;
+        }
+    }
+}
+
+/// Where epoch `epoch` of a job with training curve `eff` and progress target `total` ends.
+fn epoch_boundary(eff: &EfficiencyModel, epoch: usize, total: f64) -> f64 {
+    if epoch + 1 < eff.epochs() {
+        (eff.epoch_end_progress(epoch) * f64::from(eff.init_batch())).min(total)
+    } else {
+        total
     }
 }

@@ -10,7 +10,9 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
 
-use crate::config::{SimConfig, SimPolicy};
+use dlscale_core::PolicyInfo;
+
+use crate::config::SimConfig;
 use crate::engine::{simulate, SimResult};
 use crate::error::{Result, SimError};
 use crate::metrics::{CsvJobWriter, Summary, WithProgress};
@@ -22,9 +24,9 @@ use crate::workload::Workload;
 pub fn run_to_dir(
     workload: &Workload,
     config: &SimConfig,
-    policies: &[SimPolicy],
+    policies: &[PolicyInfo],
     dir: &Path,
-    on_progress: &mut dyn FnMut(SimPolicy, usize, usize, f64),
+    on_progress: &mut dyn FnMut(PolicyInfo, usize, usize, f64),
 ) -> Result<Vec<SimResult>> {
     if policies.is_empty() {
         return Err(SimError::Config("no policy to simulate".into()));
@@ -34,7 +36,7 @@ pub fn run_to_dir(
         let sub = if policies.len() == 1 {
             dir.to_path_buf()
         } else {
-            dir.join(policy.name())
+            dir.join(policy.name)
         };
         std::fs::create_dir_all(&sub).map_err(|e| SimError::io(&sub, e))?;
         let path = sub.join("jobs.csv");

@@ -7,9 +7,12 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use dlscale_core::{Admission, Cluster, Policy, RestartAwareness, Settings, Utility};
+use dlscale_core::allocator::{ELASTIC_BATCH, ELASTIC_GPU, OPTIMUS, STATIC, TIRESIAS};
+use dlscale_core::{
+    Admission, Cluster, PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility,
+};
 
-use crate::config::{ProgressMode, SimConfig, SimPolicy, TiresiasSettings};
+use crate::config::{ProgressMode, SimConfig};
 use crate::engine::simulate;
 use crate::error::{Result, SimError};
 use crate::metrics::{JobRecord, Outcome, SimObserver, Summary};
@@ -171,7 +174,7 @@ pub fn reproduce_paper(
         ));
     }
     std::fs::create_dir_all(out_dir).map_err(|e| SimError::io(out_dir, e))?;
-    let policies = [Policy::ElasticBatch, Policy::ElasticGpu, Policy::Static];
+    let policies = [ELASTIC_BATCH, ELASTIC_GPU, STATIC];
     let variants = ablation_variants(options);
     let ablation_runs = variants.len() * options.ablation_rates.len() * 2;
     let total = options.rates_per_h.len() * policies.len() + ablation_runs;
@@ -207,7 +210,7 @@ pub fn reproduce_paper(
             row.points.push(sweep_point(
                 &opts,
                 0,
-                &[Policy::ElasticBatch, Policy::ElasticGpu],
+                &[ELASTIC_BATCH, ELASTIC_GPU],
                 &mut || {
                     done += 1;
                     on_progress(done, total);
@@ -245,7 +248,7 @@ pub fn reproduce_paper(
             .iter()
             .enumerate()
             .map(|(p, policy)| Series {
-                label: policy.name().to_string(),
+                label: policy.name.to_string(),
                 points: points
                     .iter()
                     .map(|pt| (pt.rate_per_h, value(&pt.summaries[p])))
@@ -333,7 +336,7 @@ fn ablation_variants(options: &PaperOptions) -> Vec<(String, PaperOptions)> {
 fn sweep_point(
     options: &PaperOptions,
     k: usize,
-    policies: &[Policy],
+    policies: &[PolicyInfo],
     tick: &mut dyn FnMut(),
 ) -> Result<SweepPoint> {
     let config = options.sim_config();
@@ -343,9 +346,9 @@ fn sweep_point(
     let mut jcts = Vec::new();
     for &policy in policies {
         let mut collector = SweepCollector::default();
-        let result = simulate(&workload, &config, SimPolicy::Core(policy), &mut collector)?;
+        let result = simulate(&workload, &config, policy, &mut collector)?;
         summaries.push(result.summary);
-        dropped_by_model.insert(policy.name().to_string(), collector.dropped_by_model);
+        dropped_by_model.insert(policy.name.to_string(), collector.dropped_by_model);
         jcts.push(collector.jct_by_id);
         tick();
     }
@@ -699,7 +702,7 @@ struct PolluxVariant {
     published_s: Option<f64>,
     published_as: &'static str,
     part: PolluxPart,
-    policy: SimPolicy,
+    policy: PolicyInfo,
     config: SimConfig,
     rules: ArtifactRules,
 }
@@ -708,8 +711,8 @@ struct PolluxVariant {
 fn pollux_variants() -> Vec<PolluxVariant> {
     let base = pollux_config();
     let artifact_tiresias = SimConfig {
-        tiresias: TiresiasSettings {
-            threshold_gpu_s: 57_600.0,
+        policy_options: PolicyOptions {
+            tiresias_threshold_gpu_s: 57_600.0,
         },
         ..base.clone()
     };
@@ -767,13 +770,13 @@ fn pollux_variants() -> Vec<PolluxVariant> {
         config,
         rules,
     };
-    let gpu = SimPolicy::Core(Policy::ElasticGpu);
+    let gpu = ELASTIC_GPU;
     vec![
         main(
             "elastic-batch (fair p=-1, restart-aware, min gain 5 %)",
             Some(2751.0),
             "Pollux",
-            SimPolicy::Core(Policy::ElasticBatch),
+            ELASTIC_BATCH,
             base.clone(),
         ),
         PolluxVariant {
@@ -781,7 +784,7 @@ fn pollux_variants() -> Vec<PolluxVariant> {
             published_s: Some(5682.0),
             published_as: "Optimus+Oracle",
             part: PolluxPart::Main,
-            policy: SimPolicy::Optimus,
+            policy: OPTIMUS,
             config: base.clone(),
             rules: artifact,
         },
@@ -796,21 +799,21 @@ fn pollux_variants() -> Vec<PolluxVariant> {
             "tiresias (threshold 57,600 GPU-s, Pollux's artifact)",
             Some(4038.0),
             "Tiresias",
-            SimPolicy::Tiresias,
+            TIRESIAS,
             artifact_tiresias.clone(),
         ),
         main(
             "tiresias (threshold 3,200 GPU-s)",
             Some(4038.0),
             "Tiresias",
-            SimPolicy::Tiresias,
+            TIRESIAS,
             base.clone(),
         ),
         main(
             "static (FIFO with backfill)",
             None,
             "",
-            SimPolicy::Core(Policy::Static),
+            STATIC,
             base.clone(),
         ),
         why("elastic-gpu + accumulation", gpu, base.clone(), accum),
@@ -828,25 +831,25 @@ fn pollux_variants() -> Vec<PolluxVariant> {
         ),
         why(
             "optimus (greedy, oracle), no accumulation",
-            SimPolicy::Optimus,
+            OPTIMUS,
             base.clone(),
             none,
         ),
         why(
             "optimus + accumulation (ncf free to scale)",
-            SimPolicy::Optimus,
+            OPTIMUS,
             base.clone(),
             accum,
         ),
         why(
             "optimus+oracle row, no defragmenting repack",
-            SimPolicy::Optimus,
+            OPTIMUS,
             no_defrag(&base),
             artifact,
         ),
         why(
             "elastic-batch + ncf on 1 GPU",
-            SimPolicy::Core(Policy::ElasticBatch),
+            ELASTIC_BATCH,
             base.clone(),
             ArtifactRules {
                 ncf_one_gpu: true,
@@ -855,7 +858,7 @@ fn pollux_variants() -> Vec<PolluxVariant> {
         ),
         why(
             "optimus + all four artifact rules (+ yolov3 at 8 per GPU, 1-GPU split)",
-            SimPolicy::Optimus,
+            OPTIMUS,
             base.clone(),
             artifact_all,
         ),
@@ -867,25 +870,25 @@ fn pollux_variants() -> Vec<PolluxVariant> {
         ),
         why(
             "elastic-batch + all four artifact rules",
-            SimPolicy::Core(Policy::ElasticBatch),
+            ELASTIC_BATCH,
             base.clone(),
             artifact_all,
         ),
         why(
             "tiresias (57,600 GPU-s) + yolov3 at 8 per GPU",
-            SimPolicy::Tiresias,
+            TIRESIAS,
             artifact_tiresias.clone(),
             yolo8,
         ),
         why(
             "tiresias (57,600 GPU-s) + yolov3 at 8 per GPU + 1-GPU split",
-            SimPolicy::Tiresias,
+            TIRESIAS,
             artifact_tiresias.clone(),
             yolo8_split,
         ),
         why(
             "tiresias (57,600 GPU-s), no defragmenting repack",
-            SimPolicy::Tiresias,
+            TIRESIAS,
             no_defrag(&artifact_tiresias),
             none,
         ),
@@ -1133,7 +1136,7 @@ const POLLUX_DISCUSSION: &str = "## How this simulator differs from Pollux's
   over the 8 workloads (its README's 3,470 s is workload 6 alone). With 3,200 GPU-s almost every
   job is demoted within its first hour, so long jobs preempt each other in FIFO order of demotion
   and the low queue behaves like FIFO with restarts: much worse.
-- The Optimus+Oracle row is the artifact's baseline re-implemented (`SimPolicy::Optimus` with
+- The Optimus+Oracle row is the artifact's baseline re-implemented (the `optimus` policy with
   gradient accumulation and ncf on one GPU, both part of that baseline's definition; see below).
   elastic-gpu is dlscale's own fixed-batch baseline (the exact DP over the same fair goodput as
   elastic-batch, a fixed batch must fit GPU memory): it has no published counterpart.
@@ -1163,7 +1166,7 @@ What Pollux's artifact (branch `osdi21-artifact`, `simulator/`) runs as **Optimu
 - no restart awareness: a changed GPU count restarts the job (30 s), every 60 s round; new jobs
   go to the nodes with the most free GPUs, others never move.
 
-`SimPolicy::Optimus` re-implements this allocation, and the workload rules are options
+The `optimus` policy re-implements this allocation, and the workload rules are options
 (`ArtifactRules`: `with_fixed_batch_accumulation`, `with_gpu_cap`, `with_memory_cap`,
 `with_single_gpu_split` in `workload.rs`). Measured (same settings as the table above):
 

@@ -525,6 +525,9 @@ pub fn model_job(
         remaining_samples: None,
         weight: 1.0,
         current: None,
+        history: Default::default(),
+        hold: Default::default(),
+        remaining_work: None,
     };
     job.validate().map_err(|e| e.to_string())?;
     Ok((job, Some(efficiency)))

@@ -1,6 +1,7 @@
 //! Pollux's artifact rules for its baselines: accumulation below the memory minimum, the
 //! one-GPU split, GPU and memory caps, and the Optimus policy.
 
+use dlscale_core::allocator::{ELASTIC_GPU, OPTIMUS};
 use dlscale_core::options::{job_options, BatchChoice, RestartAwareness};
 use dlscale_core::{profiles, Cluster, Utility};
 use dlscale_sim::metrics::{JobRecord, SimObserver};
@@ -8,7 +9,7 @@ use dlscale_sim::workload::{
     model_job, with_fixed_batch_accumulation, with_gpu_cap, with_memory_cap, with_single_gpu_split,
     SimJob, Work,
 };
-use dlscale_sim::{simulate, Outcome, SimConfig, SimPolicy, Workload};
+use dlscale_sim::{simulate, Outcome, SimConfig, Workload};
 
 #[derive(Default)]
 struct Collect(Vec<JobRecord>);
@@ -79,10 +80,7 @@ fn optimus_runs_a_fixed_batch_below_its_memory_minimum_only_with_accumulation() 
         cluster: Cluster::new(1, 2).unwrap(),
         ..SimConfig::default()
     };
-    for policy in [
-        SimPolicy::Optimus,
-        SimPolicy::Core(dlscale_core::Policy::ElasticGpu),
-    ] {
+    for policy in [OPTIMUS, ELASTIC_GPU] {
         let mut out = Collect::default();
         simulate(&workload, &cfg, policy, &mut out).unwrap();
         assert_ne!(out.0[0].outcome, Outcome::Completed, "{policy}");
@@ -113,7 +111,7 @@ fn optimus_gives_the_spare_gpus_to_the_job_that_saves_the_most_time() {
         ..SimConfig::default()
     };
     let mut out = Collect::default();
-    simulate(&w, &cfg, SimPolicy::Optimus, &mut out).unwrap();
+    simulate(&w, &cfg, OPTIMUS, &mut out).unwrap();
     let first = out.0.iter().find(|r| r.id == "a").unwrap();
     assert_eq!(first.outcome, Outcome::Completed);
     // The short job never got more than one GPU while the long one ran.

@@ -4,12 +4,11 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 
-use dlscale_core::{Admission, Cluster, Policy, Settings};
+use dlscale_core::allocator::{STATIC, TIRESIAS};
+use dlscale_core::{Admission, Cluster, PolicyInfo, PolicyOptions, Settings, REGISTRY};
 use dlscale_sim::metrics::{JobRecord, SimObserver};
 use dlscale_sim::workload::{generate, model_job, GeneratorSpec, SimJob, Work};
-use dlscale_sim::{
-    simulate, CsvJobWriter, Outcome, ProgressMode, SimConfig, SimPolicy, TiresiasSettings, Workload,
-};
+use dlscale_sim::{simulate, CsvJobWriter, Outcome, ProgressMode, SimConfig, Workload};
 
 #[derive(Default)]
 struct Collect(Vec<JobRecord>);
@@ -43,7 +42,7 @@ fn config(nodes: u32, per_node: u32) -> SimConfig {
 #[test]
 fn a_lone_job_takes_its_duration_plus_one_restart_delay() {
     let workload = Workload::new("one", vec![job("a", "cifar10", 4, 512, 100.0, 1000.0)], 0);
-    for policy in SimPolicy::ALL {
+    for &policy in REGISTRY {
         for delay in [0.0, 30.0] {
             let mut cfg = config(1, 4);
             cfg.restart_delay_s = delay;
@@ -52,10 +51,7 @@ fn a_lone_job_takes_its_duration_plus_one_restart_delay() {
             let r = &out.0[0];
             assert_eq!(r.outcome, Outcome::Completed);
             assert_eq!(r.start_s, Some(100.0));
-            if matches!(
-                policy,
-                SimPolicy::Core(Policy::Static) | SimPolicy::Tiresias
-            ) {
+            if [STATIC, TIRESIAS].contains(&policy) {
                 // As asked: exactly the trace duration after the restart delay.
                 assert!(
                     (r.jct_s.unwrap() - (1000.0 + delay)).abs() < 1e-6,
@@ -77,7 +73,7 @@ fn the_per_model_restart_delay_applies() {
     let mut cfg = config(1, 4);
     cfg.restart_delay_by_model_s.insert("cifar10".into(), 90.0);
     let mut out = Collect::default();
-    simulate(&workload, &cfg, SimPolicy::Core(Policy::Static), &mut out).unwrap();
+    simulate(&workload, &cfg, STATIC, &mut out).unwrap();
     assert!((out.0[0].jct_s.unwrap() - 1090.0).abs() < 1e-6);
 }
 
@@ -95,14 +91,14 @@ fn tiresias_preempts_demoted_jobs_and_they_pay_the_restart_again() {
     );
     let cfg = SimConfig {
         interval_s: Some(300.0),
-        tiresias: TiresiasSettings {
-            threshold_gpu_s: 600.0,
+        policy_options: PolicyOptions {
+            tiresias_threshold_gpu_s: 600.0,
         },
         restart_delay_s: 10.0,
         ..config(1, 4)
     };
     let mut out = Collect::default();
-    simulate(&workload, &cfg, SimPolicy::Tiresias, &mut out).unwrap();
+    simulate(&workload, &cfg, TIRESIAS, &mut out).unwrap();
     let short = out.0.iter().find(|r| r.id == "short").unwrap();
     let long = out.0.iter().find(|r| r.id == "long").unwrap();
     // `short` starts at its arrival event (200 s): long is demoted (800 GPU-s ≥ 600).
@@ -125,13 +121,11 @@ fn admit_or_drop_drops_what_does_not_fit_and_queue_waits() {
     let workload = Workload::new("w", jobs, 0);
     let mut cfg = config(2, 4);
     cfg.settings.admission = Admission::Drop;
-    let s = simulate(&workload, &cfg, SimPolicy::Core(Policy::Static), &mut ())
-        .unwrap()
-        .summary;
+    let s = simulate(&workload, &cfg, STATIC, &mut ()).unwrap().summary;
     assert_eq!((s.completed, s.dropped), (1, 1));
     cfg.settings.admission = Admission::Queue;
     let mut out = Collect::default();
-    simulate(&workload, &cfg, SimPolicy::Core(Policy::Static), &mut out).unwrap();
+    simulate(&workload, &cfg, STATIC, &mut out).unwrap();
     let b = out.0.iter().find(|r| r.id == "b").unwrap();
     assert_eq!(b.outcome, Outcome::Completed);
     assert!(
@@ -140,7 +134,7 @@ fn admit_or_drop_drops_what_does_not_fit_and_queue_waits() {
     );
 }
 
-fn run_csv(workload: &Workload, cfg: &SimConfig, policy: SimPolicy) -> (Vec<u8>, String) {
+fn run_csv(workload: &Workload, cfg: &SimConfig, policy: PolicyInfo) -> (Vec<u8>, String) {
     let mut writer = CsvJobWriter::new(Vec::new(), "mem");
     let result = simulate(workload, cfg, policy, &mut writer).unwrap();
     let mut summary = result.summary;
@@ -157,7 +151,7 @@ fn run_csv(workload: &Workload, cfg: &SimConfig, policy: SimPolicy) -> (Vec<u8>,
 fn same_seed_same_results() {
     let workload = dlscale_sim::workload::bundled_pollux_workload(3).unwrap();
     let cfg = dlscale_sim::reproduce::pollux_config();
-    for policy in SimPolicy::ALL {
+    for &policy in REGISTRY {
         let a = run_csv(&workload, &cfg, policy);
         let b = run_csv(&workload, &cfg, policy);
         assert_eq!(a, b, "{policy}");
@@ -196,7 +190,7 @@ proptest! {
             },
             ..SimConfig::default()
         };
-        let policy = SimPolicy::ALL[policy];
+        let policy = REGISTRY[policy];
         let mut out = Collect::default();
         let result = simulate(&workload, &cfg, policy, &mut out).unwrap();
         let s = &result.summary;

@@ -1,8 +1,8 @@
 //! Output layout and contents of `run_to_dir`.
 
-use dlscale_core::Policy;
+use dlscale_core::allocator::{ELASTIC_BATCH, TIRESIAS};
 use dlscale_sim::workload::bundled_pollux_workload;
-use dlscale_sim::{run_to_dir, SimConfig, SimPolicy};
+use dlscale_sim::{run_to_dir, SimConfig};
 
 #[test]
 fn one_policy_writes_into_the_directory_several_into_subdirectories() {
@@ -14,7 +14,7 @@ fn one_policy_writes_into_the_directory_several_into_subdirectories() {
     run_to_dir(
         &workload,
         &config,
-        &[SimPolicy::Core(Policy::ElasticBatch)],
+        &[ELASTIC_BATCH],
         &single,
         &mut |_, done, total, _| {
             calls += 1;
@@ -52,7 +52,7 @@ fn one_policy_writes_into_the_directory_several_into_subdirectories() {
     }
 
     let several = dir.path().join("several");
-    let policies = [SimPolicy::Core(Policy::ElasticBatch), SimPolicy::Tiresias];
+    let policies = [ELASTIC_BATCH, TIRESIAS];
     let results = run_to_dir(
         &workload,
         &config,

@@ -1,65 +1,243 @@
 //! The paper's optimizer and its baseline: an exact knapsack over per-job value tables. They
 //! differ only in how the batch is chosen inside each value table.
+//!
+//! Value tables are kept between decisions, per job: a table is rebuilt only when what it was
+//! built from changes (the model, the ranges, the utility), and refreshed cheaply when only the
+//! job's gradient statistics changed. A repeated caller (the simulator, the service) thus pays
+//! for throughput-model evaluations once per job and model, not once per decision.
 
-use std::sync::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::knapsack::{KnapsackItem, KnapsackSolver};
-use super::{admit, Allocator, Decision, JobDecision, JobState, Policy, Settings};
+use super::{
+    admit, Decision, DecisionRequest, JobDecision, JobState, Policy, PolicyInfo, Settings,
+};
 use crate::cluster::Cluster;
-use crate::job::Job;
-use crate::options::ConfigOption;
+use crate::job::{BatchRange, GpuRange, Hold, Job, JobEfficiency, Requested};
+use crate::options::{job_options, BatchChoice, ConfigOption, OptionTable, RestartAwareness};
+use crate::throughput::ThroughputModel;
+use crate::utility::Utility;
+use crate::GpuCount;
+
+/// [`ElasticBatch`] in the registry.
+pub const ELASTIC_BATCH: PolicyInfo = PolicyInfo {
+    name: "elastic-batch",
+    about: "GPUs and batch size both adapt: the exact knapsack over each job's best batch per GPU count (the paper's optimizer)",
+    build: |_| Box::new(ElasticBatch::default()),
+};
+
+/// [`ElasticGpu`] in the registry.
+pub const ELASTIC_GPU: PolicyInfo = PolicyInfo {
+    name: "elastic-gpu",
+    about: "GPUs adapt, the batch stays at the user's (the paper's baseline)",
+    build: |_| Box::new(ElasticGpu::default()),
+};
 
 /// GPUs and batch size both adapt: each job's value at g GPUs is its best over feasible batches
 /// (the paper's elastic-batch optimizer).
 #[derive(Debug, Default)]
-pub struct ElasticBatch {
-    solver: Mutex<KnapsackSolver>,
-}
+pub struct ElasticBatch(Knapsack);
 
 /// GPUs adapt, the batch stays at the user's value (the paper's elastic-gpu baseline).
 #[derive(Debug, Default)]
-pub struct ElasticGpu {
-    solver: Mutex<KnapsackSolver>,
-}
+pub struct ElasticGpu(Knapsack);
 
-impl Allocator for ElasticBatch {
+impl Policy for ElasticBatch {
+    fn next_change_s(&self, request: &DecisionRequest<'_>) -> Option<f64> {
+        ages_matter(request)
+    }
+
     fn name(&self) -> &'static str {
         "elastic-batch"
     }
 
-    fn allocate(&self, cluster: &Cluster, jobs: &[Job], settings: &Settings) -> Decision {
-        allocate_knapsack(&self.solver, Policy::ElasticBatch, cluster, jobs, settings)
+    fn decide(&mut self, request: &DecisionRequest<'_>) -> Decision {
+        let choice = BatchChoice::Free {
+            max_candidates: request.settings.batch_candidates,
+        };
+        self.0.decide(request, choice)
+    }
+
+    fn feasible_counts(&self, job: &Job, cluster: &Cluster) -> Vec<GpuCount> {
+        counts(job, cluster, BatchChoice::Free { max_candidates: 2 })
+    }
+
+    fn forget(&mut self, id: &str) {
+        self.0.tables.remove(id);
     }
 }
 
-impl Allocator for ElasticGpu {
+impl Policy for ElasticGpu {
+    fn next_change_s(&self, request: &DecisionRequest<'_>) -> Option<f64> {
+        ages_matter(request)
+    }
+
     fn name(&self) -> &'static str {
         "elastic-gpu"
     }
 
-    fn allocate(&self, cluster: &Cluster, jobs: &[Job], settings: &Settings) -> Decision {
-        allocate_knapsack(&self.solver, Policy::ElasticGpu, cluster, jobs, settings)
+    fn decide(&mut self, request: &DecisionRequest<'_>) -> Decision {
+        self.0.decide(request, BatchChoice::Fixed)
+    }
+
+    fn feasible_counts(&self, job: &Job, cluster: &Cluster) -> Vec<GpuCount> {
+        counts(job, cluster, BatchChoice::Fixed)
+    }
+
+    fn forget(&mut self, id: &str) {
+        self.0.tables.remove(id);
     }
 }
 
-fn allocate_knapsack(
-    solver: &Mutex<KnapsackSolver>,
-    policy: Policy,
-    cluster: &Cluster,
-    jobs: &[Job],
-    settings: &Settings,
-) -> Decision {
-    let tables = policy.value_tables(cluster, jobs, settings);
-    // A poisoned lock only means another thread panicked mid-solve; the buffers are rebuilt
-    // from scratch on every solve, so they are safe to reuse.
-    let mut solver = solver.lock().unwrap_or_else(|e| e.into_inner());
-    decide_knapsack(&mut solver, cluster, jobs, &tables, settings)
+/// With a restart penalty, running jobs' values change as they age: every decision may differ.
+fn ages_matter(request: &DecisionRequest<'_>) -> Option<f64> {
+    (request.settings.restart.cost_s > 0.0 && request.jobs.iter().any(|j| j.current.is_some()))
+        .then_some(request.now_s)
 }
 
-/// The knapsack decision over given value tables (one per job, ascending in GPUs).
+/// The GPU counts at which `job` has a feasible configuration under `choice`.
+pub(super) fn counts(job: &Job, cluster: &Cluster, choice: BatchChoice) -> Vec<GpuCount> {
+    let mut idle = job.clone();
+    idle.current = None;
+    job_options(
+        &idle,
+        cluster,
+        Utility::Throughput,
+        choice,
+        &RestartAwareness::default(),
+    )
+    .iter()
+    .map(|o| o.gpus)
+    .collect()
+}
+
+/// The knapsack, its buffers and the value tables kept per job id.
+#[derive(Debug, Default)]
+struct Knapsack {
+    solver: KnapsackSolver,
+    tables: TableCache,
+}
+
+/// Value tables kept per job id between decisions.
+#[derive(Debug, Default)]
+pub(super) struct TableCache(BTreeMap<String, Kept>);
+
+/// A value table and what it was built from.
+#[derive(Debug)]
+struct Kept {
+    /// Held so that its allocation (compared by address) cannot be reused by another model.
+    model: Arc<dyn ThroughputModel>,
+    key: TableKey,
+    efficiency: Option<JobEfficiency>,
+    table: OptionTable,
+}
+
+/// Everything besides the model and the gradient statistics that a table depends on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct TableKey {
+    batch: BatchRange,
+    max_local_batch: u32,
+    gpus: GpuRange,
+    requested: Requested,
+    weight: f64,
+    utility: Utility,
+    choice: BatchChoice,
+    cluster: Cluster,
+}
+
+impl Knapsack {
+    fn decide(&mut self, request: &DecisionRequest<'_>, choice: BatchChoice) -> Decision {
+        let settings = request.settings;
+        let tables: Vec<Vec<ConfigOption>> = request
+            .jobs
+            .iter()
+            .map(|job| {
+                let table = self
+                    .tables
+                    .table(job, request.cluster, settings.utility, choice);
+                let restart = &settings.restart;
+                let mut options = match (job.hold, job.current) {
+                    (Hold::Keep, Some(_)) => table
+                        .current_option(job, request.cluster, restart)
+                        .into_iter()
+                        .collect(),
+                    (Hold::ShrinkOnly, Some(c)) => {
+                        let mut options: Vec<ConfigOption> = table
+                            .options(job, request.cluster, restart)
+                            .into_iter()
+                            .filter(|o| o.gpus < c.gpus)
+                            .collect();
+                        options.extend(table.current_option(job, request.cluster, restart));
+                        options
+                    }
+                    _ => table.options(job, request.cluster, restart),
+                };
+                options.retain(|o| request.allows(job, o.gpus));
+                options
+            })
+            .collect();
+        decide_knapsack(
+            &mut self.solver,
+            request.capacity,
+            request.jobs,
+            &tables,
+            settings,
+        )
+    }
+}
+
+impl TableCache {
+    /// Forgets the table of `id`.
+    pub(super) fn remove(&mut self, id: &str) {
+        self.0.remove(id);
+    }
+
+    /// The kept table of `job`, rebuilt or refreshed when what it depends on changed.
+    pub(super) fn table(
+        &mut self,
+        job: &Job,
+        cluster: &Cluster,
+        utility: Utility,
+        choice: BatchChoice,
+    ) -> &OptionTable {
+        let key = TableKey {
+            batch: job.batch,
+            max_local_batch: job.max_local_batch,
+            gpus: job.gpus,
+            requested: job.requested,
+            weight: job.weight,
+            utility,
+            choice,
+            cluster: *cluster,
+        };
+        let fresh = |job: &Job| Kept {
+            model: Arc::clone(&job.throughput),
+            key,
+            efficiency: job.efficiency,
+            table: OptionTable::build(job, cluster, utility, choice),
+        };
+        let kept = self
+            .0
+            .entry(job.id.clone())
+            .and_modify(|kept| {
+                if !Arc::ptr_eq(&kept.model, &job.throughput) || kept.key != key {
+                    *kept = fresh(job);
+                } else if kept.efficiency != job.efficiency {
+                    kept.table.update_efficiency(job);
+                    kept.efficiency = job.efficiency;
+                }
+            })
+            .or_insert_with(|| fresh(job));
+        &kept.table
+    }
+}
+
+/// The knapsack decision over given value tables (one per job, ascending in GPUs), on
+/// `capacity` GPUs.
 pub(super) fn decide_knapsack(
     solver: &mut KnapsackSolver,
-    cluster: &Cluster,
+    capacity: GpuCount,
     jobs: &[Job],
     tables: &[Vec<ConfigOption>],
     settings: &Settings,
@@ -67,7 +245,7 @@ pub(super) fn decide_knapsack(
     let states = admit(
         jobs,
         |i| tables[i].first().map(|o| o.gpus),
-        cluster.total_gpus(),
+        capacity,
         settings,
     );
     let admitted: Vec<usize> = (0..jobs.len())
@@ -78,7 +256,7 @@ pub(super) fn decide_knapsack(
         .map(|&i| tables[i].iter().map(KnapsackItem::from).collect())
         .collect();
     let solution = solver
-        .solve(&items, cluster.total_gpus())
+        .solve(&items, capacity)
         .expect("admission keeps the admitted minimums within capacity");
     let mut decisions: Vec<JobDecision> = jobs
         .iter()

@@ -1,25 +1,30 @@
-//! Allocators: given the cluster and the jobs, decide for every job whether it runs, on how many
-//! GPUs and with which batch size. All policies implement [`Allocator`]; adding one means adding a
-//! file here and a line in [`Policy`].
+//! Policies: given the cluster and the jobs, decide for every job whether it runs, on how many
+//! GPUs and with which batch size. Every policy implements [`Policy`] and has one line in
+//! [`REGISTRY`]: adding one is a file here and that line. The same policies decide in `dlscale
+//! optimize`, in the simulator and in the service.
 
 mod elastic;
 pub mod knapsack;
+mod optimus;
 mod static_fifo;
+mod tiresias;
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-pub use elastic::{ElasticBatch, ElasticGpu};
-pub use static_fifo::StaticFifo;
+pub use elastic::{ElasticBatch, ElasticGpu, ELASTIC_BATCH, ELASTIC_GPU};
+pub use optimus::{Optimus, OPTIMUS};
+pub use static_fifo::{StaticFifo, STATIC};
+pub use tiresias::{Tiresias, TIRESIAS};
 
 use crate::cluster::Cluster;
 use crate::job::Job;
-use crate::options::{job_options, BatchChoice, ConfigOption, RestartAwareness};
+use crate::options::{ConfigOption, RestartAwareness};
+use crate::throughput::throughput_samples_per_s;
 use crate::utility::Utility;
 use crate::{BatchSize, GpuCount};
-use knapsack::KnapsackSolver;
 
 /// What happens to a job whose minimum does not fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -118,6 +123,23 @@ impl JobDecision {
         }
     }
 
+    /// `job` running on `gpus` GPUs at global batch `batch`, consolidated on `cluster`, for
+    /// policies that do not value options (utility 0); `None` when its model cannot run so.
+    fn at(job: &Job, cluster: &Cluster, gpus: GpuCount, batch: BatchSize) -> Option<Self> {
+        let nodes = cluster.min_nodes_for(gpus);
+        let throughput = throughput_samples_per_s(job.throughput.as_ref(), gpus, nodes, batch)?;
+        Some(JobDecision {
+            id: job.id.clone(),
+            state: JobState::Running,
+            gpus,
+            nodes,
+            batch_size: batch,
+            local_batch_size: batch.div_ceil(gpus),
+            throughput_samples_per_s: throughput,
+            utility: 0.0,
+        })
+    }
+
     fn idle(id: &str, state: JobState) -> Self {
         JobDecision {
             id: id.to_string(),
@@ -148,125 +170,147 @@ impl Decision {
     }
 }
 
-/// A scheduling policy. Implementations are deterministic: the same input gives the same output.
-pub trait Allocator: fmt::Debug + Send + Sync {
-    /// Short name, as on the command line.
+/// What a policy decides from: the cluster, the jobs (in arrival order, running ones with their
+/// [`Job::current`] allocation and [`Job::hold`]) and the shared settings.
+#[derive(Debug, Clone, Copy)]
+pub struct DecisionRequest<'a> {
+    /// Now, on the caller's clock (seconds), for policies that look at jobs' histories.
+    pub now_s: f64,
+    /// The cluster the throughput models see (node counts follow from it).
+    pub cluster: &'a Cluster,
+    /// GPUs that may be handed out (at most the cluster's; fewer when some are unusable).
+    pub capacity: GpuCount,
+    /// The jobs, in arrival order.
+    pub jobs: &'a [Job],
+    /// Shared settings.
+    pub settings: &'a Settings,
+    /// GPU counts the placement's shape rule can place: `allowed[g]`; `None`: every count. A
+    /// running job's own count is always allowed (it is placed already).
+    pub allowed_counts: Option<&'a [bool]>,
+}
+
+impl<'a> DecisionRequest<'a> {
+    /// A request over the whole of `cluster`, every GPU count allowed, at time 0.
+    pub fn new(cluster: &'a Cluster, jobs: &'a [Job], settings: &'a Settings) -> Self {
+        DecisionRequest {
+            now_s: 0.0,
+            cluster,
+            capacity: cluster.total_gpus(),
+            jobs,
+            settings,
+            allowed_counts: None,
+        }
+    }
+
+    /// Whether `job` may be given `gpus` GPUs under the shape rule.
+    pub fn allows(&self, job: &Job, gpus: GpuCount) -> bool {
+        job.current.is_some_and(|c| c.gpus == gpus)
+            || self
+                .allowed_counts
+                .is_none_or(|a| a.get(gpus as usize).copied().unwrap_or(false))
+    }
+}
+
+/// A scheduling policy. Implementations are deterministic: the same request gives the same
+/// decision (what they cache between calls is derived from their inputs only).
+pub trait Policy: fmt::Debug + Send {
+    /// Its name, as in [`REGISTRY`].
     fn name(&self) -> &'static str;
 
-    /// Decides for every job. Jobs with a [`Job::current`] allocation are served first, then
-    /// the others in slice order (the caller puts them in arrival order).
-    fn allocate(&self, cluster: &Cluster, jobs: &[Job], settings: &Settings) -> Decision;
-}
+    /// Decides for every job of the request, in request order.
+    fn decide(&mut self, request: &DecisionRequest<'_>) -> Decision;
 
-/// The built-in policies, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Policy {
-    /// GPUs and batch size both adapt (the paper's optimizer).
-    ElasticBatch,
-    /// GPUs adapt, batch fixed at the user's value (the paper's baseline).
-    ElasticGpu,
-    /// The user's GPUs and batch, first come first served.
-    Static,
-}
+    /// The GPU counts this policy could ever give `job` on an idle `cluster` (ascending): a job
+    /// with none it can be placed at never runs. The caller checks submissions with it.
+    fn feasible_counts(&self, job: &Job, cluster: &Cluster) -> Vec<GpuCount>;
 
-impl Policy {
-    /// Every built-in policy.
-    pub const ALL: [Policy; 3] = [Policy::ElasticBatch, Policy::ElasticGpu, Policy::Static];
-
-    /// The allocator implementing this policy.
-    pub fn allocator(self) -> Box<dyn Allocator> {
-        match self {
-            Policy::ElasticBatch => Box::new(ElasticBatch::default()),
-            Policy::ElasticGpu => Box::new(ElasticGpu::default()),
-            Policy::Static => Box::new(StaticFifo),
-        }
+    /// The earliest time at which this policy's decision for `request`'s jobs could change
+    /// with nothing else changing (a job crosses a service threshold, ages, progresses); `None`:
+    /// never. Callers skip periodic decisions before it.
+    fn next_change_s(&self, request: &DecisionRequest<'_>) -> Option<f64> {
+        Some(request.now_s)
     }
 
-    /// Its command-line name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::ElasticBatch => "elastic-batch",
-            Policy::ElasticGpu => "elastic-gpu",
-            Policy::Static => "static",
+    /// `id` has left: forget what is kept for it.
+    fn forget(&mut self, _id: &str) {}
+}
+
+/// Options of individual policies (with their defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PolicyOptions {
+    /// `tiresias`: a job moves to the low-priority queue once it has held this many GPU-seconds.
+    /// Pollux's artifact uses 57,600 (16 GPU-hours).
+    pub tiresias_threshold_gpu_s: f64,
+}
+
+impl Default for PolicyOptions {
+    fn default() -> Self {
+        PolicyOptions {
+            tiresias_threshold_gpu_s: 3200.0,
         }
     }
 }
 
-impl Policy {
-    /// How this policy chooses batch sizes inside its value tables.
-    pub fn batch_choice(self, settings: &Settings) -> BatchChoice {
-        match self {
-            Policy::ElasticBatch => BatchChoice::Free {
-                max_candidates: settings.batch_candidates,
-            },
-            Policy::ElasticGpu | Policy::Static => BatchChoice::Fixed,
-        }
-    }
+/// One policy of the registry.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyInfo {
+    /// Its name (command line, configuration, API).
+    pub name: &'static str,
+    /// One line on what it does.
+    pub about: &'static str,
+    /// A fresh instance.
+    pub build: fn(&PolicyOptions) -> Box<dyn Policy>,
+}
 
-    /// The restart awareness its value tables use: none for `static`, which never restarts.
-    pub fn restart_awareness(self, settings: &Settings) -> RestartAwareness {
-        match self {
-            Policy::Static => RestartAwareness::default(),
-            _ => settings.restart,
-        }
-    }
-
-    /// Each job's value table as this policy sees it (its batch choice and restart awareness).
-    pub fn value_tables(
-        self,
-        cluster: &Cluster,
-        jobs: &[Job],
-        settings: &Settings,
-    ) -> Vec<Vec<ConfigOption>> {
-        let (choice, restart) = (
-            self.batch_choice(settings),
-            self.restart_awareness(settings),
-        );
-        jobs.iter()
-            .map(|job| job_options(job, cluster, settings.utility, choice, &restart))
-            .collect()
-    }
-
-    /// Decides like this policy's [`Allocator`] from value tables built by the caller:
-    /// `tables[i]` must equal `job_options(&jobs[i], cluster, settings.utility,
-    /// self.batch_choice(settings), &self.restart_awareness(settings))` — for instance
-    /// [`OptionTable`](crate::options::OptionTable)s kept across rounds, which is how repeated
-    /// callers (the simulator) avoid re-evaluating throughput models that did not change.
-    pub fn decide_with_options(
-        self,
-        solver: &mut KnapsackSolver,
-        cluster: &Cluster,
-        jobs: &[Job],
-        tables: &[Vec<ConfigOption>],
-        settings: &Settings,
-    ) -> Decision {
-        debug_assert_eq!(jobs.len(), tables.len());
-        match self {
-            Policy::ElasticBatch | Policy::ElasticGpu => {
-                elastic::decide_knapsack(solver, cluster, jobs, tables, settings)
-            }
-            Policy::Static => static_fifo::decide_static(cluster, jobs, tables, settings),
-        }
+impl PolicyInfo {
+    /// A fresh instance with `options`.
+    pub fn instance(&self, options: &PolicyOptions) -> Box<dyn Policy> {
+        (self.build)(options)
     }
 }
 
-impl fmt::Display for Policy {
+impl PartialEq for PolicyInfo {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for PolicyInfo {}
+
+impl fmt::Display for PolicyInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.write_str(self.name)
     }
 }
 
-impl FromStr for Policy {
+impl FromStr for PolicyInfo {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Policy::ALL
-            .into_iter()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| {
-                format!("unknown policy '{s}' (expected elastic-batch, elastic-gpu or static)")
-            })
+        policy_info(s).copied()
     }
+}
+
+/// Every policy: adding one is a file in this module (with its [`PolicyInfo`]) and a line here.
+pub const REGISTRY: &[PolicyInfo] = &[ELASTIC_BATCH, ELASTIC_GPU, STATIC, TIRESIAS, OPTIMUS];
+
+/// The registry entry named `name`.
+pub fn policy_info(name: &str) -> Result<&'static PolicyInfo, String> {
+    REGISTRY.iter().find(|p| p.name == name).ok_or_else(|| {
+        format!(
+            "unknown policy '{name}' (expected {})",
+            policy_names().join(", ")
+        )
+    })
+}
+
+/// A fresh instance of the policy named `name`.
+pub fn build_policy(name: &str, options: &PolicyOptions) -> Result<Box<dyn Policy>, String> {
+    Ok((policy_info(name)?.build)(options))
+}
+
+/// Every policy's name, in registry order.
+pub fn policy_names() -> Vec<&'static str> {
+    REGISTRY.iter().map(|p| p.name).collect()
 }
 
 /// Order in which jobs are served: running ones first, then the rest, each in input order.

@@ -104,6 +104,9 @@ fn build(index: usize, raw: &RawJob) -> Option<Job> {
         remaining_samples: None,
         weight: raw.weight,
         current: None,
+        history: Default::default(),
+        hold: Default::default(),
+        remaining_work: None,
     };
     if let Some((g, b, age_s, restarts)) = raw.current {
         let current = CurrentAllocation {
@@ -283,6 +286,13 @@ fn check_decision(cluster: &Cluster, jobs: &[Job], decision: &Decision, fixed_ba
     }
 }
 
+/// One decision of a fresh instance of the policy `name`.
+fn decide(name: &str, cluster: &Cluster, jobs: &[Job], settings: &Settings) -> Decision {
+    build_policy(name, &PolicyOptions::default())
+        .unwrap()
+        .decide(&DecisionRequest::new(cluster, jobs, settings))
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
 }
@@ -300,15 +310,15 @@ proptest! {
         let cluster = Cluster::new(nodes, per_node).unwrap();
         let jobs: Vec<Job> = raws.iter().enumerate().filter_map(|(i, r)| build(i, r)).collect();
         prop_assume!(!jobs.is_empty());
-        for (policy, fixed_batch) in [(Policy::ElasticBatch, false), (Policy::ElasticGpu, true)] {
-            let decision = policy.allocator().allocate(&cluster, &jobs, &settings);
+        for (policy, fixed_batch) in [("elastic-batch", false), ("elastic-gpu", true)] {
+            let decision = decide(policy, &cluster, &jobs, &settings);
             check_decision(&cluster, &jobs, &decision, fixed_batch);
             let (states, best) = Brute { cluster: &cluster, settings: &settings, fixed_batch }.solve(&jobs);
             let got: Vec<JobState> = decision.jobs.iter().map(|d| d.state).collect();
             prop_assert_eq!(&got, &states, "{}", policy);
             prop_assert!(close(decision.objective, best), "{}: dp {} vs brute {}", policy, decision.objective, best);
             // Same input, same output.
-            prop_assert_eq!(&policy.allocator().allocate(&cluster, &jobs, &settings), &decision);
+            prop_assert_eq!(&decide(policy, &cluster, &jobs, &settings), &decision);
         }
     }
 
@@ -321,7 +331,7 @@ proptest! {
     ) {
         let cluster = Cluster::new(nodes, per_node).unwrap();
         let jobs: Vec<Job> = raws.iter().enumerate().filter_map(|(i, r)| build(i, r)).map(|mut j| { j.current = None; j }).collect();
-        let decision = StaticFifo.allocate(&cluster, &jobs, &settings);
+        let decision = decide("static", &cluster, &jobs, &settings);
         check_decision(&cluster, &jobs, &decision, true);
         let mut free = cluster.total_gpus();
         let mut blocked = false;
@@ -370,6 +380,9 @@ fn analytic_job(id: &str, compute_per_sample_s: f64, sync_s: f64) -> Job {
         remaining_samples: None,
         weight: 1.0,
         current: None,
+        history: Default::default(),
+        hold: Default::default(),
+        remaining_work: None,
     }
 }
 
@@ -383,8 +396,8 @@ fn elastic_batch_beats_fixed_batch_when_batch_can_grow() {
         utility: Utility::Throughput,
         ..Settings::default()
     };
-    let batch = ElasticBatch::default().allocate(&cluster, &jobs, &settings);
-    let gpu = ElasticGpu::default().allocate(&cluster, &jobs, &settings);
+    let batch = decide("elastic-batch", &cluster, &jobs, &settings);
+    let gpu = decide("elastic-gpu", &cluster, &jobs, &settings);
     assert!(
         batch.objective > gpu.objective * 1.2,
         "{} vs {}",
@@ -403,7 +416,7 @@ fn drop_versus_queue_when_full() {
     let jobs: Vec<Job> = (0..3)
         .map(|i| analytic_job(&format!("j{i}"), 0.001, 0.05))
         .collect();
-    let drop = ElasticBatch::default().allocate(&cluster, &jobs, &Settings::default());
+    let drop = decide("elastic-batch", &cluster, &jobs, &Settings::default());
     assert_eq!(
         drop.jobs.iter().map(|d| d.state).collect::<Vec<_>>(),
         [JobState::Running, JobState::Running, JobState::Dropped]
@@ -412,7 +425,7 @@ fn drop_versus_queue_when_full() {
         admission: Admission::Queue,
         ..Settings::default()
     };
-    let queued = ElasticBatch::default().allocate(&cluster, &jobs, &queue);
+    let queued = decide("elastic-batch", &cluster, &jobs, &queue);
     assert_eq!(queued.jobs[2].state, JobState::Queued);
 }
 
@@ -426,7 +439,8 @@ fn restart_threshold_keeps_a_running_job_in_place() {
         age_s: 100.0,
         restarts: 0,
     });
-    let free = ElasticBatch::default().allocate(
+    let free = decide(
+        "elastic-batch",
         &cluster,
         std::slice::from_ref(&job),
         &Settings::default(),
@@ -442,6 +456,11 @@ fn restart_threshold_keeps_a_running_job_in_place() {
         },
         ..Settings::default()
     };
-    let kept = ElasticBatch::default().allocate(&cluster, std::slice::from_ref(&job), &sticky);
+    let kept = decide(
+        "elastic-batch",
+        &cluster,
+        std::slice::from_ref(&job),
+        &sticky,
+    );
     assert_eq!((kept.jobs[0].gpus, kept.jobs[0].batch_size), (3, 384));
 }
