@@ -1,156 +1,646 @@
-//! Placement: which nodes a job's GPUs sit on.
+//! Placement: which nodes a job's GPUs sit on, under a shape rule.
 //!
-//! Allocators decide GPU counts assuming consolidated placement (fewest nodes). This module makes
-//! that real as far as possible without moving jobs that did not change: a job whose GPU count is
-//! unchanged keeps its GPUs; changed and new jobs are placed largest first, each on as few nodes
-//! as possible — whole free nodes for the bulk, then the best-fitting node for the rest.
+//! Policies decide GPU counts assuming consolidated placement (the fewest nodes the count takes
+//! on the idle cluster). [`place`] makes that real as far as possible without moving jobs whose
+//! count did not change: they keep their GPUs; changed and new jobs are placed largest first, each
+//! on as few nodes as the [`ShapeRule`] allows, best fit. A defragmenting repack may then move a
+//! bounded number of unchanged jobs when that consolidates jobs that spread wider than needed.
+//!
+//! The shape rules:
+//! - [`ShapeRule::Any`]: any split over nodes (whole free nodes for the bulk, then the
+//!   best-fitting node, then spill over the fullest ones). The simulator's model of a cluster.
+//! - [`ShapeRule::EqualPerNode`]: `g` GPUs on `n` nodes with the same `g / n` on each — Slurm's
+//!   per-node GRES is one number per job, and torchrun's workers per node follow it — never on
+//!   more nodes than the count takes on the idle cluster (the node count its value assumed).
+//! - [`ShapeRule::WholeNodes`]: whole nodes only (a count is a sum of whole nodes' GPUs).
+//!
+//! A count a rule cannot place even on the idle cluster is not *allowed*
+//! ([`Topology::allowed_counts`]); callers offer policies only allowed counts, so that every
+//! decision can be placed once the GPUs it needs are free.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
 use crate::GpuCount;
 
+/// How a job's GPUs may be split over nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShapeRule {
+    /// Any split.
+    #[default]
+    Any,
+    /// The same number of GPUs on every node the job uses (Slurm, torchrun).
+    EqualPerNode,
+    /// Whole nodes only.
+    WholeNodes,
+}
+
+impl ShapeRule {
+    /// Every rule.
+    pub const ALL: [ShapeRule; 3] = [
+        ShapeRule::Any,
+        ShapeRule::EqualPerNode,
+        ShapeRule::WholeNodes,
+    ];
+
+    /// Its name (command line, configuration).
+    pub fn name(self) -> &'static str {
+        match self {
+            ShapeRule::Any => "any",
+            ShapeRule::EqualPerNode => "equal-per-node",
+            ShapeRule::WholeNodes => "whole-nodes",
+        }
+    }
+}
+
+impl fmt::Display for ShapeRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ShapeRule {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ShapeRule::ALL
+            .into_iter()
+            .find(|r| r.name() == s)
+            .ok_or_else(|| {
+                format!("unknown shape rule '{s}' (expected any, equal-per-node or whole-nodes)")
+            })
+    }
+}
+
+/// GPUs usable on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    /// Its name (Slurm's `NodeName`; `local` for one machine; `n1`, `n2`, ... in simulations).
+    pub name: String,
+    /// GPUs dlscale may use on it.
+    pub gpus: GpuCount,
+}
+
+/// The nodes jobs may be placed on, in a fixed order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Topology {
+    /// The nodes.
+    pub nodes: Vec<Node>,
+}
+
 /// GPUs of one job on one node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct NodeShare {
-    /// Node index, 0-based.
-    pub node: u32,
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Share {
+    /// Node name.
+    pub node: String,
     /// GPUs on that node.
     pub gpus: GpuCount,
 }
 
 /// Where every placed job runs, by job id.
-pub type Placement = BTreeMap<String, Vec<NodeShare>>;
+pub type Placement = BTreeMap<String, Vec<Share>>;
 
-/// Nodes a job spans.
-pub fn nodes_spanned(shares: &[NodeShare]) -> u32 {
-    shares.len() as u32
+/// Total GPUs of a job's shares.
+pub fn gpus_of(shares: &[Share]) -> GpuCount {
+    shares.iter().map(|s| s.gpus).sum()
 }
 
-/// Places `wanted` (job id → GPUs, jobs with 0 omitted) given the `previous` placement. Jobs whose
-/// GPU count is unchanged keep their GPUs. Returns `None` only when the total exceeds the cluster.
-pub fn place(
-    cluster: &Cluster,
-    previous: &Placement,
-    wanted: &[(String, GpuCount)],
-) -> Option<Placement> {
-    let total: u64 = wanted.iter().map(|(_, g)| u64::from(*g)).sum();
-    if total > u64::from(cluster.total_gpus()) {
-        return None;
-    }
-    let mut free = vec![cluster.gpus_per_node; cluster.nodes as usize];
-    let mut placement = Placement::new();
-    let mut to_place = Vec::new();
-    for (id, gpus) in wanted.iter().filter(|(_, g)| *g > 0) {
-        match previous.get(id) {
-            Some(shares) if shares.iter().map(|s| s.gpus).sum::<GpuCount>() == *gpus => {
-                for s in shares {
-                    free[s.node as usize] -= s.gpus;
-                }
-                placement.insert(id.clone(), shares.clone());
-            }
-            _ => to_place.push((id.clone(), *gpus)),
+impl Topology {
+    /// `nodes` nodes named `n1`, `n2`, ... with `gpus_per_node` GPUs each.
+    pub fn uniform(nodes: u32, gpus_per_node: GpuCount) -> Self {
+        Topology {
+            nodes: (1..=nodes)
+                .map(|i| Node {
+                    name: format!("n{i}"),
+                    gpus: gpus_per_node,
+                })
+                .collect(),
         }
     }
-    // Largest first: big jobs need whole nodes, small ones fill the gaps. Ties by id for determinism.
-    to_place.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    for (id, gpus) in to_place {
-        let shares = place_one(&mut free, cluster.gpus_per_node, gpus)?;
-        placement.insert(id, shares);
+
+    /// The topology of a homogeneous cluster.
+    pub fn of_cluster(cluster: &Cluster) -> Self {
+        Self::uniform(cluster.nodes, cluster.gpus_per_node)
     }
-    Some(placement)
+
+    /// GPUs in all.
+    pub fn total(&self) -> GpuCount {
+        self.nodes.iter().map(|n| n.gpus).sum()
+    }
+
+    /// The cluster throughput models see: the nodes, each with the most GPUs any of them has (so
+    /// that `min_nodes_for` is the node count of a packed shape). `None` without a usable GPU.
+    pub fn model_cluster(&self) -> Option<Cluster> {
+        let per_node = self.nodes.iter().map(|n| n.gpus).max()?;
+        (per_node > 0).then_some(Cluster {
+            nodes: self.nodes.len() as u32,
+            gpus_per_node: per_node,
+        })
+    }
+
+    /// `allowed[g]`: whether `rule` can place `g` GPUs on the idle topology, for `g` up to the
+    /// total.
+    pub fn allowed_counts(&self, rule: ShapeRule) -> Vec<bool> {
+        let free = self.idle();
+        (0..=self.total())
+            .map(|g| g > 0 && place_one(self, rule, &free, g, u32::MAX).is_some())
+            .collect()
+    }
+
+    /// The nodes `gpus` GPUs take on the idle topology under `rule` (the consolidated shape a
+    /// value assumes); `None` when the count cannot be placed at all.
+    pub fn packed_nodes(&self, rule: ShapeRule, gpus: GpuCount) -> Option<u32> {
+        place_one(self, rule, &self.idle(), gpus, u32::MAX).map(|s| s.len() as u32)
+    }
+
+    fn idle(&self) -> Vec<GpuCount> {
+        self.nodes.iter().map(|n| n.gpus).collect()
+    }
+
+    fn index(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.name == name)
+    }
 }
 
+/// One job [`place`] is asked to place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wanted {
+    /// Job id.
+    pub id: String,
+    /// GPUs it is to get (0: none).
+    pub gpus: GpuCount,
+    /// It restarts anyway (its batch changes, or it is not running yet): it may move for free.
+    pub restarts: bool,
+}
+
+impl Wanted {
+    /// `id` at `gpus` GPUs, restarting anyway or not.
+    pub fn new(id: impl Into<String>, gpus: GpuCount, restarts: bool) -> Self {
+        Wanted {
+            id: id.into(),
+            gpus,
+            restarts,
+        }
+    }
+}
+
+/// What [`place`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Placed {
+    /// Where each placed job runs.
+    pub placement: Placement,
+    /// Jobs whose GPU count did not change but which the defragmenting repack moved (they
+    /// restart).
+    pub moved: Vec<String>,
+    /// Jobs that could not be placed under the rule now (fragmentation), with the largest
+    /// allowed count below theirs that would have fit (0: none).
+    pub unplaced: Vec<(String, GpuCount)>,
+}
+
+/// Places `wanted` on `topology` under `rule`, given the `previous` placement: jobs whose count
+/// is unchanged keep their GPUs (when these still exist). With `defragment_moves_per_job > 0`,
+/// when a job that restarts anyway lands on more nodes than its count takes on the idle
+/// topology, all jobs are placed afresh if that spreads fewer jobs and moves at most this many
+/// jobs that would not restart otherwise per job it consolidates.
+pub fn place(
+    topology: &Topology,
+    rule: ShapeRule,
+    previous: &Placement,
+    wanted: &[Wanted],
+    defragment_moves_per_job: u32,
+) -> Placed {
+    let mut placed = place_keeping(topology, rule, previous, wanted);
+    if defragment_moves_per_job == 0 {
+        return placed;
+    }
+    let spread = |p: &Placement, id: &str, gpus: GpuCount| {
+        p.get(id).is_some_and(|s| {
+            topology
+                .packed_nodes(rule, gpus)
+                .is_some_and(|packed| s.len() as u32 > packed)
+        })
+    };
+    let kept = |w: &Wanted| {
+        !w.restarts
+            && previous
+                .get(&w.id)
+                .is_some_and(|s| gpus_of(s) == w.gpus && placed.placement.get(&w.id) == Some(s))
+    };
+    let changed_spread = wanted
+        .iter()
+        .any(|w| w.gpus > 0 && !kept(w) && spread(&placed.placement, &w.id, w.gpus));
+    if !changed_spread {
+        return placed;
+    }
+    let fresh = place_keeping(topology, rule, &Placement::new(), wanted);
+    if !fresh.unplaced.is_empty() {
+        return placed;
+    }
+    let fragmented = |p: &Placement| {
+        wanted
+            .iter()
+            .filter(|w| w.gpus > 0 && spread(p, &w.id, w.gpus))
+            .count()
+    };
+    let gained = fragmented(&placed.placement).saturating_sub(fragmented(&fresh.placement));
+    let moved: Vec<String> = wanted
+        .iter()
+        .filter(|w| {
+            w.gpus > 0 && kept(w) && placed.placement.get(&w.id) != fresh.placement.get(&w.id)
+        })
+        .map(|w| w.id.clone())
+        .collect();
+    if gained > 0 && moved.len() <= gained.saturating_mul(defragment_moves_per_job as usize) {
+        placed = Placed {
+            placement: fresh.placement,
+            moved,
+            unplaced: Vec::new(),
+        };
+    }
+    placed
+}
+
+/// [`place`] without the repack.
+fn place_keeping(
+    topology: &Topology,
+    rule: ShapeRule,
+    previous: &Placement,
+    wanted: &[Wanted],
+) -> Placed {
+    let mut free = topology.idle();
+    let mut placed = Placed::default();
+    let mut to_place = Vec::new();
+    for Wanted { id, gpus, .. } in wanted.iter().filter(|w| w.gpus > 0) {
+        let keep = previous.get(id).filter(|shares| {
+            gpus_of(shares) == *gpus
+                && shares
+                    .iter()
+                    .all(|s| topology.index(&s.node).is_some_and(|i| free[i] >= s.gpus))
+        });
+        match keep {
+            Some(shares) => {
+                for s in shares {
+                    if let Some(i) = topology.index(&s.node) {
+                        free[i] -= s.gpus;
+                    }
+                }
+                placed.placement.insert(id.clone(), shares.clone());
+            }
+            None => to_place.push((id.clone(), *gpus)),
+        }
+    }
+    // Largest first: big jobs need whole nodes, small ones fill the gaps. Ties by id.
+    to_place.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    for (id, gpus) in to_place {
+        let widest = match rule {
+            ShapeRule::EqualPerNode => topology.packed_nodes(rule, gpus).unwrap_or(0),
+            _ => u32::MAX,
+        };
+        match place_one(topology, rule, &free, gpus, widest) {
+            Some(shares) => {
+                for s in &shares {
+                    if let Some(i) = topology.index(&s.node) {
+                        free[i] -= s.gpus;
+                    }
+                }
+                placed.placement.insert(id, shares);
+            }
+            None => {
+                let fits = (1..gpus)
+                    .rev()
+                    .find(|&g| {
+                        topology.packed_nodes(rule, g).is_some_and(|packed| {
+                            place_one(topology, rule, &free, g, packed).is_some()
+                        })
+                    })
+                    .unwrap_or(0);
+                placed.unplaced.push((id, fits));
+            }
+        }
+    }
+    placed
+}
+
+/// One job's shares of `gpus` GPUs on the nodes' `free` GPUs under `rule`, on at most
+/// `max_nodes` nodes; `None` when it does not fit. Does not change `free`.
 fn place_one(
-    free: &mut [GpuCount],
-    per_node: GpuCount,
-    mut gpus: GpuCount,
-) -> Option<Vec<NodeShare>> {
-    let mut shares = Vec::new();
-    // Whole free nodes for the bulk.
-    while gpus >= per_node {
-        let Some(node) = free.iter().position(|&f| f == per_node) else {
+    topology: &Topology,
+    rule: ShapeRule,
+    free: &[GpuCount],
+    gpus: GpuCount,
+    max_nodes: u32,
+) -> Option<Vec<Share>> {
+    if gpus == 0 || gpus > free.iter().sum::<GpuCount>() {
+        return None;
+    }
+    let picked: Vec<(usize, GpuCount)> = match rule {
+        ShapeRule::Any => place_any(free, topology, gpus)?,
+        ShapeRule::EqualPerNode => place_equal(free, gpus, max_nodes)?,
+        ShapeRule::WholeNodes => place_whole(free, topology, gpus)?,
+    };
+    if picked.len() as u32 > max_nodes {
+        return None;
+    }
+    let mut picked = picked;
+    picked.sort_by_key(|&(i, _)| i);
+    Some(
+        picked
+            .into_iter()
+            .map(|(i, g)| Share {
+                node: topology.nodes[i].name.clone(),
+                gpus: g,
+            })
+            .collect(),
+    )
+}
+
+/// Any split: whole free nodes for the bulk, then the node that fits the rest most tightly,
+/// failing that the nodes with the most free GPUs first.
+fn place_any(
+    free: &[GpuCount],
+    topology: &Topology,
+    gpus: GpuCount,
+) -> Option<Vec<(usize, GpuCount)>> {
+    let mut free = free.to_vec();
+    let mut left = gpus;
+    let mut picked = Vec::new();
+    let per_node = topology.nodes.iter().map(|n| n.gpus).max().unwrap_or(0);
+    while per_node > 0 && left >= per_node {
+        let Some(i) = (0..free.len()).find(|&i| free[i] == per_node) else {
             break;
         };
-        free[node] = 0;
-        shares.push(NodeShare {
-            node: node as u32,
-            gpus: per_node,
-        });
-        gpus -= per_node;
+        free[i] = 0;
+        picked.push((i, per_node));
+        left -= per_node;
     }
-    // The rest on the node that fits it most tightly; failing that, the fullest-free nodes first.
-    while gpus > 0 {
-        let fitting = free
-            .iter()
-            .enumerate()
-            .filter(|(_, &f)| f >= gpus)
-            .min_by_key(|(i, &f)| (f, *i));
-        let (node, take) = match fitting {
-            Some((node, _)) => (node, gpus),
+    while left > 0 {
+        let fitting = (0..free.len())
+            .filter(|&i| free[i] >= left)
+            .min_by_key(|&i| (free[i], i));
+        let (i, take) = match fitting {
+            Some(i) => (i, left),
             None => {
-                let (node, &f) = free
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, &f)| f > 0)
-                    .max_by_key(|(i, &f)| (f, std::cmp::Reverse(*i)))?;
-                (node, f)
+                let i = (0..free.len())
+                    .filter(|&i| free[i] > 0)
+                    .max_by_key(|&i| (free[i], std::cmp::Reverse(i)))?;
+                (i, free[i])
             }
         };
-        free[node] -= take;
-        shares.push(NodeShare {
-            node: node as u32,
-            gpus: take,
-        });
-        gpus -= take;
+        free[i] -= take;
+        picked.push((i, take));
+        left -= take;
     }
-    shares.sort_by_key(|s| s.node);
-    Some(shares)
+    Some(picked)
+}
+
+/// Equal shares: the fewest nodes `n` (dividing `gpus`, at most `max_nodes`) that have `gpus /
+/// n` free each; the tightest such nodes, ties by node order.
+fn place_equal(
+    free: &[GpuCount],
+    gpus: GpuCount,
+    max_nodes: u32,
+) -> Option<Vec<(usize, GpuCount)>> {
+    let nodes = free.len() as u32;
+    (1..=nodes.min(gpus).min(max_nodes))
+        .filter(|&n| gpus.is_multiple_of(n))
+        .find_map(|n| {
+            let k = gpus / n;
+            let mut fits: Vec<(GpuCount, usize)> = (0..free.len())
+                .filter(|&i| free[i] >= k)
+                .map(|i| (free[i], i))
+                .collect();
+            if fits.len() < n as usize {
+                return None;
+            }
+            fits.sort();
+            Some(
+                fits.into_iter()
+                    .take(n as usize)
+                    .map(|(_, i)| (i, k))
+                    .collect(),
+            )
+        })
+}
+
+/// Whole nodes: entirely free nodes whose GPUs add up to exactly `gpus`, largest nodes first.
+fn place_whole(
+    free: &[GpuCount],
+    topology: &Topology,
+    gpus: GpuCount,
+) -> Option<Vec<(usize, GpuCount)>> {
+    let mut idle: Vec<usize> = (0..free.len())
+        .filter(|&i| free[i] > 0 && free[i] == topology.nodes[i].gpus)
+        .collect();
+    idle.sort_by_key(|&i| (std::cmp::Reverse(free[i]), i));
+    let mut left = gpus;
+    let mut picked = Vec::new();
+    for i in idle {
+        if free[i] <= left {
+            left -= free[i];
+            picked.push((i, free[i]));
+        }
+        if left == 0 {
+            return Some(picked);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn wanted(spec: &[(&str, GpuCount)]) -> Vec<(String, GpuCount)> {
-        spec.iter().map(|(id, g)| (id.to_string(), *g)).collect()
+    fn wanted(spec: &[(&str, GpuCount)]) -> Vec<Wanted> {
+        spec.iter()
+            .map(|(id, g)| Wanted::new(*id, *g, false))
+            .collect()
+    }
+
+    fn shape(shares: &[Share]) -> Vec<(&str, GpuCount)> {
+        shares.iter().map(|s| (s.node.as_str(), s.gpus)).collect()
+    }
+
+    fn uneven(gpus: &[GpuCount]) -> Topology {
+        Topology {
+            nodes: gpus
+                .iter()
+                .enumerate()
+                .map(|(i, &g)| Node {
+                    name: format!("n{}", i + 1),
+                    gpus: g,
+                })
+                .collect(),
+        }
     }
 
     #[test]
-    fn consolidates_on_an_empty_cluster() {
-        let cluster = Cluster::new(4, 4).unwrap();
+    fn any_consolidates_on_an_empty_cluster() {
+        let t = Topology::uniform(4, 4);
         let p = place(
-            &cluster,
+            &t,
+            ShapeRule::Any,
             &Placement::new(),
             &wanted(&[("a", 8), ("b", 3), ("c", 1), ("d", 4)]),
-        )
-        .unwrap();
-        assert_eq!(nodes_spanned(&p["a"]), 2);
-        assert_eq!(nodes_spanned(&p["d"]), 1);
-        assert_eq!(nodes_spanned(&p["b"]), 1);
-        assert_eq!(nodes_spanned(&p["c"]), 1);
-        let mut used = [0; 4];
-        for shares in p.values() {
-            for s in shares {
-                used[s.node as usize] += s.gpus;
-            }
+            0,
+        );
+        assert!(p.unplaced.is_empty());
+        let spans: Vec<usize> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|id| p.placement[*id].len())
+            .collect();
+        assert_eq!(spans, [2, 1, 1, 1]);
+        let mut used = BTreeMap::new();
+        for s in p.placement.values().flatten() {
+            *used.entry(s.node.clone()).or_insert(0) += s.gpus;
         }
-        assert_eq!(used, [4, 4, 4, 4]);
+        assert!(used.values().all(|&g| g == 4), "{used:?}");
     }
 
     #[test]
     fn unchanged_jobs_stay_put_and_others_fill_gaps() {
-        let cluster = Cluster::new(2, 4).unwrap();
+        let t = Topology::uniform(2, 4);
         let first = place(
-            &cluster,
+            &t,
+            ShapeRule::Any,
             &Placement::new(),
             &wanted(&[("a", 2), ("b", 2), ("c", 2)]),
-        )
-        .unwrap();
-        let second = place(&cluster, &first, &wanted(&[("a", 2), ("c", 2), ("d", 4)])).unwrap();
-        assert_eq!(second["a"], first["a"]);
-        assert_eq!(second["c"], first["c"]);
-        assert_eq!(second["d"].iter().map(|s| s.gpus).sum::<u32>(), 4);
-        assert!(place(&cluster, &first, &wanted(&[("a", 9)])).is_none());
+            0,
+        );
+        let second = place(
+            &t,
+            ShapeRule::Any,
+            &first.placement,
+            &wanted(&[("a", 2), ("c", 2), ("d", 4)]),
+            0,
+        );
+        assert_eq!(second.placement["a"], first.placement["a"]);
+        assert_eq!(second.placement["c"], first.placement["c"]);
+        assert_eq!(gpus_of(&second.placement["d"]), 4);
+        let over = place(
+            &t,
+            ShapeRule::Any,
+            &first.placement,
+            &wanted(&[("a", 9)]),
+            0,
+        );
+        assert_eq!(over.unplaced, [("a".to_string(), 0)]);
+    }
+
+    #[test]
+    fn equal_per_node_counts_and_packing() {
+        let t = Topology::uniform(2, 4);
+        let allowed = t.allowed_counts(ShapeRule::EqualPerNode);
+        let ok: Vec<GpuCount> = (0..=8).filter(|&g| allowed[g as usize]).collect();
+        assert_eq!(
+            ok,
+            [1, 2, 3, 4, 6, 8],
+            "5 and 7 have no equal split over two 4-GPU nodes"
+        );
+        let p = place(
+            &t,
+            ShapeRule::EqualPerNode,
+            &Placement::new(),
+            &wanted(&[("a", 6)]),
+            0,
+        );
+        assert_eq!(shape(&p.placement["a"]), [("n1", 3), ("n2", 3)]);
+        // A holds 2 on n1, B 2 on n2; C decided at 4 would only fit as 2 + 2, wider than the one
+        // node 4 GPUs take: not placed, and 2 would fit.
+        let mut previous = Placement::new();
+        previous.insert(
+            "a".into(),
+            vec![Share {
+                node: "n1".into(),
+                gpus: 2,
+            }],
+        );
+        previous.insert(
+            "b".into(),
+            vec![Share {
+                node: "n2".into(),
+                gpus: 2,
+            }],
+        );
+        let p = place(
+            &t,
+            ShapeRule::EqualPerNode,
+            &previous,
+            &wanted(&[("a", 2), ("b", 2), ("c", 4)]),
+            0,
+        );
+        assert_eq!(p.unplaced, [("c".to_string(), 2)]);
+        // With Any it spreads.
+        let p = place(
+            &t,
+            ShapeRule::Any,
+            &previous,
+            &wanted(&[("a", 2), ("b", 2), ("c", 4)]),
+            0,
+        );
+        assert_eq!(shape(&p.placement["c"]), [("n1", 2), ("n2", 2)]);
+        // Uneven nodes: 4 + 2 usable; the model cluster uses the largest node.
+        let t = uneven(&[4, 2]);
+        assert_eq!(
+            t.model_cluster(),
+            Some(Cluster {
+                nodes: 2,
+                gpus_per_node: 4
+            })
+        );
+        assert_eq!(t.packed_nodes(ShapeRule::EqualPerNode, 4), Some(1));
+        assert_eq!(t.packed_nodes(ShapeRule::EqualPerNode, 6), None);
+        assert_eq!(t.packed_nodes(ShapeRule::Any, 6), Some(2));
+    }
+
+    #[test]
+    fn whole_nodes_take_entire_nodes() {
+        let t = Topology::uniform(3, 4);
+        let allowed = t.allowed_counts(ShapeRule::WholeNodes);
+        let ok: Vec<GpuCount> = (0..=12).filter(|&g| allowed[g as usize]).collect();
+        assert_eq!(ok, [4, 8, 12]);
+        let p = place(
+            &t,
+            ShapeRule::WholeNodes,
+            &Placement::new(),
+            &wanted(&[("a", 8), ("b", 4)]),
+            0,
+        );
+        assert_eq!(shape(&p.placement["a"]), [("n1", 4), ("n2", 4)]);
+        assert_eq!(shape(&p.placement["b"]), [("n3", 4)]);
+    }
+
+    #[test]
+    fn the_repack_consolidates_within_its_budget() {
+        // a (2) on n1, b (2) on n2 leave 2 + 2: c at 4 spreads. Moving b to n1 consolidates c.
+        let t = Topology::uniform(2, 4);
+        let mut previous = Placement::new();
+        previous.insert(
+            "a".into(),
+            vec![Share {
+                node: "n1".into(),
+                gpus: 2,
+            }],
+        );
+        previous.insert(
+            "b".into(),
+            vec![Share {
+                node: "n2".into(),
+                gpus: 2,
+            }],
+        );
+        let want = wanted(&[("a", 2), ("b", 2), ("c", 4)]);
+        let no = place(&t, ShapeRule::Any, &previous, &want, 0);
+        assert_eq!(no.placement["c"].len(), 2);
+        assert!(no.moved.is_empty());
+        let yes = place(&t, ShapeRule::Any, &previous, &want, 1);
+        assert_eq!(yes.placement["c"].len(), 1, "{yes:?}");
+        assert_eq!(yes.moved.len(), 1, "{yes:?}");
+        for s in yes.placement.values() {
+            assert!(s.len() == 1);
+        }
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use dlscale_core::efficiency::EfficiencyModel;
 use dlscale_core::job::{JobEfficiency, RemainingWork};
-use dlscale_core::placement::{self, NodeShare, Placement};
+use dlscale_core::placement::{self, Placement, ShapeRule, Topology, Wanted};
 use dlscale_core::throughput::throughput_samples_per_s;
 use dlscale_core::{
     BatchSize, CurrentAllocation, DecisionRequest, GpuCount, Job, JobState, Policy, PolicyInfo,
@@ -99,6 +99,7 @@ struct Engine<'w, 'o> {
     /// Jobs in the system, in arrival order; `jobs[i]` is what allocators see of `active[i]`.
     jobs: Vec<Job>,
     active: Vec<Active<'w>>,
+    topology: Topology,
     placement: Placement,
     next_arrival: usize,
     now_s: f64,
@@ -138,6 +139,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             goodput: config.progress == ProgressMode::Goodput,
             jobs: Vec::new(),
             active: Vec::new(),
+            topology: Topology::of_cluster(&config.cluster),
             placement: Placement::new(),
             next_arrival: 0,
             now_s: 0.0,
@@ -511,11 +513,11 @@ impl<'w, 'o> Engine<'w, 'o> {
             let a = &mut self.active[i];
             match *target {
                 Target::Run(gpus, batch) => {
-                    wanted.push((self.jobs[i].id.clone(), gpus));
                     changed[i] = a
                         .run
                         .as_ref()
                         .is_none_or(|r| r.gpus != gpus || r.batch != batch);
+                    wanted.push(Wanted::new(self.jobs[i].id.clone(), gpus, changed[i]));
                 }
                 Target::Wait | Target::Drop => {
                     if let Some(run) = a.run.take() {
@@ -526,16 +528,23 @@ impl<'w, 'o> Engine<'w, 'o> {
                 }
             }
         }
-        let over = || {
-            SimError::Config(format!(
+        let placed = placement::place(
+            &self.topology,
+            ShapeRule::Any,
+            &self.placement,
+            &wanted,
+            self.config.defragment_moves_per_job,
+        );
+        if !placed.unplaced.is_empty() {
+            return Err(SimError::Config(format!(
                 "policy {} asked for more GPUs than the cluster has at t = {t} s",
                 self.info
-            ))
-        };
-        let mut placed =
-            placement::place(&self.config.cluster, &self.placement, &wanted).ok_or_else(over)?;
-        if self.config.defragment_moves_per_job > 0 {
-            self.defragment(&mut placed, &wanted, &mut changed, targets);
+            )));
+        }
+        for id in &placed.moved {
+            if let Some(i) = self.jobs.iter().position(|j| &j.id == id) {
+                changed[i] = true;
+            }
         }
         for (i, target) in targets.iter().enumerate() {
             let Target::Run(gpus, batch) = *target else {
@@ -544,7 +553,11 @@ impl<'w, 'o> Engine<'w, 'o> {
             if !changed[i] {
                 continue;
             }
-            let shares: &[NodeShare] = placed.get(&self.jobs[i].id).map_or(&[], Vec::as_slice);
+            let nodes = placed
+                .placement
+                .get(&self.jobs[i].id)
+                .map_or(1, |s| s.len() as u32)
+                .max(1);
             let delay = self.config.restart_delay_for(&self.jobs[i].model_name);
             let a = &mut self.active[i];
             if let Some(old) = a.run.take() {
@@ -555,7 +568,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             a.run = Some(Run {
                 gpus,
                 batch,
-                nodes: placement::nodes_spanned(shares).max(1),
+                nodes,
                 restart_until_s: t + delay,
             });
             a.starts += 1;
@@ -563,7 +576,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             a.anchor_s = t;
             self.active[i].finish_at_s = self.predict_finish(i);
         }
-        self.placement = placed;
+        self.placement = placed.placement;
         if self.gpus_in_use > self.config.cluster.total_gpus() {
             return Err(SimError::Config(format!(
                 "policy {} holds {} GPUs of {} at t = {t} s",
@@ -579,54 +592,6 @@ impl<'w, 'o> Engine<'w, 'o> {
             }
         }
         Ok(())
-    }
-
-    /// Defragmenting repack: when a job that restarts anyway lands on more nodes than its GPU
-    /// count needs, and placing every running job afresh (consolidated) spreads fewer jobs, take
-    /// the fresh placement if it moves at most [`SimConfig::defragment_moves_per_job`] unchanged
-    /// jobs per job it consolidates. Moved jobs are marked changed (they restart).
-    fn defragment(
-        &self,
-        placed: &mut Placement,
-        wanted: &[(String, GpuCount)],
-        changed: &mut [bool],
-        targets: &[Target],
-    ) {
-        let cluster = &self.config.cluster;
-        let spread = |p: &Placement, id: &str, gpus: GpuCount| {
-            p.get(id)
-                .is_some_and(|s| placement::nodes_spanned(s) > cluster.min_nodes_for(gpus))
-        };
-        let fragmented = |p: &Placement| {
-            wanted
-                .iter()
-                .filter(|(id, gpus)| spread(p, id, *gpus))
-                .count()
-        };
-        let any_changed_spread = targets.iter().enumerate().any(|(i, t)| {
-            matches!(t, Target::Run(g, _) if changed[i] && spread(placed, &self.jobs[i].id, *g))
-        });
-        if !any_changed_spread {
-            return;
-        }
-        let Some(fresh) = placement::place(cluster, &Placement::new(), wanted) else {
-            return;
-        };
-        let gained = fragmented(placed).saturating_sub(fragmented(&fresh));
-        let moved: Vec<usize> = (0..targets.len())
-            .filter(|&i| {
-                matches!(targets[i], Target::Run(..))
-                    && !changed[i]
-                    && placed.get(&self.jobs[i].id) != fresh.get(&self.jobs[i].id)
-            })
-            .collect();
-        let allowed = gained.saturating_mul(self.config.defragment_moves_per_job as usize);
-        if gained > 0 && moved.len() <= allowed {
-            for i in moved {
-                changed[i] = true;
-            }
-            *placed = fresh;
-        }
     }
 
     /// True when no job can make progress any more and none will arrive.

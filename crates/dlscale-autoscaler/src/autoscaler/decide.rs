@@ -1,0 +1,257 @@
+//! Decisions: the policy over the live jobs, the placement of its answer, the plan.
+
+use std::collections::BTreeSet;
+
+use dlscale_core::placement::{self, Placement, Share, Wanted};
+use dlscale_core::{
+    BatchRange, BatchSize, CurrentAllocation, DecisionRequest, GpuCount, Hold, Job, JobState,
+};
+
+use super::{Autoscaler, DecidedJob, DecisionRecord, Out, Target};
+use crate::output::{Event, Shape, StopReason, Trigger};
+use crate::record::{JobRecord, Status};
+
+impl Autoscaler {
+    /// Whether the policy says a periodic decision could differ from the last one.
+    pub(super) fn policy_wants(&mut self, now: f64) -> bool {
+        let Some(cluster) = self.model_cluster else {
+            return false;
+        };
+        self.prepare(now);
+        let request = DecisionRequest {
+            now_s: now,
+            cluster: &cluster,
+            capacity: self.topology.total(),
+            jobs: &self.jobs,
+            settings: &self.config.settings,
+            allowed_counts: self.allowed.as_deref(),
+        };
+        self.policy
+            .next_change_s(&request)
+            .is_some_and(|at| at <= now)
+    }
+
+    /// Brings what policies see of every live job up to date: current allocation, hold,
+    /// history, remaining work.
+    pub(super) fn prepare(&mut self, now: f64) {
+        let waiting = self.live.iter().any(|r| r.status == Status::Queued);
+        for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
+            job.history.clone_from(&r.history);
+            let launch = r.launch.as_ref();
+            job.current = match (r.status, launch) {
+                (Status::Starting | Status::Running, Some(l)) => Some(CurrentAllocation {
+                    gpus: l.shape.gpus,
+                    batch: l.shape.batch_size,
+                    age_s: (now - r.submitted_s).max(0.0),
+                    restarts: r.restarts + r.failures,
+                }),
+                _ => None,
+            }
+            .filter(|c| job.batch_fits(c.gpus, c.batch) && job.gpus.allows(c.gpus));
+            job.hold = match (job.current, launch) {
+                (Some(_), Some(l)) => {
+                    let restart_s = r
+                        .progress
+                        .startup_s
+                        .unwrap_or(0.0)
+                        .max(self.config.restart_cost_s);
+                    let left_s = match (job.remaining_samples, r.progress.samples_per_s) {
+                        (Some(left), Some(rate)) if rate > 0.0 => left / rate,
+                        _ => f64::INFINITY,
+                    };
+                    if left_s < restart_s {
+                        Hold::Keep
+                    } else if now < l.launched_s + self.config.cooldown_s {
+                        if waiting {
+                            Hold::ShrinkOnly
+                        } else {
+                            Hold::Keep
+                        }
+                    } else {
+                        Hold::Free
+                    }
+                }
+                _ => Hold::Free,
+            };
+        }
+    }
+
+    /// Runs the policy and places its decision: the new plan.
+    pub(super) fn decide(&mut self, now: f64, trigger: Trigger, out: &mut Out) {
+        let Some(cluster) = self.model_cluster else {
+            // No usable GPU: everyone waits.
+            self.plan = self
+                .live
+                .iter()
+                .map(|r| (r.id.clone(), Target::Wait))
+                .collect();
+            return;
+        };
+        self.prepare(now);
+        // Jobs being cancelled are not decided for: they are leaving.
+        let cancelling = |r: &JobRecord| {
+            r.launch
+                .as_ref()
+                .and_then(|l| l.stop.as_ref())
+                .is_some_and(|s| s.reason == StopReason::Cancel)
+        };
+        let leaving: BTreeSet<String> = self
+            .live
+            .iter()
+            .filter(|r| cancelling(r))
+            .map(|r| r.id.clone())
+            .collect();
+        let capacity = self.topology.total();
+        let previous: Placement = self
+            .live
+            .iter()
+            .filter_map(|r| {
+                let l = r.launch.as_ref()?;
+                (matches!(r.status, Status::Starting | Status::Running) && l.stop.is_none())
+                    .then(|| (r.id.clone(), l.shape.shares.clone()))
+            })
+            .collect();
+        // Owned only when some jobs are left out or capped; otherwise the live jobs themselves.
+        let mut owned: Option<Vec<Job>> = (!leaving.is_empty()).then(|| {
+            self.jobs
+                .iter()
+                .filter(|j| !leaving.contains(&j.id))
+                .cloned()
+                .collect()
+        });
+        let mut waiting_for_room: BTreeSet<String> = BTreeSet::new();
+        let mut rounds = 0;
+        let (decision, placed) = loop {
+            rounds += 1;
+            let jobs: &[Job] = owned.as_deref().unwrap_or(&self.jobs);
+            let request = DecisionRequest {
+                now_s: now,
+                cluster: &cluster,
+                capacity,
+                jobs,
+                settings: &self.config.settings,
+                allowed_counts: self.allowed.as_deref(),
+            };
+            let decision = self.policy.decide(&request);
+            let wanted: Vec<Wanted> = decision
+                .jobs
+                .iter()
+                .zip(jobs)
+                .filter(|(d, _)| d.state == JobState::Running)
+                .map(|(d, job)| {
+                    let same = job
+                        .current
+                        .is_some_and(|c| c.gpus == d.gpus && c.batch == d.batch_size);
+                    Wanted::new(d.id.clone(), d.gpus, !same)
+                })
+                .collect();
+            let placed = placement::place(
+                &self.topology,
+                self.config.shape,
+                &previous,
+                &wanted,
+                self.config.defragment_moves_per_job,
+            );
+            if placed.unplaced.is_empty() || rounds >= 3 {
+                break (decision, placed);
+            }
+            // Fragmentation: a job that does not fit now is capped at what fits, or waits, and
+            // the policy decides again.
+            let mut capped: Vec<Job> = jobs.to_vec();
+            for (id, fits) in &placed.unplaced {
+                if let Some(k) = capped.iter().position(|j| &j.id == id) {
+                    if *fits >= capped[k].gpus.min.max(1) {
+                        capped[k].gpus.max = *fits;
+                    } else {
+                        waiting_for_room.insert(id.clone());
+                        capped.remove(k);
+                    }
+                }
+            }
+            owned = Some(capped);
+        };
+        let mut record = DecisionRecord {
+            at_s: now,
+            trigger: trigger.clone(),
+            capacity,
+            objective: decision.objective,
+            jobs: Vec::with_capacity(decision.jobs.len()),
+        };
+        let mut gpus = 0;
+        for d in &decision.jobs {
+            let i = self.index(&d.id).unwrap_or(usize::MAX);
+            let target = match (d.state, placed.placement.get(&d.id), self.jobs.get(i)) {
+                (JobState::Running, Some(shares), Some(job)) => {
+                    let (batch_size, local_batch_size) = if self.config.equal_local_batches {
+                        equal_batch(d.batch_size, d.gpus, job.batch)
+                    } else {
+                        (d.batch_size, d.local_batch_size)
+                    };
+                    gpus += d.gpus;
+                    Target::Run(Shape {
+                        gpus: d.gpus,
+                        batch_size,
+                        local_batch_size,
+                        shares: shares.clone(),
+                    })
+                }
+                (JobState::Dropped, _, _) => Target::Drop,
+                _ => Target::Wait,
+            };
+            record.jobs.push(DecidedJob {
+                id: d.id.clone(),
+                state: d.state,
+                shape: match &target {
+                    Target::Run(s) => Some(s.clone()),
+                    _ => None,
+                },
+                predicted_samples_per_s: d.throughput_samples_per_s,
+            });
+            if let (Some(r), Target::Run(shape)) = (self.live.get_mut(i), &target) {
+                let changed = r.planned.as_ref().is_none_or(|(s, _)| s != shape);
+                if changed {
+                    r.planned = Some((shape.clone(), trigger.clone()));
+                    out.touched.insert(r.id.clone());
+                }
+            }
+            self.plan.insert(d.id.clone(), target);
+        }
+        for id in waiting_for_room {
+            self.plan.insert(id, Target::Wait);
+        }
+        out.event(Event::Decided {
+            trigger,
+            jobs: record.jobs.len(),
+            gpus,
+            objective: decision.objective,
+        });
+        self.last_decision = Some(record);
+    }
+}
+
+/// The launched batch for a decided global batch `b` on `g` workers: a multiple of `g` (every
+/// worker gets the same share), as close to `b` as the job's range allows; and the share.
+pub fn equal_batch(b: BatchSize, g: GpuCount, range: BatchRange) -> (BatchSize, BatchSize) {
+    let g = g.max(1);
+    if b.is_multiple_of(g) {
+        return (b, b / g);
+    }
+    let down = (b / g) * g;
+    let up = b.div_ceil(g) * g;
+    if down >= range.min.max(g) {
+        (down, down / g)
+    } else if up <= range.max {
+        (up, up / g)
+    } else {
+        (b, b.div_ceil(g))
+    }
+}
+
+/// Shares as a short string, `n1×4+n2×4`.
+pub fn describe(shares: &[Share]) -> String {
+    shares
+        .iter()
+        .map(|s| format!("{}×{}", s.node, s.gpus))
+        .collect::<Vec<_>>()
+        .join("+")
+}

@@ -1,0 +1,699 @@
+//! The state machine: [`Autoscaler::handle`] takes a batch of inputs at one time and answers
+//! with actions, events and the job records that changed.
+//!
+//! Each batch runs in four stages:
+//! 1. **inputs**: each input updates the jobs it is about (lifecycle, progress, models) and may
+//!    make a decision due (an arrival, a departure, a changed model or capacity);
+//! 2. **timers**: stops past their grace period are killed; ended cooldowns make a decision due;
+//! 3. **decision** (when due, and at intervals when the policy says it could differ): the policy
+//!    decides GPU counts and batches, the placement puts them on nodes under the shape rule (a
+//!    job that does not fit now is capped at what fits and the policy decides again), and the
+//!    result becomes the **plan**: one target shape (or wait, or drop) per job;
+//! 4. **convergence**: running jobs whose target differs are stopped; a waiting job is launched
+//!    as soon as the GPUs of its target are free. A job stopped for a rescale is relaunched with
+//!    the shape its stop announced, unless a later decision changed its plan (its launch event
+//!    then says which decision).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use dlscale_core::job::JobHistory;
+use dlscale_core::placement::{self, Topology};
+use dlscale_core::{Cluster, GpuCount, Job, JobState, Policy};
+use serde::{Deserialize, Serialize};
+
+mod converge;
+mod decide;
+mod observe;
+
+pub use decide::{describe, equal_batch};
+
+use crate::config::AutoscalerConfig;
+use crate::input::{Input, ModelSource, Outcome, Submission};
+use crate::lifecycle::settle;
+use crate::output::{Action, Event, Next, Refusal, Shape, Step, StopReason, Trigger};
+use crate::record::{JobRecord, Progress, Status, Waiting};
+
+/// What the plan holds for one job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "target")]
+pub enum Target {
+    /// Run with this shape.
+    Run(Shape),
+    /// Wait (queued, or preempted).
+    Wait,
+    /// Turn away (admit-or-drop).
+    Drop,
+}
+
+/// One job of the last decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecidedJob {
+    /// Job id.
+    pub id: String,
+    /// What the policy decided.
+    pub state: JobState,
+    /// Where it is to run, when it runs.
+    pub shape: Option<Shape>,
+    /// Predicted samples per second.
+    pub predicted_samples_per_s: f64,
+}
+
+/// The last decision, for views.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    /// When.
+    pub at_s: f64,
+    /// Why.
+    pub trigger: Trigger,
+    /// GPUs it could hand out.
+    pub capacity: GpuCount,
+    /// The policy's objective.
+    pub objective: f64,
+    /// Per job, in arrival order.
+    pub jobs: Vec<DecidedJob>,
+}
+
+/// The autoscaler. Pure: the same inputs at the same times give the same answers.
+#[derive(Debug)]
+pub struct Autoscaler {
+    config: AutoscalerConfig,
+    policy: Box<dyn Policy>,
+    topology: Topology,
+    model_cluster: Option<Cluster>,
+    /// `allowed[g]` under the shape rule; `None` when every count is (any split).
+    allowed: Option<Vec<bool>>,
+    /// Jobs that have not ended, in arrival order; `jobs[i]` is what policies see of `live[i]`.
+    live: Vec<JobRecord>,
+    jobs: Vec<Job>,
+    /// Full work of each live job in samples, when known (remaining = this − samples seen).
+    work: BTreeMap<String, f64>,
+    /// How the jobs that ended did, by id (for refusing late reports).
+    ended: BTreeMap<String, Status>,
+    next_seq: u64,
+    plan: BTreeMap<String, Target>,
+    /// A decision is due, and why.
+    due: Option<Trigger>,
+    next_tick_s: Option<f64>,
+    now_s: f64,
+    last_decision: Option<DecisionRecord>,
+    /// After a restart: launches handed out before are void unless observed.
+    awaiting_observation: bool,
+    /// Live launches that are not their job's current one (being killed).
+    stale: BTreeSet<(String, u32)>,
+}
+
+/// What one batch changed, collected while it runs.
+#[derive(Debug, Default)]
+struct Out {
+    step: Step,
+    touched: BTreeSet<String>,
+    finished: Vec<JobRecord>,
+}
+
+impl Out {
+    fn event(&mut self, event: Event) {
+        self.step.events.push(event);
+    }
+
+    fn action(&mut self, action: Action) {
+        self.step.actions.push(action);
+    }
+}
+
+impl Autoscaler {
+    /// An autoscaler with no jobs on `topology`.
+    pub fn new(config: AutoscalerConfig, topology: Topology) -> Self {
+        let policy = config.policy.instance(&config.policy_options);
+        let mut a = Autoscaler {
+            config,
+            policy,
+            topology: Topology::default(),
+            model_cluster: None,
+            allowed: None,
+            live: Vec::new(),
+            jobs: Vec::new(),
+            work: BTreeMap::new(),
+            ended: BTreeMap::new(),
+            next_seq: 1,
+            plan: BTreeMap::new(),
+            due: None,
+            next_tick_s: None,
+            now_s: 0.0,
+            last_decision: None,
+            awaiting_observation: false,
+            stale: BTreeSet::new(),
+        };
+        a.set_topology(topology);
+        a
+    }
+
+    /// An autoscaler resuming persisted state: the records of the jobs that had not ended, each
+    /// with its job as policies see it (rebuilt by the caller from the submission), the next
+    /// arrival number and the time of the last handled input. Send [`Input::Restarted`] next.
+    pub fn restore(
+        config: AutoscalerConfig,
+        topology: Topology,
+        jobs: Vec<(JobRecord, Job)>,
+        next_seq: u64,
+        now_s: f64,
+    ) -> Self {
+        let mut a = Self::new(config, topology);
+        let mut jobs = jobs;
+        jobs.sort_by_key(|(r, _)| r.seq);
+        for (record, mut job) in jobs.into_iter().filter(|(r, _)| !r.status.is_terminal()) {
+            if let Some(work) = job.remaining_samples {
+                a.work.insert(record.id.clone(), work);
+            }
+            job.history = record.history.clone();
+            a.live.push(record);
+            a.jobs.push(job);
+        }
+        a.next_seq = next_seq.max(a.live.iter().map(|r| r.seq + 1).max().unwrap_or(1));
+        a.now_s = now_s;
+        a
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &AutoscalerConfig {
+        &self.config
+    }
+
+    /// The usable GPUs now.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// The jobs that have not ended, in arrival order.
+    pub fn live(&self) -> &[JobRecord] {
+        &self.live
+    }
+
+    /// One live job's record and what policies see of it.
+    pub fn job(&self, id: &str) -> Option<(&JobRecord, &Job)> {
+        let i = self.index(id)?;
+        Some((&self.live[i], &self.jobs[i]))
+    }
+
+    /// The plan's target for a live job.
+    pub fn target(&self, id: &str) -> Option<&Target> {
+        self.plan.get(id)
+    }
+
+    /// The last decision.
+    pub fn last_decision(&self) -> Option<&DecisionRecord> {
+        self.last_decision.as_ref()
+    }
+
+    /// The next arrival number.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The launches that hold GPUs now: (job id, attempt), for executors' observations.
+    pub fn launches(&self) -> Vec<(String, u32)> {
+        self.live
+            .iter()
+            .filter(|r| r.status.holds_gpus())
+            .map(|r| (r.id.clone(), r.attempt))
+            .collect()
+    }
+
+    /// When the autoscaler wants [`Input::Tick`] next (the periodic decision, the end of a
+    /// cooldown, the end of a stop's grace period); `None`: only when something happens.
+    pub fn next_wakeup_s(&self) -> Option<f64> {
+        let mut at: Option<f64> = None;
+        let mut earliest = |t: f64| {
+            if t > self.now_s {
+                at = Some(at.map_or(t, |a: f64| a.min(t)));
+            }
+        };
+        if !self.live.is_empty() {
+            if let Some(t) = self.next_tick_s {
+                earliest(t);
+            }
+        }
+        for r in &self.live {
+            let Some(l) = &r.launch else { continue };
+            match (&r.status, &l.stop) {
+                (Status::Running, None) if self.config.cooldown_s > 0.0 => {
+                    earliest(l.launched_s + self.config.cooldown_s)
+                }
+                (Status::Stopping, Some(stop)) if stop.killed_s.is_none() => {
+                    earliest(stop.at_s + self.config.grace_s)
+                }
+                _ => {}
+            }
+        }
+        at
+    }
+
+    /// Handles `inputs`, all at time `now_s` (not before the last batch's time).
+    pub fn handle(&mut self, now_s: f64, inputs: Vec<Input>) -> Step {
+        let previous_s = self.now_s;
+        self.now_s = now_s.max(self.now_s);
+        let now = self.now_s;
+        if self.next_tick_s.is_none() {
+            self.next_tick_s = self.config.interval_s.map(|i| (now / i).floor() * i + i);
+        }
+        let mut out = Out::default();
+        for input in inputs {
+            let refusal = self.input(now, input, &mut out);
+            out.step.refusals.push(refusal);
+        }
+        self.timers(previous_s, now, &mut out);
+        let tick = self.next_tick_s.is_some_and(|t| now >= t);
+        if tick {
+            if let (Some(t), Some(i)) = (self.next_tick_s.as_mut(), self.config.interval_s) {
+                while *t <= now {
+                    *t += i;
+                }
+            }
+        }
+        let decide = match &self.due {
+            Some(_) => self.config.decide_on_events || tick,
+            None => tick && self.policy_wants(now),
+        };
+        if decide && !self.live.is_empty() {
+            let trigger = self.due.take().unwrap_or(Trigger::Interval);
+            self.decide(now, trigger, &mut out);
+        } else if self.live.is_empty() {
+            self.due = None;
+        }
+        self.converge(now, &mut out);
+        let Out {
+            mut step,
+            touched,
+            finished,
+        } = out;
+        step.records = finished;
+        for id in &touched {
+            if let Some(i) = self.index(id) {
+                step.records.push(self.live[i].clone());
+            }
+        }
+        step.records.sort_by_key(|r| r.seq);
+        step
+    }
+
+    fn index(&self, id: &str) -> Option<usize> {
+        self.live.iter().position(|r| r.id == id)
+    }
+
+    fn set_topology(&mut self, topology: Topology) {
+        self.model_cluster = topology.model_cluster();
+        self.allowed = match self.config.shape {
+            placement::ShapeRule::Any => None,
+            rule => Some(topology.allowed_counts(rule)),
+        };
+        self.topology = topology;
+    }
+
+    fn due(&mut self, trigger: Trigger) {
+        self.due.get_or_insert(trigger);
+    }
+
+    /// One input; what was refused.
+    fn input(&mut self, now: f64, input: Input, out: &mut Out) -> Option<Refusal> {
+        match input {
+            Input::Submit { job } => self.submit(now, *job, out),
+            Input::Cancel { id } => self.cancel(now, &id, out),
+            Input::Metrics { id, report } => match self.live_index(&id) {
+                Ok(i) => self.metrics(now, i, &report, out),
+                Err(refusal) => Some(refusal),
+            },
+            Input::Completed {
+                id,
+                attempt,
+                step,
+                samples_seen,
+            } => {
+                let i = match self.live_index(&id) {
+                    Ok(i) => i,
+                    Err(refusal) => return Some(refusal),
+                };
+                let r = &mut self.live[i];
+                if !r.status.holds_gpus() || r.attempt != attempt {
+                    return Some(Refusal::NotCurrent { attempt: r.attempt });
+                }
+                r.completed_attempt = Some(attempt);
+                r.progress.step = Some(step);
+                r.progress.samples_seen = Some(samples_seen);
+                out.touched.insert(id.clone());
+                out.event(Event::CompletionReported { id, attempt, step });
+                None
+            }
+            Input::ProfileUpdated { name, model } => {
+                let model: Arc<dyn dlscale_core::throughput::ThroughputModel> = Arc::new(model);
+                let mut changed = Vec::new();
+                for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
+                    if r.model == ModelSource::Profile(name.clone()) {
+                        job.throughput = Arc::clone(&model);
+                        changed.push(r.id.clone());
+                    }
+                }
+                for id in changed {
+                    self.due(Trigger::Model(id));
+                }
+                None
+            }
+            Input::LaunchStarted { id, attempt } => {
+                self.started(now, &id, attempt, out);
+                None
+            }
+            Input::LaunchFailed { id, attempt, error } => {
+                self.launch_failed(now, &id, attempt, error, out);
+                None
+            }
+            Input::StopDelivered { id, attempt } => {
+                if let Some(i) = self.index(&id) {
+                    let r = &mut self.live[i];
+                    if r.attempt == attempt {
+                        if let Some(stop) = r.launch.as_mut().and_then(|l| l.stop.as_mut()) {
+                            if !stop.delivered {
+                                stop.delivered = true;
+                                out.touched.insert(id);
+                            }
+                        }
+                    }
+                }
+                None
+            }
+            Input::Exited {
+                id,
+                attempt,
+                outcome,
+            } => {
+                if let Some(i) = self.index(&id) {
+                    self.ended_launch(now, i, attempt, outcome, out);
+                }
+                None
+            }
+            Input::Observed(obs) => {
+                self.observed(now, obs, out);
+                None
+            }
+            Input::Capacity(topology) => {
+                if topology != self.topology {
+                    self.set_topology(topology);
+                    self.due(Trigger::Capacity);
+                }
+                None
+            }
+            Input::Tick => None,
+            Input::Restarted => {
+                // What a fresh start knows: the records; not the plan, not the policy's caches.
+                self.policy = self.config.policy.instance(&self.config.policy_options);
+                self.plan.clear();
+                self.stale.clear();
+                self.awaiting_observation = true;
+                self.due = Some(Trigger::Restart);
+                None
+            }
+            Input::Oracle { id, oracle } => {
+                if let Some(i) = self.index(&id) {
+                    let job = &mut self.jobs[i];
+                    job.remaining_work = oracle.remaining_work;
+                    if job.efficiency != oracle.efficiency {
+                        job.efficiency = oracle.efficiency;
+                        self.due(Trigger::Model(id));
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// The index of a live job, or why there is none.
+    fn live_index(&self, id: &str) -> Result<usize, Refusal> {
+        self.index(id).ok_or_else(|| match self.ended.get(id) {
+            Some(status) => Refusal::Ended { status: *status },
+            None => Refusal::UnknownJob,
+        })
+    }
+
+    fn submit(&mut self, now: f64, sub: Submission, out: &mut Out) -> Option<Refusal> {
+        let id = sub.job.id.clone();
+        if self.index(&id).is_some() {
+            return Some(Refusal::Duplicate);
+        }
+        let mut job = sub.job;
+        let history = JobHistory {
+            submitted_s: now,
+            ..job.history.clone()
+        };
+        job.history = history.clone();
+        job.current = None;
+        if let Some(work) = job.remaining_samples {
+            self.work.insert(id.clone(), work);
+        }
+        let record = JobRecord {
+            id: id.clone(),
+            seq: self.next_seq,
+            submitted_s: now,
+            status: Status::Queued,
+            model: sub.model,
+            attempt: 0,
+            launch: None,
+            restarts: 0,
+            failures: 0,
+            max_retries: sub.max_retries.unwrap_or(self.config.max_retries),
+            completed_attempt: None,
+            progress: Progress::default(),
+            history,
+            measurements: Default::default(),
+            last_outcome: None,
+            waiting: Some(Waiting::ForDecision),
+            finished_s: None,
+            planned: None,
+        };
+        self.next_seq += 1;
+        self.ended.remove(&id);
+        self.live.push(record);
+        self.jobs.push(job);
+        out.touched.insert(id.clone());
+        out.event(Event::Submitted { id: id.clone() });
+        self.due(Trigger::Arrival(id));
+        None
+    }
+
+    fn cancel(&mut self, now: f64, id: &str, out: &mut Out) -> Option<Refusal> {
+        let i = match self.live_index(id) {
+            Ok(i) => i,
+            Err(refusal) => return Some(refusal),
+        };
+        match self.live[i].status {
+            Status::Queued => {
+                out.event(Event::Cancelled { id: id.to_string() });
+                self.finish(now, i, Status::Cancelled, out);
+                self.due(Trigger::Cancelled(id.to_string()));
+            }
+            Status::Starting | Status::Running => {
+                self.request_stop(now, i, StopReason::Cancel, None, out)
+            }
+            Status::Stopping => {
+                if let Some(stop) = self.live[i].launch.as_mut().and_then(|l| l.stop.as_mut()) {
+                    stop.reason = StopReason::Cancel;
+                    stop.next = None;
+                }
+                self.plan.remove(id);
+                out.touched.insert(id.to_string());
+            }
+            status => return Some(Refusal::Ended { status }),
+        }
+        None
+    }
+
+    fn metrics(
+        &mut self,
+        now: f64,
+        i: usize,
+        report: &crate::input::MetricsReport,
+        out: &mut Out,
+    ) -> Option<Refusal> {
+        let r = &mut self.live[i];
+        let Some(launch) = r.launch.as_ref().filter(|_| r.status.holds_gpus()) else {
+            return Some(Refusal::NotCurrent { attempt: r.attempt });
+        };
+        let current = match report.attempt {
+            Some(a) => a == r.attempt,
+            None => report.world_size == launch.shape.gpus,
+        };
+        if !current {
+            return Some(Refusal::NotCurrent { attempt: r.attempt });
+        }
+        let (gpus, nodes) = (launch.shape.gpus, launch.shape.shares.len().max(1) as u32);
+        let p = &mut r.progress;
+        if p.reported_s.is_none_or(|t| t < launch.launched_s) {
+            p.startup_s = Some((now - launch.launched_s).max(0.0));
+        }
+        p.step = Some(report.step);
+        p.samples_seen = Some(report.samples_seen);
+        p.samples_per_s = Some(report.samples_per_s);
+        p.loss = report.loss.or(p.loss);
+        p.reported_s = Some(now);
+        let id = r.id.clone();
+        let new_point = r.measurements.add(
+            r.attempt,
+            gpus,
+            nodes,
+            report.batch_size,
+            report.samples_per_s,
+        );
+        let job = &mut self.jobs[i];
+        if let Some(work) = self.work.get(&id) {
+            job.remaining_samples = Some((work - report.samples_seen as f64).max(1.0));
+        }
+        if new_point && r.model == ModelSource::Learned {
+            if let Some((model, _)) = r.measurements.fit() {
+                job.throughput = Arc::new(model);
+                out.event(Event::ModelFitted {
+                    id: id.clone(),
+                    points: r.measurements.points.len(),
+                });
+                self.due(Trigger::Model(id.clone()));
+            }
+        }
+        out.touched.insert(id);
+        None
+    }
+
+    fn started(&mut self, now: f64, id: &str, attempt: u32, out: &mut Out) {
+        let Some(i) = self.index(id) else { return };
+        let r = &mut self.live[i];
+        if r.attempt != attempt || !r.status.holds_gpus() {
+            return;
+        }
+        let Some(launch) = r.launch.as_mut().filter(|l| l.started_s.is_none()) else {
+            return;
+        };
+        launch.started_s = Some(now);
+        r.history.start_run(now, launch.shape.gpus);
+        out.touched.insert(id.to_string());
+        out.event(Event::Started {
+            id: id.to_string(),
+            attempt,
+        });
+        match (&r.status, &launch.stop) {
+            (Status::Starting, _) => r.status = Status::Running,
+            (Status::Stopping, Some(stop)) => out.action(Action::Stop {
+                id: id.to_string(),
+                attempt,
+                reason: stop.reason,
+            }),
+            _ => {}
+        }
+    }
+
+    fn launch_failed(&mut self, now: f64, id: &str, attempt: u32, error: String, out: &mut Out) {
+        let Some(i) = self.index(id) else { return };
+        let r = &mut self.live[i];
+        if r.attempt != attempt || !r.status.holds_gpus() {
+            return;
+        }
+        let cancelled = r
+            .launch
+            .as_ref()
+            .and_then(|l| l.stop.as_ref())
+            .is_some_and(|s| s.reason == StopReason::Cancel);
+        r.failures += 1;
+        let next = if cancelled {
+            Next::Cancelled
+        } else if r.failures > r.max_retries {
+            Next::Failed(r.failures)
+        } else {
+            Next::Retry(r.failures)
+        };
+        r.history.end_run(now);
+        out.event(Event::LaunchFailed {
+            id: id.to_string(),
+            attempt,
+            error,
+            next,
+        });
+        self.after_end(now, i, next, out);
+    }
+
+    /// Settles the end of launch `attempt` of job `i` (an exit, or what an observation showed).
+    fn ended_launch(&mut self, now: f64, i: usize, attempt: u32, outcome: Outcome, out: &mut Out) {
+        let r = &mut self.live[i];
+        if r.attempt != attempt || !r.status.holds_gpus() {
+            return;
+        }
+        let stop = r
+            .launch
+            .as_ref()
+            .and_then(|l| l.stop.as_ref())
+            .map(|s| s.reason);
+        let next = settle(
+            r.completed_attempt == Some(attempt),
+            stop,
+            &outcome,
+            r.failures,
+            r.max_retries,
+        );
+        r.history.end_run(now);
+        r.last_outcome = Some(outcome.clone());
+        out.event(Event::Ended {
+            id: r.id.clone(),
+            attempt,
+            outcome,
+            next,
+        });
+        if stop == Some(StopReason::Resubmit) {
+            self.due(Trigger::Lost(self.live[i].id.clone()));
+        }
+        self.after_end(now, i, next, out);
+    }
+
+    /// Moves job `i` on after its launch ended.
+    fn after_end(&mut self, now: f64, i: usize, next: Next, out: &mut Out) {
+        let id = self.live[i].id.clone();
+        out.touched.insert(id.clone());
+        match next {
+            Next::Succeeded => self.finish(now, i, Status::Succeeded, out),
+            Next::Cancelled => self.finish(now, i, Status::Cancelled, out),
+            Next::Failed(n) => {
+                self.live[i].failures = n;
+                self.finish(now, i, Status::Failed, out)
+            }
+            Next::Relaunch => {
+                let r = &mut self.live[i];
+                r.restarts += 1;
+                r.status = Status::Queued;
+                return;
+            }
+            Next::Resume => {
+                let r = &mut self.live[i];
+                r.restarts += 1;
+                r.status = Status::Queued;
+                self.due(Trigger::Lost(id));
+                return;
+            }
+            Next::Retry(n) => {
+                let r = &mut self.live[i];
+                r.failures = n;
+                r.status = Status::Queued;
+                self.due(Trigger::Lost(id));
+                return;
+            }
+        }
+        self.due(Trigger::Departure(id));
+    }
+
+    /// Ends job `i` for good.
+    fn finish(&mut self, now: f64, i: usize, status: Status, out: &mut Out) {
+        let mut record = self.live.remove(i);
+        self.jobs.remove(i);
+        record.status = status;
+        record.finished_s = Some(now);
+        record.waiting = None;
+        record.history.end_run(now);
+        self.plan.remove(&record.id);
+        self.work.remove(&record.id);
+        self.policy.forget(&record.id);
+        self.ended.insert(record.id.clone(), status);
+        out.touched.remove(&record.id);
+        out.finished.push(record);
+    }
+}

@@ -1,0 +1,159 @@
+//! Level-triggered reconciliation with executors' snapshots, and timers (grace periods,
+//! cooldowns).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Autoscaler, Out};
+use crate::input::{LaunchState, Observation, Outcome};
+use crate::output::{Action, Event, StopReason, Trigger};
+use crate::record::Status;
+
+impl Autoscaler {
+    /// Kills stops past their grace period; makes a decision due when a cooldown ended.
+    pub(super) fn timers(&mut self, previous_s: f64, now: f64, out: &mut Out) {
+        let (grace, cooldown) = (self.config.grace_s, self.config.cooldown_s);
+        let mut ended_cooldown = None;
+        for r in &mut self.live {
+            let Some(launch) = r.launch.as_mut() else {
+                continue;
+            };
+            match (&r.status, launch.stop.as_mut()) {
+                (Status::Stopping, Some(stop))
+                    if stop.killed_s.is_none()
+                        && launch.started_s.is_some()
+                        && now >= stop.at_s + grace =>
+                {
+                    stop.killed_s = Some(now);
+                    out.touched.insert(r.id.clone());
+                    out.action(Action::Kill {
+                        id: r.id.clone(),
+                        attempt: r.attempt,
+                    });
+                    out.event(Event::Killing {
+                        id: r.id.clone(),
+                        attempt: r.attempt,
+                    });
+                }
+                (Status::Running, None) if cooldown > 0.0 => {
+                    let end = launch.launched_s + cooldown;
+                    if previous_s < end && end <= now {
+                        ended_cooldown.get_or_insert(r.id.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(id) = ended_cooldown {
+            self.due(Trigger::CooldownEnded(id));
+        }
+    }
+
+    /// Reconciles the autoscaler's belief with an executor's snapshot.
+    pub(super) fn observed(&mut self, now: f64, obs: Observation, out: &mut Out) {
+        let seen: BTreeMap<(String, u32), LaunchState> = obs
+            .launches
+            .into_iter()
+            .map(|l| ((l.id, l.attempt), l.state))
+            .collect();
+        let restarted = std::mem::take(&mut self.awaiting_observation);
+        let believed: Vec<(String, u32)> = self.launches();
+        let mut current = BTreeSet::new();
+        for (id, attempt) in believed {
+            current.insert((id.clone(), attempt));
+            let Some(i) = self.index(&id) else { continue };
+            match seen.get(&(id.clone(), attempt)) {
+                Some(LaunchState::Ended { outcome }) => {
+                    self.ended_launch(now, i, attempt, outcome.clone(), out)
+                }
+                Some(state) => self.live_launch(now, i, state, restarted, out),
+                None => {
+                    let started = self.live[i]
+                        .launch
+                        .as_ref()
+                        .and_then(|l| l.started_s)
+                        .is_some_and(|s| s < obs.taken_at_s);
+                    if started || restarted {
+                        self.ended_launch(now, i, attempt, Outcome::Vanished, out);
+                    }
+                }
+            }
+        }
+        let mut stale = BTreeSet::new();
+        for ((id, attempt), state) in &seen {
+            let live = !matches!(state, LaunchState::Ended { .. });
+            if live && !current.contains(&(id.clone(), *attempt)) {
+                if !self.stale.contains(&(id.clone(), *attempt)) {
+                    out.event(Event::Stale {
+                        id: id.clone(),
+                        attempt: *attempt,
+                    });
+                }
+                out.action(Action::Kill {
+                    id: id.clone(),
+                    attempt: *attempt,
+                });
+                stale.insert((id.clone(), *attempt));
+            }
+        }
+        self.stale = stale;
+    }
+
+    /// An observed live launch of job `i`: adopted after a restart, resubmitted when the cluster
+    /// requeued it or left it pending too long, re-signalled while a stop has not got through.
+    pub(super) fn live_launch(
+        &mut self,
+        now: f64,
+        i: usize,
+        state: &LaunchState,
+        restarted: bool,
+        out: &mut Out,
+    ) {
+        let timeout = self.config.start_timeout_s;
+        let grace = self.config.grace_s;
+        let r = &mut self.live[i];
+        let (id, attempt) = (r.id.clone(), r.attempt);
+        let Some(launch) = r.launch.as_mut() else {
+            return;
+        };
+        if launch.started_s.is_none() {
+            launch.started_s = Some(now);
+            r.history.start_run(now, launch.shape.gpus);
+            if r.status == Status::Starting {
+                r.status = Status::Running;
+            }
+            out.touched.insert(id.clone());
+            out.event(if restarted {
+                Event::Adopted {
+                    id: id.clone(),
+                    attempt,
+                }
+            } else {
+                Event::Started {
+                    id: id.clone(),
+                    attempt,
+                }
+            });
+        }
+        match (&mut launch.stop, state) {
+            (None, LaunchState::Pending { since_s, requeued }) => {
+                if *requeued || timeout.is_some_and(|t| now - since_s > t) {
+                    self.request_stop(now, i, StopReason::Resubmit, None, out);
+                }
+            }
+            (Some(stop), _) => {
+                if !stop.delivered {
+                    out.action(Action::Stop {
+                        id: id.clone(),
+                        attempt,
+                        reason: stop.reason,
+                    });
+                }
+                if stop.killed_s.is_some_and(|k| now >= k + grace) {
+                    stop.killed_s = Some(now);
+                    out.action(Action::Kill { id, attempt });
+                }
+            }
+            (None, _) => {}
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! What the autoscaler answers: [`Action`]s for an executor to carry out, typed [`Event`]s for the
+//! log, and a [`Refusal`] when an input was not accepted.
+
+use std::fmt;
+
+use dlscale_core::placement::Share;
+use dlscale_core::{BatchSize, GpuCount};
+use serde::{Deserialize, Serialize};
+
+use crate::input::Outcome;
+use crate::record::{JobRecord, Status};
+
+/// A GPU count, a batch and where: what a job runs with, or is to run with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Shape {
+    /// GPUs (workers).
+    pub gpus: GpuCount,
+    /// Global batch.
+    pub batch_size: BatchSize,
+    /// Per-worker batch.
+    pub local_batch_size: BatchSize,
+    /// Nodes and GPUs on each.
+    pub shares: Vec<Share>,
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}×{} on ", self.gpus, self.batch_size)?;
+        for (i, s) in self.shares.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "+" };
+            write!(f, "{sep}{}×{}", s.node, s.gpus)?;
+        }
+        Ok(())
+    }
+}
+
+/// One launch to start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaunchSpec {
+    /// Job id.
+    pub id: String,
+    /// Launch number (1 for the first).
+    pub attempt: u32,
+    /// What it runs with.
+    pub shape: Shape,
+}
+
+/// Why a launch is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopReason {
+    /// To relaunch it with another allocation.
+    Rescale,
+    /// Its GPUs go to other jobs; it waits.
+    Preempt,
+    /// A user cancelled it.
+    Cancel,
+    /// The cluster requeued it or left it pending too long: stop it and launch it afresh.
+    Resubmit,
+    /// Its GPUs move to consolidate another job (defragmenting repack).
+    Repack,
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StopReason::Rescale => "rescale",
+            StopReason::Preempt => "preempt",
+            StopReason::Cancel => "cancel",
+            StopReason::Resubmit => "resubmit",
+            StopReason::Repack => "repack",
+        })
+    }
+}
+
+/// What an executor is to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "action")]
+pub enum Action {
+    /// Start a launch.
+    Launch(LaunchSpec),
+    /// Ask a launch to checkpoint and exit (SIGTERM); level-triggered, so it may come again
+    /// until the executor reports the signal delivered.
+    Stop {
+        /// Job id.
+        id: String,
+        /// Launch number.
+        attempt: u32,
+        /// Why.
+        reason: StopReason,
+    },
+    /// End every process of a launch now (SIGKILL, `scancel`): a stop past its grace period, or
+    /// a launch that is not current (stale).
+    Kill {
+        /// Job id.
+        id: String,
+        /// Launch number.
+        attempt: u32,
+    },
+}
+
+/// What set off a decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind", content = "id")]
+pub enum Trigger {
+    /// A job arrived.
+    Arrival(String),
+    /// A job ended.
+    Departure(String),
+    /// A job was cancelled while waiting.
+    Cancelled(String),
+    /// A job's model or gradient statistics changed.
+    Model(String),
+    /// A launch ended unexpectedly and its job waits again.
+    Lost(String),
+    /// A job's cooldown ended.
+    CooldownEnded(String),
+    /// The usable GPUs changed.
+    Capacity,
+    /// The periodic decision.
+    Interval,
+    /// The shell restarted.
+    Restart,
+}
+
+impl fmt::Display for Trigger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Trigger::Arrival(id) => write!(f, "{id} arrived"),
+            Trigger::Departure(id) => write!(f, "{id} ended"),
+            Trigger::Cancelled(id) => write!(f, "{id} was cancelled"),
+            Trigger::Model(id) => write!(f, "{id}'s model changed"),
+            Trigger::Lost(id) => write!(f, "{id} lost its launch"),
+            Trigger::CooldownEnded(id) => write!(f, "{id}'s cooldown ended"),
+            Trigger::Capacity => f.write_str("the usable GPUs changed"),
+            Trigger::Interval => f.write_str("the periodic decision"),
+            Trigger::Restart => f.write_str("the server restarted"),
+        }
+    }
+}
+
+/// What happens to a job after one of its launches ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "next", content = "n")]
+pub enum Next {
+    /// It is done.
+    Succeeded,
+    /// It was cancelled (by a user, or outside dlscale).
+    Cancelled,
+    /// It was stopped as asked and is relaunched from its checkpoint.
+    Relaunch,
+    /// It failed; retried from its checkpoint (this many failures so far).
+    Retry(u32),
+    /// It failed once more than it may (this many failures).
+    Failed(u32),
+    /// It ended without being asked (lost, interrupted by the cluster): relaunched.
+    Resume,
+}
+
+/// A typed entry of the decision log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "event")]
+pub enum Event {
+    /// A job was accepted.
+    Submitted {
+        /// Job id.
+        id: String,
+    },
+    /// The policy decided.
+    Decided {
+        /// Why now.
+        trigger: Trigger,
+        /// Jobs it decided for.
+        jobs: usize,
+        /// GPUs it handed out.
+        gpus: GpuCount,
+        /// Its objective.
+        objective: f64,
+    },
+    /// A launch is handed to the executor.
+    Launching {
+        /// Job id.
+        id: String,
+        /// Launch number.
+        attempt: u32,
+        /// What it runs with.
+        shape: Shape,
+        /// When the last stop announced another shape: what it announced, and the decision
+        /// that changed it since.
+        replanned: Option<(Shape, Trigger)>,
+    },
+    /// The executor started it.
+    Started {
+        /// Job id.
+        id: String,
+        /// Launch number.
+        attempt: u32,
+    },
+    /// After a restart, a live launch was found and taken back.
+    Adopted {
+        /// Job id.
+        id: String,
+        /// Launch number.
+        attempt: u32,
+    },
+    /// A launch is asked to stop.
+    Stopping {
+        /// Job id.
+        id: String,
+        /// Launch number.
+        attempt: u32,
+        /// Why.
+        reason: StopReason,
+        /// What the job is to run with next (`None`: it waits, or ends).
+        next: Option<Shape>,
+    },
+    /// A stopping launch outlived its grace period (or is stale): it is killed.
+    Killing {
+        /// Job id.
+        id: String,
+        /// Launch number.
+        attempt: u32,
+    },
+    /// A launch ended.
+    Ended {
+        /// Job id.
+        id: String,
+        /// Launch number.
+        attempt: u32,
+        /// How.
+        outcome: Outcome,
+        /// What follows.
+        next: Next,
+    },
+    /// The executor could not start a launch.
+    LaunchFailed {
+        /// Job id.
+        id: String,
+        /// Launch number.
+        attempt: u32,
+        /// Why.
+        error: String,
+        /// What follows.
+        next: Next,
+    },
+    /// A job was turned away (admit-or-drop).
+    Dropped {
+        /// Job id.
+        id: String,
+    },
+    /// A waiting job was cancelled.
+    Cancelled {
+        /// Job id.
+        id: String,
+    },
+    /// A live launch that is not its job's current one was found and is killed.
+    Stale {
+        /// Job id.
+        id: String,
+        /// Launch number.
+        attempt: u32,
+    },
+    /// A job's learned model was refitted.
+    ModelFitted {
+        /// Job id.
+        id: String,
+        /// Distinct configurations measured.
+        points: usize,
+    },
+    /// A job reported that training completed.
+    CompletionReported {
+        /// Job id.
+        id: String,
+        /// Launch number.
+        attempt: u32,
+        /// Final step.
+        step: u64,
+    },
+}
+
+impl Event {
+    /// The job the event is about, if one.
+    pub fn job(&self) -> Option<&str> {
+        match self {
+            Event::Decided { .. } => None,
+            Event::Submitted { id }
+            | Event::Launching { id, .. }
+            | Event::Started { id, .. }
+            | Event::Adopted { id, .. }
+            | Event::Stopping { id, .. }
+            | Event::Killing { id, .. }
+            | Event::Ended { id, .. }
+            | Event::LaunchFailed { id, .. }
+            | Event::Dropped { id }
+            | Event::Cancelled { id }
+            | Event::Stale { id, .. }
+            | Event::ModelFitted { id, .. }
+            | Event::CompletionReported { id, .. } => Some(id),
+        }
+    }
+
+    /// A short kind, for the log and the API.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Submitted { .. } => "submitted",
+            Event::Decided { .. } => "decided",
+            Event::Launching { .. } => "launch",
+            Event::Started { .. } => "started",
+            Event::Adopted { .. } => "adopted",
+            Event::Stopping { .. } => "stop",
+            Event::Killing { .. } => "kill",
+            Event::Ended { .. } => "ended",
+            Event::LaunchFailed { .. } => "launch-failed",
+            Event::Dropped { .. } => "dropped",
+            Event::Cancelled { .. } => "cancelled",
+            Event::Stale { .. } => "stale",
+            Event::ModelFitted { .. } => "model",
+            Event::CompletionReported { .. } => "completed",
+        }
+    }
+}
+
+fn outcome_words(o: &Outcome) -> String {
+    match o {
+        Outcome::Exited(0) => "exit code 0".to_string(),
+        Outcome::Exited(c) if *c < 0 => format!("killed by signal {}", -c),
+        Outcome::Exited(c) => format!("exit code {c}"),
+        Outcome::Vanished => "its processes vanished without an exit code".to_string(),
+        Outcome::CancelledOutside => "cancelled outside dlscale".to_string(),
+        Outcome::Interrupted(why) => why.clone(),
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Submitted { id } => write!(f, "{id}: submitted"),
+            Event::Decided {
+                trigger,
+                jobs,
+                gpus,
+                objective,
+            } => write!(
+                f,
+                "decided for {jobs} job(s) after {trigger}: {gpus} GPUs handed out, objective {objective:.4}"
+            ),
+            Event::Launching {
+                id,
+                attempt,
+                shape,
+                replanned,
+            } => {
+                write!(
+                    f,
+                    "{id}: launch {attempt}: {} workers, batch {} ({} per worker), {shape}",
+                    shape.gpus, shape.batch_size, shape.local_batch_size
+                )?;
+                if let Some((announced, why)) = replanned {
+                    write!(f, " (the stop announced {announced}; changed since: {why})")?;
+                }
+                Ok(())
+            }
+            Event::Started { id, attempt } => write!(f, "{id}: launch {attempt} started"),
+            Event::Adopted { id, attempt } => {
+                write!(f, "{id}: launch {attempt} is still alive: adopted")
+            }
+            Event::Stopping {
+                id,
+                attempt,
+                reason,
+                next,
+            } => {
+                write!(f, "{id}: stopping launch {attempt} ({reason})")?;
+                match next {
+                    Some(shape) => write!(f, "; next: {shape}"),
+                    None => Ok(()),
+                }
+            }
+            Event::Killing { id, attempt } => write!(f, "{id}: killing launch {attempt}"),
+            Event::Ended {
+                id,
+                attempt,
+                outcome,
+                next,
+            } => {
+                let next = match next {
+                    Next::Succeeded => "finished".to_string(),
+                    Next::Cancelled => "cancelled".to_string(),
+                    Next::Relaunch => "stopped as asked; relaunched from its checkpoint".to_string(),
+                    Next::Retry(n) => format!("failed ({n} so far); retried"),
+                    Next::Failed(n) => format!("failed ({n} failures): no retries left"),
+                    Next::Resume => "ended unasked; relaunched from its checkpoint".to_string(),
+                };
+                write!(f, "{id}: launch {attempt} ended ({}): {next}", outcome_words(outcome))
+            }
+            Event::LaunchFailed {
+                id,
+                attempt,
+                error,
+                next,
+            } => write!(
+                f,
+                "{id}: launch {attempt} could not start: {error}{}",
+                match next {
+                    Next::Failed(_) => "; no retries left",
+                    _ => "",
+                }
+            ),
+            Event::Dropped { id } => write!(f, "{id}: dropped: its minimum does not fit"),
+            Event::Cancelled { id } => write!(f, "{id}: cancelled while waiting"),
+            Event::Stale { id, attempt } => {
+                write!(f, "{id}: launch {attempt} is alive but not current: killing it")
+            }
+            Event::ModelFitted { id, points } => {
+                write!(f, "{id}: model refitted from {points} measured configuration(s)")
+            }
+            Event::CompletionReported { id, attempt, step } => write!(
+                f,
+                "{id}: workers of launch {attempt} report training done at step {step}"
+            ),
+        }
+    }
+}
+
+/// Why an input was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "refusal")]
+pub enum Refusal {
+    /// No job with this id.
+    UnknownJob,
+    /// A job with this id is live.
+    Duplicate,
+    /// The job has ended.
+    Ended {
+        /// How.
+        status: Status,
+    },
+    /// The report is not from the job's current launch.
+    NotCurrent {
+        /// The current launch.
+        attempt: u32,
+    },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::UnknownJob => f.write_str("no such job"),
+            Refusal::Duplicate => f.write_str("a job with this id exists and has not ended"),
+            Refusal::Ended { status } => write!(f, "the job is already {status}"),
+            Refusal::NotCurrent { attempt } => {
+                write!(f, "not from the job's current launch ({attempt})")
+            }
+        }
+    }
+}
+
+/// The answer to one batch of inputs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Step {
+    /// To carry out, in order.
+    pub actions: Vec<Action>,
+    /// For the log.
+    pub events: Vec<Event>,
+    /// Per input of the batch, in order: `None` when accepted.
+    pub refusals: Vec<Option<Refusal>>,
+    /// The records of the jobs the batch changed (ended ones included), in arrival order: what
+    /// a shell persists before it carries out the actions.
+    pub records: Vec<JobRecord>,
+}

@@ -1,0 +1,193 @@
+//! The autoscaler's state of one job: what a shell persists, and restores the autoscaler from.
+
+use std::fmt;
+
+use dlscale_core::job::JobHistory;
+use serde::{Deserialize, Serialize};
+
+use crate::input::{ModelSource, Outcome};
+use crate::learn::Measurements;
+use crate::output::{Shape, StopReason, Trigger};
+
+/// Lifecycle of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Accepted, waiting for GPUs (new, or between a stop and its relaunch).
+    Queued,
+    /// A launch was handed to the executor, which has not confirmed it yet.
+    Starting,
+    /// Its launch runs.
+    Running,
+    /// Asked to stop; waiting for its launch to end.
+    Stopping,
+    /// Done.
+    Succeeded,
+    /// Failed more often than its retry limit allows.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+    /// Turned away by admit-or-drop admission.
+    Dropped,
+}
+
+impl Status {
+    /// Every status.
+    pub const ALL: [Status; 8] = [
+        Status::Queued,
+        Status::Starting,
+        Status::Running,
+        Status::Stopping,
+        Status::Succeeded,
+        Status::Failed,
+        Status::Cancelled,
+        Status::Dropped,
+    ];
+
+    /// Its name in the API and the database.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Queued => "queued",
+            Status::Starting => "starting",
+            Status::Running => "running",
+            Status::Stopping => "stopping",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+            Status::Cancelled => "cancelled",
+            Status::Dropped => "dropped",
+        }
+    }
+
+    /// Whether the job is over for good.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Status::Succeeded | Status::Failed | Status::Cancelled | Status::Dropped
+        )
+    }
+
+    /// Whether the job has a launch that may hold GPUs.
+    pub fn holds_gpus(self) -> bool {
+        matches!(self, Status::Starting | Status::Running | Status::Stopping)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A stop asked of the current launch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StopRequest {
+    /// Why.
+    pub reason: StopReason,
+    /// When it was asked for.
+    pub at_s: f64,
+    /// Whether the executor reported the signal delivered.
+    pub delivered: bool,
+    /// When the launch was killed after its grace period, if it was.
+    pub killed_s: Option<f64>,
+    /// What the job was to run with next when the stop was asked for.
+    pub next: Option<Shape>,
+}
+
+/// The current (or last) launch of a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    /// What it runs with.
+    pub shape: Shape,
+    /// When it was handed to the executor.
+    pub launched_s: f64,
+    /// When the executor confirmed it.
+    pub started_s: Option<f64>,
+    /// The stop asked of it, if one.
+    pub stop: Option<StopRequest>,
+}
+
+/// What the job's workers reported last.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Global step.
+    pub step: Option<u64>,
+    /// Samples seen in all.
+    pub samples_seen: Option<u64>,
+    /// Samples per second.
+    pub samples_per_s: Option<f64>,
+    /// Loss.
+    pub loss: Option<f64>,
+    /// When (the last report).
+    pub reported_s: Option<f64>,
+    /// How long the current launch took from its start to its first report: what a restart
+    /// costs this job.
+    pub startup_s: Option<f64>,
+}
+
+/// Why a queued job waits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Waiting {
+    /// The last decision gave it no GPUs.
+    NotChosen,
+    /// It has a place, and waits for GPUs still held by launches that are stopping.
+    ForGpus {
+        /// Jobs whose GPUs it waits for.
+        held_by: Vec<String>,
+    },
+    /// An older launch of it is still alive somewhere and being killed.
+    ForStaleLaunch,
+    /// No decision has been made since it arrived (decisions only at intervals).
+    ForDecision,
+}
+
+/// The autoscaler's state of one job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// Job id.
+    pub id: String,
+    /// Arrival order.
+    pub seq: u64,
+    /// When it was submitted.
+    pub submitted_s: f64,
+    /// Lifecycle status.
+    pub status: Status,
+    /// Where its model comes from.
+    pub model: ModelSource,
+    /// Launches so far (the current or last one has this number).
+    pub attempt: u32,
+    /// The current or last launch.
+    pub launch: Option<Launch>,
+    /// Relaunches after stops and lost launches.
+    pub restarts: u32,
+    /// Failed launches.
+    pub failures: u32,
+    /// Failures tolerated before the job fails.
+    pub max_retries: u32,
+    /// The launch whose workers reported completion.
+    pub completed_attempt: Option<u32>,
+    /// What its workers reported.
+    pub progress: Progress,
+    /// The GPUs it held over time.
+    pub history: JobHistory,
+    /// What its reports measured (for learned models).
+    pub measurements: Measurements,
+    /// How the last launch ended.
+    pub last_outcome: Option<Outcome>,
+    /// Why it waits (queued jobs).
+    pub waiting: Option<Waiting>,
+    /// When it ended.
+    pub finished_s: Option<f64>,
+    /// The decision that last changed its plan, and the shape it planned.
+    pub planned: Option<(Shape, Trigger)>,
+}
+
+impl JobRecord {
+    /// The shape of the current launch, while it holds GPUs.
+    pub fn shape(&self) -> Option<&Shape> {
+        self.launch
+            .as_ref()
+            .filter(|_| self.status.holds_gpus())
+            .map(|l| &l.shape)
+    }
+}

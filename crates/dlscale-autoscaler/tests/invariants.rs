@@ -1,0 +1,210 @@
+//! Invariants under random workloads, with a model executor that takes its time to stop:
+//! GPUs are never promised twice (held GPUs per node never exceed the node's), a job never has
+//! two live launches, every job ends, and the same inputs give the same actions.
+
+use std::collections::BTreeMap;
+
+use dlscale_autoscaler::{
+    Action, Autoscaler, AutoscalerConfig, Input, ModelSource, Outcome, Status, Submission,
+};
+use dlscale_core::jobfile::{parse_jobs, FileFormat};
+use dlscale_core::placement::{ShapeRule, Topology};
+use dlscale_core::{Admission, GpuCount, Settings};
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+struct Spec {
+    arrival_s: f64,
+    max_gpus: u32,
+    run_s: f64,
+    stop_delay_s: f64,
+    fails: bool,
+}
+
+fn spec() -> impl Strategy<Value = Spec> {
+    (
+        0.0..200.0f64,
+        1u32..8,
+        5.0..100.0f64,
+        0.0..20.0f64,
+        prop::bool::weighted(0.1),
+    )
+        .prop_map(|(arrival_s, max_gpus, run_s, stop_delay_s, fails)| Spec {
+            arrival_s,
+            max_gpus,
+            run_s,
+            stop_delay_s,
+            fails,
+        })
+}
+
+/// One live launch in the model executor.
+struct Live {
+    attempt: u32,
+    shares: Vec<(String, GpuCount)>,
+    ends_at: f64,
+    outcome: Outcome,
+}
+
+/// Runs the workload to its end; returns every action, in order.
+fn run(specs: &[Spec], shape: ShapeRule, cooldown_s: f64) -> Vec<(f64, Action)> {
+    let topology = Topology::uniform(2, 4);
+    let config = AutoscalerConfig {
+        settings: Settings {
+            admission: Admission::Queue,
+            ..Settings::default()
+        },
+        shape,
+        cooldown_s,
+        grace_s: 15.0,
+        interval_s: Some(30.0),
+        equal_local_batches: true,
+        ..AutoscalerConfig::default()
+    };
+    let mut a = Autoscaler::new(config, topology.clone());
+    let mut arrivals: Vec<(f64, usize)> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.arrival_s, i))
+        .collect();
+    arrivals.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let mut next_arrival = 0;
+    let mut live: BTreeMap<String, Live> = BTreeMap::new();
+    let mut actions = Vec::new();
+    let mut inputs: Vec<Input> = Vec::new();
+    let mut now = 0.0;
+    for _round in 0..10_000 {
+        let step = a.handle(now, std::mem::take(&mut inputs));
+        for action in step.actions {
+            actions.push((now, action.clone()));
+            match action {
+                Action::Launch(l) => {
+                    assert!(!live.contains_key(&l.id), "two live launches of {}", l.id);
+                    let i: usize = l.id[1..].parse().unwrap();
+                    let s = &specs[i];
+                    live.insert(
+                        l.id.clone(),
+                        Live {
+                            attempt: l.attempt,
+                            shares: l
+                                .shape
+                                .shares
+                                .iter()
+                                .map(|s| (s.node.clone(), s.gpus))
+                                .collect(),
+                            ends_at: now + s.run_s,
+                            outcome: Outcome::Exited(if s.fails { 1 } else { 0 }),
+                        },
+                    );
+                    inputs.push(Input::LaunchStarted {
+                        id: l.id,
+                        attempt: l.attempt,
+                    });
+                }
+                Action::Stop { id, attempt, .. } => {
+                    if let Some(l) = live.get_mut(&id).filter(|l| l.attempt == attempt) {
+                        let i: usize = id[1..].parse().unwrap();
+                        l.ends_at = l.ends_at.min(now + specs[i].stop_delay_s);
+                        l.outcome = Outcome::Exited(0);
+                        inputs.push(Input::StopDelivered { id, attempt });
+                    }
+                }
+                Action::Kill { id, attempt } => {
+                    if let Some(l) = live.get_mut(&id).filter(|l| l.attempt == attempt) {
+                        l.ends_at = now;
+                        l.outcome = Outcome::Exited(-9);
+                    }
+                }
+            }
+        }
+        // No node holds more than it has.
+        let mut held: BTreeMap<&str, GpuCount> = BTreeMap::new();
+        for l in live.values() {
+            for (node, g) in &l.shares {
+                *held.entry(node.as_str()).or_insert(0) += g;
+            }
+        }
+        for n in &topology.nodes {
+            assert!(
+                held.get(n.name.as_str()).copied().unwrap_or(0) <= n.gpus,
+                "{held:?}"
+            );
+        }
+        if !inputs.is_empty() {
+            continue;
+        }
+        // Next event: an exit, an arrival, or the autoscaler's wake-up.
+        let exit = live
+            .values()
+            .map(|l| l.ends_at)
+            .fold(f64::INFINITY, f64::min);
+        let arrival = arrivals.get(next_arrival).map_or(f64::INFINITY, |x| x.0);
+        let wake = a.next_wakeup_s().unwrap_or(f64::INFINITY);
+        let t = exit.min(arrival).min(wake);
+        if !t.is_finite() {
+            break;
+        }
+        now = t.max(now);
+        let ending: Vec<String> = live
+            .iter()
+            .filter(|(_, l)| l.ends_at <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ending {
+            let l = live.remove(&id).unwrap();
+            inputs.push(Input::Exited {
+                id,
+                attempt: l.attempt,
+                outcome: l.outcome,
+            });
+        }
+        while let Some(&(at, i)) = arrivals.get(next_arrival) {
+            if at > now {
+                break;
+            }
+            let text = format!(
+                r#"{{"jobs": [{{"id": "j{i}", "model": {{"compute_base_s": 0.01, "compute_per_sample_s": 0.001,
+                    "sync_intra_base_s": 0.002, "sync_inter_base_s": 0.004}},
+                    "min_batch": 32, "max_batch": 512, "max_local_batch": 64, "max_gpus": {}}}]}}"#,
+                specs[i].max_gpus
+            );
+            let job = parse_jobs(&text, FileFormat::Json, "t").unwrap().remove(0);
+            inputs.push(Input::Submit {
+                job: Box::new(Submission {
+                    job,
+                    model: ModelSource::Given,
+                    max_retries: Some(1),
+                }),
+            });
+            next_arrival += 1;
+        }
+        if inputs.is_empty() {
+            inputs.push(Input::Tick);
+        }
+    }
+    assert!(
+        a.live().is_empty(),
+        "jobs never ended: {:?}",
+        a.live()
+            .iter()
+            .map(|r| (&r.id, r.status))
+            .collect::<Vec<_>>()
+    );
+    assert!(a.live().iter().all(|r| r.status != Status::Running));
+    actions
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn gpus_are_never_promised_twice_and_every_job_ends(
+        specs in prop::collection::vec(spec(), 1..10),
+        shape in prop::sample::select(vec![ShapeRule::Any, ShapeRule::EqualPerNode]),
+        cooldown_s in prop::sample::select(vec![0.0, 20.0]),
+    ) {
+        let first = run(&specs, shape, cooldown_s);
+        let second = run(&specs, shape, cooldown_s);
+        prop_assert_eq!(first, second);
+    }
+}

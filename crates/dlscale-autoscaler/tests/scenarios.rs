@@ -1,0 +1,575 @@
+//! The autoscaler stepped through scenarios, as tables of timed inputs and the actions they must
+//! produce: rescales that launch what their stop announced, the lifecycle of launches that end
+//! (an exit after a stop is a stop), cancels, grace periods, retries, cooldowns, restarts with
+//! adoption and stale launches, pending launches, and jobs too close to their end to restart.
+
+use dlscale_autoscaler::{
+    Action, Autoscaler, AutoscalerConfig, Input, JobRecord, LaunchState, ModelSource, Next,
+    Observation, ObservedLaunch, Outcome, Refusal, Status, Step, StopReason, Submission, Waiting,
+};
+use dlscale_core::jobfile::{parse_jobs, FileFormat};
+use dlscale_core::placement::{ShapeRule, Topology};
+use dlscale_core::{Admission, Job, Settings};
+
+/// A job that speeds up well to `max_gpus` (batch 32 to 512, 64 per GPU).
+fn job(id: &str, max_gpus: u32) -> Job {
+    let text = format!(
+        r#"{{"jobs": [{{"id": "{id}", "model": {{"compute_base_s": 0.01, "compute_per_sample_s": 0.001,
+            "sync_intra_base_s": 0.002, "sync_inter_base_s": 0.004}},
+            "min_batch": 32, "max_batch": 512, "max_local_batch": 64, "max_gpus": {max_gpus},
+            "work_samples": 1e7}}]}}"#
+    );
+    parse_jobs(&text, FileFormat::Json, "test")
+        .unwrap()
+        .remove(0)
+}
+
+fn submit(job: Job) -> Input {
+    Input::Submit {
+        job: Box::new(Submission {
+            job,
+            model: ModelSource::Given,
+            max_retries: None,
+        }),
+    }
+}
+
+fn config() -> AutoscalerConfig {
+    AutoscalerConfig {
+        settings: Settings {
+            admission: Admission::Queue,
+            ..Settings::default()
+        },
+        interval_s: None,
+        equal_local_batches: true,
+        ..AutoscalerConfig::default()
+    }
+}
+
+/// Launches of a step as (id, attempt, gpus, batch).
+fn launches(step: &Step) -> Vec<(String, u32, u32, u32)> {
+    step.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Launch(l) => Some((l.id.clone(), l.attempt, l.shape.gpus, l.shape.batch_size)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn stops(step: &Step) -> Vec<(String, u32, StopReason)> {
+    step.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Stop {
+                id,
+                attempt,
+                reason,
+            } => Some((id.clone(), *attempt, *reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn kills(step: &Step) -> Vec<(String, u32)> {
+    step.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Kill { id, attempt } => Some((id.clone(), *attempt)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// An executor that confirms every launch at once.
+fn started(step: &Step) -> Vec<Input> {
+    launches(step)
+        .into_iter()
+        .map(|(id, attempt, ..)| Input::LaunchStarted { id, attempt })
+        .collect()
+}
+
+fn status(a: &Autoscaler, step: &Step, id: &str) -> Status {
+    a.job(id).map(|(r, _)| r.status).unwrap_or_else(|| {
+        step.records
+            .iter()
+            .find(|r| r.id == id)
+            .map(|r| r.status)
+            .unwrap()
+    })
+}
+
+fn exited(id: &str, attempt: u32, code: i32) -> Input {
+    Input::Exited {
+        id: id.into(),
+        attempt,
+        outcome: Outcome::Exited(code),
+    }
+}
+
+#[test]
+fn a_rescale_launches_what_its_stop_announced_and_waits_for_the_gpus() {
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 4));
+    let s = a.handle(0.0, vec![submit(job("a", 4))]);
+    assert_eq!(launches(&s), [("a".into(), 1, 4, 256)]);
+    a.handle(0.0, started(&s));
+    assert_eq!(a.job("a").unwrap().0.status, Status::Running);
+
+    // b arrives: a is asked to shrink, b waits for a's GPUs.
+    let s = a.handle(10.0, vec![submit(job("b", 4))]);
+    let stop = stops(&s);
+    assert_eq!(stop, [("a".into(), 1, StopReason::Rescale)]);
+    assert!(launches(&s).is_empty(), "b must wait for a's GPUs: {s:?}");
+    let (rb, _) = a.job("b").unwrap();
+    assert_eq!(
+        rb.waiting,
+        Some(Waiting::ForGpus {
+            held_by: vec!["a".into()]
+        })
+    );
+    let announced = a
+        .job("a")
+        .unwrap()
+        .0
+        .launch
+        .as_ref()
+        .unwrap()
+        .stop
+        .clone()
+        .unwrap()
+        .next
+        .unwrap();
+
+    // a checkpoints and exits 0: a stop, not a success. Both launch, a as announced.
+    let s = a.handle(12.0, vec![exited("a", 1, 0)]);
+    let l = launches(&s);
+    assert_eq!(l.len(), 2, "{s:?}");
+    let relaunch = s
+        .actions
+        .iter()
+        .find_map(|x| match x {
+            Action::Launch(l) if l.id == "a" => Some(l.shape.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(relaunch, announced);
+    assert!(s.events.iter().any(|e| matches!(e,
+        dlscale_autoscaler::Event::Ended { id, next: Next::Relaunch, .. } if id == "a")));
+    assert!(s.events.iter().all(|e| !matches!(
+        e,
+        dlscale_autoscaler::Event::Launching {
+            replanned: Some(_),
+            ..
+        }
+    )));
+    assert_eq!(a.job("a").unwrap().0.restarts, 1);
+    assert_eq!(a.job("a").unwrap().0.attempt, 2);
+    let gpus: u32 = l.iter().map(|x| x.2).sum();
+    assert_eq!(gpus, 4);
+}
+
+#[test]
+fn the_launch_lifecycle_table() {
+    // (inputs after the first launch runs, expected status of a, expected next launches)
+    struct Case {
+        name: &'static str,
+        inputs: Vec<Input>,
+        status: Status,
+    }
+    let cases = vec![
+        Case {
+            name: "exit 0 with no stop: done",
+            inputs: vec![exited("a", 1, 0)],
+            status: Status::Succeeded,
+        },
+        Case {
+            name: "exit 1: retried",
+            inputs: vec![exited("a", 1, 1)],
+            status: Status::Starting,
+        },
+        Case {
+            name: "a stale exit of another launch changes nothing",
+            inputs: vec![exited("a", 7, 1)],
+            status: Status::Running,
+        },
+        Case {
+            name: "vanished: relaunched",
+            inputs: vec![Input::Exited {
+                id: "a".into(),
+                attempt: 1,
+                outcome: Outcome::Vanished,
+            }],
+            status: Status::Starting,
+        },
+        Case {
+            name: "cancelled outside: cancelled",
+            inputs: vec![Input::Exited {
+                id: "a".into(),
+                attempt: 1,
+                outcome: Outcome::CancelledOutside,
+            }],
+            status: Status::Cancelled,
+        },
+        Case {
+            name: "cancel then exit 0: cancelled",
+            inputs: vec![Input::Cancel { id: "a".into() }, exited("a", 1, 0)],
+            status: Status::Cancelled,
+        },
+        Case {
+            name: "completion reported, then cancel and exit 1: done",
+            inputs: vec![
+                Input::Completed {
+                    id: "a".into(),
+                    attempt: 1,
+                    step: 10,
+                    samples_seen: 100,
+                },
+                Input::Cancel { id: "a".into() },
+                exited("a", 1, 1),
+            ],
+            status: Status::Succeeded,
+        },
+        Case {
+            name: "the launch could not start: retried",
+            inputs: vec![Input::LaunchFailed {
+                id: "a".into(),
+                attempt: 1,
+                error: "no such file".into(),
+            }],
+            status: Status::Starting,
+        },
+    ];
+    for case in cases {
+        let mut a = Autoscaler::new(config(), Topology::uniform(1, 4));
+        let s = a.handle(0.0, vec![submit(job("a", 4))]);
+        a.handle(0.0, started(&s));
+        let s = a.handle(5.0, case.inputs);
+        assert_eq!(status(&a, &s, "a"), case.status, "{}: {s:?}", case.name);
+    }
+}
+
+#[test]
+fn failures_are_retried_up_to_the_limit() {
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 2));
+    let mut s = a.handle(0.0, vec![submit(job("a", 2))]);
+    for attempt in 1..=3 {
+        a.handle(attempt as f64, started(&s));
+        s = a.handle(attempt as f64 + 0.5, vec![exited("a", attempt, 2)]);
+    }
+    assert_eq!(status(&a, &s, "a"), Status::Failed);
+    let r = s.records.iter().find(|r| r.id == "a").unwrap();
+    assert_eq!((r.failures, r.attempt), (3, 3));
+    // A late report of an ended job is refused.
+    let s = a.handle(
+        9.0,
+        vec![Input::Completed {
+            id: "a".into(),
+            attempt: 3,
+            step: 1,
+            samples_seen: 1,
+        }],
+    );
+    assert_eq!(
+        s.refusals,
+        [Some(Refusal::Ended {
+            status: Status::Failed
+        })]
+    );
+}
+
+#[test]
+fn cancels_of_waiting_running_and_ended_jobs() {
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 1));
+    let s = a.handle(0.0, vec![submit(job("a", 1)), submit(job("b", 1))]);
+    a.handle(0.0, started(&s));
+    assert_eq!(a.job("b").unwrap().0.status, Status::Queued);
+    let s = a.handle(1.0, vec![Input::Cancel { id: "b".into() }]);
+    assert_eq!(status(&a, &s, "b"), Status::Cancelled);
+    let s = a.handle(2.0, vec![Input::Cancel { id: "a".into() }]);
+    assert_eq!(stops(&s), [("a".into(), 1, StopReason::Cancel)]);
+    let s = a.handle(
+        3.0,
+        vec![
+            Input::Cancel { id: "b".into() },
+            Input::Cancel { id: "zz".into() },
+        ],
+    );
+    assert_eq!(
+        s.refusals,
+        [
+            Some(Refusal::Ended {
+                status: Status::Cancelled
+            }),
+            Some(Refusal::UnknownJob)
+        ]
+    );
+}
+
+#[test]
+fn a_stop_past_its_grace_period_is_killed() {
+    let cfg = AutoscalerConfig {
+        grace_s: 30.0,
+        ..config()
+    };
+    let mut a = Autoscaler::new(cfg, Topology::uniform(1, 1));
+    let s = a.handle(0.0, vec![submit(job("a", 1))]);
+    a.handle(0.0, started(&s));
+    a.handle(100.0, vec![Input::Cancel { id: "a".into() }]);
+    assert_eq!(a.next_wakeup_s(), Some(130.0));
+    assert!(kills(&a.handle(120.0, vec![Input::Tick])).is_empty());
+    let s = a.handle(130.0, vec![Input::Tick]);
+    assert_eq!(kills(&s), [("a".into(), 1)]);
+    let s = a.handle(131.0, vec![exited("a", 1, -9)]);
+    assert_eq!(status(&a, &s, "a"), Status::Cancelled);
+}
+
+#[test]
+fn a_job_in_cooldown_keeps_its_gpus_unless_a_waiting_job_needs_them() {
+    let cfg = AutoscalerConfig {
+        cooldown_s: 60.0,
+        ..config()
+    };
+    let mut a = Autoscaler::new(cfg, Topology::uniform(1, 4));
+    let s = a.handle(0.0, vec![submit(job("a", 4))]);
+    a.handle(0.0, started(&s));
+    assert_eq!(a.next_wakeup_s(), Some(60.0));
+    // b arrives inside a's cooldown: a may shrink for it (b would not start otherwise).
+    let s = a.handle(10.0, vec![submit(job("b", 1))]);
+    assert_eq!(stops(&s), [("a".into(), 1, StopReason::Rescale)], "{s:?}");
+    let s = a.handle(11.0, vec![exited("a", 1, 0)]);
+    assert_eq!(launches(&s).len(), 2, "{s:?}");
+    a.handle(11.0, started(&s));
+    // The relaunch starts a new cooldown.
+    assert_eq!(a.next_wakeup_s(), Some(71.0));
+}
+
+#[test]
+fn the_end_of_a_cooldown_triggers_a_decision() {
+    for cooldown_s in [0.0, 60.0] {
+        let cfg = AutoscalerConfig {
+            cooldown_s,
+            ..config()
+        };
+        let mut a = Autoscaler::new(cfg, Topology::uniform(1, 4));
+        // a and b share the node; when b ends, a grows at once, or when its cooldown ends.
+        let s = a.handle(0.0, vec![submit(job("a", 4)), submit(job("b", 2))]);
+        assert_eq!(launches(&s).len(), 2);
+        a.handle(0.0, started(&s));
+        let s = a.handle(5.0, vec![exited("b", 1, 0)]);
+        let grown = [("a".to_string(), 1, StopReason::Rescale)];
+        if cooldown_s > 0.0 {
+            assert!(stops(&s).is_empty(), "a is in its cooldown: {s:?}");
+            assert_eq!(a.next_wakeup_s(), Some(cooldown_s));
+            let s = a.handle(cooldown_s, vec![Input::Tick]);
+            assert_eq!(stops(&s), grown, "{s:?}");
+        } else {
+            assert_eq!(stops(&s), grown, "{s:?}");
+        }
+    }
+}
+
+#[test]
+fn after_a_restart_live_launches_are_adopted_lost_ones_relaunched_stale_ones_killed() {
+    let mut a = Autoscaler::new(config(), Topology::uniform(2, 2));
+    let s = a.handle(0.0, vec![submit(job("a", 2)), submit(job("b", 2))]);
+    assert_eq!(launches(&s).len(), 2);
+    // a was confirmed; b's launch was in flight when the server died.
+    a.handle(
+        0.0,
+        vec![Input::LaunchStarted {
+            id: "a".into(),
+            attempt: 1,
+        }],
+    );
+    let records: Vec<(JobRecord, Job)> = a
+        .live()
+        .iter()
+        .map(|r| (r.clone(), a.job(&r.id).unwrap().1.clone()))
+        .collect();
+    let mut b = Autoscaler::restore(
+        config(),
+        Topology::uniform(2, 2),
+        records,
+        a.next_seq(),
+        1.0,
+    );
+    let s = b.handle(5.0, vec![Input::Restarted]);
+    assert!(
+        launches(&s).is_empty(),
+        "nothing relaunched before an observation: {s:?}"
+    );
+    // The executor sees a's launch alive, and an old launch of a (attempt 0) too; b is gone.
+    let s = b.handle(
+        6.0,
+        vec![Input::Observed(Observation {
+            taken_at_s: 6.0,
+            launches: vec![
+                ObservedLaunch {
+                    id: "a".into(),
+                    attempt: 1,
+                    state: LaunchState::Running,
+                },
+                ObservedLaunch {
+                    id: "a".into(),
+                    attempt: 0,
+                    state: LaunchState::Running,
+                },
+            ],
+        })],
+    );
+    assert_eq!(kills(&s), [("a".into(), 0)]);
+    assert_eq!(b.job("a").unwrap().0.status, Status::Running);
+    assert_eq!(launches(&s), [("b".into(), 2, 2, 128)], "{s:?}");
+    assert_eq!(b.job("b").unwrap().0.restarts, 1);
+}
+
+#[test]
+fn a_job_with_a_stale_launch_waits_until_it_is_gone() {
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 2));
+    let s = a.handle(0.0, vec![submit(job("a", 2))]);
+    a.handle(0.0, started(&s));
+    let s = a.handle(1.0, vec![exited("a", 1, 1)]);
+    // The retry is launched at once, but an observation shows launch 1 still alive: killed.
+    assert_eq!(launches(&s), [("a".into(), 2, 2, 128)]);
+    a.handle(1.0, started(&s));
+    let s = a.handle(
+        2.0,
+        vec![Input::Observed(Observation {
+            taken_at_s: 2.0,
+            launches: vec![
+                ObservedLaunch {
+                    id: "a".into(),
+                    attempt: 1,
+                    state: LaunchState::Running,
+                },
+                ObservedLaunch {
+                    id: "a".into(),
+                    attempt: 2,
+                    state: LaunchState::Running,
+                },
+            ],
+        })],
+    );
+    assert_eq!(kills(&s), [("a".into(), 1)]);
+}
+
+#[test]
+fn a_launch_left_pending_or_requeued_is_resubmitted() {
+    let cfg = AutoscalerConfig {
+        start_timeout_s: Some(60.0),
+        ..config()
+    };
+    for (state, resubmitted) in [
+        (
+            LaunchState::Pending {
+                since_s: 0.0,
+                requeued: false,
+            },
+            true,
+        ),
+        (
+            LaunchState::Pending {
+                since_s: 50.0,
+                requeued: false,
+            },
+            false,
+        ),
+        (
+            LaunchState::Pending {
+                since_s: 50.0,
+                requeued: true,
+            },
+            true,
+        ),
+    ] {
+        let mut a = Autoscaler::new(cfg.clone(), Topology::uniform(1, 2));
+        let s = a.handle(0.0, vec![submit(job("a", 2))]);
+        a.handle(0.0, started(&s));
+        let s = a.handle(
+            100.0,
+            vec![Input::Observed(Observation {
+                taken_at_s: 100.0,
+                launches: vec![ObservedLaunch {
+                    id: "a".into(),
+                    attempt: 1,
+                    state: state.clone(),
+                }],
+            })],
+        );
+        let expected: Vec<_> = if resubmitted {
+            vec![("a".to_string(), 1, StopReason::Resubmit)]
+        } else {
+            vec![]
+        };
+        assert_eq!(stops(&s), expected, "{state:?}");
+    }
+}
+
+#[test]
+fn a_job_about_to_finish_is_not_restarted() {
+    for (restart_cost_s, held) in [(30.0, true), (5.0, false)] {
+        let cfg = AutoscalerConfig {
+            restart_cost_s,
+            ..config()
+        };
+        let mut a = Autoscaler::new(cfg, Topology::uniform(1, 4));
+        let s = a.handle(0.0, vec![submit(job("a", 4))]);
+        a.handle(0.0, started(&s));
+        // a has 1e7 − 9.99e6 = 1e4 samples left at 1e3 samples/s: 10 s.
+        let report = |step| Input::Metrics {
+            id: "a".into(),
+            report: dlscale_autoscaler::MetricsReport {
+                step,
+                samples_per_s: 1000.0,
+                batch_size: 256,
+                world_size: 4,
+                loss: None,
+                samples_seen: 9_990_000,
+                attempt: Some(1),
+                grad: None,
+            },
+        };
+        a.handle(0.0, vec![report(1), report(2)]);
+        let s = a.handle(6.0, vec![submit(job("b", 4))]);
+        assert_eq!(
+            stops(&s).is_empty(),
+            held,
+            "restart cost {restart_cost_s} s against 10 s left: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn equal_per_node_never_splits_unevenly() {
+    let cfg = AutoscalerConfig {
+        shape: ShapeRule::EqualPerNode,
+        ..config()
+    };
+    let mut a = Autoscaler::new(cfg, Topology::uniform(2, 4));
+    let mut inputs = vec![submit(job("a", 8))];
+    inputs.push(submit(job("b", 3)));
+    let s = a.handle(0.0, inputs);
+    for action in &s.actions {
+        if let Action::Launch(l) = action {
+            let per: Vec<u32> = l.shape.shares.iter().map(|s| s.gpus).collect();
+            assert!(per.iter().all(|&g| g == per[0]), "{l:?}");
+            assert!(![5, 7].contains(&l.shape.gpus), "{l:?}");
+        }
+    }
+}
+
+#[test]
+fn the_same_inputs_give_the_same_steps() {
+    let run = || {
+        let mut a = Autoscaler::new(config(), Topology::uniform(2, 4));
+        let mut steps = Vec::new();
+        let mut s = a.handle(0.0, vec![submit(job("a", 8)), submit(job("b", 4))]);
+        steps.push(s.clone());
+        s = a.handle(1.0, started(&s));
+        steps.push(s.clone());
+        s = a.handle(50.0, vec![submit(job("c", 2)), exited("b", 1, 0)]);
+        steps.push(s);
+        steps
+    };
+    assert_eq!(run(), run());
+}
