@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
+use dlscale_core::placement::ShapeRule;
 use dlscale_core::PolicyInfo;
 use dlscale_sim::workload::bundled_pollux_workload;
 use dlscale_sim::{
@@ -50,6 +51,9 @@ pub struct SimulateArgs {
     /// Skip malformed trace rows (counted in summary.json) instead of failing.
     #[arg(long)]
     pub skip_bad_rows: bool,
+    /// How a job's GPUs may be split over nodes: any, equal-per-node (as on Slurm) or whole-nodes.
+    #[arg(long, default_value = "any", value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<ShapeRule>()))]
+    pub shape: ShapeRule,
     /// Defragmenting repack: most unchanged jobs moved per job it consolidates (0: off).
     #[arg(long, default_value_t = 4)]
     pub defragment_moves: u32,
@@ -158,6 +162,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
         progress: args.progress,
         settings,
         defragment_moves_per_job: args.defragment_moves,
+        shape: args.shape,
         policy_options: args.policy_args.policy_options(),
         ..SimConfig::default()
     };

@@ -18,7 +18,7 @@
 //! ([`Topology::allowed_counts`]); callers offer policies only allowed counts, so that every
 //! decision can be placed once the GPUs it needs are free.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::str::FromStr;
 
@@ -161,8 +161,13 @@ impl Topology {
         self.nodes.iter().map(|n| n.gpus).collect()
     }
 
-    fn index(&self, name: &str) -> Option<usize> {
-        self.nodes.iter().position(|n| n.name == name)
+    /// Node index by name, for many lookups.
+    fn indices(&self) -> HashMap<&str, usize> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect()
     }
 }
 
@@ -201,15 +206,15 @@ pub struct Placed {
     pub unplaced: Vec<(String, GpuCount)>,
 }
 
-/// Places `wanted` on `topology` under `rule`, given the `previous` placement: jobs whose count
-/// is unchanged keep their GPUs (when these still exist). With `defragment_moves_per_job > 0`,
+/// Places `wanted` on `topology` under `rule`, given each job's `previous` shares (a lookup by
+/// job id): jobs whose count is unchanged keep their GPUs (when these still exist). With `defragment_moves_per_job > 0`,
 /// when a job that restarts anyway lands on more nodes than its count takes on the idle
 /// topology, all jobs are placed afresh if that spreads fewer jobs and moves at most this many
 /// jobs that would not restart otherwise per job it consolidates.
-pub fn place(
+pub fn place<'a>(
     topology: &Topology,
     rule: ShapeRule,
-    previous: &Placement,
+    previous: &dyn Fn(&str) -> Option<&'a [Share]>,
     wanted: &[Wanted],
     defragment_moves_per_job: u32,
 ) -> Placed {
@@ -217,18 +222,27 @@ pub fn place(
     if defragment_moves_per_job == 0 {
         return placed;
     }
+    // The packed node count of each count wanted, computed once.
+    let mut packed: HashMap<GpuCount, Option<u32>> = HashMap::new();
+    for w in wanted {
+        packed
+            .entry(w.gpus)
+            .or_insert_with(|| topology.packed_nodes(rule, w.gpus));
+    }
     let spread = |p: &Placement, id: &str, gpus: GpuCount| {
         p.get(id).is_some_and(|s| {
-            topology
-                .packed_nodes(rule, gpus)
+            packed
+                .get(&gpus)
+                .copied()
+                .flatten()
                 .is_some_and(|packed| s.len() as u32 > packed)
         })
     };
     let kept = |w: &Wanted| {
         !w.restarts
-            && previous
-                .get(&w.id)
-                .is_some_and(|s| gpus_of(s) == w.gpus && placed.placement.get(&w.id) == Some(s))
+            && previous(&w.id).is_some_and(|s| {
+                gpus_of(s) == w.gpus && placed.placement.get(&w.id).map(Vec::as_slice) == Some(s)
+            })
     };
     let changed_spread = wanted
         .iter()
@@ -236,7 +250,7 @@ pub fn place(
     if !changed_spread {
         return placed;
     }
-    let fresh = place_keeping(topology, rule, &Placement::new(), wanted);
+    let fresh = place_keeping(topology, rule, &|_| None, wanted);
     if !fresh.unplaced.is_empty() {
         return placed;
     }
@@ -265,30 +279,33 @@ pub fn place(
 }
 
 /// [`place`] without the repack.
-fn place_keeping(
+fn place_keeping<'a>(
     topology: &Topology,
     rule: ShapeRule,
-    previous: &Placement,
+    previous: &dyn Fn(&str) -> Option<&'a [Share]>,
     wanted: &[Wanted],
 ) -> Placed {
     let mut free = topology.idle();
+    let index = topology.indices();
     let mut placed = Placed::default();
     let mut to_place = Vec::new();
     for Wanted { id, gpus, .. } in wanted.iter().filter(|w| w.gpus > 0) {
-        let keep = previous.get(id).filter(|shares| {
+        let keep = previous(id).filter(|shares| {
             gpus_of(shares) == *gpus
-                && shares
-                    .iter()
-                    .all(|s| topology.index(&s.node).is_some_and(|i| free[i] >= s.gpus))
+                && shares.iter().all(|s| {
+                    index
+                        .get(s.node.as_str())
+                        .is_some_and(|&i| free[i] >= s.gpus)
+                })
         });
         match keep {
             Some(shares) => {
                 for s in shares {
-                    if let Some(i) = topology.index(&s.node) {
+                    if let Some(&i) = index.get(s.node.as_str()) {
                         free[i] -= s.gpus;
                     }
                 }
-                placed.placement.insert(id.clone(), shares.clone());
+                placed.placement.insert(id.clone(), shares.to_vec());
             }
             None => to_place.push((id.clone(), *gpus)),
         }
@@ -303,7 +320,7 @@ fn place_keeping(
         match place_one(topology, rule, &free, gpus, widest) {
             Some(shares) => {
                 for s in &shares {
-                    if let Some(i) = topology.index(&s.node) {
+                    if let Some(&i) = index.get(s.node.as_str()) {
                         free[i] -= s.gpus;
                     }
                 }
@@ -460,6 +477,10 @@ mod tests {
             .collect()
     }
 
+    fn lookup<'a>(p: &'a Placement) -> impl Fn(&str) -> Option<&'a [Share]> + 'a {
+        move |id| p.get(id).map(Vec::as_slice)
+    }
+
     fn shape(shares: &[Share]) -> Vec<(&str, GpuCount)> {
         shares.iter().map(|s| (s.node.as_str(), s.gpus)).collect()
     }
@@ -483,7 +504,7 @@ mod tests {
         let p = place(
             &t,
             ShapeRule::Any,
-            &Placement::new(),
+            &|_| None,
             &wanted(&[("a", 8), ("b", 3), ("c", 1), ("d", 4)]),
             0,
         );
@@ -506,14 +527,14 @@ mod tests {
         let first = place(
             &t,
             ShapeRule::Any,
-            &Placement::new(),
+            &|_| None,
             &wanted(&[("a", 2), ("b", 2), ("c", 2)]),
             0,
         );
         let second = place(
             &t,
             ShapeRule::Any,
-            &first.placement,
+            &lookup(&first.placement),
             &wanted(&[("a", 2), ("c", 2), ("d", 4)]),
             0,
         );
@@ -523,11 +544,11 @@ mod tests {
         let over = place(
             &t,
             ShapeRule::Any,
-            &first.placement,
+            &lookup(&first.placement),
             &wanted(&[("a", 9)]),
             0,
         );
-        assert_eq!(over.unplaced, [("a".to_string(), 0)]);
+        assert_eq!(over.unplaced, [("a".to_string(), 8)], "9 GPUs do not fit, 8 would");
     }
 
     #[test]
@@ -543,7 +564,7 @@ mod tests {
         let p = place(
             &t,
             ShapeRule::EqualPerNode,
-            &Placement::new(),
+            &|_| None,
             &wanted(&[("a", 6)]),
             0,
         );
@@ -568,7 +589,7 @@ mod tests {
         let p = place(
             &t,
             ShapeRule::EqualPerNode,
-            &previous,
+            &lookup(&previous),
             &wanted(&[("a", 2), ("b", 2), ("c", 4)]),
             0,
         );
@@ -577,7 +598,7 @@ mod tests {
         let p = place(
             &t,
             ShapeRule::Any,
-            &previous,
+            &lookup(&previous),
             &wanted(&[("a", 2), ("b", 2), ("c", 4)]),
             0,
         );
@@ -605,7 +626,7 @@ mod tests {
         let p = place(
             &t,
             ShapeRule::WholeNodes,
-            &Placement::new(),
+            &|_| None,
             &wanted(&[("a", 8), ("b", 4)]),
             0,
         );
@@ -633,10 +654,10 @@ mod tests {
             }],
         );
         let want = wanted(&[("a", 2), ("b", 2), ("c", 4)]);
-        let no = place(&t, ShapeRule::Any, &previous, &want, 0);
+        let no = place(&t, ShapeRule::Any, &lookup(&previous), &want, 0);
         assert_eq!(no.placement["c"].len(), 2);
         assert!(no.moved.is_empty());
-        let yes = place(&t, ShapeRule::Any, &previous, &want, 1);
+        let yes = place(&t, ShapeRule::Any, &lookup(&previous), &want, 1);
         assert_eq!(yes.placement["c"].len(), 1, "{yes:?}");
         assert_eq!(yes.moved.len(), 1, "{yes:?}");
         for s in yes.placement.values() {

@@ -6,6 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use dlscale_core::placement::ShapeRule;
 use dlscale_core::{Cluster, PolicyOptions, Settings};
 
 use crate::error::{Result, SimError};
@@ -64,6 +65,8 @@ pub struct SimConfig {
     pub settings: Settings,
     /// Options of individual policies (Tiresias's queue threshold).
     pub policy_options: PolicyOptions,
+    /// How a job's GPUs may be split over nodes (`equal-per-node` simulates a Slurm cluster).
+    pub shape: ShapeRule,
     /// Defragmenting repack: when a restarting job lands on more nodes than its GPU count needs,
     /// all running jobs are placed afresh (consolidated) if that spreads fewer jobs and moves at
     /// most this many otherwise-unchanged jobs (each then restarts) per job it consolidates.
@@ -87,6 +90,7 @@ impl Default for SimConfig {
             progress: ProgressMode::Samples,
             settings: Settings::default(),
             policy_options: PolicyOptions::default(),
+            shape: ShapeRule::Any,
             defragment_moves_per_job: 4,
         }
     }

@@ -1,27 +1,34 @@
-//! The discrete-event loop.
+//! The discrete-event loop: the service's own autoscaler ([`dlscale_autoscaler::Autoscaler`])
+//! over a simulated executor.
 //!
-//! Events are job arrivals, job completions and periodic allocator ticks. The allocator runs on
-//! ticks (every [`SimConfig::interval_s`]) and, with [`SimConfig::schedule_on_events`], whenever
-//! jobs arrive or complete; a tick at which nothing the allocator sees has changed is skipped (its
-//! decision would be the same). A job whose GPUs or batch change restarts: for its model's restart
-//! delay it holds its GPUs but makes no progress. The first start pays the delay too.
+//! The simulator hands the autoscaler what the service's executors would: submissions at their
+//! arrival times, launches confirmed at once, exits (a job's end, or the instant after a stop or a
+//! kill: a simulated job checkpoints instantly), and ticks when the autoscaler asks for them. It
+//! carries out the autoscaler's actions on simulated jobs: a launched job holds its GPUs but
+//! makes no progress for its model's restart delay (the first start pays it too), then advances
+//! at a constant rate per epoch — samples/s of its throughput model on the nodes it actually
+//! spans, times statistical efficiency with goodput progress. Completion times are computed
+//! exactly (walking epoch boundaries) when a job is (re)started, so completions are events at
+//! their exact time. All inputs of one time are handed in as one batch (a decision sees every
+//! arrival and completion of that instant), and the autoscaler's follow-up actions at the same
+//! instant (relaunches after stops) are carried out before time moves on.
 //!
-//! Between events every running job advances at a constant rate per epoch: samples/s of its
-//! throughput model on the nodes it actually spans, times statistical efficiency with goodput
-//! progress. Completion times are computed exactly (walking epoch boundaries) when a job is
-//! (re)started, so completions are events at their exact time.
+//! The simulated jobs' policies see each job's true model, and before every batch the true
+//! gradient statistics and remaining work of every job (an [`Input::Oracle`]).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
-use std::sync::Arc;
-
+use dlscale_autoscaler::{
+    Action, Autoscaler, AutoscalerConfig, Event, Input, ModelSource, Oracle, Outcome as Exit,
+    Status, Step, Submission,
+};
 use dlscale_core::efficiency::EfficiencyModel;
 use dlscale_core::job::{JobEfficiency, RemainingWork};
-use dlscale_core::placement::{self, Placement, ShapeRule, Topology, Wanted};
+use dlscale_core::placement::Topology;
 use dlscale_core::throughput::throughput_samples_per_s;
-use dlscale_core::{
-    BatchSize, CurrentAllocation, DecisionRequest, GpuCount, Job, JobState, Policy, PolicyInfo,
-};
+use dlscale_core::{BatchSize, GpuCount, PolicyInfo};
 
 use crate::config::{ProgressMode, SimConfig};
 use crate::error::{Result, SimError};
@@ -48,23 +55,44 @@ pub fn simulate(
 ) -> Result<SimResult> {
     config.validate()?;
     let wall = Instant::now();
-    let mut engine = Engine::new(workload, config, policy, observer);
+    let mut engine = Engine::new(workload, config, policy, observer)?;
     engine.run()?;
     Ok(engine.finish(wall.elapsed().as_secs_f64()))
+}
+
+/// The autoscaler's settings for a simulation.
+pub fn autoscaler_config(config: &SimConfig, policy: PolicyInfo) -> AutoscalerConfig {
+    AutoscalerConfig {
+        policy,
+        policy_options: config.policy_options,
+        settings: config.settings,
+        shape: config.shape,
+        defragment_moves_per_job: config.defragment_moves_per_job,
+        interval_s: config.interval_s,
+        decide_on_events: config.schedule_on_events,
+        // A simulated job stops at once, never fails, and is never left pending.
+        cooldown_s: 0.0,
+        grace_s: 0.0,
+        max_retries: 0,
+        start_timeout_s: None,
+        restart_cost_s: 0.0,
+        equal_local_batches: false,
+    }
 }
 
 /// A job's current run.
 #[derive(Debug, Clone)]
 struct Run {
+    attempt: u32,
     gpus: GpuCount,
     batch: BatchSize,
     nodes: u32,
     restart_until_s: f64,
 }
 
-/// Simulation state of one job in the system.
+/// Simulation state of one job of the workload.
 #[derive(Debug)]
-struct Active<'w> {
+struct SimState<'w> {
     spec: &'w SimJob,
     /// Progress target, in samples (efficiency-weighted with goodput progress).
     total: f64,
@@ -77,35 +105,24 @@ struct Active<'w> {
     first_start_s: Option<f64>,
     starts: u32,
     gpu_s: f64,
-    /// The epoch whose gradient statistics the last decision saw.
-    decided_epoch: usize,
-}
-
-/// What the policy wants for one job.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Target {
-    Run(GpuCount, BatchSize),
-    Wait,
-    Drop,
 }
 
 struct Engine<'w, 'o> {
     workload: &'w Workload,
     config: &'w SimConfig,
     info: PolicyInfo,
-    policy: Box<dyn Policy>,
+    autoscaler: Autoscaler,
     observer: &'o mut dyn SimObserver,
     goodput: bool,
-    /// Jobs in the system, in arrival order; `jobs[i]` is what allocators see of `active[i]`.
-    jobs: Vec<Job>,
-    active: Vec<Active<'w>>,
-    topology: Topology,
-    placement: Placement,
+    /// One per workload job, in workload order.
+    jobs: Vec<SimState<'w>>,
+    /// Workload index of each job id.
+    by_id: BTreeMap<&'w str, usize>,
+    /// Workload indices of the jobs in the system, in arrival order.
+    active: Vec<usize>,
     next_arrival: usize,
     now_s: f64,
     gpus_in_use: GpuCount,
-    /// Something the allocator sees changed since its last run.
-    dirty: bool,
     // Metrics.
     finished: usize,
     completed_jcts_s: Vec<f64>,
@@ -129,22 +146,49 @@ impl<'w, 'o> Engine<'w, 'o> {
         config: &'w SimConfig,
         info: PolicyInfo,
         observer: &'o mut dyn SimObserver,
-    ) -> Self {
-        Engine {
+    ) -> Result<Self> {
+        let mut by_id = BTreeMap::new();
+        for (i, job) in workload.jobs.iter().enumerate() {
+            if by_id.insert(job.job.id.as_str(), i).is_some() {
+                return Err(SimError::Config(format!(
+                    "workload {}: job id '{}' appears twice",
+                    workload.name, job.job.id
+                )));
+            }
+        }
+        let goodput = config.progress == ProgressMode::Goodput;
+        let jobs = workload
+            .jobs
+            .iter()
+            .map(|spec| SimState {
+                spec,
+                total: work_total(spec, config, goodput),
+                progress: 0.0,
+                anchor_s: spec.arrival_s,
+                epoch: 0,
+                run: None,
+                finish_at_s: f64::INFINITY,
+                first_start_s: None,
+                starts: 0,
+                gpu_s: 0.0,
+            })
+            .collect();
+        Ok(Engine {
             workload,
             config,
             info,
-            policy: info.instance(&config.policy_options),
+            autoscaler: Autoscaler::new(
+                autoscaler_config(config, info),
+                Topology::of_cluster(&config.cluster),
+            ),
             observer,
-            goodput: config.progress == ProgressMode::Goodput,
-            jobs: Vec::new(),
+            goodput,
+            jobs,
+            by_id,
             active: Vec::new(),
-            topology: Topology::of_cluster(&config.cluster),
-            placement: Placement::new(),
             next_arrival: 0,
             now_s: 0.0,
             gpus_in_use: 0,
-            dirty: false,
             finished: 0,
             completed_jcts_s: Vec::new(),
             dropped: 0,
@@ -159,12 +203,10 @@ impl<'w, 'o> Engine<'w, 'o> {
             optimizer_max_s: 0.0,
             timeline: Timeline::default(),
             progress_every: (workload.jobs.len() / 1000).max(1),
-        }
+        })
     }
 
     fn run(&mut self) -> Result<()> {
-        let interval = self.config.interval_s;
-        let mut next_tick = interval;
         loop {
             let t_arrival = self
                 .workload
@@ -174,11 +216,10 @@ impl<'w, 'o> Engine<'w, 'o> {
             let t_finish = self
                 .active
                 .iter()
-                .map(|a| a.finish_at_s)
+                .map(|&i| self.jobs[i].finish_at_s)
                 .fold(f64::INFINITY, f64::min);
-            let busy = !self.active.is_empty() || t_arrival.is_some();
-            let t_tick = next_tick.filter(|_| busy);
-            let t = [t_arrival, Some(t_finish), t_tick]
+            let t_wake = self.autoscaler.next_wakeup_s();
+            let t = [t_arrival, Some(t_finish), t_wake]
                 .into_iter()
                 .flatten()
                 .fold(f64::INFINITY, f64::min);
@@ -186,41 +227,179 @@ impl<'w, 'o> Engine<'w, 'o> {
                 break;
             }
             self.account_until(t);
-            let mut events = self.complete_due(t)?;
+            let mut inputs = self.completions_due(t);
             while let Some(job) = self.workload.jobs.get(self.next_arrival) {
                 if job.arrival_s > t {
                     break;
                 }
-                self.admit_arrival(job);
+                self.active.push(self.next_arrival);
+                inputs.push(Input::Submit {
+                    job: Box::new(Submission {
+                        job: job.job.clone(),
+                        model: ModelSource::Given,
+                        max_retries: None,
+                    }),
+                });
                 self.next_arrival += 1;
-                events = true;
             }
-            self.dirty |= events;
-            let tick = t_tick == Some(t);
-            if tick {
-                if let (Some(tick_s), Some(i)) = (next_tick.as_mut(), interval) {
-                    while *tick_s <= t {
-                        *tick_s += i;
-                    }
-                }
+            if inputs.is_empty() {
+                inputs.push(Input::Tick);
             }
-            let decide =
-                (events && self.config.schedule_on_events) || (tick && self.worth_deciding(t));
-            if decide {
-                self.decide(t)?;
-                if self.stuck() {
-                    break;
+            // After the submissions, so that arriving jobs get theirs too.
+            inputs.extend(self.oracles(t));
+            // Until the autoscaler has nothing more to do at this instant.
+            let mut decided = false;
+            while !inputs.is_empty() {
+                let clock = Instant::now();
+                let step = self.autoscaler.handle(t, std::mem::take(&mut inputs));
+                if step
+                    .events
+                    .iter()
+                    .any(|e| matches!(e, Event::Decided { .. }))
+                {
+                    let spent = clock.elapsed().as_secs_f64();
+                    decided = true;
+                    self.decisions += 1;
+                    self.optimizer_total_s += spent;
+                    self.optimizer_max_s = self.optimizer_max_s.max(spent);
                 }
+                inputs = self.carry_out(t, step)?;
+            }
+            // Stuck only when a decision left every waiting job waiting with nothing running.
+            if decided && self.stuck() {
+                break;
             }
         }
         self.leave_unfinished()
+    }
+
+    /// What the simulation knows of every job in the system: its gradient statistics now (at
+    /// its running batch, or its requested one) and its remaining work.
+    fn oracles(&mut self, t: f64) -> Vec<Input> {
+        let goodput = self.goodput;
+        let mut out = Vec::with_capacity(self.active.len());
+        for k in 0..self.active.len() {
+            let i = self.active[k];
+            self.advance(i, t);
+            let s = &self.jobs[i];
+            let batch = s
+                .run
+                .as_ref()
+                .map_or(s.spec.job.requested.batch, |r| r.batch);
+            let efficiency = s.spec.efficiency.as_ref().map(|eff| JobEfficiency {
+                noise: eff.noise(s.epoch, batch),
+                init_batch: eff.init_batch(),
+            });
+            out.push(Input::Oracle {
+                id: s.spec.job.id.clone(),
+                oracle: Oracle {
+                    efficiency: efficiency.or(s.spec.job.efficiency),
+                    remaining_work: Some(Arc::new(Remaining {
+                        efficiency: s.spec.efficiency.clone().filter(|_| goodput),
+                        progress: s.progress,
+                        epoch: s.epoch,
+                        total: s.total,
+                    }) as Arc<dyn RemainingWork>),
+                },
+            });
+        }
+        out
+    }
+
+    /// Carries out a step's actions on the simulated jobs and records the jobs that left;
+    /// returns the executor's answers (at the same instant).
+    fn carry_out(&mut self, t: f64, step: Step) -> Result<Vec<Input>> {
+        let mut answers = Vec::new();
+        for action in step.actions {
+            match action {
+                Action::Launch(l) => {
+                    let i = self.index(&l.id)?;
+                    self.stop_run(i, t);
+                    let delay = self
+                        .config
+                        .restart_delay_for(&self.jobs[i].spec.job.model_name);
+                    let s = &mut self.jobs[i];
+                    s.run = Some(Run {
+                        attempt: l.attempt,
+                        gpus: l.shape.gpus,
+                        batch: l.shape.batch_size,
+                        nodes: (l.shape.shares.len() as u32).max(1),
+                        restart_until_s: t + delay,
+                    });
+                    s.starts += 1;
+                    s.first_start_s.get_or_insert(t);
+                    s.anchor_s = t;
+                    self.gpus_in_use += l.shape.gpus;
+                    self.jobs[i].finish_at_s = self.predict_finish(i);
+                    if self.gpus_in_use > self.config.cluster.total_gpus() {
+                        return Err(SimError::Config(format!(
+                            "policy {} holds {} GPUs of {} at t = {t} s",
+                            self.info,
+                            self.gpus_in_use,
+                            self.config.cluster.total_gpus()
+                        )));
+                    }
+                    answers.push(Input::LaunchStarted {
+                        id: l.id,
+                        attempt: l.attempt,
+                    });
+                }
+                Action::Stop { id, attempt, .. } | Action::Kill { id, attempt } => {
+                    let i = self.index(&id)?;
+                    if self.jobs[i]
+                        .run
+                        .as_ref()
+                        .is_some_and(|r| r.attempt == attempt)
+                    {
+                        self.stop_run(i, t);
+                        answers.push(Input::Exited {
+                            id,
+                            attempt,
+                            outcome: Exit::Exited(0),
+                        });
+                    }
+                }
+            }
+        }
+        for record in step.records.iter().filter(|r| r.status.is_terminal()) {
+            let i = self.index(&record.id)?;
+            let outcome = match record.status {
+                Status::Succeeded => Outcome::Completed,
+                Status::Dropped => Outcome::Dropped,
+                _ => Outcome::Unfinished,
+            };
+            let finish = (outcome == Outcome::Completed).then_some(t);
+            self.leave(i, outcome, finish)?;
+        }
+        Ok(answers)
+    }
+
+    fn index(&self, id: &str) -> Result<usize> {
+        self.by_id
+            .get(id)
+            .copied()
+            .ok_or_else(|| SimError::Config(format!("the autoscaler named an unknown job '{id}'")))
+    }
+
+    /// Ends the run of job `i` at `t`, if it has one.
+    fn stop_run(&mut self, i: usize, t: f64) {
+        self.advance(i, t);
+        let s = &mut self.jobs[i];
+        if let Some(run) = s.run.take() {
+            self.gpus_in_use -= run.gpus;
+            s.finish_at_s = f64::INFINITY;
+        }
     }
 
     /// Integrates cluster use from `now_s` to `t`.
     fn account_until(&mut self, t: f64) {
         let dt = t - self.now_s;
         if dt > 0.0 {
-            let running = self.active.iter().filter(|a| a.run.is_some()).count();
+            let running = self
+                .active
+                .iter()
+                .filter(|&&i| self.jobs[i].run.is_some())
+                .count();
             let waiting = self.active.len() - running;
             self.busy_gpu_s += f64::from(self.gpus_in_use) * dt;
             self.timeline.add(
@@ -234,41 +413,6 @@ impl<'w, 'o> Engine<'w, 'o> {
         self.now_s = t;
     }
 
-    fn admit_arrival(&mut self, spec: &'w SimJob) {
-        let total = self.work_total(spec);
-        let mut job = spec.job.clone();
-        job.history.submitted_s = spec.arrival_s;
-        self.jobs.push(job);
-        self.active.push(Active {
-            spec,
-            total,
-            progress: 0.0,
-            anchor_s: spec.arrival_s,
-            epoch: 0,
-            run: None,
-            finish_at_s: f64::INFINITY,
-            first_start_s: None,
-            starts: 0,
-            gpu_s: 0.0,
-            decided_epoch: 0,
-        });
-    }
-
-    /// The progress target of a job, in this run's progress unit.
-    fn work_total(&self, spec: &SimJob) -> f64 {
-        match spec.work {
-            Work::Samples(samples) => samples,
-            Work::FullTraining => spec.efficiency.as_ref().map_or(0.0, |eff| {
-                eff.total_progress() * f64::from(eff.init_batch())
-            }),
-            Work::RequestedDuration { duration_s } => {
-                let job = &spec.job;
-                let nodes = self.config.cluster.min_nodes_for(job.requested.gpus);
-                duration_s * self.rate(spec, job.requested.gpus, nodes, job.requested.batch, 0)
-            }
-        }
-    }
-
     /// Progress per second of `spec` on `gpus` GPUs over `nodes` nodes at `batch` in `epoch`.
     fn rate(
         &self,
@@ -278,18 +422,7 @@ impl<'w, 'o> Engine<'w, 'o> {
         batch: BatchSize,
         epoch: usize,
     ) -> f64 {
-        let Some(x) = throughput_samples_per_s(spec.job.throughput.as_ref(), gpus, nodes, batch)
-        else {
-            return 0.0;
-        };
-        match (&spec.efficiency, self.goodput) {
-            (Some(eff), true) => {
-                x * eff
-                    .noise(epoch, batch)
-                    .efficiency(f64::from(batch), eff.init_batch())
-            }
-            _ => x,
-        }
+        rate(spec, self.goodput, gpus, nodes, batch, epoch)
     }
 
     /// Where the current rate of a job stops holding: its next epoch boundary or its end.
@@ -302,25 +435,25 @@ impl<'w, 'o> Engine<'w, 'o> {
 
     /// Accounts progress of job `i` up to `t`.
     fn advance(&mut self, i: usize, t: f64) {
-        let a = &self.active[i];
-        let Some(run) = a.run.clone() else {
-            self.active[i].anchor_s = t;
+        let s = &self.jobs[i];
+        let Some(run) = s.run.clone() else {
+            self.jobs[i].anchor_s = t;
             return;
         };
-        let mut from = a.anchor_s.max(run.restart_until_s);
-        let gpu_s = f64::from(run.gpus) * (t - a.anchor_s).max(0.0);
-        let (mut progress, mut epoch) = (a.progress, a.epoch);
-        while from < t && progress < a.total {
-            let r = self.rate(a.spec, run.gpus, run.nodes, run.batch, epoch);
+        let mut from = s.anchor_s.max(run.restart_until_s);
+        let gpu_s = f64::from(run.gpus) * (t - s.anchor_s).max(0.0);
+        let (mut progress, mut epoch) = (s.progress, s.epoch);
+        while from < t && progress < s.total {
+            let r = self.rate(s.spec, run.gpus, run.nodes, run.batch, epoch);
             if r <= 0.0 {
                 break;
             }
-            let boundary = self.next_boundary(a.spec, epoch, a.total);
+            let boundary = self.next_boundary(s.spec, epoch, s.total);
             let need = (boundary - progress) / r;
             if from + need <= t {
                 progress = boundary;
                 from += need;
-                if boundary < a.total {
+                if boundary < s.total {
                     epoch += 1;
                 }
             } else {
@@ -328,29 +461,29 @@ impl<'w, 'o> Engine<'w, 'o> {
                 from = t;
             }
         }
-        let a = &mut self.active[i];
-        a.progress = progress.min(a.total);
-        a.epoch = epoch;
-        a.gpu_s += gpu_s;
-        a.anchor_s = t;
+        let s = &mut self.jobs[i];
+        s.progress = progress.min(s.total);
+        s.epoch = epoch;
+        s.gpu_s += gpu_s;
+        s.anchor_s = t;
     }
 
-    /// When job `i`, just (re)started at `now`, will complete.
+    /// When job `i`, just (re)started, will complete.
     fn predict_finish(&self, i: usize) -> f64 {
-        let a = &self.active[i];
-        let Some(run) = &a.run else {
+        let s = &self.jobs[i];
+        let Some(run) = &s.run else {
             return f64::INFINITY;
         };
-        let mut t = a.anchor_s.max(run.restart_until_s);
-        let (mut progress, mut epoch) = (a.progress, a.epoch);
+        let mut t = s.anchor_s.max(run.restart_until_s);
+        let (mut progress, mut epoch) = (s.progress, s.epoch);
         loop {
-            let r = self.rate(a.spec, run.gpus, run.nodes, run.batch, epoch);
+            let r = self.rate(s.spec, run.gpus, run.nodes, run.batch, epoch);
             if r <= 0.0 {
                 return f64::INFINITY;
             }
-            let boundary = self.next_boundary(a.spec, epoch, a.total);
+            let boundary = self.next_boundary(s.spec, epoch, s.total);
             t += (boundary - progress).max(0.0) / r;
-            if boundary >= a.total {
+            if boundary >= s.total {
                 return t;
             }
             progress = boundary;
@@ -358,50 +491,56 @@ impl<'w, 'o> Engine<'w, 'o> {
         }
     }
 
-    /// Completes every job due by `t`; whether any did.
-    fn complete_due(&mut self, t: f64) -> Result<bool> {
-        let mut any = false;
-        let mut i = 0;
-        while i < self.active.len() {
-            if self.active[i].finish_at_s <= t {
-                let finish = self.active[i].finish_at_s;
-                self.advance(i, finish);
-                self.remove(i, Outcome::Completed, Some(finish))?;
-                any = true;
-            } else {
-                i += 1;
+    /// The exits of every job that completes by `t`.
+    fn completions_due(&mut self, t: f64) -> Vec<Input> {
+        let mut exits = Vec::new();
+        for k in 0..self.active.len() {
+            let i = self.active[k];
+            let s = &self.jobs[i];
+            if s.finish_at_s > t {
+                continue;
+            }
+            let finish = s.finish_at_s;
+            self.advance(i, finish);
+            let s = &mut self.jobs[i];
+            if let Some(run) = s.run.take() {
+                self.gpus_in_use -= run.gpus;
+                s.finish_at_s = f64::INFINITY;
+                exits.push(Input::Exited {
+                    id: s.spec.job.id.clone(),
+                    attempt: run.attempt,
+                    outcome: Exit::Exited(0),
+                });
             }
         }
-        Ok(any)
+        exits
     }
 
-    /// Removes job `i`, releasing its GPUs, and reports its record.
-    fn remove(&mut self, i: usize, outcome: Outcome, finish_s: Option<f64>) -> Result<()> {
-        let a = self.active.remove(i);
-        let job = self.jobs.remove(i);
-        if let Some(run) = &a.run {
-            self.gpus_in_use -= run.gpus;
-            self.placement.remove(&job.id);
-        }
-        let arrival = a.spec.arrival_s;
+    /// Job `i` leaves the system; its record goes to the observer.
+    fn leave(&mut self, i: usize, outcome: Outcome, finish_s: Option<f64>) -> Result<()> {
+        self.stop_run(i, self.now_s);
+        self.active.retain(|&k| k != i);
+        let s = &self.jobs[i];
+        let (spec, first_start_s, gpu_s, starts) = (s.spec, s.first_start_s, s.gpu_s, s.starts);
+        let job = &spec.job;
+        let arrival = spec.arrival_s;
         let end = finish_s.unwrap_or(self.now_s);
         let record = JobRecord {
-            id: job.id,
-            model: job.model_name,
+            id: job.id.clone(),
+            model: job.model_name.clone(),
             outcome,
             arrival_s: arrival,
-            start_s: a.first_start_s,
+            start_s: first_start_s,
             finish_s,
             jct_s: finish_s.map(|f| f - arrival),
-            queueing_delay_s: a.first_start_s.map(|s| s - arrival),
+            queueing_delay_s: first_start_s.map(|s| s - arrival),
             requested_gpus: job.requested.gpus,
             requested_batch: job.requested.batch,
-            gpu_s: a.gpu_s,
-            mean_gpus: a
-                .first_start_s
+            gpu_s,
+            mean_gpus: first_start_s
                 .filter(|&s| end > s)
-                .map_or(0.0, |s| a.gpu_s / (end - s)),
-            reallocations: a.starts.saturating_sub(1),
+                .map_or(0.0, |s| gpu_s / (end - s)),
+            reallocations: starts.saturating_sub(1),
         };
         match outcome {
             Outcome::Completed => {
@@ -411,11 +550,11 @@ impl<'w, 'o> Engine<'w, 'o> {
             Outcome::Dropped => self.dropped += 1,
             Outcome::Unfinished => self.unfinished += 1,
         }
-        if let Some(s) = a.first_start_s {
+        if let Some(s) = first_start_s {
             self.queueing_sum_s += s - arrival;
             self.started += 1;
         }
-        self.reallocations += u64::from(a.starts.saturating_sub(1));
+        self.reallocations += u64::from(starts.saturating_sub(1));
         self.observer.job_finished(&record)?;
         self.finished += 1;
         if self.finished.is_multiple_of(self.progress_every) {
@@ -425,195 +564,27 @@ impl<'w, 'o> Engine<'w, 'o> {
         Ok(())
     }
 
-    /// Whether a tick's decision could differ from the last one: something the policy sees
-    /// changed, a job entered a new epoch (its gradient statistics), or the policy's own clock
-    /// says so (ages, attained service, remaining work).
-    fn worth_deciding(&mut self, t: f64) -> bool {
-        if self.dirty {
-            return true;
-        }
-        for i in 0..self.active.len() {
-            self.advance(i, t);
-        }
-        if self.active.iter().any(|a| a.epoch != a.decided_epoch) {
-            return true;
-        }
-        self.refresh_jobs(t);
-        let request = DecisionRequest {
-            now_s: t,
-            ..DecisionRequest::new(&self.config.cluster, &self.jobs, &self.config.settings)
-        };
-        self.policy
-            .next_change_s(&request)
-            .is_some_and(|at| at <= t)
-    }
-
-    /// What the policy sees of every job at `t`: its current allocation, history, gradient
-    /// statistics and remaining work.
-    fn refresh_jobs(&mut self, t: f64) {
-        let goodput = self.goodput;
-        for (a, job) in self.active.iter().zip(self.jobs.iter_mut()) {
-            job.current = a.run.as_ref().map(|r| CurrentAllocation {
-                gpus: r.gpus,
-                batch: r.batch,
-                age_s: t - a.spec.arrival_s,
-                restarts: a.starts.saturating_sub(1),
-            });
-            let batch = a.run.as_ref().map_or(job.requested.batch, |r| r.batch);
-            if let Some(eff) = &a.spec.efficiency {
-                job.efficiency = Some(JobEfficiency {
-                    noise: eff.noise(a.epoch, batch),
-                    init_batch: eff.init_batch(),
-                });
-            }
-            job.remaining_work = Some(Arc::new(Remaining {
-                efficiency: a.spec.efficiency.clone().filter(|_| goodput),
-                progress: a.progress,
-                epoch: a.epoch,
-                total: a.total,
-            }));
-        }
-    }
-
-    /// Runs the policy at `t` and applies its decision.
-    fn decide(&mut self, t: f64) -> Result<()> {
-        self.dirty = false;
-        for i in 0..self.active.len() {
-            self.advance(i, t);
-            self.active[i].decided_epoch = self.active[i].epoch;
-        }
-        self.refresh_jobs(t);
-        let clock = Instant::now();
-        let request = DecisionRequest {
-            now_s: t,
-            ..DecisionRequest::new(&self.config.cluster, &self.jobs, &self.config.settings)
-        };
-        let decision = self.policy.decide(&request);
-        let spent = clock.elapsed().as_secs_f64();
-        self.decisions += 1;
-        self.optimizer_total_s += spent;
-        self.optimizer_max_s = self.optimizer_max_s.max(spent);
-        let targets: Vec<Target> = decision
-            .jobs
-            .iter()
-            .map(|d| match d.state {
-                JobState::Running => Target::Run(d.gpus, d.batch_size),
-                JobState::Queued => Target::Wait,
-                JobState::Dropped => Target::Drop,
-            })
-            .collect();
-        self.apply(t, &targets)
-    }
-
-    /// Applies targets: drops, preemptions, (re)starts, placement.
-    fn apply(&mut self, t: f64, targets: &[Target]) -> Result<()> {
-        let mut wanted = Vec::new();
-        let mut changed = vec![false; targets.len()];
-        for (i, target) in targets.iter().enumerate() {
-            let a = &mut self.active[i];
-            match *target {
-                Target::Run(gpus, batch) => {
-                    changed[i] = a
-                        .run
-                        .as_ref()
-                        .is_none_or(|r| r.gpus != gpus || r.batch != batch);
-                    wanted.push(Wanted::new(self.jobs[i].id.clone(), gpus, changed[i]));
-                }
-                Target::Wait | Target::Drop => {
-                    if let Some(run) = a.run.take() {
-                        self.gpus_in_use -= run.gpus;
-                        a.finish_at_s = f64::INFINITY;
-                        self.jobs[i].history.end_run(t);
-                    }
-                }
-            }
-        }
-        let placed = placement::place(
-            &self.topology,
-            ShapeRule::Any,
-            &self.placement,
-            &wanted,
-            self.config.defragment_moves_per_job,
-        );
-        if !placed.unplaced.is_empty() {
-            return Err(SimError::Config(format!(
-                "policy {} asked for more GPUs than the cluster has at t = {t} s",
-                self.info
-            )));
-        }
-        for id in &placed.moved {
-            if let Some(i) = self.jobs.iter().position(|j| &j.id == id) {
-                changed[i] = true;
-            }
-        }
-        for (i, target) in targets.iter().enumerate() {
-            let Target::Run(gpus, batch) = *target else {
-                continue;
-            };
-            if !changed[i] {
-                continue;
-            }
-            let nodes = placed
-                .placement
-                .get(&self.jobs[i].id)
-                .map_or(1, |s| s.len() as u32)
-                .max(1);
-            let delay = self.config.restart_delay_for(&self.jobs[i].model_name);
-            let a = &mut self.active[i];
-            if let Some(old) = a.run.take() {
-                self.gpus_in_use -= old.gpus;
-            }
-            self.gpus_in_use += gpus;
-            self.jobs[i].history.start_run(t, gpus);
-            a.run = Some(Run {
-                gpus,
-                batch,
-                nodes,
-                restart_until_s: t + delay,
-            });
-            a.starts += 1;
-            a.first_start_s.get_or_insert(t);
-            a.anchor_s = t;
-            self.active[i].finish_at_s = self.predict_finish(i);
-        }
-        self.placement = placed.placement;
-        if self.gpus_in_use > self.config.cluster.total_gpus() {
-            return Err(SimError::Config(format!(
-                "policy {} holds {} GPUs of {} at t = {t} s",
-                self.info,
-                self.gpus_in_use,
-                self.config.cluster.total_gpus()
-            )));
-        }
-        // Drops last, from the back, so indices stay valid.
-        for i in (0..targets.len()).rev() {
-            if targets[i] == Target::Drop {
-                self.remove(i, Outcome::Dropped, None)?;
-            }
-        }
-        Ok(())
-    }
-
     /// True when no job can make progress any more and none will arrive.
     fn stuck(&self) -> bool {
         self.next_arrival == self.workload.jobs.len()
             && !self.active.is_empty()
-            && self.active.iter().all(|a| !a.finish_at_s.is_finite())
+            && self
+                .active
+                .iter()
+                .all(|&i| !self.jobs[i].finish_at_s.is_finite())
     }
 
     fn leave_unfinished(&mut self) -> Result<()> {
-        while !self.active.is_empty() {
-            let last = self.active.len() - 1;
-            self.advance(last, self.now_s);
-            self.remove(last, Outcome::Unfinished, None)?;
+        while let Some(&i) = self.active.last() {
+            self.leave(i, Outcome::Unfinished, None)?;
         }
         self.observer
             .progress(self.finished, self.workload.jobs.len(), self.now_s);
         Ok(())
     }
 
-    fn finish(mut self, wall_s: f64) -> SimResult {
-        let mut jcts = std::mem::take(&mut self.completed_jcts_s);
+    fn finish(self, wall_s: f64) -> SimResult {
+        let mut jcts = self.completed_jcts_s;
         jcts.sort_by(f64::total_cmp);
         let cluster = self.config.cluster;
         let makespan = self.makespan_s;
@@ -661,6 +632,51 @@ impl<'w, 'o> Engine<'w, 'o> {
             jcts_s: jcts,
             timeline: self.timeline,
         }
+    }
+}
+
+/// The progress target of a job, in this run's progress unit.
+fn work_total(spec: &SimJob, config: &SimConfig, goodput: bool) -> f64 {
+    match spec.work {
+        Work::Samples(samples) => samples,
+        Work::FullTraining => spec.efficiency.as_ref().map_or(0.0, |eff| {
+            eff.total_progress() * f64::from(eff.init_batch())
+        }),
+        Work::RequestedDuration { duration_s } => {
+            let job = &spec.job;
+            let nodes = config.cluster.min_nodes_for(job.requested.gpus);
+            duration_s
+                * rate(
+                    spec,
+                    goodput,
+                    job.requested.gpus,
+                    nodes,
+                    job.requested.batch,
+                    0,
+                )
+        }
+    }
+}
+
+/// Progress per second of `spec` on `gpus` GPUs over `nodes` nodes at `batch` in `epoch`.
+fn rate(
+    spec: &SimJob,
+    goodput: bool,
+    gpus: GpuCount,
+    nodes: u32,
+    batch: BatchSize,
+    epoch: usize,
+) -> f64 {
+    let Some(x) = throughput_samples_per_s(spec.job.throughput.as_ref(), gpus, nodes, batch) else {
+        return 0.0;
+    };
+    match (&spec.efficiency, goodput) {
+        (Some(eff), true) => {
+            x * eff
+                .noise(epoch, batch)
+                .efficiency(f64::from(batch), eff.init_batch())
+        }
+        _ => x,
     }
 }
 

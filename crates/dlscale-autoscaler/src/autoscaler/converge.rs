@@ -1,8 +1,6 @@
 //! Convergence: stops for running jobs whose target changed, launches for waiting jobs whose GPUs
 //! are free.
 
-use std::collections::BTreeMap;
-
 use dlscale_core::GpuCount;
 
 use super::{Autoscaler, Out, Target};
@@ -12,37 +10,29 @@ use crate::record::{Launch, Status, StopRequest, Waiting};
 impl Autoscaler {
     /// Stops running jobs whose target differs; launches waiting jobs whose GPUs are free.
     pub(super) fn converge(&mut self, now: f64, out: &mut Out) {
-        let mut free: BTreeMap<String, GpuCount> = self
-            .topology
-            .nodes
-            .iter()
-            .map(|n| (n.name.clone(), n.gpus))
-            .collect();
-        let mut holder: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut free: Vec<GpuCount> = self.topology.nodes.iter().map(|n| n.gpus).collect();
         for r in &self.live {
-            if let Some(shape) = r.shape() {
-                for s in &shape.shares {
-                    if let Some(f) = free.get_mut(&s.node) {
-                        *f = f.saturating_sub(s.gpus);
-                    }
-                    holder.entry(s.node.clone()).or_default().push(r.id.clone());
+            for s in r.shape().map_or(&[][..], |shape| &shape.shares) {
+                if let Some(&k) = self.node_index.get(&s.node) {
+                    free[k] = free[k].saturating_sub(s.gpus);
                 }
             }
         }
         let mut i = 0;
         while i < self.live.len() {
-            let id = self.live[i].id.clone();
-            let target = self.plan.get(&id).cloned();
-            match (self.live[i].status, target) {
+            let r = &self.live[i];
+            let target = self.plan.get(&r.seq);
+            match (r.status, target) {
                 (Status::Starting | Status::Running, Some(Target::Run(shape))) => {
-                    let current = self.live[i].launch.as_ref().map(|l| &l.shape);
-                    if current != Some(&shape) {
+                    let current = r.launch.as_ref().map(|l| &l.shape);
+                    if current != Some(shape) {
                         let reason = match current {
                             Some(c) if c.gpus == shape.gpus && c.batch_size == shape.batch_size => {
                                 StopReason::Repack
                             }
                             _ => StopReason::Rescale,
                         };
+                        let shape = shape.clone();
                         self.request_stop(now, i, reason, Some(shape), out);
                     }
                 }
@@ -50,34 +40,46 @@ impl Autoscaler {
                     self.request_stop(now, i, StopReason::Preempt, None, out)
                 }
                 (Status::Queued, Some(Target::Run(shape))) => {
-                    let blocked = self.stale.iter().any(|(s, _)| s == &id);
-                    let fits = shape
-                        .shares
-                        .iter()
-                        .all(|s| free.get(&s.node).is_some_and(|&f| f >= s.gpus));
+                    let blocked = self.stale.iter().any(|(s, _)| s == &r.id);
+                    let room = |s: &dlscale_core::placement::Share| {
+                        self.node_index
+                            .get(&s.node)
+                            .is_some_and(|&k| free[k] >= s.gpus)
+                    };
+                    let fits = shape.shares.iter().all(room);
                     if blocked {
                         self.wait(i, Waiting::ForStaleLaunch, out);
                     } else if fits {
+                        let shape = shape.clone();
                         for s in &shape.shares {
-                            if let Some(f) = free.get_mut(&s.node) {
-                                *f -= s.gpus;
+                            if let Some(&k) = self.node_index.get(&s.node) {
+                                free[k] -= s.gpus;
                             }
                         }
                         self.launch(now, i, shape, out);
                     } else {
-                        let mut held_by: Vec<String> = shape
+                        let short: Vec<&str> = shape
                             .shares
                             .iter()
-                            .filter(|s| free.get(&s.node).is_none_or(|&f| f < s.gpus))
-                            .flat_map(|s| holder.get(&s.node).cloned().unwrap_or_default())
+                            .filter(|s| !room(s))
+                            .map(|s| s.node.as_str())
+                            .collect();
+                        let mut held_by: Vec<String> = self
+                            .live
+                            .iter()
+                            .filter(|o| {
+                                o.shape().is_some_and(|sh| {
+                                    sh.shares.iter().any(|s| short.contains(&s.node.as_str()))
+                                })
+                            })
+                            .map(|o| o.id.clone())
                             .collect();
                         held_by.sort();
-                        held_by.dedup();
                         self.wait(i, Waiting::ForGpus { held_by }, out);
                     }
                 }
-                (Status::Queued, Some(Target::Drop)) if self.live[i].attempt == 0 => {
-                    out.event(Event::Dropped { id: id.clone() });
+                (Status::Queued, Some(Target::Drop)) if r.attempt == 0 => {
+                    out.event(Event::Dropped { id: r.id.clone() });
                     self.finish(now, i, Status::Dropped, out);
                     continue;
                 }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use dlscale_core::placement::{self, Placement, Share, Wanted};
+use dlscale_core::placement::{self, Share, Wanted};
 use dlscale_core::{
     BatchRange, BatchSize, CurrentAllocation, DecisionRequest, GpuCount, Hold, Job, JobState,
 };
@@ -80,11 +80,7 @@ impl Autoscaler {
     pub(super) fn decide(&mut self, now: f64, trigger: Trigger, out: &mut Out) {
         let Some(cluster) = self.model_cluster else {
             // No usable GPU: everyone waits.
-            self.plan = self
-                .live
-                .iter()
-                .map(|r| (r.id.clone(), Target::Wait))
-                .collect();
+            self.plan = self.live.iter().map(|r| (r.seq, Target::Wait)).collect();
             return;
         };
         self.prepare(now);
@@ -102,15 +98,15 @@ impl Autoscaler {
             .map(|r| r.id.clone())
             .collect();
         let capacity = self.topology.total();
-        let previous: Placement = self
-            .live
-            .iter()
-            .filter_map(|r| {
-                let l = r.launch.as_ref()?;
-                (matches!(r.status, Status::Starting | Status::Running) && l.stop.is_none())
-                    .then(|| (r.id.clone(), l.shape.shares.clone()))
-            })
-            .collect();
+        // Where each job that keeps running now is: a job whose count does not change stays.
+        let (live, seqs) = (&self.live, &self.seqs);
+        let previous = |id: &str| -> Option<&[Share]> {
+            let seq = seqs.get(id)?;
+            let r = &live[live.binary_search_by_key(seq, |r| r.seq).ok()?];
+            let l = r.launch.as_ref()?;
+            (matches!(r.status, Status::Starting | Status::Running) && l.stop.is_none())
+                .then_some(l.shape.shares.as_slice())
+        };
         // Owned only when some jobs are left out or capped; otherwise the live jobs themselves.
         let mut owned: Option<Vec<Job>> = (!leaving.is_empty()).then(|| {
             self.jobs
@@ -178,6 +174,7 @@ impl Autoscaler {
             jobs: Vec::with_capacity(decision.jobs.len()),
         };
         let mut gpus = 0;
+        self.plan.clear();
         for d in &decision.jobs {
             let i = self.index(&d.id).unwrap_or(usize::MAX);
             let target = match (d.state, placed.placement.get(&d.id), self.jobs.get(i)) {
@@ -201,23 +198,25 @@ impl Autoscaler {
             record.jobs.push(DecidedJob {
                 id: d.id.clone(),
                 state: d.state,
-                shape: match &target {
-                    Target::Run(s) => Some(s.clone()),
-                    _ => None,
-                },
+                gpus: d.gpus,
+                batch_size: d.batch_size,
                 predicted_samples_per_s: d.throughput_samples_per_s,
             });
-            if let (Some(r), Target::Run(shape)) = (self.live.get_mut(i), &target) {
-                let changed = r.planned.as_ref().is_none_or(|(s, _)| s != shape);
-                if changed {
+            let Some(r) = self.live.get_mut(i) else {
+                continue;
+            };
+            if let Target::Run(shape) = &target {
+                if r.planned.as_ref().is_none_or(|(s, _)| s != shape) {
                     r.planned = Some((shape.clone(), trigger.clone()));
                     out.touched.insert(r.id.clone());
                 }
             }
-            self.plan.insert(d.id.clone(), target);
+            self.plan.insert(r.seq, target);
         }
         for id in waiting_for_room {
-            self.plan.insert(id, Target::Wait);
+            if let Some(&seq) = self.seqs.get(&id) {
+                self.plan.insert(seq, Target::Wait);
+            }
         }
         out.event(Event::Decided {
             trigger,

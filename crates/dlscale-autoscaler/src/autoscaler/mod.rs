@@ -46,15 +46,17 @@ pub enum Target {
     Drop,
 }
 
-/// One job of the last decision.
+/// One job of the last decision (where it runs is in the plan: [`Autoscaler::target`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecidedJob {
     /// Job id.
     pub id: String,
     /// What the policy decided.
     pub state: JobState,
-    /// Where it is to run, when it runs.
-    pub shape: Option<Shape>,
+    /// GPUs.
+    pub gpus: GpuCount,
+    /// Global batch, as decided (before rounding to equal per-worker shares).
+    pub batch_size: dlscale_core::BatchSize,
     /// Predicted samples per second.
     pub predicted_samples_per_s: f64,
 }
@@ -80,18 +82,23 @@ pub struct Autoscaler {
     config: AutoscalerConfig,
     policy: Box<dyn Policy>,
     topology: Topology,
+    /// Index of each node of `topology`, by name.
+    node_index: BTreeMap<String, usize>,
     model_cluster: Option<Cluster>,
     /// `allowed[g]` under the shape rule; `None` when every count is (any split).
     allowed: Option<Vec<bool>>,
     /// Jobs that have not ended, in arrival order; `jobs[i]` is what policies see of `live[i]`.
     live: Vec<JobRecord>,
     jobs: Vec<Job>,
+    /// Arrival number of each live job, by id (`live` is sorted by it).
+    seqs: BTreeMap<String, u64>,
     /// Full work of each live job in samples, when known (remaining = this − samples seen).
     work: BTreeMap<String, f64>,
     /// How the jobs that ended did, by id (for refusing late reports).
     ended: BTreeMap<String, Status>,
     next_seq: u64,
-    plan: BTreeMap<String, Target>,
+    /// The plan, by arrival number.
+    plan: BTreeMap<u64, Target>,
     /// A decision is due, and why.
     due: Option<Trigger>,
     next_tick_s: Option<f64>,
@@ -129,10 +136,12 @@ impl Autoscaler {
             config,
             policy,
             topology: Topology::default(),
+            node_index: BTreeMap::new(),
             model_cluster: None,
             allowed: None,
             live: Vec::new(),
             jobs: Vec::new(),
+            seqs: BTreeMap::new(),
             work: BTreeMap::new(),
             ended: BTreeMap::new(),
             next_seq: 1,
@@ -166,6 +175,7 @@ impl Autoscaler {
                 a.work.insert(record.id.clone(), work);
             }
             job.history = record.history.clone();
+            a.seqs.insert(record.id.clone(), record.seq);
             a.live.push(record);
             a.jobs.push(job);
         }
@@ -197,7 +207,7 @@ impl Autoscaler {
 
     /// The plan's target for a live job.
     pub fn target(&self, id: &str) -> Option<&Target> {
-        self.plan.get(id)
+        self.plan.get(self.seqs.get(id)?)
     }
 
     /// The last decision.
@@ -254,7 +264,12 @@ impl Autoscaler {
         self.now_s = now_s.max(self.now_s);
         let now = self.now_s;
         if self.next_tick_s.is_none() {
-            self.next_tick_s = self.config.interval_s.map(|i| (now / i).floor() * i + i);
+            // Ticks fall on multiples of the interval; the first one after an idle spell (or the
+            // first at all, at the interval itself) comes at the next multiple.
+            self.next_tick_s = self
+                .config
+                .interval_s
+                .map(|i| ((now / i).ceil() * i).max(i));
         }
         let mut out = Out::default();
         for input in inputs {
@@ -280,6 +295,10 @@ impl Autoscaler {
         } else if self.live.is_empty() {
             self.due = None;
         }
+        if self.live.is_empty() {
+            // Idle: no ticks until something arrives.
+            self.next_tick_s = None;
+        }
         self.converge(now, &mut out);
         let Out {
             mut step,
@@ -297,11 +316,18 @@ impl Autoscaler {
     }
 
     fn index(&self, id: &str) -> Option<usize> {
-        self.live.iter().position(|r| r.id == id)
+        let seq = *self.seqs.get(id)?;
+        self.live.binary_search_by_key(&seq, |r| r.seq).ok()
     }
 
     fn set_topology(&mut self, topology: Topology) {
         self.model_cluster = topology.model_cluster();
+        self.node_index = topology
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
         self.allowed = match self.config.shape {
             placement::ShapeRule::Any => None,
             rule => Some(topology.allowed_counts(rule)),
@@ -414,9 +440,12 @@ impl Autoscaler {
                 if let Some(i) = self.index(&id) {
                     let job = &mut self.jobs[i];
                     job.remaining_work = oracle.remaining_work;
+                    // Gradient statistics only matter to goodput-based utilities.
                     if job.efficiency != oracle.efficiency {
                         job.efficiency = oracle.efficiency;
-                        self.due(Trigger::Model(id));
+                        if self.config.settings.utility.uses_goodput() {
+                            self.due(Trigger::Model(id));
+                        }
                     }
                 }
                 None
@@ -469,6 +498,7 @@ impl Autoscaler {
         };
         self.next_seq += 1;
         self.ended.remove(&id);
+        self.seqs.insert(id.clone(), record.seq);
         self.live.push(record);
         self.jobs.push(job);
         out.touched.insert(id.clone());
@@ -496,7 +526,7 @@ impl Autoscaler {
                     stop.reason = StopReason::Cancel;
                     stop.next = None;
                 }
-                self.plan.remove(id);
+                self.plan.remove(&self.live[i].seq);
                 out.touched.insert(id.to_string());
             }
             status => return Some(Refusal::Ended { status }),
@@ -684,12 +714,13 @@ impl Autoscaler {
     /// Ends job `i` for good.
     fn finish(&mut self, now: f64, i: usize, status: Status, out: &mut Out) {
         let mut record = self.live.remove(i);
+        self.seqs.remove(&record.id);
         self.jobs.remove(i);
         record.status = status;
         record.finished_s = Some(now);
         record.waiting = None;
         record.history.end_run(now);
-        self.plan.remove(&record.id);
+        self.plan.remove(&record.seq);
         self.work.remove(&record.id);
         self.policy.forget(&record.id);
         self.ended.insert(record.id.clone(), status);
