@@ -1,8 +1,8 @@
 //! The autoscaler's settings.
 
 use dlscale_core::allocator::ELASTIC_BATCH;
-use dlscale_core::placement::ShapeRule;
-use dlscale_core::{PolicyInfo, PolicyOptions, Settings};
+use dlscale_core::placement::{ShapeRule, Topology};
+use dlscale_core::{GpuCount, Job, PolicyInfo, PolicyOptions, Settings};
 
 /// Everything that shapes the autoscaler's decisions besides its inputs.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,5 +58,85 @@ impl Default for AutoscalerConfig {
             restart_cost_s: 0.0,
             equal_local_batches: false,
         }
+    }
+}
+
+impl AutoscalerConfig {
+    /// The GPU counts this configuration's policy could ever give `job` on `topology` (all its
+    /// GPUs free), allowing for the shape rule: empty means the job can never run here, which a
+    /// shell refuses at submission rather than queue forever.
+    pub fn runnable_counts(&self, job: &Job, topology: &Topology) -> Vec<GpuCount> {
+        let Some(cluster) = topology.model_cluster() else {
+            return Vec::new();
+        };
+        let allowed = topology.allowed_counts(self.shape);
+        self.policy
+            .instance(&self.policy_options)
+            .feasible_counts(job, &cluster)
+            .into_iter()
+            .filter(|&g| allowed.get(g as usize).copied().unwrap_or(false))
+            .collect()
+    }
+}
+
+/// [`AutoscalerConfig`] as stored (a data directory records it at every start, so that
+/// `dlscale replay` decides as the server did): the policy by name.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Stored {
+    policy: String,
+    policy_options: PolicyOptions,
+    settings: Settings,
+    shape: ShapeRule,
+    defragment_moves_per_job: u32,
+    interval_s: Option<f64>,
+    decide_on_events: bool,
+    cooldown_s: f64,
+    grace_s: f64,
+    max_retries: u32,
+    start_timeout_s: Option<f64>,
+    restart_cost_s: f64,
+    equal_local_batches: bool,
+}
+
+impl serde::Serialize for AutoscalerConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        Stored {
+            policy: self.policy.name.to_string(),
+            policy_options: self.policy_options,
+            settings: self.settings,
+            shape: self.shape,
+            defragment_moves_per_job: self.defragment_moves_per_job,
+            interval_s: self.interval_s,
+            decide_on_events: self.decide_on_events,
+            cooldown_s: self.cooldown_s,
+            grace_s: self.grace_s,
+            max_retries: self.max_retries,
+            start_timeout_s: self.start_timeout_s,
+            restart_cost_s: self.restart_cost_s,
+            equal_local_batches: self.equal_local_batches,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for AutoscalerConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = Stored::deserialize(d)?;
+        let policy = *dlscale_core::policy_info(&s.policy).map_err(serde::de::Error::custom)?;
+        Ok(AutoscalerConfig {
+            policy,
+            policy_options: s.policy_options,
+            settings: s.settings,
+            shape: s.shape,
+            defragment_moves_per_job: s.defragment_moves_per_job,
+            interval_s: s.interval_s,
+            decide_on_events: s.decide_on_events,
+            cooldown_s: s.cooldown_s,
+            grace_s: s.grace_s,
+            max_retries: s.max_retries,
+            start_timeout_s: s.start_timeout_s,
+            restart_cost_s: s.restart_cost_s,
+            equal_local_batches: s.equal_local_batches,
+        })
     }
 }

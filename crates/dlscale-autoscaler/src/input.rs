@@ -47,6 +47,20 @@ pub enum Outcome {
     Interrupted(String),
 }
 
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Exited(c) if *c < 0 => write!(f, "killed by signal {}", -c),
+            Outcome::Exited(c) => write!(f, "exit code {c}"),
+            Outcome::Vanished => f.write_str("its processes vanished without an exit code"),
+            Outcome::CancelledOutside => {
+                f.write_str("cancelled outside dlscale: scancel or an administrator")
+            }
+            Outcome::Interrupted(why) => f.write_str(why),
+        }
+    }
+}
+
 /// A worker's progress report.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct MetricsReport {
@@ -104,12 +118,16 @@ pub struct ObservedLaunch {
 }
 
 /// A level-triggered snapshot of an executor: every live launch of this server, and how the
-/// launches the autoscaler believed in but that are no longer live ended, where known. A launch
-/// the autoscaler believes started before `taken_at_s` and that is absent is gone.
+/// launches it was asked about (`asked`: those the autoscaler believed in when the snapshot
+/// began) but that are no longer live ended, where known. An asked-about launch that is absent
+/// and started before `taken_at_s` is gone.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Observation {
     /// When the snapshot was started (absences only count for launches older than this).
     pub taken_at_s: f64,
+    /// The launches (job id, attempt) the executor was asked about.
+    #[serde(default)]
+    pub asked: Vec<(String, u32)>,
     /// The launches seen.
     pub launches: Vec<ObservedLaunch>,
 }

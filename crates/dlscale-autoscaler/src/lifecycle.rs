@@ -99,7 +99,7 @@ mod tests {
             ),
             (
                 false,
-                Some(StopReason::Resubmit),
+                Some(StopReason::Requeued),
                 CancelledOutside,
                 0,
                 Next::Relaunch,

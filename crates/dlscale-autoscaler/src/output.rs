@@ -55,8 +55,11 @@ pub enum StopReason {
     Preempt,
     /// A user cancelled it.
     Cancel,
-    /// The cluster requeued it or left it pending too long: stop it and launch it afresh.
-    Resubmit,
+    /// The cluster requeued it: stop it and launch it afresh.
+    Requeued,
+    /// The cluster left it pending longer than the start timeout: stop it and launch it
+    /// afresh (perhaps elsewhere).
+    PendingTooLong,
     /// Its GPUs move to consolidate another job (defragmenting repack).
     Repack,
 }
@@ -67,7 +70,8 @@ impl fmt::Display for StopReason {
             StopReason::Rescale => "rescale",
             StopReason::Preempt => "preempt",
             StopReason::Cancel => "cancel",
-            StopReason::Resubmit => "resubmit",
+            StopReason::Requeued => "requeued by the cluster: resubmitted",
+            StopReason::PendingTooLong => "pending too long: resubmitted",
             StopReason::Repack => "repack",
         })
     }
@@ -320,17 +324,6 @@ impl Event {
     }
 }
 
-fn outcome_words(o: &Outcome) -> String {
-    match o {
-        Outcome::Exited(0) => "exit code 0".to_string(),
-        Outcome::Exited(c) if *c < 0 => format!("killed by signal {}", -c),
-        Outcome::Exited(c) => format!("exit code {c}"),
-        Outcome::Vanished => "its processes vanished without an exit code".to_string(),
-        Outcome::CancelledOutside => "cancelled outside dlscale".to_string(),
-        Outcome::Interrupted(why) => why.clone(),
-    }
-}
-
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -391,7 +384,7 @@ impl fmt::Display for Event {
                     Next::Failed(n) => format!("failed ({n} failures): no retries left"),
                     Next::Resume => "ended unasked; relaunched from its checkpoint".to_string(),
                 };
-                write!(f, "{id}: launch {attempt} ended ({}): {next}", outcome_words(outcome))
+                write!(f, "{id}: launch {attempt} ended ({outcome}): {next}")
             }
             Event::LaunchFailed {
                 id,

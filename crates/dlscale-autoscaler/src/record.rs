@@ -139,6 +139,12 @@ pub enum Waiting {
     ForStaleLaunch,
     /// No decision has been made since it arrived (decisions only at intervals).
     ForDecision,
+    /// Its last launch failed; it is launched again from this time on (the back-off doubles
+    /// with each failure).
+    ForRetry {
+        /// When.
+        at_s: f64,
+    },
 }
 
 /// The autoscaler's state of one job.
@@ -180,6 +186,9 @@ pub struct JobRecord {
     pub finished_s: Option<f64>,
     /// The decision that last changed its plan, and the shape it planned.
     pub planned: Option<(Shape, Trigger)>,
+    /// After a failure: not launched again before this time.
+    #[serde(default)]
+    pub retry_at_s: Option<f64>,
 }
 
 impl JobRecord {

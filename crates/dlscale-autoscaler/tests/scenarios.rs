@@ -183,9 +183,9 @@ fn the_launch_lifecycle_table() {
             status: Status::Succeeded,
         },
         Case {
-            name: "exit 1: retried",
+            name: "exit 1: retried after a back-off",
             inputs: vec![exited("a", 1, 1)],
-            status: Status::Starting,
+            status: Status::Queued,
         },
         Case {
             name: "a stale exit of another launch changes nothing",
@@ -230,13 +230,13 @@ fn the_launch_lifecycle_table() {
             status: Status::Succeeded,
         },
         Case {
-            name: "the launch could not start: retried",
+            name: "the launch could not start: retried after a back-off",
             inputs: vec![Input::LaunchFailed {
                 id: "a".into(),
                 attempt: 1,
                 error: "no such file".into(),
             }],
-            status: Status::Starting,
+            status: Status::Queued,
         },
     ];
     for case in cases {
@@ -249,12 +249,26 @@ fn the_launch_lifecycle_table() {
 }
 
 #[test]
-fn failures_are_retried_up_to_the_limit() {
+fn failures_are_retried_up_to_the_limit_after_doubling_back_offs() {
     let mut a = Autoscaler::new(config(), Topology::uniform(1, 2));
     let mut s = a.handle(0.0, vec![submit(job("a", 2))]);
+    let mut t = 0.0;
     for attempt in 1..=3 {
-        a.handle(attempt as f64, started(&s));
-        s = a.handle(attempt as f64 + 0.5, vec![exited("a", attempt, 2)]);
+        a.handle(t, started(&s));
+        t += 0.5;
+        s = a.handle(t, vec![exited("a", attempt, 2)]);
+        if attempt == 3 {
+            break;
+        }
+        // Not relaunched at once: after 1 s, then 2 s.
+        let back_off = f64::from(1 << (attempt - 1));
+        let r = a.job("a").unwrap().0;
+        assert_eq!(r.waiting, Some(Waiting::ForRetry { at_s: t + back_off }));
+        assert_eq!(a.next_wakeup_s(), Some(t + back_off));
+        assert!(launches(&a.handle(t + back_off - 0.1, vec![Input::Tick])).is_empty());
+        t += back_off;
+        s = a.handle(t, vec![Input::Tick]);
+        assert_eq!(launches(&s).len(), 1, "{s:?}");
     }
     assert_eq!(status(&a, &s, "a"), Status::Failed);
     let r = s.records.iter().find(|r| r.id == "a").unwrap();
@@ -403,6 +417,7 @@ fn after_a_restart_live_launches_are_adopted_lost_ones_relaunched_stale_ones_kil
         6.0,
         vec![Input::Observed(Observation {
             taken_at_s: 6.0,
+            asked: vec![("a".into(), 1), ("b".into(), 1)],
             launches: vec![
                 ObservedLaunch {
                     id: "a".into(),
@@ -428,14 +443,17 @@ fn a_job_with_a_stale_launch_waits_until_it_is_gone() {
     let mut a = Autoscaler::new(config(), Topology::uniform(1, 2));
     let s = a.handle(0.0, vec![submit(job("a", 2))]);
     a.handle(0.0, started(&s));
-    let s = a.handle(1.0, vec![exited("a", 1, 1)]);
-    // The retry is launched at once, but an observation shows launch 1 still alive: killed.
+    a.handle(1.0, vec![exited("a", 1, 1)]);
+    // The retry is launched after its back-off, but an observation shows launch 1 still alive:
+    // killed.
+    let s = a.handle(2.0, vec![Input::Tick]);
     assert_eq!(launches(&s), [("a".into(), 2, 2, 128)]);
-    a.handle(1.0, started(&s));
+    a.handle(2.0, started(&s));
     let s = a.handle(
         2.0,
         vec![Input::Observed(Observation {
             taken_at_s: 2.0,
+            asked: vec![("a".into(), 2)],
             launches: vec![
                 ObservedLaunch {
                     id: "a".into(),
@@ -459,27 +477,27 @@ fn a_launch_left_pending_or_requeued_is_resubmitted() {
         start_timeout_s: Some(60.0),
         ..config()
     };
-    for (state, resubmitted) in [
+    for (state, reason) in [
         (
             LaunchState::Pending {
                 since_s: 0.0,
                 requeued: false,
             },
-            true,
+            Some(StopReason::PendingTooLong),
         ),
         (
             LaunchState::Pending {
                 since_s: 50.0,
                 requeued: false,
             },
-            false,
+            None,
         ),
         (
             LaunchState::Pending {
                 since_s: 50.0,
                 requeued: true,
             },
-            true,
+            Some(StopReason::Requeued),
         ),
     ] {
         let mut a = Autoscaler::new(cfg.clone(), Topology::uniform(1, 2));
@@ -489,6 +507,7 @@ fn a_launch_left_pending_or_requeued_is_resubmitted() {
             100.0,
             vec![Input::Observed(Observation {
                 taken_at_s: 100.0,
+                asked: vec![("a".into(), 1)],
                 launches: vec![ObservedLaunch {
                     id: "a".into(),
                     attempt: 1,
@@ -496,11 +515,10 @@ fn a_launch_left_pending_or_requeued_is_resubmitted() {
                 }],
             })],
         );
-        let expected: Vec<_> = if resubmitted {
-            vec![("a".to_string(), 1, StopReason::Resubmit)]
-        } else {
-            vec![]
-        };
+        let expected: Vec<_> = reason
+            .map(|r| ("a".to_string(), 1, r))
+            .into_iter()
+            .collect();
         assert_eq!(stops(&s), expected, "{state:?}");
     }
 }

@@ -29,7 +29,7 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Reproduce an experiment: `paper` (arrival-rate sweep) or `pollux` (Pollux's yardstick).
     Reproduce(simulate::ReproduceArgs),
-    /// Run the autoscaler service (HTTP API, durable state, controller; local or Slurm executor).
+    /// Run the autoscaler service (HTTP API, durable state; local or Slurm executor).
     Serve(service::ServeArgs),
     /// Submit the job(s) of a job file to the service.
     Submit(service::SubmitArgs),
@@ -39,8 +39,11 @@ enum Command {
     Job(service::JobArgs),
     /// Cancel a job.
     Cancel(service::CancelArgs),
-    /// Print a job's log.
+    /// Print a job's log (`--follow`: until it ends).
     Logs(service::LogsArgs),
+    /// Replay a data directory's recorded inputs through the autoscaler: the decision log, and a
+    /// check that every action is the one the server took.
+    Replay(service::ReplayArgs),
     /// Measure a job at several (workers, batch) points and fit its throughput model.
     Profile(service::ProfileArgs),
 }
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
         Command::Job(args) => service::run_job(&args),
         Command::Cancel(args) => service::run_cancel(&args),
         Command::Logs(args) => service::run_logs(&args),
+        Command::Replay(args) => service::run_replay(&args),
         Command::Profile(args) => service::run_profile_cmd(&args),
     };
     match result {

@@ -1,13 +1,15 @@
 //! The service commands: `dlscale serve` runs the autoscaler; `submit`, `jobs`, `job`, `cancel`
 //! and `logs` talk to it at `DLSCALE_API` (default http://127.0.0.1:7878) with the bearer token
-//! `DLSCALE_TOKEN`; `profile` measures a job and fits its throughput model.
+//! `DLSCALE_TOKEN`; `replay` feeds a data directory's recorded inputs through the autoscaler
+//! again; `profile` measures a job and fits its throughput model.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
+use dlscale_server::api::dto::JobView;
+use dlscale_server::api::LOG_OFFSET_HEADER;
 use dlscale_server::client::{segment, ApiClient, ApiFailure, Method};
-use dlscale_server::job::JobView;
 use dlscale_server::profile::{run_profile, ProfileOptions, ProfilePoint};
 use dlscale_server::spec::{analytic_json, JobSpec};
 use dlscale_server::{ConfigFile, ServerConfig};
@@ -55,6 +57,9 @@ pub struct SubmitArgs {
 /// `dlscale jobs`.
 #[derive(Debug, Args)]
 pub struct JobsArgs {
+    /// Every job, ended ones included, newest first (default: live jobs).
+    #[arg(long)]
+    pub all: bool,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
@@ -85,6 +90,19 @@ pub struct LogsArgs {
     /// Print at most this many bytes from the end.
     #[arg(long, default_value_t = 65536)]
     pub tail_bytes: u64,
+    /// Keep printing what the job writes until it ends (as `tail -f`).
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+}
+
+/// `dlscale replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The server's data directory (holding dlscale.db).
+    pub data_dir: PathBuf,
+    /// Only the summary, not the decision log.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 /// `dlscale profile`.
@@ -192,16 +210,64 @@ fn read_job_file(path: &Path) -> Result<Vec<Value>> {
 pub fn run_submit(args: &SubmitArgs) -> Result<()> {
     let jobs = read_job_file(&args.file).map_err(input_error)?;
     let client = ApiClient::from_env().map_err(input_error)?;
-    runtime()?.block_on(async {
-        for job in jobs {
+    // Several jobs go in one request: they arrive together and are decided as one arrival.
+    let views: Vec<JobView> = runtime()?.block_on(async {
+        if jobs.len() == 1 {
+            let body = serde_json::to_vec(&jobs[0])?;
             let view: JobView = client
-                .call(Method::POST, "/v1/jobs", Some(serde_json::to_vec(&job)?))
+                .call(Method::POST, "/v1/jobs", Some(body))
                 .await
                 .map_err(classify)?;
-            println!("submitted {} ({})", view.id, view.state.name());
+            Ok::<_, anyhow::Error>(vec![view])
+        } else {
+            let body = serde_json::to_vec(&jobs)?;
+            client
+                .call(Method::POST, "/v1/jobs", Some(body))
+                .await
+                .map_err(classify)
         }
-        Ok(())
-    })
+    })?;
+    for view in views {
+        println!("submitted {}: {}", view.id, view.message);
+    }
+    Ok(())
+}
+
+/// Seconds since the epoch as local time, `YYYY-MM-DD HH:MM:SS`.
+fn local_time(epoch_s: f64) -> String {
+    let t = epoch_s as libc::time_t;
+    // SAFETY: localtime_r only writes the `tm` it is given.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let ok = unsafe { !libc::localtime_r(&t, &mut tm).is_null() };
+    if !ok {
+        return format!("{epoch_s:.0}");
+    }
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}
+
+/// A duration as people read it: `45s`, `12m05s`, `3h20m`, `2d04h`.
+fn human_duration(seconds: f64) -> String {
+    let s = seconds.max(0.0) as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+fn now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
@@ -211,27 +277,47 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 /// `dlscale jobs`.
 pub fn run_jobs(args: &JobsArgs) -> Result<()> {
     let client = ApiClient::from_env().map_err(input_error)?;
+    let path = if args.all {
+        "/v1/jobs?all=true"
+    } else {
+        "/v1/jobs"
+    };
     let jobs: Vec<JobView> = runtime()?
-        .block_on(client.call(Method::GET, "/v1/jobs", None))
+        .block_on(client.call(Method::GET, path, None))
         .map_err(classify)?;
     if args.format == Format::Json {
         println!("{}", serde_json::to_string_pretty(&jobs)?);
         return Ok(());
     }
-    println!(
-        "{:<20} {:<10} {:>4} {:>6} {:>8} {:>8} {:>9}",
-        "ID", "STATE", "GPUS", "BATCH", "STEP", "RESTARTS", "LOSS"
-    );
-    for j in jobs {
+    if jobs.is_empty() {
         println!(
-            "{:<20} {:<10} {:>4} {:>6} {:>8} {:>8} {:>9}",
+            "{}",
+            if args.all {
+                "no jobs"
+            } else {
+                "no live jobs (--all shows ended ones)"
+            }
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<20} {:<10} {:>4} {:>6} {:>8} {:>8} {:>9} {:<19} {:>8}",
+        "ID", "STATE", "GPUS", "BATCH", "STEP", "RESTARTS", "LOSS", "SUBMITTED", "AGE"
+    );
+    let now = now_s();
+    for j in jobs {
+        let age = j.finished_at.unwrap_or(now) - j.submitted_at;
+        println!(
+            "{:<20} {:<10} {:>4} {:>6} {:>8} {:>8} {:>9} {:<19} {:>8}",
             j.id,
             j.state.name(),
             j.gpus,
             j.batch_size,
             opt(j.step),
             j.restarts,
-            opt(j.loss.map(|l| format!("{l:.4}")))
+            opt(j.loss.map(|l| format!("{l:.4}"))),
+            local_time(j.submitted_at),
+            human_duration(age)
         );
     }
     Ok(())
@@ -285,12 +371,23 @@ pub fn run_job(args: &JobArgs) -> Result<()> {
     );
     println!("model:       {}", j.model);
     println!("exit_code:   {}", opt(j.exit_code));
-    println!("message:     {}", j.message.as_deref().unwrap_or("-"));
+    println!("message:     {}", j.message);
+    println!("submitted:   {}", local_time(j.submitted_at));
+    if let Some(t) = j.started_at {
+        println!("started:     {}", local_time(t));
+    }
+    if let Some(t) = j.finished_at {
+        println!(
+            "finished:    {} (after {})",
+            local_time(t),
+            human_duration(t - j.submitted_at)
+        );
+    }
     println!("log:         {}", j.log.display());
     if !j.events.is_empty() {
         println!("events:");
         for e in &j.events {
-            println!("  {:>14.3}  {:<10} {}", e.at, e.kind, e.detail);
+            println!("  {}  {:<10} {}", local_time(e.at), e.kind, e.detail);
         }
     }
     Ok(())
@@ -310,14 +407,93 @@ pub fn run_cancel(args: &CancelArgs) -> Result<()> {
 /// `dlscale logs`.
 pub fn run_logs(args: &LogsArgs) -> Result<()> {
     let client = ApiClient::from_env().map_err(input_error)?;
-    let path = format!(
-        "/v1/jobs/{}/logs?tail_bytes={}",
-        segment(&args.id),
-        args.tail_bytes
-    );
-    let text = runtime()?.block_on(client.text(&path)).map_err(classify)?;
+    let id = segment(&args.id);
+    let rt = runtime()?;
+    let (text, mut offset) = rt
+        .block_on(log_chunk(
+            &client,
+            &format!("/v1/jobs/{id}/logs?tail_bytes={}", args.tail_bytes),
+        ))
+        .map_err(classify)?;
     print!("{text}");
-    Ok(())
+    if !args.follow {
+        return Ok(());
+    }
+    use std::io::Write;
+    loop {
+        let (text, end) = rt
+            .block_on(log_chunk(
+                &client,
+                &format!("/v1/jobs/{id}/logs?from={offset}"),
+            ))
+            .map_err(classify)?;
+        print!("{text}");
+        std::io::stdout().flush()?;
+        offset = end;
+        if text.is_empty() {
+            let job: JobView = rt
+                .block_on(client.call(Method::GET, &format!("/v1/jobs/{id}"), None))
+                .map_err(classify)?;
+            if job.state.is_terminal() {
+                // What it wrote between the last read and its end.
+                let (rest, _) = rt
+                    .block_on(log_chunk(
+                        &client,
+                        &format!("/v1/jobs/{id}/logs?from={offset}"),
+                    ))
+                    .map_err(classify)?;
+                print!("{rest}");
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    }
+}
+
+/// One read of a job's log: the text and the offset after it.
+async fn log_chunk(client: &ApiClient, path: &str) -> Result<(String, u64)> {
+    let (status, headers, bytes) = client.send_with_headers(Method::GET, path, None).await?;
+    dlscale_server::client::check(status, &bytes)?;
+    let end = headers
+        .get(LOG_OFFSET_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Ok((String::from_utf8_lossy(&bytes).into_owned(), end))
+}
+
+/// `dlscale replay`.
+pub fn run_replay(args: &ReplayArgs) -> Result<()> {
+    let report = runtime()?
+        .block_on(dlscale_server::replay::replay(&args.data_dir))
+        .map_err(input_error)?;
+    if !args.quiet {
+        for (at, event) in &report.events {
+            println!("{}  {:<10} {event}", local_time(*at), event.kind());
+        }
+    }
+    println!(
+        "replayed {} batches ({} inputs, {} server starts): {} actions, {}",
+        report.batches,
+        report.inputs,
+        report.starts,
+        report.actions,
+        if report.mismatches.is_empty() {
+            "each identical to what the server did".to_string()
+        } else {
+            format!("{} batches differ", report.mismatches.len())
+        }
+    );
+    for m in &report.mismatches {
+        println!("batch {}:", m.batch);
+        println!("  server: {}", serde_json::to_string(&m.recorded)?);
+        println!("  replay: {}", serde_json::to_string(&m.replayed)?);
+    }
+    if report.mismatches.is_empty() {
+        Ok(())
+    } else {
+        Err(anyhow!("the replay differs from the recorded actions"))
+    }
 }
 
 fn default_torchrun() -> PathBuf {

@@ -8,7 +8,8 @@ mod service_support;
 use std::path::Path;
 use std::time::Duration;
 
-use dlscale_server::job::{JobStatus, JobView};
+use dlscale_autoscaler::Status as JobStatus;
+use dlscale_server::api::dto::JobView;
 use serde_json::{json, Value};
 use service_support::{launch_processes, read_trace, repo_root, venv, Server};
 

@@ -23,8 +23,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dlscale_autoscaler::Status as JobStatus;
+use dlscale_server::api::dto::JobView;
 use dlscale_server::client::Method;
-use dlscale_server::job::{JobStatus, JobView};
 use serde_json::{json, Value};
 use service_support::{assert_trained, cli, repo_root, venv, Server};
 
@@ -388,13 +389,17 @@ async fn torch_jobs_span_nodes_rescale_and_are_adopted_after_a_server_kill() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     server.restart().await;
     tokio::time::sleep(Duration::from_secs(3)).await; // several squeue polls
-    let after = jobs(&server).await;
+    let after: Vec<JobView> = server
+        .client
+        .call(Method::GET, "/v1/jobs?all=true", None)
+        .await
+        .unwrap();
     lap("server restarted");
-    assert_eq!(
-        after.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
-        ["a", "b", "c"]
-    );
-    for (b, a) in before.iter().zip(&after) {
+    let mut ids: Vec<&str> = after.iter().map(|j| j.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["a", "b", "c"]);
+    for b in &before {
+        let a = after.iter().find(|a| a.id == b.id).unwrap();
         if on_slurm(b) && !a.state.is_terminal() {
             assert_eq!(
                 (a.attempt, a.slurm_job_id),
@@ -442,6 +447,7 @@ async fn torch_jobs_span_nodes_rescale_and_are_adopted_after_a_server_kill() {
         assert_eq!(*n, 1, "{id} ran as {n} Slurm jobs at once: {jobs:?}");
     }
     assert_eq!(most.len(), 3, "{most:?}");
+    service_support::assert_replays(&server);
     lap(&format!("done; allocations of a: {gpus:?}"));
 }
 
@@ -596,10 +602,7 @@ async fn reconciles_foreign_gpus_stale_launches_requeues_and_scancel() {
         .wait_job("p", 30.0, "p cancelled", |j| j.state.is_terminal())
         .await;
     assert_eq!(done.state, JobStatus::Cancelled, "{done:?}");
-    assert!(
-        done.message.as_deref().unwrap_or("").contains("scancel"),
-        "{done:?}"
-    );
+    assert!(done.message.contains("scancel"), "{done:?}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
         !ours(&inst).contains_key("p"),
@@ -702,4 +705,93 @@ async fn plain_runs_once_srun_once_per_node_and_a_stopped_plain_job_resumes() {
         .collect();
     lines.sort();
     assert_eq!(lines, ["0 n1 2", "1 n2 2"]);
+}
+
+/// No lock is held across an external command: while every `squeue` takes 10 s, the API still
+/// answers reads and metrics reports at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_api_answers_at_once_while_squeue_hangs() {
+    const NAME: &str = "the_api_answers_at_once_while_squeue_hangs";
+    if !slurm_ready(NAME) {
+        return;
+    }
+    let _one_at_a_time = SLURM.lock().await;
+    clear_queue();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let real = run("sh", &["-c", "command -v squeue"]).trim().to_string();
+    let calls = dir.path().join("squeue-calls");
+    let wrapper = bin.join("squeue");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho start >> {calls}\nsleep 10\necho end >> {calls}\nexec {real} \"$@\"\n",
+            calls = calls.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let config = format!(
+        "executor = \"slurm\"\ncooldown_s = 1\ninterval_s = 0.5\ngrace_s = 5\n\n[slurm]\npartition = \"{PARTITION}\"\npoll_s = 0.5\n"
+    );
+    let _cleanup = CancelOnDrop(dir.path().to_path_buf());
+    let server =
+        Server::start_with_env(dir.path(), &config, vec![("PATH".to_string(), path)]).await;
+    server
+        .submit(
+            json!({"id": "m", "min_batch": 8, "max_batch": 8, "max_local_batch": 8,
+            "max_gpus": 1, "model": {"compute_per_sample_s": 0.001},
+            "command": ["sleep", "120"], "workdir": "/tmp", "launcher": "plain"}),
+        )
+        .await;
+    let j = server
+        .wait_job("m", 30.0, "m launched", |j| j.state.holds_gpus())
+        .await;
+    wait_until(30.0, "a squeue call in flight", || async {
+        std::fs::read_to_string(&calls).is_ok_and(|t| t.lines().count() % 2 == 1)
+    })
+    .await;
+    let report = json!({"step": 1, "samples_per_s": 10.0, "batch_size": 8, "world_size": 1,
+        "loss": 1.0, "samples_seen": 8, "attempt": j.attempt});
+    let (mut reads, mut reports) = (Vec::new(), Vec::new());
+    let started = Instant::now();
+    for step in 1..=100u64 {
+        let t = Instant::now();
+        let (status, _) = server.json(Method::GET, "/v1/jobs", None).await;
+        reads.push(t.elapsed());
+        assert_eq!(status, 200);
+        let mut r = report.clone();
+        r["step"] = json!(step);
+        let t = Instant::now();
+        let (status, body) = server
+            .json(Method::POST, "/v1/jobs/m/metrics", Some(r))
+            .await;
+        reports.push(t.elapsed());
+        assert_eq!(status, 202, "{body}");
+    }
+    // The pollers call squeue one after the other: one call hangs at any time.
+    let text = std::fs::read_to_string(&calls).unwrap();
+    let count = |what: &str| text.lines().filter(|l| *l == what).count();
+    assert!(
+        count("start") > count("end"),
+        "no squeue call was hanging at the end of the measurement ({:?}): {text:?}",
+        started.elapsed()
+    );
+    for (what, mut times) in [("GET /v1/jobs", reads), ("POST metrics", reports)] {
+        times.sort();
+        let p99 = times[times.len() * 99 / 100 - 1];
+        assert!(
+            p99 < Duration::from_millis(50),
+            "{what}: p99 {p99:?} while squeue hangs (all: {times:?})"
+        );
+    }
+    let (status, _) = server.json(Method::DELETE, "/v1/jobs/m", None).await;
+    assert_eq!(status, 202);
 }

@@ -7,8 +7,9 @@ mod service_support;
 
 use std::path::Path;
 
+use dlscale_autoscaler::Status as JobStatus;
+use dlscale_server::api::dto::JobView;
 use dlscale_server::client::Method;
-use dlscale_server::job::{JobStatus, JobView};
 use serde_json::{json, Value};
 use service_support::{assert_trained, cli, repo_root, venv, Server};
 
@@ -158,4 +159,5 @@ async fn three_torchrun_jobs_rescale_resume_and_survive_a_server_kill() {
         !stopped.is_empty() && stopped == resumed,
         "stopped {stopped:?} resumed {resumed:?}"
     );
+    service_support::assert_replays(&server);
 }

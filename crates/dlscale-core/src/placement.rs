@@ -548,7 +548,11 @@ mod tests {
             &wanted(&[("a", 9)]),
             0,
         );
-        assert_eq!(over.unplaced, [("a".to_string(), 8)], "9 GPUs do not fit, 8 would");
+        assert_eq!(
+            over.unplaced,
+            [("a".to_string(), 8)],
+            "9 GPUs do not fit, 8 would"
+        );
     }
 
     #[test]

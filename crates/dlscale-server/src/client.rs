@@ -1,6 +1,8 @@
 //! A small HTTP client of the API (plain HTTP: the server binds loopback by default; put a TLS
 //! proxy in front for anything else). Used by the CLI and the tests.
 
+use std::time::Duration;
+
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -9,7 +11,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-pub use hyper::{Method, StatusCode};
+pub use hyper::{HeaderMap, Method, StatusCode};
 
 use crate::error::ErrorBody;
 
@@ -26,11 +28,19 @@ pub struct ApiFailure {
     pub message: String,
 }
 
+/// How long a request may take, connection included, unless set otherwise
+/// ([`ApiClient::with_timeout`]): a server that stopped answering is reported, not waited on.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long connecting may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Client of one server.
 #[derive(Clone)]
 pub struct ApiClient {
     base: String,
     token: Option<String>,
+    timeout: Duration,
     http: Client<HttpConnector, Full<Bytes>>,
 }
 
@@ -53,9 +63,11 @@ impl ApiClient {
             .with_context(|| format!("invalid API URL '{base}'"))?;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
         Ok(ApiClient {
             base,
             token: token.filter(|t| !t.is_empty()),
+            timeout: DEFAULT_TIMEOUT,
             http: Client::builder(TokioExecutor::new()).build(connector),
         })
     }
@@ -64,6 +76,12 @@ impl ApiClient {
     pub fn from_env() -> Result<Self> {
         let base = std::env::var("DLSCALE_API").unwrap_or_else(|_| DEFAULT_API.to_string());
         Self::new(&base, std::env::var("DLSCALE_TOKEN").ok())
+    }
+
+    /// The same client with another per-request time limit.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     /// The base URL.
@@ -78,6 +96,17 @@ impl ApiClient {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Bytes)> {
+        let (status, _, bytes) = self.send_with_headers(method, path, body).await?;
+        Ok((status, bytes))
+    }
+
+    /// As [`ApiClient::send`], with the answer's headers.
+    pub async fn send_with_headers(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, HeaderMap, Bytes)> {
         let uri: Uri = format!("{}{}", self.base, path)
             .parse()
             .with_context(|| format!("invalid request path '{path}'"))?;
@@ -89,14 +118,25 @@ impl ApiClient {
             req = req.header("content-type", "application/json");
         }
         let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
-        let resp = self
-            .http
-            .request(req)
+        let exchange = async {
+            let resp =
+                self.http.request(req).await.map_err(|e| {
+                    anyhow!("cannot reach the dlscale server at {}: {e}", self.base)
+                })?;
+            let status = resp.status();
+            let headers = resp.headers().clone();
+            let bytes = resp.into_body().collect().await?.to_bytes();
+            Ok((status, headers, bytes))
+        };
+        tokio::time::timeout(self.timeout, exchange)
             .await
-            .map_err(|e| anyhow!("cannot reach the dlscale server at {}: {e}", self.base))?;
-        let status = resp.status();
-        let bytes = resp.into_body().collect().await?.to_bytes();
-        Ok((status, bytes))
+            .map_err(|_| {
+                anyhow!(
+                    "the dlscale server at {} did not answer {path} within {} s",
+                    self.base,
+                    self.timeout.as_secs_f64()
+                )
+            })?
     }
 
     /// Sends a request and decodes a successful JSON answer; an error status becomes
@@ -120,7 +160,8 @@ impl ApiClient {
     }
 }
 
-fn check(status: StatusCode, bytes: &[u8]) -> Result<()> {
+/// `Ok` for a success status; otherwise the server's error as [`ApiFailure`].
+pub fn check(status: StatusCode, bytes: &[u8]) -> Result<()> {
     if status.is_success() {
         return Ok(());
     }

@@ -34,11 +34,14 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::{anyhow, bail, Context, Result};
+use dlscale_autoscaler::AutoscalerConfig;
 use dlscale_core::allocator::ELASTIC_BATCH;
+use dlscale_core::placement::ShapeRule;
 use dlscale_core::{
     policy_info, Admission, PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility,
 };
 use serde::Deserialize;
+use serde::Serialize;
 
 use crate::executor::slurm::SlurmConfig;
 
@@ -82,6 +85,11 @@ pub struct ConfigFile {
     pub api_url: Option<String>,
     /// Executor: `local` (default) or `slurm`.
     pub executor: Option<String>,
+    /// Who may read `/metrics` without the token: `loopback` (default: clients on this machine),
+    /// `anyone`, or `nobody` (the token is always needed).
+    pub metrics_without_token: Option<String>,
+    /// Defragmenting repack: most running jobs moved per job it consolidates (default 0: off).
+    pub defragment_moves: Option<u32>,
     /// Settings of the Slurm executor.
     pub slurm: Option<SlurmFile>,
 }
@@ -108,6 +116,18 @@ pub struct SlurmFile {
     pub rdzv_port_base: Option<u16>,
     /// Longest wait for one Slurm command, seconds.
     pub command_timeout_s: Option<f64>,
+}
+
+/// Who may read `/metrics` without the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsAccess {
+    /// Clients on this machine (loopback addresses).
+    Loopback,
+    /// Anyone.
+    Anyone,
+    /// Nobody: the token is always needed.
+    Nobody,
 }
 
 /// Which executor runs the jobs.
@@ -159,6 +179,10 @@ pub struct ServerConfig {
     pub api_url: String,
     /// The executor.
     pub executor: ExecutorConfig,
+    /// Who may read `/metrics` without the token.
+    pub metrics_without_token: MetricsAccess,
+    /// Defragmenting repack: most running jobs moved per job it consolidates (0: off).
+    pub defragment_moves: u32,
 }
 
 /// Default data directory: `$XDG_DATA_HOME/dlscale`, `$HOME/.local/share/dlscale`, or
@@ -195,6 +219,43 @@ fn duration_s(name: &str, value: f64) -> Result<f64> {
 }
 
 impl ServerConfig {
+    /// The autoscaler's settings: Slurm clusters take equal GPUs per node (per-node GRES), a
+    /// launch left pending longer than `pending_timeout_s` is launched afresh, and every worker
+    /// gets the same per-worker batch.
+    pub fn autoscaler(&self) -> AutoscalerConfig {
+        let (shape, start_timeout_s) = match &self.executor {
+            ExecutorConfig::Local => (ShapeRule::Any, None),
+            ExecutorConfig::Slurm(s) => (ShapeRule::EqualPerNode, Some(s.pending_timeout_s)),
+        };
+        AutoscalerConfig {
+            policy: self.policy,
+            policy_options: self.policy_options,
+            settings: self.settings,
+            shape,
+            defragment_moves_per_job: self.defragment_moves,
+            interval_s: Some(self.interval_s),
+            decide_on_events: true,
+            cooldown_s: self.cooldown_s,
+            grace_s: self.grace_s,
+            max_retries: self.max_retries,
+            start_timeout_s,
+            restart_cost_s: self.settings.restart.cost_s,
+            equal_local_batches: true,
+        }
+    }
+
+    /// What a start records of the configuration: the autoscaler's settings (for replays) and
+    /// the executor.
+    pub fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "autoscaler": self.autoscaler(),
+            "executor": match &self.executor {
+                ExecutorConfig::Local => "local",
+                ExecutorConfig::Slurm(_) => "slurm",
+            },
+        })
+    }
+
     /// Resolves a configuration file (with overrides already applied) into a validated config.
     /// `env_token` (from `DLSCALE_TOKEN`) wins over the file's token.
     pub fn resolve(file: ConfigFile, env_token: Option<String>) -> Result<Self> {
@@ -269,8 +330,18 @@ impl ServerConfig {
                 bail!("executor: unknown executor '{other}' (expected local or slurm)")
             }
         };
+        let metrics_without_token = match file.metrics_without_token.as_deref() {
+            None | Some("loopback") => MetricsAccess::Loopback,
+            Some("anyone") => MetricsAccess::Anyone,
+            Some("nobody") => MetricsAccess::Nobody,
+            Some(other) => bail!(
+                "metrics_without_token: unknown value '{other}' (expected loopback, anyone or nobody)"
+            ),
+        };
         Ok(ServerConfig {
             listen,
+            metrics_without_token,
+            defragment_moves: file.defragment_moves.unwrap_or(0),
             slots: file.slots,
             data_dir: file.data_dir.unwrap_or_else(default_data_dir),
             token,

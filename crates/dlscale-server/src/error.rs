@@ -72,7 +72,7 @@ impl ApiError {
         tracing::error!("internal error: {cause}");
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            format!("internal error: {cause}"),
+            "internal error; the server's log has the cause",
         )
     }
 }

@@ -1,31 +1,45 @@
-//! dlscale-server: the autoscaler service.
+//! dlscale-server: the autoscaler service, a shell around the pure
+//! [`dlscale_autoscaler::Autoscaler`].
 //!
-//! [`serve`] runs it: an HTTP/JSON API ([`api`], described by [`openapi`]) in front of a
-//! [`controller::Controller`] that keeps jobs in SQLite ([`store`]), runs the core allocator over
-//! the cluster's GPUs, places them on nodes ([`placement`]) and applies its decisions through an
-//! [`executor`]: local process groups (torchrun or plain), or Slurm batch jobs. [`client`] talks to a running server; [`profile`] measures
-//! a job at a few (workers, batch) points and fits its throughput model.
+//! [`serve`] runs it: the HTTP/JSON API ([`api`], its DTOs in [`api::dto`], described by
+//! [`api::openapi`]) hands requests to the [`service`]'s driver, the one task that owns the
+//! autoscaler; the driver commits each batch of inputs with the records, intents and events it
+//! produced to SQLite ([`store`]) before handing the actions to an [`executor`] (local process
+//! groups, or Slurm batch jobs), whose answers and level-triggered observations come back as
+//! inputs. [`metrics`] renders `/metrics`; [`client`] talks to a running server; [`replay`] feeds
+//! a data directory's recorded inputs through the autoscaler again; [`profile`] measures a job at
+//! a few (workers, batch) points and fits its throughput model; [`fault`] is the crash injection
+//! of the fault soak.
 //!
-//! Async boundaries: the API and the controller run on tokio; every SQLite call runs on the
-//! blocking pool ([`store::Store::call`]); process spawns and `/proc` scans also run there.
+//! No lock is held across an external command or an fsync: API reads answer from the last
+//! committed view, SQLite calls run on the blocking pool, executor commands in tasks of their own.
 
 pub mod api;
 pub mod client;
 pub mod config;
-pub mod controller;
 pub mod error;
 pub mod executor;
-pub mod job;
-pub mod openapi;
-pub mod placement;
+pub mod fault;
+pub mod metrics;
 pub mod profile;
+pub mod replay;
+pub mod service;
 pub mod spec;
 pub mod store;
 
-use anyhow::{Context, Result};
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
 
-pub use config::{ConfigFile, ServerConfig};
-pub use controller::Controller;
+use anyhow::{bail, Context, Result};
+
+pub use config::{ConfigFile, ExecutorConfig, ServerConfig};
+use executor::local::{detect_gpus, LocalExecutor};
+use executor::slurm::SlurmExecutor;
+use executor::{load_or_create_instance, random_hex, ExecContext, Executor};
+pub use service::Service;
+use store::Store;
 
 /// Logs to stderr at `info` (or the level in `DLSCALE_LOG`: error, warn, info, debug, trace).
 pub fn init_logging() {
@@ -41,30 +55,110 @@ pub fn init_logging() {
         .try_init();
 }
 
+/// The admin token: configured, or read from / generated into `<data_dir>/token` (mode 0600). A
+/// token file others can read is refused: any local user could act as the admin.
+pub fn load_or_create_token(config: &ServerConfig) -> Result<String> {
+    if let Some(t) = &config.token {
+        return Ok(t.clone());
+    }
+    let path = config.data_dir.join("token");
+    if let Ok(meta) = std::fs::metadata(&path) {
+        check_private(&path, meta.permissions().mode())?;
+        let t = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let t = t.trim().to_string();
+        if !t.is_empty() {
+            return Ok(t);
+        }
+    }
+    let token = random_hex(24).context("cannot generate a token")?;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    writeln!(f, "{token}").with_context(|| format!("cannot write {}", path.display()))?;
+    tracing::warn!(
+        "no token configured: generated one in {} (export DLSCALE_TOKEN=$(cat {}))",
+        path.display(),
+        path.display()
+    );
+    Ok(token)
+}
+
+fn check_private(path: &Path, mode: u32) -> Result<()> {
+    if mode & 0o077 != 0 {
+        bail!(
+            "{} can be read by other users (mode {:03o}): anyone who reads it can act as the admin; \
+             run `chmod 600 {}` and start again",
+            path.display(),
+            mode & 0o777,
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Sets up everything [`serve`] runs: the data directory, the token, the database, the executor
+/// (detecting GPUs, or reading the Slurm cluster) and the service with its driver and pollers.
+pub async fn start(config: ServerConfig) -> Result<Arc<Service>> {
+    std::fs::create_dir_all(config.data_dir.join("jobs"))
+        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    let token = load_or_create_token(&config)?;
+    let ctx = ExecContext {
+        data_dir: config.data_dir.clone(),
+        torchrun: config.torchrun.clone(),
+        api_url: Some(config.api_url.clone()),
+        instance: load_or_create_instance(&config.data_dir)?,
+    };
+    let (reports, reports_rx) = service::report_channel();
+    let executor = match &config.executor {
+        ExecutorConfig::Local => {
+            let (slots, gpus_detected) = match config.slots {
+                Some(n) => ((0..n).collect(), false),
+                None => match detect_gpus() {
+                    Some(ids) => (ids, true),
+                    None => bail!(
+                        "no GPUs found with nvidia-smi; give the number of slots to schedule with \
+                         --slots N (or slots = N in the config)"
+                    ),
+                },
+            };
+            Executor::Local(LocalExecutor::new(ctx, slots, gpus_detected, reports))
+        }
+        ExecutorConfig::Slurm(cfg) => Executor::Slurm(SlurmExecutor::new(cfg.clone(), ctx)),
+    };
+    let store = Store::open(&config.data_dir.join("dlscale.db"))?;
+    service::start(config, token, store, Arc::new(executor), reports_rx).await
+}
+
 /// Runs the service until SIGINT or SIGTERM. Jobs keep running when the server stops; the next
-/// start re-attaches to them.
+/// start finds them again.
 pub async fn serve(config: ServerConfig) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let controller = Controller::start(config).await?;
+    let service = start(config).await?;
     let local = listener.local_addr()?;
-    let cfg = controller.config();
-    let cluster = controller.cluster().await;
+    let view = service.view();
     tracing::info!(
         "dlscale serving on http://{local} (data dir {}, policy {}, {} executor, {} GPUs on {} node(s))",
-        cfg.data_dir.display(),
-        cfg.policy,
-        cluster.executor,
-        cluster.capacity,
-        cluster.nodes.len()
+        service.config.data_dir.display(),
+        service.config.policy,
+        service.executor.name(),
+        view.topology.total(),
+        view.topology.nodes.len()
     );
-    tokio::spawn(controller.clone().run());
-    axum::serve(listener, api::router(controller))
+    let app = api::router(service).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await
         .context("HTTP server failed")?;
-    tracing::info!("dlscale stopped; running jobs continue and are re-attached at the next start");
+    tracing::info!("dlscale stopped; running jobs continue and are found again at the next start");
     Ok(())
 }
 
@@ -80,5 +174,21 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_file_others_can_read_is_refused() {
+        let err = check_private(Path::new("/d/token"), 0o644)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("chmod 600 /d/token"), "{err}");
+        assert!(check_private(Path::new("/d/token"), 0o640).is_err());
+        assert!(check_private(Path::new("/d/token"), 0o600).is_ok());
+        assert!(check_private(Path::new("/d/token"), 0o400).is_ok());
     }
 }

@@ -10,8 +10,11 @@ use anyhow::{bail, Context, Result};
 use dlscale_core::throughput::{AnalyticModel, FitQuality, StepTimeSample};
 use serde::Serialize;
 
-use crate::executor::local::{self, LaunchAlloc};
-use crate::executor::ExecContext;
+use dlscale_autoscaler::Shape;
+use dlscale_core::placement::Share;
+
+use crate::executor::local;
+use crate::executor::{launch_marker, ExecContext};
 use crate::spec::JobSpec;
 
 /// One configuration to measure.
@@ -125,15 +128,20 @@ pub async fn measure(
         data_dir: opts.scratch.join(format!("point-{index}")),
         torchrun: opts.torchrun.clone(),
         api_url: None,
-        token: None,
         instance: format!("profile{}", std::process::id()),
     };
-    let alloc = LaunchAlloc {
-        slots: (0..point.workers).collect(),
+    let shape = Shape {
+        gpus: point.workers,
         batch_size: point.batch_size,
         local_batch_size: point.batch_size / point.workers,
+        shares: vec![Share {
+            node: local::NODE.to_string(),
+            gpus: point.workers,
+        }],
     };
-    let plan = local::plan(spec, &alloc, 1, &ctx);
+    let slots: Vec<u32> = (0..point.workers).collect();
+    let plan = local::plan(spec, 1, &shape, &slots, "", &ctx);
+    let marker = launch_marker(&ctx.instance, &spec.id, 1);
     let log = plan.log.clone();
     let header = format!("dlscale profile: {}x{}", point.workers, point.batch_size);
     let mut child = tokio::task::spawn_blocking(move || local::spawn(&plan, &header)).await??;
@@ -175,6 +183,8 @@ pub async fn measure(
             child.wait().await?;
         }
     }
+    // Workers that left the group (torchrun gives each a session) end with it.
+    tokio::task::spawn_blocking(move || local::kill_launch(&marker)).await?;
     if values.is_empty() {
         let tail: String = tokio::fs::read_to_string(&log)
             .await

@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use dlscale_autoscaler::{ModelSource, Submission};
 use dlscale_core::jobfile::JobEntry;
 use dlscale_core::throughput::AnalyticModel;
 use dlscale_core::{CoreError, Job};
@@ -50,17 +51,6 @@ impl Launcher {
             Launcher::Srun => "srun",
         }
     }
-}
-
-/// Where a job's throughput model comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelSource {
-    /// The submission's `model` field (a bundled profile name or inline analytic parameters).
-    Spec,
-    /// A stored profile (`dlscale profile --name`).
-    Profile(String),
-    /// Fitted from the job's own metrics, stored as profile `job:<id>`.
-    Fitted,
 }
 
 /// A syntactically valid submission, as stored in the database.
@@ -293,24 +283,83 @@ impl JobSpec {
         Ok(spec)
     }
 
-    /// Where the job's throughput model comes from.
+    /// Where the job's throughput model comes from: its `model` field, a stored profile, or
+    /// learned from its own reports (starting from [`PRIOR`]).
     pub fn model_source(&self) -> ModelSource {
         if self.entry.contains_key("model") {
-            ModelSource::Spec
+            ModelSource::Given
         } else if let Some(p) = &self.profile {
             ModelSource::Profile(p.clone())
         } else {
-            ModelSource::Fitted
+            ModelSource::Learned
         }
     }
 
-    /// Name of the stored profile the job uses or writes, if any.
-    pub fn profile_name(&self) -> Option<String> {
-        match self.model_source() {
-            ModelSource::Spec => None,
-            ModelSource::Profile(p) => Some(p),
-            ModelSource::Fitted => Some(format!("job:{}", self.id)),
+    /// The job for the autoscaler: validated, with `profile_model` (the stored profile it names,
+    /// if it names one) or its own model or the prior.
+    pub fn submission(
+        &self,
+        profile_model: Option<&AnalyticModel>,
+    ) -> Result<Submission, ApiError> {
+        Ok(Submission {
+            job: self.build_job(profile_model)?,
+            model: self.model_source(),
+            max_retries: self.max_retries,
+        })
+    }
+
+    /// Checks on this machine what a launch will need: `workdir` is a directory, and the
+    /// program exists — torchrun: the script, relative to `workdir` (unless it runs a module,
+    /// `-m ...`); plain and srun: the program, on `PATH` (the job's own `PATH` if its `env` sets
+    /// one) or relative to `workdir`. A job whose program is missing would otherwise be launched,
+    /// fail and be retried to no end.
+    pub fn check_runnable(&self) -> Result<(), ApiError> {
+        if !self.workdir.is_dir() {
+            return Err(ApiError::field(
+                "workdir",
+                format!(
+                    "field 'workdir': {} is not a directory",
+                    self.workdir.display()
+                ),
+            ));
         }
+        let program = &self.command[0];
+        if program.starts_with('-') {
+            return Ok(());
+        }
+        let found = match self.launcher {
+            Launcher::Torchrun => self.workdir.join(program).is_file(),
+            Launcher::Plain | Launcher::Srun if program.contains('/') => {
+                is_executable(&self.workdir.join(program))
+            }
+            Launcher::Plain | Launcher::Srun => {
+                let path = self
+                    .env
+                    .get("PATH")
+                    .cloned()
+                    .or_else(|| std::env::var("PATH").ok())
+                    .unwrap_or_default();
+                std::env::split_paths(&path).any(|dir| is_executable(&dir.join(program)))
+            }
+        };
+        if found {
+            return Ok(());
+        }
+        let why = match self.launcher {
+            Launcher::Torchrun => format!(
+                "the script {program} does not exist under {}",
+                self.workdir.display()
+            ),
+            _ if program.contains('/') => format!(
+                "{program} (under {}) is not an executable file",
+                self.workdir.display()
+            ),
+            _ => format!("the program {program} is not on PATH"),
+        };
+        Err(ApiError::field(
+            "command",
+            format!("field 'command': {why}"),
+        ))
     }
 
     fn entry_with(&self, model: Option<&AnalyticModel>) -> Result<JobEntry, ApiError> {
@@ -326,6 +375,11 @@ impl JobSpec {
     pub fn build_job(&self, model: Option<&AnalyticModel>) -> Result<Job, ApiError> {
         self.entry_with(model)?.into_job().map_err(core_error)
     }
+}
+
+fn is_executable(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// The model of a job without any measurement yet: compute only, perfectly linear scaling
@@ -372,14 +426,13 @@ mod tests {
     fn parses_and_builds() {
         let spec = JobSpec::from_value(base()).unwrap();
         assert_eq!(spec.launcher, Launcher::Plain);
-        assert_eq!(spec.model_source(), ModelSource::Fitted);
-        assert_eq!(spec.profile_name().as_deref(), Some("job:a"));
+        assert_eq!(spec.model_source(), ModelSource::Learned);
         let job = spec.build_job(None).unwrap();
         assert_eq!(job.max_local_batch, 64);
         let mut v = base();
         v["model"] = json!("cifar10");
         let spec = JobSpec::from_value(v).unwrap();
-        assert_eq!(spec.model_source(), ModelSource::Spec);
+        assert_eq!(spec.model_source(), ModelSource::Given);
         assert!(spec.build_job(None).is_ok());
     }
 

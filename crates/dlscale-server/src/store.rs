@@ -1,63 +1,74 @@
-//! Durable state in SQLite (WAL, `synchronous=FULL`): jobs, allocations, events, metrics and
-//! profiles. Every change of a job is one transaction; the API answers only after it committed.
+//! Durable state in SQLite (WAL, `synchronous=FULL`).
 //!
-//! SQLite calls block, so the async side goes through [`Store::call`], which runs them on
-//! tokio's blocking pool.
+//! Everything the autoscaler was told and everything it decided is written in one transaction
+//! per batch ([`Store::commit`]) before any of its actions is carried out: the inputs (so that
+//! `dlscale replay` can feed them through the autoscaler again), the job records that changed
+//! (what a restart resumes from), the actions (intents) and the typed events. Nothing the
+//! executors observe (process ids, Slurm job ids) is stored: they find their launches again by
+//! the launch marker.
+//!
+//! Two connections: the driver writes through one, API reads go through the other (WAL lets
+//! them run side by side), so a slow fsync never stalls a read. SQLite calls block, so every
+//! call runs on tokio's blocking pool ([`Store::write`], [`Store::read`]).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
+use dlscale_autoscaler::{Action, Event, Input, JobRecord};
 use dlscale_core::throughput::{AnalyticModel, FitQuality};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, ErrorCode};
 use serde::{Deserialize, Serialize};
 
-use crate::job::{Event, JobRecord, JobStatus, Runtime};
-use crate::placement::Share;
 use crate::spec::JobSpec;
+
+/// The schema this version writes (`PRAGMA user_version`).
+const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    seq INTEGER NOT NULL UNIQUE,
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL,
     spec TEXT NOT NULL,
-    state TEXT NOT NULL,
-    runtime TEXT NOT NULL,
+    worker_token TEXT NOT NULL,
+    record TEXT NOT NULL,
+    status TEXT NOT NULL,
     submitted_at REAL NOT NULL,
     updated_at REAL NOT NULL
 );
-CREATE TABLE IF NOT EXISTS allocations (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id TEXT NOT NULL REFERENCES jobs(id),
+CREATE INDEX IF NOT EXISTS jobs_id ON jobs(id, seq);
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_live_id ON jobs(id)
+    WHERE status IN ('queued', 'starting', 'running', 'stopping');
+CREATE TABLE IF NOT EXISTS inputs (
+    id INTEGER PRIMARY KEY,
+    batch INTEGER NOT NULL,
     at REAL NOT NULL,
-    attempt INTEGER NOT NULL,
-    gpus INTEGER NOT NULL,
-    batch_size INTEGER NOT NULL,
-    local_batch_size INTEGER NOT NULL,
-    slots TEXT NOT NULL,
-    nodes TEXT NOT NULL DEFAULT '[]'
+    input TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS inputs_batch ON inputs(batch);
+CREATE TABLE IF NOT EXISTS intents (
+    id INTEGER PRIMARY KEY,
+    batch INTEGER NOT NULL,
+    at REAL NOT NULL,
+    action TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id TEXT,
+    id INTEGER PRIMARY KEY,
+    batch INTEGER NOT NULL,
     at REAL NOT NULL,
+    job_seq INTEGER,
     kind TEXT NOT NULL,
+    event TEXT NOT NULL,
     detail TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS events_job ON events(job_id, id);
+CREATE INDEX IF NOT EXISTS events_job ON events(job_seq, id);
 CREATE TABLE IF NOT EXISTS metrics (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id TEXT NOT NULL REFERENCES jobs(id),
+    id INTEGER PRIMARY KEY,
+    job_seq INTEGER NOT NULL,
     at REAL NOT NULL,
-    attempt INTEGER NOT NULL,
-    step INTEGER NOT NULL,
-    samples_per_s REAL NOT NULL,
-    batch_size INTEGER NOT NULL,
-    world_size INTEGER NOT NULL,
-    loss REAL,
-    samples_seen INTEGER NOT NULL
+    report TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS metrics_job ON metrics(job_id, id);
+CREATE INDEX IF NOT EXISTS metrics_job ON metrics(job_seq, id);
 CREATE TABLE IF NOT EXISTS profiles (
     name TEXT PRIMARY KEY,
     model TEXT NOT NULL,
@@ -65,63 +76,110 @@ CREATE TABLE IF NOT EXISTS profiles (
     source TEXT NOT NULL,
     updated_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS starts (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    batch INTEGER NOT NULL,
+    config TEXT NOT NULL
+);
 ";
+
+/// A submission as the service received it: what the autoscaler's input log stores, so that a
+/// replay rebuilds the same job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Received {
+    /// The submission.
+    pub spec: JobSpec,
+    /// The stored profile's model it named, as it was then.
+    pub profile_model: Option<AnalyticModel>,
+}
+
+/// An input as recorded.
+pub type RecordedInput = Input<Received>;
 
 /// A stored throughput profile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
-    /// Name (`job:<id>` for models fitted from a job's metrics).
+    /// Name.
     pub name: String,
-    /// The fitted model.
+    /// The model.
     pub model: AnalyticModel,
     /// How well it fits its measurements, when known.
     pub quality: Option<FitQuality>,
-    /// `profile` (from `dlscale profile`), `metrics` (fitted by the server) or `user`.
+    /// `profile` (from `dlscale profile`) or `user`.
     pub source: String,
     /// Seconds since the epoch.
     pub updated_at: f64,
 }
 
-/// One metrics report of a worker, as stored.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct MetricsRow {
-    /// Launch it came from.
-    pub attempt: u32,
-    /// Global step.
-    pub step: u64,
-    /// Measured samples per second.
-    pub samples_per_s: f64,
-    /// Global batch.
-    pub batch_size: u32,
-    /// Workers.
-    pub world_size: u32,
-    /// Mean loss over the report window.
-    pub loss: Option<f64>,
-    /// Samples seen so far.
-    pub samples_seen: u64,
+/// A job as stored: its submission, the token its workers hold, and the autoscaler's record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredJob {
+    /// The submission.
+    pub spec: JobSpec,
+    /// The job-scoped token of its workers.
+    pub worker_token: String,
+    /// The autoscaler's record.
+    pub record: JobRecord,
 }
 
-/// An allocation applied to a job (one launch).
-#[derive(Debug, Clone, PartialEq)]
-pub struct AllocationRow {
-    /// Launch number.
-    pub attempt: u32,
-    /// Workers.
-    pub gpus: u32,
-    /// Global batch.
-    pub batch_size: u32,
-    /// Per-worker batch.
-    pub local_batch_size: u32,
-    /// Slot ids (local executor).
-    pub slots: Vec<u32>,
-    /// Nodes and GPUs per node.
-    pub nodes: Vec<Share>,
+/// One stored event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredEvent {
+    /// Seconds since the epoch.
+    pub at: f64,
+    /// The typed event.
+    pub event: Event,
+}
+
+/// A new job of a batch: its submission and worker token, stored with its first record.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    /// Arrival number the autoscaler gave it.
+    pub seq: u64,
+    /// The submission.
+    pub spec: JobSpec,
+    /// Its workers' token.
+    pub worker_token: String,
+}
+
+/// What one batch wrote.
+#[derive(Debug, Clone, Default)]
+pub struct Batch {
+    /// Batch number.
+    pub number: u64,
+    /// When it ran.
+    pub at_s: f64,
+    /// Its inputs.
+    pub inputs: Vec<RecordedInput>,
+    /// Jobs it accepted.
+    pub new_jobs: Vec<NewJob>,
+    /// The records it changed.
+    pub records: Vec<JobRecord>,
+    /// Its actions, in order.
+    pub actions: Vec<Action>,
+    /// Its events.
+    pub events: Vec<Event>,
+    /// Profiles it stored.
+    pub profiles: Vec<Profile>,
+}
+
+/// Why a batch could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// A live job with this id exists (SQLite's unique constraint).
+    #[error("a live job '{0}' exists")]
+    Duplicate(String),
+    /// Anything else: the disk is full or read-only, the file is gone, ...
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
 }
 
 /// Handle to the database; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Store {
-    conn: Arc<Mutex<Connection>>,
+    writer: Arc<Mutex<Connection>>,
+    reader: Arc<Mutex<Connection>>,
 }
 
 /// Seconds since the epoch.
@@ -136,39 +194,47 @@ fn json<T: Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).context("serialising for the database")
 }
 
+fn connect(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path)
+        .with_context(|| format!("cannot open database {}", path.display()))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(conn)
+}
+
 impl Store {
-    /// Opens (creating if needed) the database at `path`.
+    /// Opens (creating if needed) the database at `path`. A database of an older dlscale is
+    /// refused with a message (its jobs would be misread).
     pub fn open(path: &Path) -> Result<Self> {
-        let conn = Connection::open(path)
-            .with_context(|| format!("cannot open database {}", path.display()))?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let conn = connect(path)?;
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let has_jobs = conn
+            .prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobs'")?
+            .exists([])?;
+        if has_jobs && version != SCHEMA_VERSION {
+            bail!(
+                "{} was written by an older dlscale (schema {version}, this one writes {SCHEMA_VERSION}); \
+                 move the data directory away (or let its jobs finish with the old version) and start again",
+                path.display()
+            );
+        }
         conn.execute_batch(SCHEMA)
             .context("creating the database schema")?;
-        // Databases from before node-aware placement lack allocations.nodes.
-        let has_nodes = conn
-            .prepare("SELECT 1 FROM pragma_table_info('allocations') WHERE name = 'nodes'")?
-            .exists([])?;
-        if !has_nodes {
-            conn.execute_batch(
-                "ALTER TABLE allocations ADD COLUMN nodes TEXT NOT NULL DEFAULT '[]'",
-            )
-            .context("adding allocations.nodes to the database")?;
-        }
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        let reader = connect(path)?;
         Ok(Store {
-            conn: Arc::new(Mutex::new(conn)),
+            writer: Arc::new(Mutex::new(conn)),
+            reader: Arc::new(Mutex::new(reader)),
         })
     }
 
-    /// Runs `f` with the connection on the blocking thread pool.
-    pub async fn call<R, F>(&self, f: F) -> Result<R>
+    async fn on<R, F>(conn: &Arc<Mutex<Connection>>, f: F) -> Result<R>
     where
         F: FnOnce(&mut Connection) -> Result<R> + Send + 'static,
         R: Send + 'static,
     {
-        let conn = Arc::clone(&self.conn);
+        let conn = Arc::clone(conn);
         tokio::task::spawn_blocking(move || {
             let mut guard = conn
                 .lock()
@@ -179,194 +245,186 @@ impl Store {
         .context("database task panicked")?
     }
 
-    /// Inserts a new job and its `submitted` event in one transaction. Fails on a duplicate id.
-    pub async fn insert_job(&self, rec: JobRecord, detail: String) -> Result<()> {
-        self.call(move |conn| {
-            let tx = conn.transaction()?;
-            tx.execute(
-                "INSERT INTO jobs (id, seq, spec, state, runtime, submitted_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
-                params![
-                    rec.spec.id,
-                    rec.seq,
-                    json(&rec.spec)?,
-                    rec.status.name(),
-                    json(&rec.rt)?,
-                    rec.submitted_at
-                ],
+    /// Runs `f` with the writing connection on the blocking pool.
+    pub async fn write<R, F>(&self, f: F) -> Result<R>
+    where
+        F: FnOnce(&mut Connection) -> Result<R> + Send + 'static,
+        R: Send + 'static,
+    {
+        Self::on(&self.writer, f).await
+    }
+
+    /// Runs `f` with the reading connection on the blocking pool.
+    pub async fn read<R, F>(&self, f: F) -> Result<R>
+    where
+        F: FnOnce(&mut Connection) -> Result<R> + Send + 'static,
+        R: Send + 'static,
+    {
+        Self::on(&self.reader, f).await
+    }
+
+    /// Writes one batch in one transaction: inputs, new jobs, changed records, intents, events,
+    /// profiles. Nothing is written when it fails.
+    pub async fn commit(&self, batch: Batch) -> std::result::Result<(), WriteError> {
+        let result = self
+            .write(move |conn| {
+                let tx = conn.transaction()?;
+                let at = batch.at_s;
+                let number = batch.number as i64;
+                for input in &batch.inputs {
+                    tx.execute(
+                        "INSERT INTO inputs (batch, at, input) VALUES (?1, ?2, ?3)",
+                        params![number, at, json(input)?],
+                    )?;
+                    if let Input::Metrics { id, report } = input {
+                        tx.execute(
+                            "INSERT INTO metrics (job_seq, at, report)
+                             SELECT seq, ?2, ?3 FROM jobs WHERE id = ?1 ORDER BY seq DESC LIMIT 1",
+                            params![id, at, json(report)?],
+                        )?;
+                    }
+                }
+                for job in &batch.new_jobs {
+                    let record = batch
+                        .records
+                        .iter()
+                        .find(|r| r.seq == job.seq)
+                        .ok_or_else(|| anyhow!("job '{}' has no record", job.spec.id))?;
+                    let inserted = tx.execute(
+                        "INSERT INTO jobs (seq, id, spec, worker_token, record, status, submitted_at, updated_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+                        params![
+                            job.seq as i64,
+                            job.spec.id,
+                            json(&job.spec)?,
+                            job.worker_token,
+                            json(record)?,
+                            record.status.name(),
+                            at
+                        ],
+                    );
+                    if let Err(e) = inserted {
+                        if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) {
+                            return Err(anyhow::Error::new(Duplicate(job.spec.id.clone())));
+                        }
+                        return Err(e.into());
+                    }
+                }
+                for record in &batch.records {
+                    tx.execute(
+                        "UPDATE jobs SET record = ?2, status = ?3, updated_at = ?4 WHERE seq = ?1",
+                        params![record.seq as i64, json(record)?, record.status.name(), at],
+                    )?;
+                }
+                for action in &batch.actions {
+                    tx.execute(
+                        "INSERT INTO intents (batch, at, action) VALUES (?1, ?2, ?3)",
+                        params![number, at, json(action)?],
+                    )?;
+                }
+                for event in &batch.events {
+                    tx.execute(
+                        "INSERT INTO events (batch, at, job_seq, kind, event, detail)
+                         VALUES (?1, ?2, (SELECT seq FROM jobs WHERE id = ?3 ORDER BY seq DESC LIMIT 1), ?4, ?5, ?6)",
+                        params![number, at, event.job(), event.kind(), json(event)?, event.to_string()],
+                    )?;
+                }
+                for p in &batch.profiles {
+                    tx.execute(
+                        "INSERT INTO profiles (name, model, quality, source, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
+                         ON CONFLICT(name) DO UPDATE SET model = excluded.model, quality = excluded.quality,
+                         source = excluded.source, updated_at = excluded.updated_at",
+                        params![p.name, json(&p.model)?, p.quality.as_ref().map(json).transpose()?, p.source, p.updated_at],
+                    )?;
+                }
+                tx.commit()?;
+                Ok(())
+            })
+            .await;
+        result.map_err(|e| match e.downcast::<Duplicate>() {
+            Ok(Duplicate(id)) => WriteError::Duplicate(id),
+            Err(e) => WriteError::Other(e),
+        })
+    }
+
+    /// Records a start of the server with its configuration; returns the next batch number.
+    pub async fn record_start(&self, at_s: f64, config: serde_json::Value) -> Result<u64> {
+        self.write(move |conn| {
+            let next: i64 =
+                conn.query_row("SELECT COALESCE(MAX(batch), 0) + 1 FROM inputs", [], |r| {
+                    r.get(0)
+                })?;
+            conn.execute(
+                "INSERT INTO starts (at, batch, config) VALUES (?1, ?2, ?3)",
+                params![at_s, next, config.to_string()],
             )?;
-            insert_event(&tx, Some(&rec.spec.id), "submitted", &detail)?;
-            tx.commit()?;
-            Ok(())
+            Ok(next as u64)
         })
         .await
     }
 
-    /// Saves a job's state and runtime, with its new events and (for a launch) the allocation,
-    /// in one transaction.
-    pub async fn update_job(
-        &self,
-        id: String,
-        status: JobStatus,
-        rt: Runtime,
-        events: Vec<(String, String)>,
-        allocation: Option<AllocationRow>,
-    ) -> Result<()> {
-        self.call(move |conn| {
-            let tx = conn.transaction()?;
-            let t = now();
-            let changed = tx.execute(
-                "UPDATE jobs SET state = ?2, runtime = ?3, updated_at = ?4 WHERE id = ?1",
-                params![id, status.name(), json(&rt)?, t],
+    /// The jobs that had not ended, in arrival order, and the next arrival number.
+    pub async fn live_jobs(&self) -> Result<(Vec<StoredJob>, u64)> {
+        self.read(|conn| {
+            let next: i64 =
+                conn.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs", [], |r| {
+                    r.get(0)
+                })?;
+            let jobs = query_jobs(
+                conn,
+                "WHERE status IN ('queued', 'starting', 'running', 'stopping') ORDER BY seq",
+                [],
             )?;
-            if changed != 1 {
-                return Err(anyhow!("job '{id}' is not in the database"));
-            }
-            for (kind, detail) in &events {
-                insert_event(&tx, Some(&id), kind, detail)?;
-            }
-            if let Some(a) = allocation {
-                tx.execute(
-                    "INSERT INTO allocations (job_id, at, attempt, gpus, batch_size, local_batch_size, slots, nodes)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                    params![id, t, a.attempt, a.gpus, a.batch_size, a.local_batch_size, json(&a.slots)?, json(&a.nodes)?],
-                )?;
-            }
-            tx.commit()?;
-            Ok(())
+            Ok((jobs, next as u64))
         })
         .await
     }
 
-    /// Every job, in submission order.
-    pub async fn load_jobs(&self) -> Result<Vec<JobRecord>> {
-        self.call(|conn| {
+    /// Every job (`all`) or the ended ones, newest first, at most `limit`.
+    pub async fn jobs(&self, ended_only: bool, limit: u32) -> Result<Vec<StoredJob>> {
+        self.read(move |conn| {
+            let filter = if ended_only {
+                "WHERE status NOT IN ('queued', 'starting', 'running', 'stopping') ORDER BY seq DESC LIMIT ?1"
+            } else {
+                "ORDER BY seq DESC LIMIT ?1"
+            };
+            query_jobs(conn, filter, params![limit])
+        })
+        .await
+    }
+
+    /// The newest job with this id.
+    pub async fn job(&self, id: String) -> Result<Option<StoredJob>> {
+        self.read(move |conn| {
+            Ok(query_jobs(conn, "WHERE id = ?1 ORDER BY seq DESC LIMIT 1", params![id])?.pop())
+        })
+        .await
+    }
+
+    /// The last `limit` events of the job with arrival number `seq`, oldest first.
+    pub async fn events(&self, seq: u64, limit: u32) -> Result<Vec<StoredEvent>> {
+        self.read(move |conn| {
             let mut stmt = conn.prepare(
-                "SELECT id, seq, spec, state, runtime, submitted_at FROM jobs ORDER BY seq",
+                "SELECT at, event FROM events WHERE job_seq = ?1 ORDER BY id DESC LIMIT ?2",
             )?;
-            let rows = stmt.query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, f64>(5)?,
-                ))
-            })?;
-            let mut jobs = Vec::new();
-            for row in rows {
-                let (id, seq, spec, state, runtime, submitted_at) = row?;
-                let spec: JobSpec = serde_json::from_str(&spec)
-                    .with_context(|| format!("job '{id}': stored spec is unreadable"))?;
-                let status: JobStatus = serde_json::from_value(serde_json::Value::String(state))
-                    .with_context(|| format!("job '{id}': stored state is unknown"))?;
-                let rt: Runtime = serde_json::from_str(&runtime)
-                    .with_context(|| format!("job '{id}': stored runtime is unreadable"))?;
-                jobs.push(JobRecord {
-                    seq,
-                    spec,
-                    status,
-                    rt,
-                    submitted_at,
-                });
+            let mut events = Vec::new();
+            for row in stmt.query_map(params![seq as i64, limit], |r| {
+                Ok((r.get::<_, f64>(0)?, r.get::<_, String>(1)?))
+            })? {
+                let (at, text) = row?;
+                let event: Event =
+                    serde_json::from_str(&text).context("a stored event is unreadable")?;
+                events.push(StoredEvent { at, event });
             }
-            Ok(jobs)
-        })
-        .await
-    }
-
-    /// The last `limit` events of a job, oldest first.
-    pub async fn events(&self, id: String, limit: u32) -> Result<Vec<Event>> {
-        self.call(move |conn| {
-            let mut stmt = conn.prepare(
-                "SELECT at, kind, detail FROM events WHERE job_id = ?1 ORDER BY id DESC LIMIT ?2",
-            )?;
-            let mut events = stmt
-                .query_map(params![id, limit], |r| {
-                    Ok(Event {
-                        at: r.get(0)?,
-                        kind: r.get(1)?,
-                        detail: r.get(2)?,
-                    })
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
             events.reverse();
             Ok(events)
         })
         .await
     }
 
-    /// Stores a metrics report and the job's updated runtime in one transaction.
-    pub async fn insert_metrics(&self, id: String, row: MetricsRow, rt: Runtime) -> Result<()> {
-        self.call(move |conn| {
-            let tx = conn.transaction()?;
-            let t = now();
-            tx.execute(
-                "INSERT INTO metrics (job_id, at, attempt, step, samples_per_s, batch_size, world_size, loss, samples_seen)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                params![id, t, row.attempt, row.step as i64, row.samples_per_s, row.batch_size,
-                        row.world_size, row.loss, row.samples_seen as i64],
-            )?;
-            tx.execute(
-                "UPDATE jobs SET runtime = ?2, updated_at = ?3 WHERE id = ?1",
-                params![id, json(&rt)?, t],
-            )?;
-            tx.commit()?;
-            Ok(())
-        })
-        .await
-    }
-
-    /// The last `limit` metrics reports of a job, oldest first.
-    pub async fn metrics(&self, id: String, limit: u32) -> Result<Vec<MetricsRow>> {
-        self.call(move |conn| {
-            let mut stmt = conn.prepare(
-                "SELECT attempt, step, samples_per_s, batch_size, world_size, loss, samples_seen
-                 FROM metrics WHERE job_id = ?1 ORDER BY id DESC LIMIT ?2",
-            )?;
-            let mut rows = stmt
-                .query_map(params![id, limit], |r| {
-                    Ok(MetricsRow {
-                        attempt: r.get(0)?,
-                        step: r.get::<_, i64>(1)?.max(0) as u64,
-                        samples_per_s: r.get(2)?,
-                        batch_size: r.get(3)?,
-                        world_size: r.get(4)?,
-                        loss: r.get(5)?,
-                        samples_seen: r.get::<_, i64>(6)?.max(0) as u64,
-                    })
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            rows.reverse();
-            Ok(rows)
-        })
-        .await
-    }
-
-    /// Inserts or replaces a profile.
-    pub async fn put_profile(&self, profile: Profile) -> Result<()> {
-        self.call(move |conn| {
-            conn.execute(
-                "INSERT INTO profiles (name, model, quality, source, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT(name) DO UPDATE SET model = excluded.model, quality = excluded.quality,
-                 source = excluded.source, updated_at = excluded.updated_at",
-                params![
-                    profile.name,
-                    json(&profile.model)?,
-                    profile.quality.as_ref().map(json).transpose()?,
-                    profile.source,
-                    profile.updated_at
-                ],
-            )?;
-            Ok(())
-        })
-        .await
-    }
-
     /// Every profile.
-    pub async fn load_profiles(&self) -> Result<Vec<Profile>> {
-        self.call(|conn| {
+    pub async fn profiles(&self) -> Result<Vec<Profile>> {
+        self.read(|conn| {
             let mut stmt = conn.prepare(
                 "SELECT name, model, quality, source, updated_at FROM profiles ORDER BY name",
             )?;
@@ -401,168 +459,140 @@ impl Store {
         .await
     }
 
-    /// The allocations applied to a job, oldest first.
-    pub async fn allocations(&self, id: String) -> Result<Vec<AllocationRow>> {
-        self.call(move |conn| {
-            let mut stmt = conn.prepare(
-                "SELECT attempt, gpus, batch_size, local_batch_size, slots, nodes FROM allocations
-                 WHERE job_id = ?1 ORDER BY id",
-            )?;
-            let rows = stmt.query_map(params![id], |r| {
+    /// Every recorded input with its batch and time, and every start (batch number where it
+    /// began, configuration), in order: what `dlscale replay` feeds through the autoscaler.
+    pub async fn history(&self) -> Result<History> {
+        self.read(|conn| {
+            // One read transaction: a batch the server commits meanwhile is in all of it or
+            // none.
+            let conn = conn.transaction()?;
+            let mut history = History::default();
+            let mut stmt = conn.prepare("SELECT batch, at, input FROM inputs ORDER BY id")?;
+            for row in stmt.query_map([], |r| {
                 Ok((
-                    r.get::<_, u32>(0)?,
-                    r.get::<_, u32>(1)?,
-                    r.get::<_, u32>(2)?,
-                    r.get::<_, u32>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, String>(5)?,
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, f64>(1)?,
+                    r.get::<_, String>(2)?,
                 ))
-            })?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (attempt, gpus, batch_size, local_batch_size, slots, nodes) = row?;
-                out.push(AllocationRow {
-                    attempt,
-                    gpus,
-                    batch_size,
-                    local_batch_size,
-                    slots: serde_json::from_str(&slots).context("stored slots are unreadable")?,
-                    nodes: serde_json::from_str(&nodes).context("stored nodes are unreadable")?,
+            })? {
+                let (batch, at, text) = row?;
+                let input: RecordedInput = serde_json::from_str(&text)
+                    .with_context(|| format!("an input of batch {batch} is unreadable"))?;
+                history.inputs.push((batch as u64, at, input));
+            }
+            let mut stmt = conn.prepare("SELECT batch, action FROM intents ORDER BY id")?;
+            for row in stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))? {
+                let (batch, text) = row?;
+                let action: Action = serde_json::from_str(&text)
+                    .with_context(|| format!("an action of batch {batch} is unreadable"))?;
+                history.actions.push((batch as u64, action));
+            }
+            let mut stmt = conn.prepare("SELECT batch, at, config FROM starts ORDER BY id")?;
+            for row in stmt.query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, f64>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })? {
+                let (batch, at_s, text) = row?;
+                history.starts.push(Start {
+                    batch: batch as u64,
+                    at_s,
+                    config: serde_json::from_str(&text)
+                        .context("a stored configuration is unreadable")?,
                 });
             }
-            Ok(out)
+            Ok(history)
         })
         .await
     }
 
-    /// Whether a job id exists in the database.
-    pub async fn job_exists(&self, id: String) -> Result<bool> {
-        self.call(move |conn| {
-            Ok(conn
-                .query_row("SELECT 1 FROM jobs WHERE id = ?1", params![id], |_| Ok(()))
-                .optional()?
-                .is_some())
+    /// Whether the database can be written (a probe transaction).
+    pub async fn writable(&self) -> bool {
+        self.write(|conn| {
+            conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;")?;
+            Ok(())
         })
         .await
+        .is_ok()
     }
 }
 
-fn insert_event(
-    tx: &rusqlite::Transaction<'_>,
-    job: Option<&str>,
-    kind: &str,
-    detail: &str,
-) -> Result<()> {
-    tx.execute(
-        "INSERT INTO events (job_id, at, kind, detail) VALUES (?1, ?2, ?3, ?4)",
-        params![job, now(), kind, detail],
-    )?;
-    Ok(())
+/// What a data directory recorded: inputs by batch, intents by batch, starts.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// (batch, time, input), in order.
+    pub inputs: Vec<(u64, f64, RecordedInput)>,
+    /// (batch, action), in order.
+    pub actions: Vec<(u64, Action)>,
+    /// Each start of the server, in order.
+    pub starts: Vec<Start>,
+}
+
+/// One start of the server, as recorded.
+#[derive(Debug, Clone)]
+pub struct Start {
+    /// The first batch it wrote.
+    pub batch: u64,
+    /// When (seconds since the epoch): the time the autoscaler was restored at.
+    pub at_s: f64,
+    /// What [`crate::ServerConfig::describe`] said, with the `topology` it started on.
+    pub config: serde_json::Value,
+}
+
+/// The marker error of a unique-constraint violation on a live job id.
+#[derive(Debug, thiserror::Error)]
+#[error("duplicate live job '{0}'")]
+struct Duplicate(String);
+
+fn query_jobs<P: rusqlite::Params>(
+    conn: &Connection,
+    filter: &str,
+    p: P,
+) -> Result<Vec<StoredJob>> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT id, spec, worker_token, record FROM jobs {filter}"
+    ))?;
+    let rows = stmt.query_map(p, |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, String>(3)?,
+        ))
+    })?;
+    let mut jobs = Vec::new();
+    for row in rows {
+        let (id, spec, worker_token, record) = row?;
+        jobs.push(StoredJob {
+            spec: serde_json::from_str(&spec)
+                .with_context(|| format!("job '{id}': stored spec is unreadable"))?,
+            worker_token,
+            record: serde_json::from_str(&record)
+                .with_context(|| format!("job '{id}': stored record is unreadable"))?,
+        });
+    }
+    Ok(jobs)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn record(id: &str, seq: i64) -> JobRecord {
-        let spec = JobSpec::from_value(serde_json::json!({
-            "id": id, "min_batch": 32, "max_batch": 64, "max_local_batch": 64,
-            "command": ["true"], "workdir": "/tmp", "launcher": "plain"}))
-        .unwrap();
-        JobRecord {
-            seq,
-            spec,
-            status: JobStatus::Queued,
-            rt: Runtime::default(),
-            submitted_at: 1.0,
-        }
-    }
-
     #[tokio::test]
-    async fn jobs_survive_reopen_and_duplicates_fail() {
+    async fn an_old_database_is_refused_with_a_message() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
         {
-            let store = Store::open(&path).unwrap();
-            store.insert_job(record("a", 1), "x".into()).await.unwrap();
-            assert!(store.insert_job(record("a", 2), "x".into()).await.is_err());
-            let rt = Runtime {
-                attempt: 1,
-                slots: vec![0, 1],
-                pid: Some(42),
-                ..Runtime::default()
-            };
-            store
-                .update_job(
-                    "a".into(),
-                    JobStatus::Running,
-                    rt,
-                    vec![("started".into(), "on 2".into())],
-                    Some(AllocationRow {
-                        attempt: 1,
-                        gpus: 2,
-                        batch_size: 64,
-                        local_batch_size: 32,
-                        slots: vec![0, 1],
-                        nodes: vec![Share {
-                            node: "local".into(),
-                            gpus: 2,
-                        }],
-                    }),
-                )
-                .await
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch("CREATE TABLE jobs (id TEXT PRIMARY KEY, runtime TEXT)")
                 .unwrap();
-            assert!(store
-                .update_job(
-                    "zz".into(),
-                    JobStatus::Running,
-                    Runtime::default(),
-                    vec![],
-                    None
-                )
-                .await
-                .is_err());
         }
-        let store = Store::open(&path).unwrap();
-        let jobs = store.load_jobs().await.unwrap();
-        assert_eq!(jobs.len(), 1);
-        assert_eq!(jobs[0].status, JobStatus::Running);
-        assert_eq!(jobs[0].rt.slots, vec![0, 1]);
-        let events = store.events("a".into(), 10).await.unwrap();
-        let kinds: Vec<_> = events.iter().map(|e| e.kind.as_str()).collect();
-        assert_eq!(kinds, ["submitted", "started"]);
-        assert_eq!(store.allocations("a".into()).await.unwrap().len(), 1);
-        assert!(store.job_exists("a".into()).await.unwrap());
-    }
-
-    #[tokio::test]
-    async fn profiles_and_metrics_round_trip() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("db")).unwrap();
-        store.insert_job(record("a", 1), "x".into()).await.unwrap();
-        let row = MetricsRow {
-            attempt: 1,
-            step: 10,
-            samples_per_s: 100.0,
-            batch_size: 32,
-            world_size: 1,
-            loss: None,
-            samples_seen: 320,
-        };
-        store
-            .insert_metrics("a".into(), row, Runtime::default())
-            .await
-            .unwrap();
-        assert_eq!(store.metrics("a".into(), 5).await.unwrap(), vec![row]);
-        let p = Profile {
-            name: "p".into(),
-            model: crate::spec::PRIOR,
-            quality: None,
-            source: "user".into(),
-            updated_at: 1.0,
-        };
-        store.put_profile(p.clone()).await.unwrap();
-        store.put_profile(p.clone()).await.unwrap();
-        assert_eq!(store.load_profiles().await.unwrap(), vec![p]);
+        let err = Store::open(&path).unwrap_err().to_string();
+        assert!(err.contains("older dlscale"), "{err}");
+        let fresh = dir.path().join("fresh");
+        Store::open(&fresh).unwrap();
+        Store::open(&fresh).unwrap();
     }
 }

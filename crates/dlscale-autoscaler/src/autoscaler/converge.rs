@@ -47,8 +47,11 @@ impl Autoscaler {
                             .is_some_and(|&k| free[k] >= s.gpus)
                     };
                     let fits = shape.shares.iter().all(room);
+                    let retry_at = r.retry_at_s.filter(|&t| t > now);
                     if blocked {
                         self.wait(i, Waiting::ForStaleLaunch, out);
+                    } else if let Some(at_s) = retry_at {
+                        self.wait(i, Waiting::ForRetry { at_s }, out);
                     } else if fits {
                         let shape = shape.clone();
                         for s in &shape.shares {
@@ -117,6 +120,7 @@ impl Autoscaler {
         r.attempt += 1;
         r.status = Status::Starting;
         r.waiting = None;
+        r.retry_at_s = None;
         r.completed_attempt = None;
         r.launch = Some(Launch {
             shape: shape.clone(),

@@ -110,6 +110,13 @@ pub struct Autoscaler {
     stale: BTreeSet<(String, u32)>,
 }
 
+/// How long a job waits before launch `failures + 1` after `failures` failures in a row: 1 s,
+/// doubling, at most a minute.
+pub fn retry_backoff_s(failures: u32) -> f64 {
+    2f64.powi(failures.saturating_sub(1).min(6) as i32)
+        .min(60.0)
+}
+
 /// What one batch changed, collected while it runs.
 #[derive(Debug, Default)]
 struct Out {
@@ -244,6 +251,9 @@ impl Autoscaler {
             }
         }
         for r in &self.live {
+            if let Some(t) = r.retry_at_s.filter(|_| r.status == Status::Queued) {
+                earliest(t);
+            }
             let Some(l) = &r.launch else { continue };
             match (&r.status, &l.stop) {
                 (Status::Running, None) if self.config.cooldown_s > 0.0 => {
@@ -495,6 +505,7 @@ impl Autoscaler {
             waiting: Some(Waiting::ForDecision),
             finished_s: None,
             planned: None,
+            retry_at_s: None,
         };
         self.next_seq += 1;
         self.ended.remove(&id);
@@ -670,7 +681,10 @@ impl Autoscaler {
             outcome,
             next,
         });
-        if stop == Some(StopReason::Resubmit) {
+        if matches!(
+            stop,
+            Some(StopReason::Requeued | StopReason::PendingTooLong)
+        ) {
             self.due(Trigger::Lost(self.live[i].id.clone()));
         }
         self.after_end(now, i, next, out);
@@ -704,6 +718,9 @@ impl Autoscaler {
                 let r = &mut self.live[i];
                 r.failures = n;
                 r.status = Status::Queued;
+                // A launch that failed at once (the program is missing, the executor refused)
+                // would fail again at once: back off, doubling, before relaunching.
+                r.retry_at_s = Some(now + retry_backoff_s(n));
                 self.due(Trigger::Lost(id));
                 return;
             }

@@ -52,6 +52,7 @@ impl Autoscaler {
     pub(super) fn observed(&mut self, now: f64, obs: Observation, out: &mut Out) {
         let seen: BTreeMap<(String, u32), LaunchState> = obs
             .launches
+            .clone()
             .into_iter()
             .map(|l| ((l.id, l.attempt), l.state))
             .collect();
@@ -66,6 +67,8 @@ impl Autoscaler {
                     self.ended_launch(now, i, attempt, outcome.clone(), out)
                 }
                 Some(state) => self.live_launch(now, i, state, restarted, out),
+                // Not asked about (it started after the snapshot was asked for): next time.
+                None if !obs.asked.contains(&(id.clone(), attempt)) => {}
                 None => {
                     let started = self.live[i]
                         .launch
@@ -136,8 +139,10 @@ impl Autoscaler {
         }
         match (&mut launch.stop, state) {
             (None, LaunchState::Pending { since_s, requeued }) => {
-                if *requeued || timeout.is_some_and(|t| now - since_s > t) {
-                    self.request_stop(now, i, StopReason::Resubmit, None, out);
+                if *requeued {
+                    self.request_stop(now, i, StopReason::Requeued, None, out);
+                } else if timeout.is_some_and(|t| now - since_s > t) {
+                    self.request_stop(now, i, StopReason::PendingTooLong, None, out);
                 }
             }
             (Some(stop), _) => {

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use dlscale_autoscaler::Status as JobStatus;
+use dlscale_server::api::dto::JobView;
 use dlscale_server::client::{ApiClient, Method};
-use dlscale_server::job::{JobStatus, JobView};
 use serde_json::Value;
 
 /// The token every test server uses.
@@ -23,6 +24,7 @@ pub struct Server {
     pub data_dir: PathBuf,
     config: PathBuf,
     starts: u32,
+    env: Vec<(String, String)>,
     /// Authorised client.
     pub client: ApiClient,
 }
@@ -37,6 +39,15 @@ fn free_port() -> u16 {
 impl Server {
     /// Starts a server with `config` (TOML) in `data_dir`.
     pub async fn start(data_dir: &Path, config: &str) -> Server {
+        Self::start_with_env(data_dir, config, Vec::new()).await
+    }
+
+    /// As [`Server::start`], with more environment for the server process.
+    pub async fn start_with_env(
+        data_dir: &Path,
+        config: &str,
+        env: Vec<(String, String)>,
+    ) -> Server {
         let port = free_port();
         let config_path = data_dir.join("dlscale.toml");
         std::fs::create_dir_all(data_dir).unwrap();
@@ -49,6 +60,7 @@ impl Server {
             data_dir: data_dir.to_path_buf(),
             config: config_path,
             starts: 0,
+            env,
             client,
         };
         server.spawn().await;
@@ -71,6 +83,7 @@ impl Server {
             .arg(&self.data_dir)
             .env("DLSCALE_TOKEN", TOKEN)
             .env("DLSCALE_LOG", "debug")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -246,6 +259,26 @@ pub fn cli(server: &Server, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// The digital twin: `dlscale replay` feeds the inputs the server recorded through the
+/// autoscaler again and must reproduce every action it took, restarts included.
+pub fn assert_replays(server: &Server) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlscale"))
+        .arg("replay")
+        .arg(&server.data_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("each identical to what the server did"),
+        "dlscale replay: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("launch 1:"),
+        "the replay shows no launch: {stdout}"
+    );
 }
 
 /// Waits for `id` to end and checks that it trained for real: it succeeded at step `total`, rank

@@ -37,6 +37,15 @@ pub enum Admission {
     Queue,
 }
 
+impl fmt::Display for Admission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Admission::Drop => "drop",
+            Admission::Queue => "queue",
+        })
+    }
+}
+
 impl FromStr for Admission {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

@@ -17,14 +17,23 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
+use dlscale_autoscaler::{
+    Input, LaunchSpec, LaunchState, Observation, ObservedLaunch, Outcome, Shape,
+};
+use dlscale_core::placement::{Node, Topology};
 
-use super::{log_path, run_dir, single_node, worker_env, ExecContext, LaunchRequest, Launched};
-use crate::placement::Topology;
+use super::{
+    launch_marker, log_path, parse_launch_marker, read_exit, run_dir, worker_env, Capacity,
+    ExecContext, Handle, LaunchJob, NodeInfo, Reports,
+};
+use crate::fault;
 use crate::spec::{JobSpec, Launcher};
+use crate::store::now;
 
 const WRAPPER: &str = r#"dir="$1"; shift
 "$@" &
@@ -38,8 +47,27 @@ printf '%s\n' "$rc" > "$dir/exit.tmp" && mv -f "$dir/exit.tmp" "$dir/exit"
 exit "$rc"
 "#;
 
+/// Finds the machine's GPUs with `nvidia-smi --query-gpu=index --format=csv,noheader`.
+pub fn detect_gpus() -> Option<Vec<u32>> {
+    let out = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=index", "--format=csv,noheader"])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let ids: Vec<u32> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    (!ids.is_empty()).then_some(ids)
+}
+
+/// The one node of the local executor.
+pub const NODE: &str = "local";
+
 /// The local executor: a fixed set of device slots on this machine.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct LocalExecutor {
     /// Context of every launch.
     pub ctx: ExecContext,
@@ -47,16 +75,60 @@ pub struct LocalExecutor {
     pub slots: Vec<u32>,
     /// Whether the slots are GPUs found by nvidia-smi.
     pub gpus_detected: bool,
+    /// Live launches: their process group and slots.
+    live: Arc<Mutex<BTreeMap<(String, u32), Handle>>>,
+    /// Launches this process started and still waits for: tracked even before a scan sees them.
+    waited: Arc<Mutex<BTreeSet<(String, u32)>>>,
+    reports: Reports,
 }
 
 impl LocalExecutor {
-    /// This machine as one node with its slots.
-    pub fn topology(&self) -> Topology {
-        single_node("local", self.slots.len() as u32)
+    /// An executor over `slots`; launches that end are reported to `reports`.
+    pub fn new(ctx: ExecContext, slots: Vec<u32>, gpus_detected: bool, reports: Reports) -> Self {
+        LocalExecutor {
+            ctx,
+            slots,
+            gpus_detected,
+            live: Arc::new(Mutex::new(BTreeMap::new())),
+            waited: Arc::new(Mutex::new(BTreeSet::new())),
+            reports,
+        }
     }
 
-    /// The first `gpus` slots not in `busy`.
-    pub fn pick_slots(&self, gpus: u32, busy: &BTreeSet<u32>) -> Vec<u32> {
+    /// This machine as one node with its slots.
+    pub fn capacity(&self) -> Capacity {
+        let gpus = self.slots.len() as u32;
+        Capacity {
+            topology: Topology {
+                nodes: vec![Node {
+                    name: NODE.to_string(),
+                    gpus,
+                }],
+            },
+            nodes: vec![NodeInfo {
+                name: NODE.to_string(),
+                total_gpus: gpus,
+                addr: "127.0.0.1".to_string(),
+            }],
+        }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, u32), Handle>> {
+        lock(&self.live)
+    }
+
+    /// What is tracked of each live launch.
+    pub fn handles(&self) -> BTreeMap<(String, u32), Handle> {
+        self.live().clone()
+    }
+
+    /// The first `gpus` slots no live launch holds.
+    fn pick_slots(&self, gpus: u32) -> Vec<u32> {
+        let live = self.live();
+        let busy: Vec<u32> = live
+            .values()
+            .flat_map(|h| h.slots.iter().copied())
+            .collect();
         self.slots
             .iter()
             .copied()
@@ -65,25 +137,273 @@ impl LocalExecutor {
             .collect()
     }
 
-    /// Starts a launch in its own process group (see [`spawn`]).
-    pub async fn launch(&self, req: &LaunchRequest<'_>) -> Result<Launched> {
-        let alloc = LaunchAlloc {
-            slots: req.slots.to_vec(),
-            batch_size: req.batch_size,
-            local_batch_size: req.local_batch_size,
-        };
-        let plan = plan(req.spec, &alloc, req.attempt, &self.ctx);
-        let header = format!("{}: {:?}", req.header, plan.argv);
-        let child = tokio::task::spawn_blocking(move || spawn(&plan, &header))
+    /// Sends SIGTERM to launch `attempt` of `id`; `false` when it is not known here (yet: the
+    /// next observation finds it, and the stop is asked for again).
+    pub async fn stop(&self, id: &str, attempt: u32) -> Result<bool> {
+        let pgid = self
+            .live()
+            .get(&(id.to_string(), attempt))
+            .and_then(|h| h.pgid);
+        match pgid {
+            Some(g) => {
+                signal_group(g, libc::SIGTERM)
+                    .with_context(|| format!("cannot signal process group {g}"))?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Ends every process of launch `attempt` of `id`.
+    pub async fn kill(&self, id: &str, attempt: u32) {
+        if let Some(pgid) = self
+            .live()
+            .get(&(id.to_string(), attempt))
+            .and_then(|h| h.pgid)
+        {
+            let _ = signal_group(pgid, libc::SIGKILL);
+        }
+        let marker = launch_marker(&self.ctx.instance, id, attempt);
+        let left = tokio::task::spawn_blocking(move || kill_launch(&marker))
             .await
-            .context("launch task failed")??;
-        let pgid = child.id().context("the launched process has no pid")? as i32;
-        Ok(Launched::Local {
-            child: Box::new(child),
-            pgid,
-            start_ticks: start_ticks(pgid),
+            .unwrap_or(1);
+        if left > 0 {
+            tracing::error!("job {id}: {left} process(es) of launch {attempt} survive SIGKILL");
+        }
+    }
+
+    /// Starts a launch on free slots; a waiter reports its end.
+    pub async fn launch(&self, l: &LaunchSpec, job: &LaunchJob) -> Result<()> {
+        let slots = self.pick_slots(l.shape.gpus);
+        if slots.len() < l.shape.gpus as usize {
+            anyhow::bail!("{} slot(s) asked for, {} free", l.shape.gpus, slots.len());
+        }
+        let plan = plan(
+            &job.spec, l.attempt, &l.shape, &slots, &job.token, &self.ctx,
+        );
+        // Before the spawn: an observation taken meanwhile must not report it ended.
+        let key = (l.id.clone(), l.attempt);
+        lock(&self.waited).insert(key.clone());
+        let header = format!(
+            "dlscale-server: launch {} of {}: {} workers, batch {} ({} per worker), slots {slots:?}: {:?}",
+            l.attempt, l.id, l.shape.gpus, l.shape.batch_size, l.shape.local_batch_size, plan.argv
+        );
+        let spawned = tokio::task::spawn_blocking(move || spawn(&plan, &header))
+            .await
+            .context("launch task failed")
+            .and_then(|r| r);
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                lock(&self.waited).remove(&key);
+                return Err(e);
+            }
+        };
+        let Some(pid) = child.id() else {
+            lock(&self.waited).remove(&key);
+            anyhow::bail!("the launched process has no pid");
+        };
+        let pgid = pid as i32;
+        self.live().insert(
+            (l.id.clone(), l.attempt),
+            Handle {
+                pgid: Some(pgid),
+                slots,
+                slurm_job_id: None,
+            },
+        );
+        fault::point("after-spawn");
+        let (id, attempt) = (l.id.clone(), l.attempt);
+        let marker = launch_marker(&self.ctx.instance, &id, attempt);
+        let reports = self.reports.clone();
+        let live = Arc::clone(&self.live);
+        let waited = Arc::clone(&self.waited);
+        tokio::spawn(async move {
+            let outcome = match child.wait().await {
+                Ok(status) => Outcome::Exited(status_code(status)),
+                Err(err) => {
+                    tracing::error!("job {id}: cannot wait for launch {attempt}: {err}");
+                    Outcome::Vanished
+                }
+            };
+            reap(&id, attempt, marker).await;
+            // Its slots are free only now that none of its processes is left.
+            lock(&live).remove(&(id.clone(), attempt));
+            lock(&waited).remove(&(id.clone(), attempt));
+            let _ = reports.send(vec![Input::Exited {
+                id,
+                attempt,
+                outcome,
+            }]);
+        });
+        Ok(())
+    }
+
+    /// Every live launch of this server (found by marker), and how the `believed` launches that
+    /// are not live ended. A launch whose wrapper exited but whose processes linger counts as
+    /// live while they are ended.
+    pub async fn observe(&self, believed: &[(String, u32)]) -> Result<Observation> {
+        let taken_at_s = now();
+        let instance = self.ctx.instance.clone();
+        let found = tokio::task::spawn_blocking(move || scan(&instance))
+            .await
+            .context("observation task failed")?;
+        let mut launches = Vec::new();
+        let mut live = BTreeMap::new();
+        for ((id, attempt), procs) in &found {
+            let leader = procs.iter().find(|p| p.leads_group && p.wrapper);
+            if leader.is_none() {
+                // The launch's command ended; what it left behind is ended now.
+                let marker = launch_marker(&self.ctx.instance, id, *attempt);
+                let (job, a) = (id.clone(), *attempt);
+                tokio::spawn(async move { reap(&job, a, marker).await });
+            }
+            let mut handle = self
+                .live()
+                .get(&(id.clone(), *attempt))
+                .cloned()
+                .unwrap_or_default();
+            if let Some(l) = leader {
+                handle.pgid.get_or_insert(l.pid);
+                if handle.slots.is_empty() {
+                    handle.slots.clone_from(&l.slots);
+                }
+            }
+            live.insert((id.clone(), *attempt), handle);
+            launches.push(ObservedLaunch {
+                id: id.clone(),
+                attempt: *attempt,
+                state: LaunchState::Running,
+            });
+        }
+        let waited = lock(&self.waited).clone();
+        for (id, attempt) in believed {
+            let key = (id.clone(), *attempt);
+            // Found, or being started or waited for by this process (its waiter reports the end).
+            if found.contains_key(&key) || waited.contains(&key) {
+                continue;
+            }
+            let outcome = read_exit(&run_dir(&self.ctx.data_dir, id, *attempt))
+                .map_or(Outcome::Vanished, Outcome::Exited);
+            launches.push(ObservedLaunch {
+                id: id.clone(),
+                attempt: *attempt,
+                state: LaunchState::Ended { outcome },
+            });
+        }
+        // A launch spawned after the scan is not in it: keep those this process still waits for
+        // (their waiter removes them when they end).
+        let mut tracked = self.live();
+        tracked.retain(|k, _| found.contains_key(k) || waited.contains(k));
+        tracked.extend(live);
+        drop(tracked);
+        Ok(Observation {
+            taken_at_s,
+            asked: believed.to_vec(),
+            launches,
         })
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned lock only means a panic elsewhere while holding it; the map stays valid.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Ends what is left of a launch whose wrapper exited (workers in sessions of their own, daemons
+/// they forked), retrying until nothing is left: its GPUs are free only then.
+async fn reap(id: &str, attempt: u32, marker: String) {
+    loop {
+        let m = marker.clone();
+        let left = tokio::task::spawn_blocking(move || {
+            let leftover = launch_processes(&m).len();
+            (leftover, kill_launch(&m))
+        })
+        .await
+        .unwrap_or((1, 1));
+        if left.0 > 0 {
+            tracing::warn!(
+                "job {id}: {} process(es) of launch {attempt} outlived it; ended them",
+                left.0
+            );
+        }
+        if left.1 == 0 {
+            return;
+        }
+        tracing::error!(
+            "job {id}: {} process(es) of launch {attempt} survive SIGKILL; its GPUs stay held",
+            left.1
+        );
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    }
+}
+
+/// One process of a launch, as `/proc` shows it.
+#[derive(Debug, Clone)]
+struct LaunchProcess {
+    pid: i32,
+    /// It leads its process group.
+    leads_group: bool,
+    /// It is the launch's wrapper shell.
+    wrapper: bool,
+    /// Its `CUDA_VISIBLE_DEVICES`.
+    slots: Vec<u32>,
+}
+
+/// Every live process carrying a launch marker of `instance`, by (job id, attempt).
+fn scan(instance: &str) -> BTreeMap<(String, u32), Vec<LaunchProcess>> {
+    let mut found: BTreeMap<(String, u32), Vec<LaunchProcess>> = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    let me = std::process::id() as i32;
+    for pid in entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+    {
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let mut marker = None;
+        let mut slots = Vec::new();
+        for var in environ.split(|&b| b == 0) {
+            if let Some(m) = var.strip_prefix(b"DLSCALE_LAUNCH=".as_slice()) {
+                marker = std::str::from_utf8(m).ok();
+            } else if let Some(v) = var.strip_prefix(b"CUDA_VISIBLE_DEVICES=".as_slice()) {
+                slots = std::str::from_utf8(v)
+                    .unwrap_or("")
+                    .split(',')
+                    .filter_map(|s| s.trim().parse().ok())
+                    .collect();
+            }
+        }
+        let Some((inst, id, attempt)) = marker.and_then(parse_launch_marker) else {
+            continue;
+        };
+        if inst != instance {
+            continue;
+        }
+        let Some((state, pgrp, _)) = proc_stat(pid) else {
+            continue;
+        };
+        if state == 'Z' {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let wrapper = args.get(1) == Some(&&b"-c"[..]) && args.get(2) == Some(&WRAPPER.as_bytes());
+        found
+            .entry((id.to_string(), attempt))
+            .or_default()
+            .push(LaunchProcess {
+                pid,
+                leads_group: pgrp == pid,
+                wrapper,
+                slots,
+            });
+    }
+    found
 }
 
 /// Everything one launch needs.
@@ -101,20 +421,16 @@ pub struct LaunchPlan {
     pub run_dir: PathBuf,
 }
 
-/// The allocation of one launch.
-#[derive(Debug, Clone)]
-pub struct LaunchAlloc {
-    /// Slot (GPU) ids, one per worker.
-    pub slots: Vec<u32>,
-    /// Global batch.
-    pub batch_size: u32,
-    /// Per-worker batch.
-    pub local_batch_size: u32,
-}
-
-/// Builds the launch of `spec` with `alloc`, attempt number `attempt`.
-pub fn plan(spec: &JobSpec, alloc: &LaunchAlloc, attempt: u32, ctx: &ExecContext) -> LaunchPlan {
-    let workers = alloc.slots.len().max(1);
+/// Builds launch `attempt` of `spec` with `shape` on `slots`; its workers get `token`.
+pub fn plan(
+    spec: &JobSpec,
+    attempt: u32,
+    shape: &Shape,
+    slots: &[u32],
+    token: &str,
+    ctx: &ExecContext,
+) -> LaunchPlan {
+    let workers = slots.len().max(1);
     let argv = match spec.launcher {
         Launcher::Plain | Launcher::Srun => spec.command.clone(),
         Launcher::Torchrun => {
@@ -129,27 +445,16 @@ pub fn plan(spec: &JobSpec, alloc: &LaunchAlloc, attempt: u32, ctx: &ExecContext
             argv
         }
     };
-    let slots = alloc
-        .slots
+    let mut env = worker_env(spec, attempt, shape, token, ctx);
+    let slots = slots
         .iter()
         .map(u32::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let mut env = worker_env(
-        spec,
-        attempt,
-        workers as u32,
-        alloc.batch_size,
-        alloc.local_batch_size,
-        ctx,
-    );
     env.insert("CUDA_VISIBLE_DEVICES".to_string(), slots);
     // One node: this machine, rank 0, hosting any rendezvous itself.
     for (k, v) in [
-        ("DLSCALE_NODES", "1".to_string()),
         ("DLSCALE_NODE_RANK", "0".to_string()),
-        ("DLSCALE_NODE_LIST", "localhost".to_string()),
-        ("DLSCALE_GPUS_PER_NODE", workers.to_string()),
         ("DLSCALE_MASTER_ADDR", "127.0.0.1".to_string()),
     ] {
         env.insert(k.to_string(), v);
@@ -240,60 +545,6 @@ fn proc_stat(pid: i32) -> Option<(char, i32, u64)> {
     Some((state, pgrp, start))
 }
 
-/// Start time of a process in clock ticks since boot (to tell a reused pid apart).
-pub fn start_ticks(pid: i32) -> Option<u64> {
-    proc_stat(pid).map(|(_, _, t)| t)
-}
-
-/// Whether process `pid` is the live (not zombie) process started at `ticks`.
-pub fn same_process_alive(pid: i32, ticks: Option<u64>) -> bool {
-    match proc_stat(pid) {
-        Some((state, _, start)) => state != 'Z' && ticks.is_none_or(|t| t == start),
-        None => false,
-    }
-}
-
-/// Whether any live (non-zombie) process is in group `pgid`.
-pub fn group_alive(pgid: i32) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    entries.flatten().any(|e| {
-        e.file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-            .and_then(proc_stat)
-            .is_some_and(|(state, pgrp, _)| pgrp == pgid && state != 'Z')
-    })
-}
-
-/// The process group of a launch whose wrapper still runs, found by the run directory in its
-/// command line (`sh -c WRAPPER dlscale-job <run_dir> ...`): for a server that crashed between
-/// starting the wrapper and writing its pid file.
-pub fn find_launch(run_dir: &Path) -> Option<i32> {
-    let want = run_dir.as_os_str().as_encoded_bytes();
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-        let ours = args.get(1) == Some(&&b"-c"[..])
-            && args.get(2) == Some(&WRAPPER.as_bytes())
-            && args.get(3) == Some(&&b"dlscale-job"[..])
-            && args.get(4) == Some(&want);
-        let (state, pgrp, _) = proc_stat(pid)?;
-        (ours && state != 'Z').then_some(pgrp)
-    })
-}
-
-/// The wrapper's pid of a launch, if it was recorded.
-pub fn read_pid(run_dir: &Path) -> Option<i32> {
-    std::fs::read_to_string(run_dir.join("pid"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
 /// Whether the environment block of `/proc/<pid>/environ` holds `DLSCALE_LAUNCH=<marker>`.
 fn carries_marker(environ: &[u8], marker: &str) -> bool {
     environ
@@ -378,8 +629,9 @@ pub fn status_code(status: std::process::ExitStatus) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::read_exit;
     use super::*;
+    use dlscale_core::placement::Share;
+    use std::path::Path;
     use std::time::Duration;
 
     fn ctx(dir: &Path) -> ExecContext {
@@ -387,7 +639,6 @@ mod tests {
             data_dir: dir.to_path_buf(),
             torchrun: PathBuf::from("/venv/bin/torchrun"),
             api_url: Some("http://127.0.0.1:1".into()),
-            token: Some("t".into()),
             instance: "test".into(),
         }
     }
@@ -400,18 +651,27 @@ mod tests {
         .unwrap()
     }
 
+    fn shape(gpus: u32, batch: u32) -> Shape {
+        Shape {
+            gpus,
+            batch_size: batch,
+            local_batch_size: batch / gpus,
+            shares: vec![Share {
+                node: NODE.into(),
+                gpus,
+            }],
+        }
+    }
+
     #[test]
     fn plans_torchrun_and_env() {
         let dir = tempfile::tempdir().unwrap();
-        let alloc = LaunchAlloc {
-            slots: vec![2, 3],
-            batch_size: 64,
-            local_batch_size: 32,
-        };
         let p = plan(
             &spec(&["train.py", "--x"], "torchrun"),
-            &alloc,
             3,
+            &shape(2, 64),
+            &[2, 3],
+            "job-token",
             &ctx(dir.path()),
         );
         assert_eq!(
@@ -430,36 +690,38 @@ mod tests {
         assert_eq!(p.env["DLSCALE_WORLD_SIZE"], "2");
         assert_eq!(p.env["DLSCALE_LOCAL_BATCH_SIZE"], "32");
         assert_eq!(p.env["OMP_NUM_THREADS"], "2");
-        assert_eq!(p.env["DLSCALE_TOKEN"], "t");
+        assert_eq!(p.env["DLSCALE_TOKEN"], "job-token");
+        assert_eq!(p.env["DLSCALE_LAUNCH"], "dlscale:test:j:3");
+        assert_eq!(p.env["DLSCALE_NODE_LIST"], NODE);
         assert!(p.run_dir.ends_with("jobs/j/run-3"));
     }
 
     #[tokio::test]
-    async fn wrapper_records_exit_codes_and_survives_sigterm() {
+    async fn wrapper_records_exit_codes_survives_sigterm_and_is_found_by_its_marker() {
         let dir = tempfile::tempdir().unwrap();
-        let alloc = LaunchAlloc {
-            slots: vec![0],
-            batch_size: 2,
-            local_batch_size: 2,
-        };
         // A command that traps SIGTERM, prints, and exits 75 (like a checkpointing worker).
         let script = "trap 'echo stopping; exit 75' TERM; echo \"ws=$DLSCALE_WORLD_SIZE\"; while :; do sleep 0.05; done";
         let p = plan(
             &spec(&["sh", "-c", script], "plain"),
-            &alloc,
             1,
+            &shape(1, 2),
+            &[0],
+            "t",
             &ctx(dir.path()),
         );
         let mut child = spawn(&p, "header").unwrap();
         let pid = child.id().unwrap() as i32;
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(group_alive(pid));
-        assert_eq!(read_pid(&p.run_dir), Some(pid));
-        // Found without its pid file too (a crash before the file was written).
-        std::fs::remove_file(p.run_dir.join("pid")).unwrap();
-        assert_eq!(find_launch(&p.run_dir), Some(pid));
-        assert_eq!(find_launch(&dir.path().join("elsewhere")), None);
-        assert!(same_process_alive(pid, start_ticks(pid)));
+        let found = scan("test");
+        let procs = &found[&("j".to_string(), 1)];
+        assert!(
+            procs
+                .iter()
+                .any(|p| p.pid == pid && p.leads_group && p.wrapper),
+            "{procs:?}"
+        );
+        assert!(procs.iter().all(|p| p.slots == [0]));
+        assert!(scan("other").is_empty());
         signal_group(pid, libc::SIGTERM).unwrap();
         let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
             .await
@@ -467,7 +729,7 @@ mod tests {
             .unwrap();
         assert_eq!(status_code(status), 75);
         assert_eq!(read_exit(&p.run_dir), Some(75));
-        assert!(!group_alive(pid));
+        assert!(launch_processes("dlscale:test:j:1").is_empty());
         let log = std::fs::read_to_string(&p.log).unwrap();
         assert!(log.starts_with("header\nws=1\n"), "{log}");
         assert!(log.contains("stopping"), "{log}");

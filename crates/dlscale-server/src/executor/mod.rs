@@ -1,32 +1,40 @@
-//! Executors: where job launches run. The controller decides *what* runs (GPUs, batch, nodes);
-//! an [`Executor`] makes it so and reports how launches end.
+//! Executors: where launches run. The autoscaler decides *what* runs (GPUs, batch, nodes); an
+//! [`Executor`] carries out its actions and tells the driver what it sees, as the autoscaler's
+//! inputs (launch started or failed, stop delivered, launch ended, snapshots, capacity).
 //!
-//! * [`local::LocalExecutor`] runs each launch on this machine in its own process group. It is
-//!   the launches' parent (or re-attaches to their process groups after a restart), so it reports
-//!   exits as they happen: the controller waits on the child, or polls `/proc` for a re-attached
-//!   group.
-//! * [`slurm::SlurmExecutor`] submits each launch as a Slurm batch job. It is level-triggered: the
-//!   controller polls [`slurm::SlurmExecutor::snapshot`] (`squeue --json`) and reconciles every job
-//!   it believes holds GPUs against what Slurm reports (adopt, settle, resubmit, cancel orphans).
+//! Both executors are level-triggered: every poll they hand the driver an
+//! [`Observation`](dlscale_autoscaler::Observation) of every launch of this server they can find
+//! — by the launch marker every process inherits (local) or by the Slurm job name (Slurm) — and
+//! how the launches the autoscaler believed in ended. They own their recovery: after a restart
+//! the first observation finds the launches again; nothing the executors hold is persisted.
+//!
+//! * [`local::LocalExecutor`]: process groups on this machine, torchrun or plain.
+//! * [`slurm::SlurmExecutor`]: Slurm batch jobs, one per launch.
 //!
 //! Both share the job's files under the data directory (log, checkpoints, one `run-<attempt>/`
 //! directory per launch) and the worker environment ([`worker_env`]).
 
 pub mod local;
 pub mod slurm;
+pub mod squeue;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use dlscale_autoscaler::{Action, Input, Observation, Shape};
+use dlscale_core::placement::Topology;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
 
-use crate::job::Runtime;
-use crate::placement::{NodeCapacity, Share, Topology};
-use crate::spec::JobSpec;
+use crate::fault;
+use crate::spec::{JobSpec, Launcher};
+use crate::store::RecordedInput;
 
 /// Exit code the worker library uses after a checkpoint on SIGTERM (set via
-/// `DLSCALE_STOP_EXIT_CODE`), so that a stop is never mistaken for a finished job.
+/// `DLSCALE_STOP_EXIT_CODE`); for logs only, as any exit after a stop is a stop.
 pub const STOP_EXIT_CODE: i32 = 75;
 
 /// Where a job keeps its files: `<data_dir>/jobs/<id>/`.
@@ -67,8 +75,6 @@ pub struct ExecContext {
     pub torchrun: PathBuf,
     /// `DLSCALE_API` for workers (`None`: no metrics reports).
     pub api_url: Option<String>,
-    /// `DLSCALE_TOKEN` for workers.
-    pub token: Option<String>,
     /// This server's instance id: part of every launch's marker ([`launch_marker`]) and Slurm
     /// job name, so that servers sharing a machine or a cluster never touch each other's jobs.
     pub instance: String,
@@ -100,25 +106,30 @@ pub fn load_or_create_instance(data_dir: &Path) -> Result<String> {
             return Ok(id);
         }
     }
-    let mut bytes = [0u8; 4];
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .context("cannot read /dev/urandom to generate the instance id")?;
-    let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let id = random_hex(4).context("cannot generate the instance id")?;
     std::fs::write(&path, format!("{id}\n"))
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(id)
 }
 
+/// `bytes` random bytes from `/dev/urandom`, as hex.
+pub fn random_hex(bytes: usize) -> Result<String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .context("cannot read /dev/urandom")?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// The environment of a job's workers: defaults a submission may override, the submission's
-/// `env`, then the allocation (`DLSCALE_*`), which nothing overrides.
+/// `env`, then the allocation (`DLSCALE_*`), which nothing overrides. `token` is the job's own
+/// token (it may report and read its job only).
 pub fn worker_env(
     spec: &JobSpec,
     attempt: u32,
-    workers: u32,
-    batch_size: u32,
-    local_batch_size: u32,
+    shape: &Shape,
+    token: &str,
     ctx: &ExecContext,
 ) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
@@ -130,11 +141,15 @@ pub fn worker_env(
     );
     env.extend(spec.env.clone());
     let ckpt = checkpoint_dir(&ctx.data_dir, &spec.id);
+    let nodes: Vec<&str> = shape.shares.iter().map(|s| s.node.as_str()).collect();
     for (k, v) in [
         ("DLSCALE_JOB_ID", spec.id.clone()),
-        ("DLSCALE_WORLD_SIZE", workers.max(1).to_string()),
-        ("DLSCALE_BATCH_SIZE", batch_size.to_string()),
-        ("DLSCALE_LOCAL_BATCH_SIZE", local_batch_size.to_string()),
+        ("DLSCALE_WORLD_SIZE", shape.gpus.max(1).to_string()),
+        ("DLSCALE_BATCH_SIZE", shape.batch_size.to_string()),
+        (
+            "DLSCALE_LOCAL_BATCH_SIZE",
+            shape.local_batch_size.to_string(),
+        ),
         ("DLSCALE_CHECKPOINT_DIR", ckpt.display().to_string()),
         ("DLSCALE_STOP_EXIT_CODE", STOP_EXIT_CODE.to_string()),
         ("DLSCALE_ATTEMPT", attempt.to_string()),
@@ -142,78 +157,64 @@ pub fn worker_env(
             "DLSCALE_LAUNCH",
             launch_marker(&ctx.instance, &spec.id, attempt),
         ),
+        ("DLSCALE_NODES", shape.shares.len().max(1).to_string()),
+        ("DLSCALE_NODE_LIST", nodes.join(",")),
+        (
+            "DLSCALE_GPUS_PER_NODE",
+            shape.shares.first().map_or(0, |s| s.gpus).to_string(),
+        ),
+        ("DLSCALE_TOKEN", token.to_string()),
     ] {
         env.insert(k.to_string(), v);
     }
     if let Some(api) = &ctx.api_url {
         env.insert("DLSCALE_API".to_string(), api.clone());
     }
-    if let Some(token) = &ctx.token {
-        env.insert("DLSCALE_TOKEN".to_string(), token.clone());
-    }
     env
 }
 
-/// One launch, as the controller asks for it.
+/// What an executor knows of a node besides its GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Node name.
+    pub name: String,
+    /// GPUs it has in all (some may be held by jobs dlscale did not start).
+    pub total_gpus: u32,
+    /// Address workers use to reach it (Slurm's `NodeAddr`).
+    pub addr: String,
+}
+
+/// The usable GPUs and what else the executor knows of the nodes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Capacity {
+    /// The usable GPUs per node, as the autoscaler sees them.
+    pub topology: Topology,
+    /// Per node: all its GPUs and its address.
+    pub nodes: Vec<NodeInfo>,
+}
+
+/// How an executor tracks a live launch, for views.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Handle {
+    /// Process group of the launch's wrapper (local executor).
+    pub pgid: Option<i32>,
+    /// Device ids it holds (local executor: `CUDA_VISIBLE_DEVICES`).
+    pub slots: Vec<u32>,
+    /// Slurm's job id (Slurm executor).
+    pub slurm_job_id: Option<u64>,
+}
+
+/// A job's submission and its workers' token: what a launch needs.
 #[derive(Debug, Clone)]
-pub struct LaunchRequest<'a> {
-    /// The job.
-    pub spec: &'a JobSpec,
-    /// Launch number.
-    pub attempt: u32,
-    /// Nodes and GPUs per node (equal shares; see [`crate::placement`]).
-    pub placement: &'a [Share],
-    /// Device ids (local executor only: `CUDA_VISIBLE_DEVICES`; Slurm assigns its own).
-    pub slots: &'a [u32],
-    /// Global batch.
-    pub batch_size: u32,
-    /// Per-worker batch.
-    pub local_batch_size: u32,
-    /// First line written to the job's log for this launch.
-    pub header: String,
+pub struct LaunchJob {
+    /// The submission.
+    pub spec: Arc<JobSpec>,
+    /// The job-scoped token its workers get.
+    pub token: String,
 }
 
-/// A started launch.
-#[derive(Debug)]
-pub enum Launched {
-    /// A local process group the controller waits for.
-    Local {
-        /// The wrapper process (leader of the group).
-        child: Box<tokio::process::Child>,
-        /// Its pid, which is the group id.
-        pgid: i32,
-        /// Its start time in clock ticks (guards against pid reuse).
-        start_ticks: Option<u64>,
-    },
-    /// A Slurm batch job.
-    Slurm {
-        /// Slurm's job id.
-        job_id: u64,
-    },
-}
-
-/// How a launch ended, as far as the executor can tell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Its command exited with this code (negative: killed by that signal).
-    Exited(i32),
-    /// It is gone and nothing recorded how it ended.
-    Vanished,
-    /// Someone other than dlscale cancelled it (`scancel`).
-    CancelledOutside,
-    /// The cluster ended it for reasons of its own (time limit, node failure, preemption); the
-    /// text says which.
-    Interrupted(String),
-}
-
-/// Whether a stop request reached the job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopDelivery {
-    /// Signalled (or nothing was left to signal).
-    Delivered,
-    /// Not yet possible (a Slurm job whose job step has not started); try again later.
-    NotYet,
-}
+/// Where an executor sends what it sees later (a launch that ended), as autoscaler inputs.
+pub type Reports = mpsc::UnboundedSender<Vec<RecordedInput>>;
 
 /// The executors, behind one interface (enum dispatch: the methods are async).
 #[derive(Debug)]
@@ -244,94 +245,89 @@ impl Executor {
     /// The GPUs dlscale may use now, per node. Local: the configured or detected slots on one
     /// node. Slurm: the partition's usable nodes and their GPUs, less those held by jobs dlscale
     /// did not submit.
-    pub async fn topology(&self) -> Result<Topology> {
+    pub async fn capacity(&self) -> Result<Capacity> {
         match self {
-            Executor::Local(l) => Ok(l.topology()),
-            Executor::Slurm(s) => s.topology().await,
+            Executor::Local(l) => Ok(l.capacity()),
+            Executor::Slurm(s) => s.capacity().await,
         }
     }
 
-    /// How often the controller must poll the executor ([`slurm::SlurmExecutor::snapshot`]);
-    /// `None` when it reports exits by itself.
-    pub fn poll_interval(&self) -> Option<Duration> {
+    /// How often the driver observes the executor.
+    pub fn poll_interval(&self) -> Duration {
         match self {
-            Executor::Local(_) => None,
-            Executor::Slurm(s) => Some(Duration::from_secs_f64(s.config().poll_s)),
+            Executor::Local(_) => Duration::from_millis(1000),
+            Executor::Slurm(s) => Duration::from_secs_f64(s.config().poll_s),
         }
     }
 
-    /// Device ids for a launch of `gpus` workers, given the ids other launches hold (local
-    /// executor; empty for Slurm, which assigns devices itself).
-    pub fn pick_slots(&self, gpus: u32, busy: &BTreeSet<u32>) -> Vec<u32> {
+    /// A snapshot: every live launch of this server, and how those of `believed` (job id,
+    /// attempt) that are not live ended, where that is known.
+    pub async fn observe(&self, believed: &[(String, u32)]) -> Result<Observation> {
         match self {
-            Executor::Local(l) => l.pick_slots(gpus, busy),
-            Executor::Slurm(_) => Vec::new(),
+            Executor::Local(l) => l.observe(believed).await,
+            Executor::Slurm(s) => s.observe(believed).await,
         }
     }
 
-    /// Starts a launch.
-    pub async fn launch(&self, req: &LaunchRequest<'_>, topology: &Topology) -> Result<Launched> {
-        if req.placement.is_empty() {
-            bail!("a launch needs at least one node");
-        }
-        match self {
-            Executor::Local(l) => l.launch(req).await,
-            Executor::Slurm(s) => s.launch(req, topology).await,
-        }
-    }
-
-    /// Asks the running launch of `spec` to checkpoint and stop (SIGTERM to its workers).
-    pub async fn stop(&self, spec: &JobSpec, rt: &Runtime) -> Result<StopDelivery> {
-        match self {
-            Executor::Local(_) => {
-                if let Some(pgid) = rt.pid {
-                    local::signal_group(pgid, libc::SIGTERM)?;
-                }
-                Ok(StopDelivery::Delivered)
+    /// Carries out one action; the answer comes back as inputs (now: a launch started or
+    /// failed, a stop delivered; later, through [`Reports`]: a local launch ended). `job` is the
+    /// job the action is about (`None`: a stale launch of a job no longer known).
+    pub async fn carry_out(&self, action: &Action, job: Option<&LaunchJob>) -> Vec<RecordedInput> {
+        match action {
+            Action::Launch(l) => {
+                let started = match (self, job) {
+                    (_, None) => Err(anyhow::anyhow!("the job is unknown to the executor")),
+                    (Executor::Local(x), Some(job)) => x.launch(l, job).await,
+                    (Executor::Slurm(x), Some(job)) => x.launch(l, job).await,
+                };
+                let (id, attempt) = (l.id.clone(), l.attempt);
+                vec![match started {
+                    Ok(()) => Input::LaunchStarted { id, attempt },
+                    Err(e) => Input::LaunchFailed {
+                        id,
+                        attempt,
+                        error: format!("{e:#}"),
+                    },
+                }]
             }
-            Executor::Slurm(s) => match rt.slurm_job_id {
-                Some(job_id) => {
-                    let dir = run_dir(&s.ctx.data_dir, &spec.id, rt.attempt);
-                    s.stop(job_id, spec.launcher, &dir).await
+            Action::Stop { id, attempt, .. } => {
+                let delivered = match self {
+                    Executor::Local(x) => x.stop(id, *attempt).await,
+                    Executor::Slurm(x) => {
+                        let launcher = job.map_or(Launcher::Torchrun, |j| j.spec.launcher);
+                        x.stop_launch(id, *attempt, launcher).await
+                    }
+                };
+                match delivered {
+                    Ok(true) => {
+                        fault::point("after-signal");
+                        vec![Input::StopDelivered {
+                            id: id.clone(),
+                            attempt: *attempt,
+                        }]
+                    }
+                    Ok(false) => Vec::new(),
+                    Err(e) => {
+                        tracing::error!("job {id}: the stop of launch {attempt} failed: {e:#}");
+                        Vec::new()
+                    }
                 }
-                None => Ok(StopDelivery::NotYet),
-            },
-        }
-    }
-
-    /// Ends the current launch of job `id` at once: SIGKILL to every process of the launch,
-    /// however it regrouped (local); `scancel` (Slurm).
-    pub async fn kill(&self, id: &str, rt: &Runtime) -> Result<()> {
-        match self {
-            Executor::Local(l) => {
-                if let Some(pgid) = rt.pid {
-                    local::signal_group(pgid, libc::SIGKILL)?;
-                }
-                let marker = launch_marker(&l.ctx.instance, id, rt.attempt);
-                let left = tokio::task::spawn_blocking(move || local::kill_launch(&marker))
-                    .await
-                    .context("kill task failed")?;
-                if left > 0 {
-                    bail!("{left} process(es) of job {id} survive SIGKILL");
-                }
-                Ok(())
             }
-            Executor::Slurm(s) => match rt.slurm_job_id {
-                Some(job_id) => s.cancel(job_id).await,
-                None => Ok(()),
-            },
+            Action::Kill { id, attempt } => {
+                match self {
+                    Executor::Local(x) => x.kill(id, *attempt).await,
+                    Executor::Slurm(x) => x.kill(id, *attempt).await,
+                }
+                Vec::new()
+            }
         }
     }
-}
 
-/// A one-node topology (the local executor's).
-pub fn single_node(name: &str, gpus: u32) -> Topology {
-    Topology {
-        nodes: vec![NodeCapacity {
-            name: name.to_string(),
-            gpus,
-            total_gpus: gpus,
-            addr: "127.0.0.1".to_string(),
-        }],
+    /// What the executor tracks of each live launch, by (job id, attempt).
+    pub fn handles(&self) -> BTreeMap<(String, u32), Handle> {
+        match self {
+            Executor::Local(l) => l.handles(),
+            Executor::Slurm(s) => s.handles(),
+        }
     }
 }

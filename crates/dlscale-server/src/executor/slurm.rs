@@ -26,17 +26,21 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use serde_json::Value;
+use dlscale_autoscaler::{LaunchSpec, Observation};
+use dlscale_core::placement::{Node, Topology};
 
+use super::squeue::{interpret, is_terminal_state, parse_sinfo, parse_squeue};
 use super::{
-    launch_marker, log_path, parse_launch_marker, run_dir, worker_env, ExecContext, LaunchRequest,
-    Launched, Outcome, StopDelivery,
+    launch_marker, log_path, read_exit, run_dir, worker_env, Capacity, ExecContext, Handle,
+    LaunchJob, NodeInfo,
 };
-use crate::placement::{NodeCapacity, Topology};
+use crate::fault;
 use crate::spec::Launcher;
+use crate::store::now;
 
 /// Settings of the Slurm executor (the `[slurm]` table of the config file).
 #[derive(Debug, Clone, PartialEq)]
@@ -104,77 +108,6 @@ impl std::fmt::Display for CommandFailed {
 
 impl std::error::Error for CommandFailed {}
 
-/// One of this server's launches as Slurm shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SlurmJob {
-    /// Slurm's job id.
-    pub job_id: u64,
-    /// dlscale job id.
-    pub job: String,
-    /// dlscale launch number.
-    pub attempt: u32,
-    /// Base job state (`PENDING`, `RUNNING`, `COMPLETING`, `COMPLETED`, `CANCELLED`, ...).
-    pub state: String,
-    /// Why it is in that state (`Resources`, `BeginTime`, `NonZeroExitCode`, ...).
-    pub reason: String,
-    /// Times Slurm requeued it.
-    pub restart_cnt: u32,
-    /// Exit code of the batch script once it ended (negative: signal).
-    pub exit_code: Option<i32>,
-    /// Submission time, seconds since the epoch.
-    pub submit_time: Option<i64>,
-    /// Node list (Slurm hostlist syntax).
-    pub nodes: String,
-}
-
-impl SlurmJob {
-    /// Whether Slurm is done with it (its processes are gone).
-    pub fn is_terminal(&self) -> bool {
-        is_terminal_state(&self.state)
-    }
-
-    /// How it ended, preferring the exit code its batch script recorded.
-    pub fn outcome(&self, recorded: Option<i32>) -> Outcome {
-        match self.state.as_str() {
-            "COMPLETED" => Outcome::Exited(recorded.unwrap_or(0)),
-            "FAILED" | "OUT_OF_MEMORY" => {
-                let code = recorded.or(self.exit_code).unwrap_or(1);
-                Outcome::Exited(if code == 0 { 1 } else { code })
-            }
-            "CANCELLED" => Outcome::CancelledOutside,
-            other => Outcome::Interrupted(format!(
-                "Slurm ended job {} as {other} (reason {})",
-                self.job_id, self.reason
-            )),
-        }
-    }
-}
-
-/// Whether a Slurm job state is final.
-pub fn is_terminal_state(state: &str) -> bool {
-    matches!(
-        state,
-        "COMPLETED"
-            | "CANCELLED"
-            | "FAILED"
-            | "TIMEOUT"
-            | "NODE_FAIL"
-            | "PREEMPTED"
-            | "BOOT_FAIL"
-            | "DEADLINE"
-            | "OUT_OF_MEMORY"
-    )
-}
-
-/// What one `squeue --json` says that matters to dlscale.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct QueueSnapshot {
-    /// This server's launches (by job name).
-    pub ours: Vec<SlurmJob>,
-    /// GPUs per node held by jobs this server did not submit.
-    pub foreign_gpus: BTreeMap<String, u32>,
-}
-
 /// The Slurm executor.
 #[derive(Debug)]
 pub struct SlurmExecutor {
@@ -182,6 +115,12 @@ pub struct SlurmExecutor {
     /// Context of every launch.
     pub ctx: ExecContext,
     next_port: AtomicU32,
+    /// The usable nodes as last read (addresses for the rendezvous).
+    nodes: Mutex<Vec<NodeInfo>>,
+    /// GPUs per node held by jobs this server did not submit, as last read.
+    foreign_gpus: Mutex<BTreeMap<String, u32>>,
+    /// The Slurm job of each live launch.
+    jobs: Mutex<BTreeMap<(String, u32), u64>>,
 }
 
 /// A shell word: single-quoted unless plainly safe.
@@ -195,311 +134,44 @@ pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// Expands a Slurm hostlist (`n[1-3,5],gpu07`) into names, keeping zero padding.
-pub fn expand_hostlist(list: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut depth = 0;
-    let mut start = 0;
-    let bytes = list.as_bytes();
-    let mut items = Vec::new();
-    for (i, &b) in bytes.iter().enumerate() {
-        match b {
-            b'[' => depth += 1,
-            b']' => depth -= 1,
-            b',' if depth == 0 => {
-                items.push(&list[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    items.push(&list[start..]);
-    for item in items.into_iter().map(str::trim).filter(|s| !s.is_empty()) {
-        let (Some(open), Some(close)) = (item.find('['), item.rfind(']')) else {
-            out.push(item.to_string());
-            continue;
-        };
-        let (prefix, suffix) = (&item[..open], &item[close + 1..]);
-        for range in item[open + 1..close].split(',') {
-            match range.split_once('-') {
-                Some((a, b)) => {
-                    let (Ok(lo), Ok(hi)) = (a.parse::<u64>(), b.parse::<u64>()) else {
-                        continue;
-                    };
-                    for v in lo..=hi {
-                        out.push(format!("{prefix}{v:0width$}{suffix}", width = a.len()));
-                    }
-                }
-                None => out.push(format!("{prefix}{range}{suffix}")),
-            }
-        }
-    }
-    out
-}
-
-/// GPUs in a GRES string (`gpu:4`, `gpu:a100:2(S:0-1)`, `gpu:3(IDX:0-2)`, `gres:gpu:2`,
-/// `gres/gpu:2`), summed over its comma-separated entries; 0 without GPUs.
-pub fn gres_gpus(gres: &str) -> u32 {
-    let mut total = 0;
-    let mut depth = 0;
-    let mut start = 0;
-    let mut items = Vec::new();
-    for (i, c) in gres.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                items.push(&gres[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    items.push(&gres[start..]);
-    for item in items {
-        let item = item.split('(').next().unwrap_or("").trim();
-        let item = item
-            .strip_prefix("gres:")
-            .or_else(|| item.strip_prefix("gres/"))
-            .unwrap_or(item);
-        let mut parts = item.split(':');
-        if parts.next() != Some("gpu") {
-            continue;
-        }
-        if let Some(n) = parts.next_back().and_then(|n| n.parse::<u32>().ok()) {
-            total += n;
-        }
-    }
-    total
-}
-
-/// A number that Slurm's JSON gives plain (22.05) or as `{"set", "number"}` (23.02+).
-fn num(v: &Value) -> Option<i64> {
-    match v {
-        Value::Number(n) => n.as_i64(),
-        Value::Object(m) => {
-            if m.get("set").and_then(Value::as_bool) == Some(false) {
-                return None;
-            }
-            m.get("number").and_then(Value::as_i64)
-        }
-        _ => None,
-    }
-}
-
-/// A state that Slurm's JSON gives as a string (22.05) or a list of flags (23.02+): the base
-/// state, and whether it is still completing.
-fn state_of(v: &Value) -> (String, bool) {
-    match v {
-        Value::String(s) => (s.clone(), s == "COMPLETING"),
-        Value::Array(items) => {
-            let flags: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
-            let completing = flags.contains(&"COMPLETING");
-            let base = flags.first().copied().unwrap_or("UNKNOWN");
-            (base.to_string(), completing)
-        }
-        _ => ("UNKNOWN".to_string(), false),
-    }
-}
-
-/// The exit code of a finished job: the raw wait status (22.05) or `{"return_code",
-/// "signal"}` (23.02+); negative for a signal.
-fn exit_code_of(v: &Value) -> Option<i32> {
-    match v {
-        Value::Object(m) => {
-            let signal = m
-                .get("signal")
-                .and_then(|s| s.get("id").or(Some(s)))
-                .and_then(num)
-                .filter(|&s| s > 0);
-            match signal {
-                Some(s) => Some(-(s as i32)),
-                None => m.get("return_code").and_then(num).map(|c| c as i32),
-            }
-        }
-        other => {
-            let raw = num(other)?;
-            let sig = raw & 0x7f;
-            Some(if sig != 0 {
-                -(sig as i32)
-            } else {
-                ((raw >> 8) & 0xff) as i32
-            })
-        }
-    }
-}
-
-fn str_of(v: Option<&Value>) -> String {
-    v.and_then(Value::as_str).unwrap_or("").to_string()
-}
-
-/// Parses `squeue --json`: this instance's launches and the GPUs other jobs hold per node.
-pub fn parse_squeue(text: &str, instance: &str) -> Result<QueueSnapshot> {
-    let doc: Value = serde_json::from_str(text).context("squeue --json printed invalid JSON")?;
-    let jobs = doc
-        .get("jobs")
-        .and_then(Value::as_array)
-        .ok_or_else(|| anyhow!("squeue --json printed no 'jobs' array"))?;
-    let mut snap = QueueSnapshot::default();
-    for j in jobs {
-        let Some(job_id) = j.get("job_id").and_then(num) else {
-            continue;
-        };
-        let name = str_of(j.get("name"));
-        let (state, completing) = state_of(j.get("job_state").unwrap_or(&Value::Null));
-        let nodes = str_of(j.get("nodes"));
-        match parse_launch_marker(&name) {
-            Some((inst, id, attempt)) if inst == instance => snap.ours.push(SlurmJob {
-                job_id: job_id as u64,
-                job: id.to_string(),
-                attempt,
-                state: if completing {
-                    "COMPLETING".to_string()
-                } else {
-                    state
-                },
-                reason: str_of(j.get("state_reason")),
-                restart_cnt: j.get("restart_cnt").and_then(num).unwrap_or(0) as u32,
-                exit_code: j.get("exit_code").and_then(exit_code_of),
-                submit_time: j.get("submit_time").and_then(num),
-                nodes,
-            }),
-            _ => {
-                let holds = completing
-                    || matches!(
-                        state.as_str(),
-                        "RUNNING" | "COMPLETING" | "CONFIGURING" | "SUSPENDED" | "STOPPED"
-                    );
-                if !holds {
-                    continue;
-                }
-                let names = expand_hostlist(&nodes);
-                let detail: Vec<u32> = j
-                    .get("gres_detail")
-                    .and_then(Value::as_array)
-                    .map(|d| d.iter().filter_map(Value::as_str).map(gres_gpus).collect())
-                    .unwrap_or_default();
-                let per_node = gres_gpus(&str_of(j.get("tres_per_node")));
-                for (i, node) in names.iter().enumerate() {
-                    let gpus = detail.get(i).copied().unwrap_or(per_node);
-                    if gpus > 0 {
-                        *snap.foreign_gpus.entry(node.clone()).or_insert(0) += gpus;
-                    }
-                }
-            }
-        }
-    }
-    Ok(snap)
-}
-
-/// Node states and flags under which dlscale places nothing on a node.
-const UNUSABLE: [&str; 14] = [
-    "DOWN",
-    "DRAIN",
-    "DRAINED",
-    "DRAINING",
-    "FAIL",
-    "FAILING",
-    "FUTURE",
-    "INVALID",
-    "MAINTENANCE",
-    "NOT_RESPONDING",
-    "POWERED_DOWN",
-    "POWERING_DOWN",
-    "REBOOT_REQUESTED",
-    "UNKNOWN",
-];
-
-/// Parses `sinfo --json` into the partition's usable nodes with their GPUs (foreign jobs not
-/// yet subtracted), in Slurm's order. `only`: keep just these nodes (an unknown name is an error).
-pub fn parse_sinfo(text: &str, partition: &str, only: Option<&[String]>) -> Result<Topology> {
-    let doc: Value = serde_json::from_str(text).context("sinfo --json printed invalid JSON")?;
-    let nodes = doc
-        .get("nodes")
-        .and_then(Value::as_array)
-        .ok_or_else(|| anyhow!("sinfo --json printed no 'nodes' array"))?;
-    let mut topology = Topology::default();
-    let mut seen = Vec::new();
-    for n in nodes {
-        let name = str_of(n.get("name"));
-        if name.is_empty() || seen.contains(&name) {
-            continue;
-        }
-        let in_partition = n
-            .get("partitions")
-            .and_then(Value::as_array)
-            .is_some_and(|ps| ps.iter().any(|p| p.as_str() == Some(partition)));
-        if !in_partition {
-            continue;
-        }
-        seen.push(name.clone());
-        if only.is_some_and(|only| !only.contains(&name)) {
-            continue;
-        }
-        let mut states: Vec<String> = match n.get("state") {
-            Some(Value::String(s)) => vec![s.to_uppercase()],
-            Some(Value::Array(a)) => a
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_uppercase)
-                .collect(),
-            _ => Vec::new(),
-        };
-        if let Some(flags) = n.get("state_flags").and_then(Value::as_array) {
-            states.extend(
-                flags
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_uppercase),
-            );
-        }
-        // sinfo marks some states with a suffix (`idle*` = not responding, `mix~` = powered off).
-        let usable = !states.is_empty()
-            && states.iter().all(|s| {
-                !UNUSABLE.contains(&s.as_str()) && !s.ends_with(|c: char| "*~#!%$@^-".contains(c))
-            });
-        let gpus = gres_gpus(&str_of(n.get("gres")));
-        if !usable || gpus == 0 {
-            continue;
-        }
-        let addr = Some(str_of(n.get("address")))
-            .filter(|a| !a.is_empty())
-            .unwrap_or_else(|| name.clone());
-        topology.nodes.push(NodeCapacity {
-            name,
-            gpus,
-            total_gpus: gpus,
-            addr,
-        });
-    }
-    if seen.is_empty() {
-        bail!("sinfo shows no node in partition '{partition}'");
-    }
-    if let Some(only) = only {
-        let missing: Vec<&String> = only.iter().filter(|n| !seen.contains(n)).collect();
-        if !missing.is_empty() {
-            bail!(
-                "configured nodes {missing:?} are not in partition '{partition}' (it has {seen:?})"
-            );
-        }
-    }
-    Ok(topology)
+/// Locks a mutex whose data stays valid when a holder panicked.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl SlurmExecutor {
     /// An executor submitting to `cfg.partition` as server instance `ctx.instance`.
     pub fn new(cfg: SlurmConfig, ctx: ExecContext) -> Self {
-        let start = (crate::store::now() as u64 % u64::from(PORT_RANGE)) as u32;
+        let start = (now() as u64 % u64::from(PORT_RANGE)) as u32;
         SlurmExecutor {
             cfg,
             ctx,
             next_port: AtomicU32::new(start),
+            nodes: Mutex::new(Vec::new()),
+            foreign_gpus: Mutex::new(BTreeMap::new()),
+            jobs: Mutex::new(BTreeMap::new()),
         }
     }
 
     /// Its settings.
     pub fn config(&self) -> &SlurmConfig {
         &self.cfg
+    }
+
+    /// The Slurm job of each live launch.
+    pub fn handles(&self) -> BTreeMap<(String, u32), Handle> {
+        lock(&self.jobs)
+            .iter()
+            .map(|(k, &id)| {
+                (
+                    k.clone(),
+                    Handle {
+                        slurm_job_id: Some(id),
+                        ..Handle::default()
+                    },
+                )
+            })
+            .collect()
     }
 
     /// Runs a Slurm command; its stdout, or an error naming the command with its stderr.
@@ -535,24 +207,102 @@ impl SlurmExecutor {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    /// One `squeue --json`: this server's launches and the GPUs other jobs hold.
-    pub async fn snapshot(&self) -> Result<QueueSnapshot> {
-        let text = self.run("squeue", &["--json".to_string()]).await?;
-        parse_squeue(&text, &self.ctx.instance)
+    /// The partition's usable nodes with the GPUs dlscale may use on each: `sinfo --json`, less
+    /// the GPUs of jobs this server did not submit (from the last observation's `squeue`).
+    pub async fn capacity(&self) -> Result<Capacity> {
+        let text = self.run("sinfo", &["--json".to_string()]).await?;
+        let nodes = parse_sinfo(&text, &self.cfg.partition, self.cfg.nodes.as_deref())?;
+        let foreign = lock(&self.foreign_gpus).clone();
+        let topology = Topology {
+            nodes: nodes
+                .iter()
+                .map(|n| Node {
+                    name: n.name.clone(),
+                    gpus: n
+                        .total_gpus
+                        .saturating_sub(foreign.get(&n.name).copied().unwrap_or(0)),
+                })
+                .filter(|n| n.gpus > 0)
+                .collect(),
+        };
+        *lock(&self.nodes) = nodes.clone();
+        Ok(Capacity { topology, nodes })
     }
 
-    /// The partition's usable nodes with the GPUs dlscale may use on each (`sinfo --json`, less
-    /// the GPUs of jobs this server did not submit, from `squeue --json`).
-    pub async fn topology(&self) -> Result<Topology> {
-        let text = self.run("sinfo", &["--json".to_string()]).await?;
-        let mut topology = parse_sinfo(&text, &self.cfg.partition, self.cfg.nodes.as_deref())?;
-        let snap = self.snapshot().await?;
-        for node in &mut topology.nodes {
-            let foreign = snap.foreign_gpus.get(&node.name).copied().unwrap_or(0);
-            node.gpus = node.gpus.saturating_sub(foreign);
+    /// One `squeue --json`, read for the autoscaler (see [`interpret`]); duplicates of a launch
+    /// are cancelled here.
+    pub async fn observe(&self, believed: &[(String, u32)]) -> Result<Observation> {
+        let taken_at_s = now();
+        let text = self.run("squeue", &["--json".to_string()]).await?;
+        let snap = parse_squeue(&text, &self.ctx.instance)?;
+        *lock(&self.foreign_gpus) = snap.foreign_gpus;
+        let known = lock(&self.jobs).clone();
+        let data_dir = self.ctx.data_dir.clone();
+        let reading = interpret(
+            &snap.ours,
+            believed,
+            &known,
+            |id, attempt| read_exit(&run_dir(&data_dir, id, attempt)),
+            taken_at_s,
+        );
+        for (job_id, why) in &reading.duplicates {
+            tracing::warn!("cancelling Slurm job {job_id}: {why}");
+            if let Err(e) = self.cancel(*job_id).await {
+                tracing::error!("{e:#}");
+            }
         }
-        topology.nodes.retain(|n| n.gpus > 0);
-        Ok(topology)
+        *lock(&self.jobs) = reading.handles;
+        Ok(reading.observation)
+    }
+
+    /// Submits a launch as a Slurm batch job.
+    pub async fn launch(&self, l: &LaunchSpec, job: &LaunchJob) -> Result<()> {
+        let job_id = self.submit(l, job).await?;
+        lock(&self.jobs).insert((l.id.clone(), l.attempt), job_id);
+        fault::point("after-sbatch");
+        tracing::info!("job {}: launch {} is Slurm job {job_id}", l.id, l.attempt);
+        Ok(())
+    }
+
+    /// Asks launch `attempt` of `id` to stop; `false` when it cannot be delivered yet (not
+    /// known here, or not running yet): the autoscaler asks again at the next observation.
+    pub async fn stop_launch(&self, id: &str, attempt: u32, launcher: Launcher) -> Result<bool> {
+        let Some(job_id) = lock(&self.jobs).get(&(id.to_string(), attempt)).copied() else {
+            return Ok(false);
+        };
+        let dir = run_dir(&self.ctx.data_dir, id, attempt);
+        self.stop(job_id, launcher, &dir).await
+    }
+
+    /// Cancels the Slurm jobs of launch `attempt` of `id` (found by name when it is a stale
+    /// launch this process does not know).
+    pub async fn kill(&self, id: &str, attempt: u32) {
+        let known = lock(&self.jobs).get(&(id.to_string(), attempt)).copied();
+        let targets = match known {
+            Some(job_id) => vec![job_id],
+            None => self.find(id, attempt).await,
+        };
+        for job_id in targets {
+            if let Err(e) = self.cancel(job_id).await {
+                tracing::error!("job {id}: cannot cancel Slurm job {job_id}: {e:#}");
+            }
+        }
+    }
+
+    /// The live Slurm jobs of launch `attempt` of `id`, by name.
+    async fn find(&self, id: &str, attempt: u32) -> Vec<u64> {
+        let Ok(text) = self.run("squeue", &["--json".to_string()]).await else {
+            return Vec::new();
+        };
+        parse_squeue(&text, &self.ctx.instance)
+            .map(|snap| {
+                snap.ours
+                    .into_iter()
+                    .filter(|j| j.job == id && j.attempt == attempt && !j.is_terminal())
+                    .map(|j| j.job_id)
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     fn next_port(&self) -> u16 {
@@ -560,30 +310,36 @@ impl SlurmExecutor {
         self.cfg.rdzv_port_base.saturating_add(offset as u16)
     }
 
-    /// Writes the launch's `batch.sh` and `task.sh` and submits it with `sbatch`.
-    pub async fn launch(&self, req: &LaunchRequest<'_>, topology: &Topology) -> Result<Launched> {
-        let per_node = req.placement[0].gpus;
-        if per_node == 0 || req.placement.iter().any(|s| s.gpus != per_node) {
-            bail!(
-                "Slurm launches need the same GPUs on every node, got {:?}",
-                req.placement
-            );
+    /// Writes the launch's `batch.sh` and `task.sh` and submits it with `sbatch`; its Slurm job
+    /// id.
+    async fn submit(&self, l: &LaunchSpec, job: &LaunchJob) -> Result<u64> {
+        let shares = &l.shape.shares;
+        let per_node = shares.first().map_or(0, |s| s.gpus);
+        if per_node == 0 || shares.iter().any(|s| s.gpus != per_node) {
+            bail!("Slurm launches need the same GPUs on every node, got {shares:?}");
         }
-        let nodes = req.placement.len() as u32;
-        let workers = per_node * nodes;
-        let dir = run_dir(&self.ctx.data_dir, &req.spec.id, req.attempt);
-        let log = log_path(&self.ctx.data_dir, &req.spec.id);
+        let spec = &job.spec;
+        let nodes = shares.len() as u32;
+        let dir = run_dir(&self.ctx.data_dir, &spec.id, l.attempt);
+        let log = log_path(&self.ctx.data_dir, &spec.id);
         let port = self.next_port();
-        let scripts = Scripts::new(self, req, topology, port, workers);
+        let addrs: BTreeMap<String, String> = lock(&self.nodes)
+            .iter()
+            .map(|n| (n.name.clone(), n.addr.clone()))
+            .collect();
+        let scripts = Scripts::new(self, l, job, &addrs, port);
         {
-            let (dir, log, header) = (dir.clone(), log.clone(), req.header.clone());
-            let ckpt = super::checkpoint_dir(&self.ctx.data_dir, &req.spec.id);
+            let header = format!(
+                "dlscale-server: launch {} of {}: {} workers on {nodes} node(s), batch {} ({} per worker)",
+                l.attempt, l.id, l.shape.gpus, l.shape.batch_size, l.shape.local_batch_size
+            );
+            let (dir, log) = (dir.clone(), log.clone());
+            let ckpt = super::checkpoint_dir(&self.ctx.data_dir, &spec.id);
             tokio::task::spawn_blocking(move || scripts.write(&dir, &log, &ckpt, &header))
                 .await
                 .context("writing the batch script failed")??;
         }
-        let node_list = req
-            .placement
+        let node_list = shares
             .iter()
             .map(|s| s.node.as_str())
             .collect::<Vec<_>>()
@@ -592,7 +348,7 @@ impl SlurmExecutor {
             "--parsable".to_string(),
             format!(
                 "--job-name={}",
-                launch_marker(&self.ctx.instance, &req.spec.id, req.attempt)
+                launch_marker(&self.ctx.instance, &spec.id, l.attempt)
             ),
             format!("--partition={}", self.cfg.partition),
             format!("--nodes={nodes}"),
@@ -603,7 +359,7 @@ impl SlurmExecutor {
             // sbatch expands %j and the like in file names; %% is a literal %.
             format!("--output={}", log.display().to_string().replace('%', "%%")),
             "--open-mode=append".to_string(),
-            format!("--chdir={}", req.spec.workdir.display()),
+            format!("--chdir={}", spec.workdir.display()),
         ];
         if let Some(account) = &self.cfg.account {
             args.push(format!("--account={account}"));
@@ -615,10 +371,9 @@ impl SlurmExecutor {
         args.push(dir.join("batch.sh").display().to_string());
         let out = self.run("sbatch", &args).await?;
         let id_text = out.trim().split(';').next().unwrap_or("").trim();
-        let job_id: u64 = id_text
+        id_text
             .parse()
-            .map_err(|_| anyhow!("sbatch --parsable printed '{}', not a job id", out.trim()))?;
-        Ok(Launched::Slurm { job_id })
+            .map_err(|_| anyhow!("sbatch --parsable printed '{}', not a job id", out.trim()))
     }
 
     /// `scontrol -o show job <id>` as key → value; `None` when Slurm no longer knows the job.
@@ -666,14 +421,9 @@ impl SlurmExecutor {
     /// job, which runs in the batch shell itself — to the batch shell, which passes it on to the
     /// command's process group. A pending job is cancelled. While nothing can take the signal yet
     /// (the step has not started; the batch shell has not set up its handler): `NotYet`.
-    pub async fn stop(
-        &self,
-        job_id: u64,
-        launcher: Launcher,
-        run_dir: &Path,
-    ) -> Result<StopDelivery> {
+    pub async fn stop(&self, job_id: u64, launcher: Launcher, run_dir: &Path) -> Result<bool> {
         let Some(job) = self.show_job(job_id).await? else {
-            return Ok(StopDelivery::Delivered);
+            return Ok(true);
         };
         let state = job.get("JobState").map_or("UNKNOWN", String::as_str);
         match state {
@@ -681,21 +431,21 @@ impl SlurmExecutor {
                 let mut args = vec!["--signal=TERM".to_string()];
                 if launcher == Launcher::Plain {
                     if !run_dir.join("ready").exists() {
-                        return Ok(StopDelivery::NotYet);
+                        return Ok(false);
                     }
                     args.push("--batch".to_string());
                 } else if !self.step_running(job_id).await? {
-                    return Ok(StopDelivery::NotYet);
+                    return Ok(false);
                 }
                 args.push(job_id.to_string());
                 self.run("scancel", &args).await?;
-                Ok(StopDelivery::Delivered)
+                Ok(true)
             }
-            "CONFIGURING" => Ok(StopDelivery::NotYet),
-            s if is_terminal_state(s) || s == "COMPLETING" => Ok(StopDelivery::Delivered),
+            "CONFIGURING" => Ok(false),
+            s if is_terminal_state(s) || s == "COMPLETING" => Ok(true),
             _ => {
                 self.cancel(job_id).await?;
-                Ok(StopDelivery::Delivered)
+                Ok(true)
             }
         }
     }
@@ -726,31 +476,26 @@ struct Scripts {
 impl Scripts {
     fn new(
         exec: &SlurmExecutor,
-        req: &LaunchRequest<'_>,
-        topology: &Topology,
+        l: &LaunchSpec,
+        job: &LaunchJob,
+        addrs: &BTreeMap<String, String>,
         port: u16,
-        workers: u32,
     ) -> Self {
-        let spec = req.spec;
-        let nodes = req.placement.len();
-        let per_node = req.placement[0].gpus;
-        let dir = run_dir(&exec.ctx.data_dir, &spec.id, req.attempt);
-        let env = worker_env(
-            spec,
-            req.attempt,
-            workers,
-            req.batch_size,
-            req.local_batch_size,
-            &exec.ctx,
-        );
+        let spec = &job.spec;
+        let shares = &l.shape.shares;
+        let nodes = shares.len();
+        let per_node = shares.first().map_or(0, |s| s.gpus);
+        let dir = run_dir(&exec.ctx.data_dir, &spec.id, l.attempt);
+        let env = worker_env(spec, l.attempt, &l.shape, &job.token, &exec.ctx);
         // node name → address, for the rendezvous endpoint and torchrun's --local-addr.
         let mut addr_case = String::from("case \"$SLURMD_NODENAME\" in\n");
-        for s in req.placement {
+        for s in shares {
+            let addr = addrs.get(&s.node).unwrap_or(&s.node);
             let _ = writeln!(
                 addr_case,
                 "  {}) addr={} ;;",
                 sh_quote(&s.node),
-                sh_quote(&topology.addr_of(&s.node))
+                sh_quote(addr)
             );
         }
         addr_case.push_str("  *) addr=$(hostname) ;;\nesac\n");
@@ -758,9 +503,9 @@ impl Scripts {
         let mut batch = format!(
             "#!/bin/bash\n# dlscale job {id}, attempt {attempt}: {nodes} node(s) x {per_node} GPU(s), batch {b} ({lb} per worker).\n# Written by dlscale-server; submitted with sbatch. It runs the job ({how}) and records the exit\n# code in {exit}.\n# A stop never kills this shell: it waits for the job, so that the exit code is recorded.\ntrap ':' TERM INT HUP\n",
             id = spec.id,
-            attempt = req.attempt,
-            b = req.batch_size,
-            lb = req.local_batch_size,
+            attempt = l.attempt,
+            b = l.shape.batch_size,
+            lb = l.shape.local_batch_size,
             exit = dir.join("exit").display(),
             how = match spec.launcher {
                 Launcher::Plain => "once, here on the first node",
@@ -771,16 +516,9 @@ impl Scripts {
             let _ = writeln!(batch, "export {k}={}", sh_quote(v));
         }
         batch.push_str(&addr_case);
-        let node_list = req
-            .placement
-            .iter()
-            .map(|s| s.node.as_str())
-            .collect::<Vec<_>>()
-            .join(",");
         let _ = writeln!(
             batch,
-            "# The batch step runs on the job's first node, which hosts the rendezvous.\nexport DLSCALE_MASTER_ADDR=\"$addr\" DLSCALE_MASTER_PORT={port}\nexport DLSCALE_RDZV_ENDPOINT=\"$addr:{port}\"\nexport DLSCALE_NODE_LIST={} DLSCALE_NODES={nodes} DLSCALE_GPUS_PER_NODE={per_node}\nrun_dir={}",
-            sh_quote(&node_list),
+            "# The batch step runs on the job's first node, which hosts the rendezvous.\nexport DLSCALE_MASTER_ADDR=\"$addr\" DLSCALE_MASTER_PORT={port}\nexport DLSCALE_RDZV_ENDPOINT=\"$addr:{port}\"\nrun_dir={}",
             sh_quote(&dir.display().to_string())
         );
         batch.push_str("echo \"dlscale-server: slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"\n");
@@ -825,7 +563,7 @@ impl Scripts {
         let task = format!(
             "#!/bin/bash\n# dlscale job {id}, attempt {attempt}: one task per node, started by srun from batch.sh.\n{addr_case}{launch}\n",
             id = spec.id,
-            attempt = req.attempt,
+            attempt = l.attempt,
         );
         Scripts { batch, task }
     }
@@ -860,97 +598,10 @@ impl Scripts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::placement::Share;
     use crate::spec::JobSpec;
-
-    #[test]
-    fn names_round_trip() {
-        let name = launch_marker("ab12", "my.job-1", 7);
-        assert_eq!(name, "dlscale:ab12:my.job-1:7");
-        assert_eq!(parse_launch_marker(&name), Some(("ab12", "my.job-1", 7)));
-        assert_eq!(parse_launch_marker("dlscale:ab12:x"), None);
-        assert_eq!(parse_launch_marker("other"), None);
-    }
-
-    #[test]
-    fn hostlists_and_gres() {
-        assert_eq!(expand_hostlist("n[1-2]"), ["n1", "n2"]);
-        assert_eq!(
-            expand_hostlist("gpu[08-10,12],cpu5"),
-            ["gpu08", "gpu09", "gpu10", "gpu12", "cpu5"]
-        );
-        assert_eq!(expand_hostlist(""), Vec::<String>::new());
-        assert_eq!(gres_gpus("gpu:4"), 4);
-        assert_eq!(gres_gpus("gpu:a100:2(S:0-1),mps:100"), 2);
-        assert_eq!(gres_gpus("gpu:3(IDX:0-2)"), 3);
-        assert_eq!(gres_gpus("gres:gpu:2"), 2);
-        assert_eq!(gres_gpus("gres/gpu:1"), 1);
-        assert_eq!(gres_gpus("(null)"), 0);
-        assert_eq!(gres_gpus("gpu:0"), 0);
-    }
-
-    #[test]
-    fn exit_codes_of_both_json_flavours() {
-        assert_eq!(exit_code_of(&serde_json::json!(35072)), Some(137));
-        assert_eq!(exit_code_of(&serde_json::json!(15)), Some(-15));
-        assert_eq!(exit_code_of(&serde_json::json!(0)), Some(0));
-        assert_eq!(
-            exit_code_of(
-                &serde_json::json!({"status": ["EXITED"], "return_code": {"set": true, "number": 75}, "signal": {"id": {"set": false, "number": 0}}})
-            ),
-            Some(75)
-        );
-    }
-
-    #[test]
-    fn parses_squeue_for_ours_and_foreign_gpus() {
-        let text = serde_json::json!({"jobs": [
-            {"job_id": 5, "name": "dlscale:i1:a:2", "job_state": "RUNNING", "state_reason": "None",
-             "nodes": "n[1-2]", "gres_detail": ["gpu:4(IDX:0-3)", "gpu:4(IDX:0-3)"], "restart_cnt": 0,
-             "exit_code": 0, "submit_time": 100},
-            {"job_id": 6, "name": "dlscale:other:a:2", "job_state": "RUNNING", "nodes": "n1",
-             "gres_detail": ["gpu:1(IDX:0)"], "tres_per_node": "gres:gpu:1"},
-            {"job_id": 7, "name": "user", "job_state": "COMPLETING", "nodes": "n2",
-             "gres_detail": [], "tres_per_node": "gres:gpu:2"},
-            {"job_id": 8, "name": "user", "job_state": "PENDING", "nodes": "",
-             "tres_per_node": "gres:gpu:4"},
-            {"job_id": 9, "name": "dlscale:i1:b:1", "job_state": "FAILED", "state_reason": "NonZeroExitCode",
-             "nodes": "n1", "exit_code": 19200}
-        ]})
-        .to_string();
-        let snap = parse_squeue(&text, "i1").unwrap();
-        assert_eq!(snap.ours.len(), 2);
-        assert_eq!((snap.ours[0].job.as_str(), snap.ours[0].attempt), ("a", 2));
-        assert!(!snap.ours[0].is_terminal());
-        assert_eq!(snap.ours[1].outcome(None), Outcome::Exited(75));
-        assert_eq!(snap.ours[1].outcome(Some(3)), Outcome::Exited(3));
-        assert_eq!(
-            snap.foreign_gpus,
-            BTreeMap::from([("n1".to_string(), 1), ("n2".to_string(), 2)])
-        );
-    }
-
-    #[test]
-    fn parses_sinfo_partition_and_states() {
-        let node = |name: &str, state: &str, flags: &[&str], part: &str| {
-            serde_json::json!({"name": name, "state": state, "state_flags": flags,
-                               "partitions": [part], "gres": "gpu:4", "address": "10.0.0.1"})
-        };
-        let text = serde_json::json!({"nodes": [
-            node("n1", "idle", &[], "gpu"), node("n2", "mixed", &["DRAIN"], "gpu"),
-            node("n3", "down", &[], "gpu"), node("n4", "allocated", &[], "gpu"),
-            node("c1", "idle", &[], "cpu")]})
-        .to_string();
-        let t = parse_sinfo(&text, "gpu", None).unwrap();
-        let names: Vec<&str> = t.nodes.iter().map(|n| n.name.as_str()).collect();
-        assert_eq!(names, ["n1", "n4"]);
-        assert_eq!(t.nodes[0].addr, "10.0.0.1");
-        let only = parse_sinfo(&text, "gpu", Some(&["n4".to_string()])).unwrap();
-        assert_eq!(only.nodes.len(), 1);
-        let err = parse_sinfo(&text, "gpu", Some(&["zz".to_string()])).unwrap_err();
-        assert!(err.to_string().contains("not in partition"), "{err}");
-        assert!(parse_sinfo(&text, "nope", None).is_err());
-    }
+    use dlscale_autoscaler::Shape;
+    use dlscale_core::placement::Share;
+    use std::sync::Arc;
 
     #[test]
     fn scripts_for_a_two_node_torchrun_launch() {
@@ -962,7 +613,6 @@ mod tests {
             data_dir: PathBuf::from("/data"),
             torchrun: PathBuf::from("/venv/bin/torchrun"),
             api_url: Some("http://127.0.0.1:1".into()),
-            token: Some("t'k".into()),
             instance: "i1".into(),
         };
         let exec = SlurmExecutor::new(
@@ -972,27 +622,28 @@ mod tests {
             },
             ctx,
         );
-        let placement = [
-            Share {
-                node: "n1".into(),
+        let shares = ["n1", "n2"]
+            .map(|n| Share {
+                node: n.into(),
                 gpus: 2,
-            },
-            Share {
-                node: "n2".into(),
-                gpus: 2,
-            },
-        ];
-        let req = LaunchRequest {
-            spec: &spec,
+            })
+            .to_vec();
+        let l = LaunchSpec {
+            id: "j".into(),
             attempt: 3,
-            placement: &placement,
-            slots: &[],
-            batch_size: 64,
-            local_batch_size: 16,
-            header: "h".into(),
+            shape: Shape {
+                gpus: 4,
+                batch_size: 64,
+                local_batch_size: 16,
+                shares,
+            },
         };
-        let topo = crate::executor::single_node("n1", 4);
-        let s = Scripts::new(&exec, &req, &topo, 29501, 4);
+        let job = LaunchJob {
+            spec: Arc::new(spec),
+            token: "t'k".into(),
+        };
+        let addrs = BTreeMap::from([("n1".to_string(), "127.0.0.1".to_string())]);
+        let s = Scripts::new(&exec, &l, &job, &addrs, 29501);
         assert!(
             s.batch.contains("export DLSCALE_WORLD_SIZE=4\n"),
             "{}",
@@ -1000,6 +651,7 @@ mod tests {
         );
         assert!(s.batch.contains("export DLSCALE_LOCAL_BATCH_SIZE=16\n"));
         assert!(s.batch.contains("export DLSCALE_TOKEN='t'\\''k'\n"));
+        assert!(s.batch.contains("export DLSCALE_NODE_LIST=n1,n2\n"));
         assert!(s.batch.contains("DLSCALE_RDZV_ENDPOINT=\"$addr:29501\""));
         assert!(s
             .batch
@@ -1018,5 +670,17 @@ mod tests {
             "{}",
             s.task
         );
+    }
+
+    #[test]
+    fn markers_round_trip() {
+        let name = launch_marker("ab12", "my.job-1", 7);
+        assert_eq!(name, "dlscale:ab12:my.job-1:7");
+        assert_eq!(
+            super::super::parse_launch_marker(&name),
+            Some(("ab12", "my.job-1", 7))
+        );
+        assert_eq!(super::super::parse_launch_marker("dlscale:ab12:x"), None);
+        assert_eq!(super::super::parse_launch_marker("other"), None);
     }
 }

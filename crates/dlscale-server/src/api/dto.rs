@@ -1,0 +1,336 @@
+//! What the API answers with: views built from the autoscaler's records, the submission and the
+//! executor's handles. The API edge owns these types; nothing inside the service depends on
+//! them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use dlscale_autoscaler::{Event, JobRecord, ModelSource, Outcome, Status, Target, Waiting};
+use dlscale_core::placement::Share;
+use dlscale_core::JobState;
+use serde::{Deserialize, Serialize};
+
+use crate::executor::Handle;
+use crate::spec::JobSpec;
+use crate::store::StoredEvent;
+
+/// One entry of a job's event log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventView {
+    /// Seconds since the epoch.
+    pub at: f64,
+    /// Short kind: submitted, launch, started, stop, kill, ended, ...
+    pub kind: String,
+    /// In plain words.
+    pub detail: String,
+}
+
+impl From<&StoredEvent> for EventView {
+    fn from(e: &StoredEvent) -> Self {
+        EventView {
+            at: e.at,
+            kind: e.event.kind().to_string(),
+            detail: e.event.to_string(),
+        }
+    }
+}
+
+/// A job as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    /// Id.
+    pub id: String,
+    /// Lifecycle state.
+    pub state: Status,
+    /// Where its throughput model comes from: `given`, `profile:<name>` or `learned`.
+    pub model: String,
+    /// torchrun, plain or srun.
+    pub launcher: String,
+    /// GPUs its launch holds now.
+    pub gpus: u32,
+    /// Device ids its launch holds now (local executor).
+    pub slots: Vec<u32>,
+    /// Nodes its launch holds now, with GPUs per node.
+    pub nodes: Vec<Share>,
+    /// Slurm job id of its launch (Slurm executor).
+    pub slurm_job_id: Option<u64>,
+    /// Global batch of the current or last launch.
+    pub batch_size: u32,
+    /// Per-worker batch of the current or last launch.
+    pub local_batch_size: u32,
+    /// Relaunches after stops and lost launches.
+    pub restarts: u32,
+    /// Failed launches.
+    pub failures: u32,
+    /// Launches so far.
+    pub attempt: u32,
+    /// Last reported step.
+    pub step: Option<u64>,
+    /// Last reported samples seen.
+    pub samples_seen: Option<u64>,
+    /// Last reported loss.
+    pub loss: Option<f64>,
+    /// Last reported samples per second.
+    pub samples_per_s: Option<f64>,
+    /// Exit code of the last launch, when it exited.
+    pub exit_code: Option<i32>,
+    /// Where it stands, in plain words.
+    pub message: String,
+    /// Why it waits (queued jobs).
+    pub waiting: Option<String>,
+    /// Process group of its launch (local executor).
+    pub pgid: Option<i32>,
+    /// Submission time, seconds since the epoch.
+    pub submitted_at: f64,
+    /// First launch.
+    pub started_at: Option<f64>,
+    /// End.
+    pub finished_at: Option<f64>,
+    /// The job's log file.
+    pub log: PathBuf,
+    /// The command.
+    pub command: Vec<String>,
+    /// Recent events, newest last (only on `GET /v1/jobs/{id}`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<EventView>,
+}
+
+/// Why a queued job waits, in plain words.
+pub fn waiting_words(w: &Waiting) -> String {
+    match w {
+        Waiting::NotChosen => "the last decision gave it no GPUs".to_string(),
+        Waiting::ForGpus { held_by } => format!(
+            "its GPUs are being freed by {} (stopping)",
+            if held_by.is_empty() {
+                "other jobs".to_string()
+            } else {
+                held_by.join(", ")
+            }
+        ),
+        Waiting::ForStaleLaunch => "an older launch of it is still being ended".to_string(),
+        Waiting::ForDecision => "it waits for the next decision".to_string(),
+        Waiting::ForRetry { at_s } => {
+            let day_s = at_s.rem_euclid(86_400.0) as u64;
+            format!(
+                "its last launch failed; it is retried at {:02}:{:02}:{:02} UTC",
+                day_s / 3600,
+                day_s % 3600 / 60,
+                day_s % 60
+            )
+        }
+    }
+}
+
+/// Where a job stands, in plain words.
+fn message(r: &JobRecord, target: Option<&Target>) -> String {
+    let shape = r.launch.as_ref().map(|l| &l.shape);
+    match r.status {
+        Status::Queued => match (&r.waiting, target) {
+            (Some(w), _) => format!("queued: {}", waiting_words(w)),
+            (None, _) => "queued".to_string(),
+        },
+        Status::Starting => format!(
+            "starting launch {} ({})",
+            r.attempt,
+            shape.map_or(String::new(), |s| s.to_string())
+        ),
+        Status::Running => format!(
+            "running launch {} ({})",
+            r.attempt,
+            shape.map_or(String::new(), |s| s.to_string())
+        ),
+        Status::Stopping => {
+            let stop = r.launch.as_ref().and_then(|l| l.stop.as_ref());
+            match stop {
+                Some(s) => match &s.next {
+                    Some(next) => format!("stopping ({}): next {next}", s.reason),
+                    None => format!("stopping ({})", s.reason),
+                },
+                None => "stopping".to_string(),
+            }
+        }
+        status => match &r.last_outcome {
+            Some(o) => format!("{status} ({o})"),
+            None => status.to_string(),
+        },
+    }
+}
+
+impl JobView {
+    /// The view of a job: its submission, record, the plan's target and the executor's handle
+    /// of its launch; `log` is its log file.
+    pub fn new(
+        spec: &JobSpec,
+        record: &JobRecord,
+        target: Option<&Target>,
+        handle: Option<&Handle>,
+        log: PathBuf,
+    ) -> Self {
+        let holds = record.status.holds_gpus();
+        let launch = record.launch.as_ref();
+        let shape = launch.map(|l| &l.shape);
+        JobView {
+            id: record.id.clone(),
+            state: record.status,
+            model: match &record.model {
+                ModelSource::Given => "given".to_string(),
+                ModelSource::Profile(p) => format!("profile:{p}"),
+                ModelSource::Learned => "learned".to_string(),
+            },
+            launcher: spec.launcher.name().to_string(),
+            gpus: shape.filter(|_| holds).map_or(0, |s| s.gpus),
+            slots: handle
+                .filter(|_| holds)
+                .map(|h| h.slots.clone())
+                .unwrap_or_default(),
+            nodes: shape
+                .filter(|_| holds)
+                .map(|s| s.shares.clone())
+                .unwrap_or_default(),
+            slurm_job_id: handle.filter(|_| holds).and_then(|h| h.slurm_job_id),
+            batch_size: shape.map_or(0, |s| s.batch_size),
+            local_batch_size: shape.map_or(0, |s| s.local_batch_size),
+            restarts: record.restarts,
+            failures: record.failures,
+            attempt: record.attempt,
+            step: record.progress.step,
+            samples_seen: record.progress.samples_seen,
+            loss: record.progress.loss,
+            samples_per_s: record.progress.samples_per_s,
+            exit_code: match &record.last_outcome {
+                Some(Outcome::Exited(c)) => Some(*c),
+                _ => None,
+            },
+            message: message(record, target),
+            waiting: record.waiting.as_ref().map(waiting_words),
+            pgid: handle.filter(|_| holds).and_then(|h| h.pgid),
+            submitted_at: record.submitted_s,
+            started_at: record.history.runs.first().map(|r| r.start_s),
+            finished_at: record.finished_s,
+            log,
+            command: spec.command.clone(),
+            events: Vec::new(),
+        }
+    }
+}
+
+/// One launch of a job (`GET /v1/jobs/{id}/allocations`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocationView {
+    /// Launch number.
+    pub attempt: u32,
+    /// When it was handed to the executor.
+    pub at: f64,
+    /// Workers.
+    pub gpus: u32,
+    /// Global batch.
+    pub batch_size: u32,
+    /// Per-worker batch.
+    pub local_batch_size: u32,
+    /// Nodes and GPUs on each.
+    pub nodes: Vec<Share>,
+}
+
+impl AllocationView {
+    /// The allocation of a launch event, if `e` is one.
+    pub fn of(e: &StoredEvent) -> Option<Self> {
+        match &e.event {
+            Event::Launching { attempt, shape, .. } => Some(AllocationView {
+                attempt: *attempt,
+                at: e.at,
+                gpus: shape.gpus,
+                batch_size: shape.batch_size,
+                local_batch_size: shape.local_batch_size,
+                nodes: shape.shares.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// One node of `GET /v1/cluster`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeView {
+    /// Node name.
+    pub name: String,
+    /// GPUs dlscale may use on it.
+    pub gpus: u32,
+    /// GPUs it has in all (the rest are held by jobs dlscale did not start).
+    pub total_gpus: u32,
+    /// Job id → GPUs it holds on this node.
+    pub jobs: BTreeMap<String, u32>,
+}
+
+/// One job of the last decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecidedJobView {
+    /// Job id.
+    pub id: String,
+    /// running, queued or dropped.
+    pub state: JobState,
+    /// GPUs.
+    pub gpus: u32,
+    /// Batch.
+    pub batch_size: u32,
+    /// Where it is to run (the plan).
+    pub nodes: Vec<Share>,
+    /// Predicted samples per second.
+    pub predicted_samples_per_s: f64,
+}
+
+/// The last decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionView {
+    /// When (seconds since the epoch).
+    pub at: f64,
+    /// Why, in plain words.
+    pub trigger: String,
+    /// GPUs it could hand out.
+    pub capacity: u32,
+    /// The policy's objective.
+    pub objective: f64,
+    /// Per job.
+    pub jobs: Vec<DecidedJobView>,
+}
+
+/// One policy of the registry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyView {
+    /// Name.
+    pub name: String,
+    /// What it does.
+    pub about: String,
+}
+
+/// `GET /v1/cluster`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterView {
+    /// `local` or `slurm`.
+    pub executor: String,
+    /// Slot ids (local executor: GPU indices, or 0..N).
+    pub slots: Vec<u32>,
+    /// Whether slots are GPUs found by nvidia-smi.
+    pub gpus_detected: bool,
+    /// Slot id → job holding it (local executor).
+    pub assigned: BTreeMap<u32, String>,
+    /// GPUs dlscale may use now.
+    pub capacity: u32,
+    /// Of those, GPUs no launch holds.
+    pub free: u32,
+    /// The usable nodes and what runs on them.
+    pub nodes: Vec<NodeView>,
+    /// The policy.
+    pub policy: String,
+    /// Every policy this server could run (`policy = "..."`).
+    pub policies: Vec<PolicyView>,
+    /// Utility.
+    pub utility: String,
+    /// Admission.
+    pub admission: String,
+    /// Live jobs per state.
+    pub jobs: BTreeMap<String, usize>,
+    /// The last decision.
+    pub last_decision: Option<DecisionView>,
+    /// Why the database cannot be written, while it cannot.
+    pub storage_error: Option<String>,
+}

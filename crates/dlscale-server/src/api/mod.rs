@@ -1,0 +1,1059 @@
+//! The HTTP/JSON API (axum): the service's edge. Every route is one row of [`ROUTES`] — its
+//! method, path, who may call it and its handler — and both the router ([`router`]) and the
+//! OpenAPI document ([`openapi::document`]) are built from that table, so they cannot disagree.
+//!
+//! Access ([`Access`]): `/healthz` is open; `/metrics` is open to the clients
+//! `metrics_without_token` names (loopback by default) and needs the admin token otherwise; every
+//! `/v1` route needs a token — the admin token, or for the routes a job's own workers call
+//! (read the job, report metrics, report completion) that job's token. Errors are JSON
+//! (`{"error", "field"}`); a 500 never carries its cause (it is logged).
+//!
+//! Handlers read from the service's last committed [`View`](crate::service::View) or the
+//! database and hand state changes to the driver ([`Service::request`]); none waits on an
+//! executor command.
+
+pub mod dto;
+pub mod openapi;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{ConnectInfo, FromRequestParts, MatchedPath, Path, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, put, MethodRouter};
+use axum::{Json, Router};
+use bytes::Bytes;
+use dlscale_autoscaler::{Input, JobRecord, MetricsReport, Refusal, Target};
+use dlscale_core::placement::{Node, Topology};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+use crate::config::MetricsAccess;
+use crate::error::ApiError;
+use crate::executor::{log_path, random_hex, Handle};
+use crate::metrics::RouteLabels;
+use crate::service::{Service, Unavailable};
+use crate::spec::{validate_id, JobSpec};
+use crate::store::{now, Profile, Received, StoredJob};
+use dto::{
+    AllocationView, ClusterView, DecidedJobView, DecisionView, EventView, JobView, NodeView,
+    PolicyView,
+};
+
+/// Largest request body accepted, bytes.
+pub const MAX_BODY: usize = 1 << 20;
+
+/// Most jobs one submission may carry.
+pub const MAX_JOBS_PER_SUBMISSION: usize = 1000;
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone.
+    Open,
+    /// `/metrics`: the clients `metrics_without_token` names, or the admin token.
+    Metrics,
+    /// The admin token.
+    Admin,
+    /// The admin token, or the token of the job the path names (its workers hold it).
+    Job,
+}
+
+/// An HTTP method of a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verb {
+    /// GET.
+    Get,
+    /// POST.
+    Post,
+    /// PUT.
+    Put,
+    /// DELETE.
+    Delete,
+}
+
+impl Verb {
+    /// Lower-case name (OpenAPI's).
+    pub fn name(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::Post => "post",
+            Verb::Put => "put",
+            Verb::Delete => "delete",
+        }
+    }
+}
+
+/// The service every handler gets.
+pub type AppState = Arc<Service>;
+
+/// One route.
+#[derive(Debug, Clone, Copy)]
+pub struct Route {
+    /// Method.
+    pub verb: Verb,
+    /// Path template (`{id}` for a path parameter).
+    pub path: &'static str,
+    /// Who may call it.
+    pub access: Access,
+    /// One line on what it does.
+    pub summary: &'static str,
+    /// Its handler.
+    pub handler: fn() -> MethodRouter<AppState>,
+}
+
+/// Every route of the API.
+pub const ROUTES: &[Route] = &[
+    Route {
+        verb: Verb::Get,
+        path: "/healthz",
+        access: Access::Open,
+        summary: "Liveness, and whether the database can be written",
+        handler: || get(healthz),
+    },
+    Route {
+        verb: Verb::Get,
+        path: "/metrics",
+        access: Access::Metrics,
+        summary: "Prometheus metrics",
+        handler: || get(prometheus),
+    },
+    Route {
+        verb: Verb::Get,
+        path: "/v1/openapi.json",
+        access: Access::Admin,
+        summary: "This document",
+        handler: || get(openapi_document),
+    },
+    Route {
+        verb: Verb::Get,
+        path: "/v1/cluster",
+        access: Access::Admin,
+        summary: "Nodes, the GPUs each job holds, the policies and the last decision",
+        handler: || get(cluster),
+    },
+    Route {
+        verb: Verb::Get,
+        path: "/v1/jobs",
+        access: Access::Admin,
+        summary: "Live jobs in arrival order (`all=true`: every job, newest first)",
+        handler: || get(list_jobs),
+    },
+    Route {
+        verb: Verb::Post,
+        path: "/v1/jobs",
+        access: Access::Admin,
+        summary: "Submit a job, or several (an array) decided as one arrival; answered once committed",
+        handler: || post(submit),
+    },
+    Route {
+        verb: Verb::Get,
+        path: "/v1/jobs/{id}",
+        access: Access::Job,
+        summary: "One job with its recent events",
+        handler: || get(get_job),
+    },
+    Route {
+        verb: Verb::Delete,
+        path: "/v1/jobs/{id}",
+        access: Access::Admin,
+        summary: "Cancel a job (a running one is stopped with SIGTERM, then killed after the grace period)",
+        handler: || delete(cancel),
+    },
+    Route {
+        verb: Verb::Get,
+        path: "/v1/jobs/{id}/logs",
+        access: Access::Admin,
+        summary: "The job's log: its tail, or from a byte offset (the answer's X-Log-Offset is where the next read starts)",
+        handler: || get(logs),
+    },
+    Route {
+        verb: Verb::Get,
+        path: "/v1/jobs/{id}/allocations",
+        access: Access::Admin,
+        summary: "The job's launches: GPUs, batch and nodes of each",
+        handler: || get(allocations),
+    },
+    Route {
+        verb: Verb::Post,
+        path: "/v1/jobs/{id}/metrics",
+        access: Access::Job,
+        summary: "Progress report of the job's chief worker",
+        handler: || post(report_metrics),
+    },
+    Route {
+        verb: Verb::Post,
+        path: "/v1/jobs/{id}/complete",
+        access: Access::Job,
+        summary: "The workers of the current launch report that training completed: the job succeeds when the launch exits, even if a stop was asked for meanwhile",
+        handler: || post(report_completion),
+    },
+    Route {
+        verb: Verb::Get,
+        path: "/v1/profiles",
+        access: Access::Admin,
+        summary: "Stored throughput profiles",
+        handler: || get(list_profiles),
+    },
+    Route {
+        verb: Verb::Put,
+        path: "/v1/profiles/{name}",
+        access: Access::Admin,
+        summary: "Store a throughput profile (jobs use it with `profile = name`)",
+        handler: || put(put_profile),
+    },
+];
+
+/// The router over a started service, built from [`ROUTES`]. Serve it with connection info
+/// (`into_make_service_with_connect_info::<SocketAddr>()`) so that `/metrics` can tell loopback
+/// clients; without it every client counts as remote.
+pub fn router(service: AppState) -> Router {
+    let mut by_path: BTreeMap<&str, MethodRouter<AppState>> = BTreeMap::new();
+    for route in ROUTES {
+        let access = route.access;
+        let handler = (route.handler)().route_layer(middleware::from_fn_with_state(
+            Arc::clone(&service),
+            move |state: State<AppState>, request: Request, next: Next| {
+                authorize(state, access, request, next)
+            },
+        ));
+        let merged = match by_path.remove(route.path) {
+            Some(other) => other.merge(handler),
+            None => handler,
+        };
+        by_path.insert(route.path, merged);
+    }
+    let mut router = Router::new();
+    for (path, handler) in by_path {
+        router = router.route(path, handler);
+    }
+    router
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&service),
+            time_request,
+        ))
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed on this route",
+            )
+        })
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .with_state(service)
+}
+
+/// Records each request's latency under its route template.
+async fn time_request(State(s): State<AppState>, request: Request, next: Next) -> Response {
+    let method = request.method().to_string();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let status = format!("{}xx", response.status().as_u16() / 100);
+    s.metrics
+        .http_seconds
+        .get_or_create(&RouteLabels {
+            method,
+            route,
+            status,
+        })
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+fn bearer(request: &Request) -> Option<&str> {
+    request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Admits a request by its route's [`Access`].
+async fn authorize(
+    State(s): State<AppState>,
+    access: Access,
+    request: Request,
+    next: Next,
+) -> Response {
+    let admitted = match access {
+        Access::Open => Ok(()),
+        Access::Metrics => {
+            let peer = request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip());
+            let open = match s.config.metrics_without_token {
+                MetricsAccess::Anyone => true,
+                MetricsAccess::Loopback => peer.is_some_and(|ip| ip.is_loopback()),
+                MetricsAccess::Nobody => false,
+            };
+            if open {
+                Ok(())
+            } else {
+                check_token(&s, bearer(&request), None).await
+            }
+        }
+        Access::Admin => check_token(&s, bearer(&request), None).await,
+        Access::Job => {
+            let (mut parts, body) = request.into_parts();
+            let id = Path::<BTreeMap<String, String>>::from_request_parts(&mut parts, &())
+                .await
+                .ok()
+                .and_then(|Path(p)| p.get("id").cloned());
+            let request = Request::from_parts(parts, body);
+            match check_token(&s, bearer(&request), id.as_deref()).await {
+                Ok(()) => return next.run(request).await,
+                Err(e) => return e.into_response(),
+            }
+        }
+    };
+    match admitted {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Checks a bearer token: the admin token always passes; the token of job `job` passes where
+/// that job is named. A job's token on any other route is refused with 403, saying so.
+async fn check_token(s: &Service, given: Option<&str>, job: Option<&str>) -> Result<(), ApiError> {
+    let Some(given) = given else {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing bearer token: send 'Authorization: Bearer <token>' (the server's DLSCALE_TOKEN)",
+        ));
+    };
+    if constant_time_eq(given.as_bytes(), s.admin_token().as_bytes()) {
+        return Ok(());
+    }
+    let view = s.view();
+    if let Some(id) = job {
+        let token = match view.jobs.get(id) {
+            Some(j) => Some(j.token.clone()),
+            None => s
+                .store
+                .job(id.to_string())
+                .await
+                .ok()
+                .flatten()
+                .map(|j| j.worker_token),
+        };
+        if token.is_some_and(|t| constant_time_eq(given.as_bytes(), t.as_bytes())) {
+            return Ok(());
+        }
+    }
+    let scoped = view
+        .jobs
+        .values()
+        .find(|j| constant_time_eq(given.as_bytes(), j.token.as_bytes()));
+    match scoped {
+        Some(j) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "this token belongs to job '{}' and only reads and reports for that job",
+                j.record.id
+            ),
+        )),
+        None => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid bearer token",
+        )),
+    }
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let message = inner.to_string();
+        if inner.is_syntax() || inner.is_eof() {
+            return ApiError::bad_request(format!("request body is not valid JSON: {message}"));
+        }
+        crate::error::serde_field_error(&path, &message)
+    })
+}
+
+impl From<Unavailable> for ApiError {
+    fn from(u: Unavailable) -> Self {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, u.to_string())
+    }
+}
+
+/// A job as a handler sees it: live (from the view) or ended (from the database).
+struct FoundJob {
+    spec: Arc<JobSpec>,
+    record: JobRecord,
+    target: Option<Target>,
+}
+
+async fn find_job(s: &Service, id: &str) -> Result<FoundJob, ApiError> {
+    if let Some(j) = s.view().jobs.get(id) {
+        return Ok(FoundJob {
+            spec: Arc::clone(&j.spec),
+            record: j.record.clone(),
+            target: j.target.clone(),
+        });
+    }
+    match s
+        .store
+        .job(id.to_string())
+        .await
+        .map_err(ApiError::internal)?
+    {
+        Some(StoredJob { spec, record, .. }) => Ok(FoundJob {
+            spec: Arc::new(spec),
+            record,
+            target: None,
+        }),
+        None => Err(ApiError::not_found(format!("no job '{id}'"))),
+    }
+}
+
+fn job_view(s: &Service, job: &FoundJob, handles: &BTreeMap<(String, u32), Handle>) -> JobView {
+    let handle = handles.get(&(job.record.id.clone(), job.record.attempt));
+    JobView::new(
+        &job.spec,
+        &job.record,
+        job.target.as_ref(),
+        handle,
+        log_path(&s.config.data_dir, &job.record.id),
+    )
+}
+
+async fn healthz(State(s): State<AppState>) -> Json<Value> {
+    Json(match s.storage_error() {
+        None => serde_json::json!({"status": "ok"}),
+        Some(why) => serde_json::json!({"status": "degraded", "storage_error": why}),
+    })
+}
+
+async fn prometheus(State(s): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.render(&s.view()),
+    )
+        .into_response()
+}
+
+async fn openapi_document() -> Json<Value> {
+    Json(openapi::document())
+}
+
+async fn cluster(State(s): State<AppState>) -> Json<ClusterView> {
+    let view = s.view();
+    let handles = s.executor.handles();
+    let mut per_node: BTreeMap<&str, BTreeMap<String, u32>> = BTreeMap::new();
+    let mut used = 0;
+    for j in view.ordered() {
+        if !j.record.status.holds_gpus() {
+            continue;
+        }
+        if let Some(shape) = j.record.shape() {
+            used += shape.gpus;
+            for share in &shape.shares {
+                *per_node
+                    .entry(share.node.as_str())
+                    .or_default()
+                    .entry(j.record.id.clone())
+                    .or_default() += share.gpus;
+            }
+        }
+    }
+    let totals: BTreeMap<&str, u32> = view
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.total_gpus))
+        .collect();
+    let nodes = view
+        .topology
+        .nodes
+        .iter()
+        .map(|n| NodeView {
+            name: n.name.clone(),
+            gpus: n.gpus,
+            total_gpus: totals.get(n.name.as_str()).copied().unwrap_or(n.gpus),
+            jobs: per_node.remove(n.name.as_str()).unwrap_or_default(),
+        })
+        .collect();
+    let (slots, gpus_detected) = match &*s.executor {
+        crate::executor::Executor::Local(l) => (l.slots.clone(), l.gpus_detected),
+        crate::executor::Executor::Slurm(_) => (Vec::new(), false),
+    };
+    let mut assigned = BTreeMap::new();
+    for ((id, _), h) in &handles {
+        for &slot in &h.slots {
+            assigned.insert(slot, id.clone());
+        }
+    }
+    let mut states: BTreeMap<String, usize> = BTreeMap::new();
+    for j in view.jobs.values() {
+        *states
+            .entry(j.record.status.name().to_string())
+            .or_default() += 1;
+    }
+    let last_decision = view.last_decision.as_ref().map(|d| DecisionView {
+        at: d.at_s,
+        trigger: d.trigger.to_string(),
+        capacity: d.capacity,
+        objective: d.objective,
+        jobs: d
+            .jobs
+            .iter()
+            .map(|dj| DecidedJobView {
+                id: dj.id.clone(),
+                state: dj.state,
+                gpus: dj.gpus,
+                batch_size: dj.batch_size,
+                nodes: match view.jobs.get(&dj.id).and_then(|j| j.target.as_ref()) {
+                    Some(Target::Run(shape)) => shape.shares.clone(),
+                    _ => Vec::new(),
+                },
+                predicted_samples_per_s: dj.predicted_samples_per_s,
+            })
+            .collect(),
+    });
+    let capacity = view.topology.total();
+    Json(ClusterView {
+        executor: s.executor.name().to_string(),
+        slots,
+        gpus_detected,
+        assigned,
+        capacity,
+        free: capacity.saturating_sub(used),
+        nodes,
+        policy: s.config.policy.name.to_string(),
+        policies: dlscale_core::allocator::REGISTRY
+            .iter()
+            .map(|p| PolicyView {
+                name: p.name.to_string(),
+                about: p.about.to_string(),
+            })
+            .collect(),
+        utility: s.config.settings.utility.to_string(),
+        admission: s.config.settings.admission.to_string(),
+        jobs: states,
+        last_decision,
+        storage_error: s.storage_error(),
+    })
+}
+
+/// Query of `GET /v1/jobs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobsQuery {
+    /// Every job, ended ones included, newest first (default: live jobs in arrival order).
+    #[serde(default)]
+    pub all: bool,
+    /// With `all`: at most this many (default 1000).
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    q.map(|Query(q)| q)
+        .map_err(|e| ApiError::bad_request(format!("invalid query: {}", e.body_text())))
+}
+
+async fn list_jobs(
+    State(s): State<AppState>,
+    q: Result<Query<JobsQuery>, QueryRejection>,
+) -> Result<Json<Vec<JobView>>, ApiError> {
+    let q = query(q)?;
+    let handles = s.executor.handles();
+    let jobs: Vec<FoundJob> = if q.all {
+        let view = s.view();
+        s.store
+            .jobs(false, q.limit.unwrap_or(1000))
+            .await
+            .map_err(ApiError::internal)?
+            .into_iter()
+            .map(|j| {
+                let target = view.jobs.get(&j.spec.id).and_then(|l| l.target.clone());
+                FoundJob {
+                    spec: Arc::new(j.spec),
+                    record: j.record,
+                    target,
+                }
+            })
+            .collect()
+    } else {
+        s.view()
+            .ordered()
+            .into_iter()
+            .map(|j| FoundJob {
+                spec: Arc::clone(&j.spec),
+                record: j.record.clone(),
+                target: j.target.clone(),
+            })
+            .collect()
+    };
+    Ok(Json(
+        jobs.iter().map(|j| job_view(&s, j, &handles)).collect(),
+    ))
+}
+
+/// Validates one submission into what the driver is handed: its spec checked against this
+/// machine (workdir, program), the stored profile it names, and this server's cluster and
+/// policy (it must be able to run some day).
+async fn accept(s: &Service, spec: JobSpec) -> Result<Received, ApiError> {
+    spec.check_runnable()?;
+    let profile_model = match &spec.profile {
+        Some(name) if !spec.entry.contains_key("model") => {
+            let profiles = s.store.profiles().await.map_err(ApiError::internal)?;
+            let found = profiles.into_iter().find(|p| &p.name == name);
+            Some(
+                found
+                    .ok_or_else(|| {
+                        ApiError::field(
+                            "profile",
+                            format!("field 'profile': unknown profile '{name}'"),
+                        )
+                    })?
+                    .model,
+            )
+        }
+        _ => None,
+    };
+    let job = spec.build_job(profile_model.as_ref())?;
+    // Against every GPU of the cluster (those other jobs hold now may free up later).
+    let view = s.view();
+    let full = Topology {
+        nodes: view
+            .nodes
+            .iter()
+            .map(|n| Node {
+                name: n.name.clone(),
+                gpus: n.total_gpus,
+            })
+            .collect(),
+    };
+    if s.config
+        .autoscaler()
+        .runnable_counts(&job, &full)
+        .is_empty()
+    {
+        let field = if job.gpus.min > full.total() {
+            "min_gpus"
+        } else if s.config.policy.name == dlscale_core::allocator::ELASTIC_BATCH.name {
+            "min_batch"
+        } else {
+            "gpus"
+        };
+        return Err(ApiError::field(
+            field,
+            format!(
+                "field '{field}': policy {} cannot run the job on this server's {} GPUs on {} node(s) \
+                 (min_gpus {}, gpus {}, min_batch {}, batch_size {}, max_local_batch {}; a job on several \
+                 nodes needs the same GPUs on each)",
+                s.config.policy,
+                full.total(),
+                full.nodes.len(),
+                job.gpus.min,
+                job.requested.gpus,
+                job.batch.min,
+                job.requested.batch,
+                job.max_local_batch
+            ),
+        ));
+    }
+    Ok(Received {
+        spec,
+        profile_model,
+    })
+}
+
+/// Names the job of a multi-job submission in an error.
+fn in_job(k: usize, e: ApiError) -> ApiError {
+    let field = e.field.as_ref().map(|f| format!("[{k}].{f}"));
+    ApiError {
+        message: format!("job {k}: {}", e.message),
+        field,
+        ..e
+    }
+}
+
+async fn submit(State(s): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let value: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
+    let (values, many) = match value {
+        Value::Array(items) => (items, true),
+        other => (vec![other], false),
+    };
+    if values.is_empty() || values.len() > MAX_JOBS_PER_SUBMISSION {
+        return Err(ApiError::bad_request(format!(
+            "a submission carries 1 to {MAX_JOBS_PER_SUBMISSION} jobs, got {}",
+            values.len()
+        )));
+    }
+    let mut received = Vec::with_capacity(values.len());
+    let mut tokens = BTreeMap::new();
+    for (k, value) in values.into_iter().enumerate() {
+        let named = |e| if many { in_job(k, e) } else { e };
+        let spec = JobSpec::from_value(value).map_err(named)?;
+        if tokens.contains_key(&spec.id) {
+            return Err(named(ApiError::field(
+                "id",
+                format!("field 'id': '{}' appears twice in this submission", spec.id),
+            )));
+        }
+        let r = accept(&s, spec).await.map_err(named)?;
+        let token = random_hex(24).map_err(ApiError::internal)?;
+        tokens.insert(r.spec.id.clone(), token);
+        received.push(r);
+    }
+    let ids: Vec<String> = received.iter().map(|r| r.spec.id.clone()).collect();
+    let inputs = received
+        .into_iter()
+        .map(|r| Input::Submit { job: Box::new(r) })
+        .collect();
+    let refusals = s.request(inputs, Vec::new(), tokens).await?;
+    if let Some((k, refusal)) = refusals
+        .iter()
+        .enumerate()
+        .find_map(|(k, r)| r.as_ref().map(|r| (k, r)))
+    {
+        let e = match refusal {
+            Refusal::Duplicate => ApiError::conflict(format!(
+                "field 'id': job '{}' already exists and has not ended",
+                ids[k]
+            ))
+            .with_field("id"),
+            other => ApiError::conflict(other.to_string()),
+        };
+        // The jobs before it in the submission were accepted; say so.
+        let e = if many {
+            let accepted = &ids[..k];
+            let mut e = in_job(k, e);
+            if !accepted.is_empty() {
+                e.message = format!(
+                    "{} (accepted before it: {})",
+                    e.message,
+                    accepted.join(", ")
+                );
+            }
+            e
+        } else {
+            e
+        };
+        return Err(e);
+    }
+    let handles = s.executor.handles();
+    let mut views = Vec::with_capacity(ids.len());
+    for id in &ids {
+        views.push(job_view(&s, &find_job(&s, id).await?, &handles));
+    }
+    let body = if many {
+        serde_json::to_value(views)
+    } else {
+        serde_json::to_value(&views[0])
+    }
+    .map_err(ApiError::internal)?;
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+async fn get_job(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    let job = find_job(&s, &id).await?;
+    let mut view = job_view(&s, &job, &s.executor.handles());
+    view.events = s
+        .store
+        .events(job.record.seq, 100)
+        .await
+        .map_err(ApiError::internal)?
+        .iter()
+        .map(EventView::from)
+        .collect();
+    Ok(Json(view))
+}
+
+async fn cancel(State(s): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let refusals = s
+        .request(
+            vec![Input::Cancel { id: id.clone() }],
+            Vec::new(),
+            BTreeMap::new(),
+        )
+        .await?;
+    match refusals.into_iter().next().flatten() {
+        None => {}
+        Some(Refusal::UnknownJob) => return Err(ApiError::not_found(format!("no job '{id}'"))),
+        Some(other) => return Err(ApiError::conflict(format!("job '{id}': {other}"))),
+    }
+    let job = find_job(&s, &id).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(job_view(&s, &job, &s.executor.handles())),
+    )
+        .into_response())
+}
+
+/// Query of `GET /v1/jobs/{id}/logs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogsQuery {
+    /// The last this many bytes (default 65536), unless `from` is given.
+    #[serde(default)]
+    pub tail_bytes: Option<u64>,
+    /// From this byte offset (what the last answer's `X-Log-Offset` said), at most 1 MiB.
+    #[serde(default)]
+    pub from: Option<u64>,
+}
+
+/// The header of a log answer: the offset just past the bytes it carries.
+pub const LOG_OFFSET_HEADER: &str = "x-log-offset";
+
+async fn logs(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    q: Result<Query<LogsQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let q = query(q)?;
+    find_job(&s, &id).await?;
+    let path = log_path(&s.config.data_dir, &id);
+    let (text, end) = match tokio::fs::File::open(&path).await {
+        Ok(mut f) => {
+            let len = f.metadata().await.map_err(ApiError::internal)?.len();
+            let (start, most) = match q.from {
+                Some(from) => (from.min(len), MAX_BODY as u64),
+                None => (len.saturating_sub(q.tail_bytes.unwrap_or(65536)), u64::MAX),
+            };
+            f.seek(std::io::SeekFrom::Start(start))
+                .await
+                .map_err(ApiError::internal)?;
+            let mut buf = Vec::new();
+            f.take(most)
+                .read_to_end(&mut buf)
+                .await
+                .map_err(ApiError::internal)?;
+            let end = start + buf.len() as u64;
+            (String::from_utf8_lossy(&buf).into_owned(), end)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), 0),
+        Err(e) => return Err(ApiError::internal(e)),
+    };
+    let mut response =
+        ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response();
+    if let Ok(v) = HeaderValue::from_str(&end.to_string()) {
+        response.headers_mut().insert(LOG_OFFSET_HEADER, v);
+    }
+    Ok(response)
+}
+
+async fn allocations(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<AllocationView>>, ApiError> {
+    let job = find_job(&s, &id).await?;
+    let events = s
+        .store
+        .events(job.record.seq, u32::MAX)
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(Json(events.iter().filter_map(AllocationView::of).collect()))
+}
+
+/// Checks a metrics report's values, naming the field at fault.
+pub fn validate_report(m: &MetricsReport) -> Result<(), ApiError> {
+    if !(m.samples_per_s.is_finite() && m.samples_per_s >= 0.0) {
+        return Err(ApiError::field(
+            "samples_per_s",
+            "field 'samples_per_s' must be a finite number ≥ 0",
+        ));
+    }
+    for (name, v) in [("batch_size", m.batch_size), ("world_size", m.world_size)] {
+        if v == 0 {
+            return Err(ApiError::field(name, format!("field '{name}' must be ≥ 1")));
+        }
+    }
+    // Stored as JSON numbers that SQLite and JavaScript read back exactly.
+    for (name, v) in [("step", m.step), ("samples_seen", m.samples_seen)] {
+        if v > (1 << 53) {
+            return Err(ApiError::field(
+                name,
+                format!("field '{name}' must be at most 2^53"),
+            ));
+        }
+    }
+    if m.loss.is_some_and(|l| !l.is_finite()) {
+        return Err(ApiError::field(
+            "loss",
+            "field 'loss' must be a finite number or null",
+        ));
+    }
+    if let Some(g) = &m.grad {
+        for (name, v) in [("grad.grad_sqr", g.grad_sqr), ("grad.grad_var", g.grad_var)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(ApiError::field(
+                    name,
+                    format!("field '{name}' must be a finite number ≥ 0"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The answer to a report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportAnswer {
+    /// Whether it changed the job's progress (a report of a launch that is no longer the
+    /// job's current one is ignored).
+    pub accepted: bool,
+    /// Why not, when not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+async fn report_metrics(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let report: MetricsReport = parse_json(&body)?;
+    validate_report(&report)?;
+    s.metrics.reports.inc();
+    let refusals = s
+        .request(
+            vec![Input::Metrics {
+                id: id.clone(),
+                report,
+            }],
+            Vec::new(),
+            BTreeMap::new(),
+        )
+        .await?;
+    let answer = match refusals.into_iter().next().flatten() {
+        None => ReportAnswer {
+            accepted: true,
+            reason: None,
+        },
+        Some(Refusal::UnknownJob) => return Err(ApiError::not_found(format!("no job '{id}'"))),
+        Some(r @ Refusal::Ended { .. }) => {
+            return Err(ApiError::conflict(format!(
+                "job '{id}': {r}; report ignored"
+            )))
+        }
+        Some(other) => ReportAnswer {
+            accepted: false,
+            reason: Some(other.to_string()),
+        },
+    };
+    Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
+}
+
+/// A worker's report that training completed (`POST /v1/jobs/{id}/complete`, sent by the worker
+/// library's `job.finish()`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionReport {
+    /// The launch that completed (`DLSCALE_ATTEMPT`).
+    pub attempt: u32,
+    /// Final global step.
+    pub step: u64,
+    /// Samples seen in all.
+    pub samples_seen: u64,
+}
+
+async fn report_completion(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let c: CompletionReport = parse_json(&body)?;
+    let refusals = s
+        .request(
+            vec![Input::Completed {
+                id: id.clone(),
+                attempt: c.attempt,
+                step: c.step,
+                samples_seen: c.samples_seen,
+            }],
+            Vec::new(),
+            BTreeMap::new(),
+        )
+        .await?;
+    match refusals.into_iter().next().flatten() {
+        None => Ok((
+            StatusCode::ACCEPTED,
+            Json(ReportAnswer {
+                accepted: true,
+                reason: None,
+            }),
+        )
+            .into_response()),
+        Some(Refusal::UnknownJob) => Err(ApiError::not_found(format!("no job '{id}'"))),
+        Some(Refusal::NotCurrent { attempt }) => Err(ApiError::conflict(format!(
+            "job '{id}' is at launch {attempt}; a completion of launch {} is ignored",
+            c.attempt
+        ))
+        .with_field("attempt")),
+        Some(other) => Err(ApiError::conflict(format!("job '{id}': {other}"))),
+    }
+}
+
+async fn list_profiles(State(s): State<AppState>) -> Result<Json<Vec<Profile>>, ApiError> {
+    Ok(Json(s.store.profiles().await.map_err(ApiError::internal)?))
+}
+
+/// A profile as submitted to `PUT /v1/profiles/{name}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileUpload {
+    /// The model.
+    pub model: dlscale_core::throughput::AnalyticModel,
+    /// Its fit quality, if known.
+    #[serde(default)]
+    pub quality: Option<dlscale_core::throughput::FitQuality>,
+}
+
+async fn put_profile(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<Profile>, ApiError> {
+    validate_id("name", &name)?;
+    let upload: ProfileUpload = parse_json(&body)?;
+    upload.model.validate(&name).map_err(|e| match e {
+        dlscale_core::CoreError::InvalidJob { field, reason, .. } => {
+            ApiError::field(field.clone(), format!("field '{field}': {reason}"))
+        }
+        other => ApiError::field("model", other.to_string()),
+    })?;
+    let profile = Profile {
+        name: name.clone(),
+        model: upload.model,
+        quality: upload.quality,
+        source: "profile".into(),
+        updated_at: now(),
+    };
+    s.request(
+        vec![Input::ProfileUpdated {
+            name,
+            model: profile.model,
+        }],
+        vec![profile.clone()],
+        BTreeMap::new(),
+    )
+    .await?;
+    Ok(Json(profile))
+}

@@ -1,0 +1,234 @@
+//! The OpenAPI 3.0 description of the API, served at `GET /v1/openapi.json`: its paths are
+//! [`ROUTES`] (the table the router is built from), its security follows each route's
+//! [`Access`], and a test checks that each schema lists exactly the fields its type serialises.
+
+use serde_json::{json, Map, Value};
+
+use super::{Access, Route, Verb, ROUTES};
+
+fn schema_ref(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+fn json_content(schema: Value) -> Value {
+    json!({"application/json": {"schema": schema}})
+}
+
+fn ok(description: &str, schema: Value) -> Value {
+    json!({"description": description, "content": json_content(schema)})
+}
+
+fn error(description: &str) -> Value {
+    ok(description, schema_ref("Error"))
+}
+
+fn array_of(name: &str) -> Value {
+    json!({"type": "array", "items": schema_ref(name)})
+}
+
+fn path_param(name: &str) -> Value {
+    json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}})
+}
+
+fn query_param(name: &str, schema: Value, description: &str) -> Value {
+    json!({"name": name, "in": "query", "required": false, "schema": schema, "description": description})
+}
+
+/// Parameters, request body and responses of one route.
+fn details(route: &Route) -> Value {
+    let id = path_param("id");
+    match (route.verb, route.path) {
+        (Verb::Get, "/healthz") => json!({"responses": {"200": ok("alive",
+            json!({"type": "object", "properties": {"status": {"type": "string", "enum": ["ok", "degraded"]},
+                "storage_error": {"type": "string"}}}))}}),
+        (Verb::Get, "/metrics") => json!({"responses": {"200": {"description": "OpenMetrics text",
+            "content": {"application/openmetrics-text": {"schema": {"type": "string"}}}}}}),
+        (Verb::Get, "/v1/openapi.json") => {
+            json!({"responses": {"200": ok("OpenAPI 3 document", json!({"type": "object"}))}})
+        }
+        (Verb::Get, "/v1/cluster") => {
+            json!({"responses": {"200": ok("cluster", schema_ref("Cluster"))}})
+        }
+        (Verb::Get, "/v1/jobs") => json!({
+            "parameters": [
+                query_param("all", json!({"type": "boolean", "default": false}), "every job, ended ones included, newest first"),
+                query_param("limit", json!({"type": "integer", "minimum": 0, "default": 1000}), "with all: at most this many")],
+            "responses": {"200": ok("jobs", array_of("Job")), "400": error("invalid query")}}),
+        (Verb::Post, "/v1/jobs") => json!({
+            "requestBody": {"required": true, "content": json_content(json!({"oneOf": [
+                schema_ref("JobSubmission"), array_of("JobSubmission")]}))},
+            "responses": {
+                "201": ok("accepted: the job, or the jobs of an array", json!({"oneOf": [schema_ref("Job"), array_of("Job")]})),
+                "400": error("invalid submission; `field` names the field (`[k].field` in an array)"),
+                "409": error("a live job with this id exists"),
+                "413": {"description": "body larger than 1 MiB"},
+                "503": error("the database cannot be written now")}}),
+        (Verb::Get, "/v1/jobs/{id}") => json!({"parameters": [id],
+            "responses": {"200": ok("job", schema_ref("Job")), "404": error("unknown job")}}),
+        (Verb::Delete, "/v1/jobs/{id}") => json!({"parameters": [id],
+            "responses": {"202": ok("cancelling or cancelled", schema_ref("Job")),
+                "404": error("unknown job"), "409": error("the job already ended"),
+                "503": error("the database cannot be written now")}}),
+        (Verb::Get, "/v1/jobs/{id}/logs") => json!({"parameters": [id,
+                query_param("tail_bytes", json!({"type": "integer", "minimum": 0, "default": 65536}), "the last this many bytes"),
+                query_param("from", json!({"type": "integer", "minimum": 0}), "from this byte offset (at most 1 MiB)")],
+            "responses": {"200": {"description": "log text; header X-Log-Offset: the offset after it",
+                "headers": {"X-Log-Offset": {"schema": {"type": "integer"}}},
+                "content": {"text/plain": {"schema": {"type": "string"}}}},
+                "404": error("unknown job")}}),
+        (Verb::Get, "/v1/jobs/{id}/allocations") => json!({"parameters": [id],
+            "responses": {"200": ok("one per launch", array_of("Allocation")), "404": error("unknown job")}}),
+        (Verb::Post, "/v1/jobs/{id}/metrics") => json!({"parameters": [id],
+            "requestBody": {"required": true, "content": json_content(schema_ref("MetricsReport"))},
+            "responses": {"202": ok("recorded (accepted: false for a report of an older launch)", schema_ref("ReportAnswer")),
+                "400": error("invalid report"), "404": error("unknown job"), "409": error("the job has ended"),
+                "503": error("the database cannot be written now")}}),
+        (Verb::Post, "/v1/jobs/{id}/complete") => json!({"parameters": [id],
+            "requestBody": {"required": true, "content": json_content(schema_ref("CompletionReport"))},
+            "responses": {"202": ok("recorded", schema_ref("ReportAnswer")), "400": error("invalid report"),
+                "404": error("unknown job"), "409": error("the job is not running that launch"),
+                "503": error("the database cannot be written now")}}),
+        (Verb::Get, "/v1/profiles") => {
+            json!({"responses": {"200": ok("profiles", array_of("Profile"))}})
+        }
+        (Verb::Put, "/v1/profiles/{name}") => json!({"parameters": [path_param("name")],
+            "requestBody": {"required": true, "content": json_content(schema_ref("ProfileUpload"))},
+            "responses": {"200": ok("stored", schema_ref("Profile")), "400": error("invalid model"),
+                "503": error("the database cannot be written now")}}),
+        _ => json!({"responses": {}}),
+    }
+}
+
+fn operation(route: &Route) -> Value {
+    let mut op = details(route);
+    op["summary"] = json!(route.summary);
+    let who = match route.access {
+        Access::Open => None,
+        Access::Metrics => {
+            Some("the admin token, unless the client is one `metrics_without_token` admits")
+        }
+        Access::Admin => Some("the admin token"),
+        Access::Job => Some("the admin token or the job's own token (its workers' DLSCALE_TOKEN)"),
+    };
+    if let Some(who) = who {
+        op["security"] = json!([{"bearer": []}]);
+        op["description"] = json!(format!("Needs {who}."));
+        op["responses"]["401"] = error("missing or wrong bearer token");
+        if route.access == Access::Admin {
+            op["responses"]["403"] = error("a job's token, which only serves that job");
+        }
+    }
+    op
+}
+
+fn object(required: &[&str], properties: Value) -> Value {
+    json!({"type": "object", "required": required, "properties": properties})
+}
+
+fn nullable(mut schema: Value) -> Value {
+    schema["nullable"] = json!(true);
+    schema
+}
+
+/// Every schema, by name.
+pub fn schemas() -> Value {
+    let int = json!({"type": "integer", "minimum": 0});
+    let num = json!({"type": "number"});
+    let string = json!({"type": "string"});
+    let ints = json!({"type": "array", "items": {"type": "integer"}});
+    let shares = array_of("Share");
+    let states = json!({"type": "string", "enum": dlscale_autoscaler::Status::ALL.iter().map(|s| s.name()).collect::<Vec<_>>()});
+    json!({
+        "Error": object(&["error"], json!({"error": string, "field": {"type": "string", "description": "the request field at fault"}})),
+        "AnalyticModel": object(&["compute_base_s", "compute_per_sample_s"], json!({
+            "compute_base_s": {"type": "number", "minimum": 0}, "compute_per_sample_s": {"type": "number", "minimum": 0},
+            "sync_intra_base_s": {"type": "number", "minimum": 0}, "sync_intra_per_gpu_s": {"type": "number", "minimum": 0},
+            "sync_inter_base_s": {"type": "number", "minimum": 0}, "sync_inter_per_gpu_s": {"type": "number", "minimum": 0},
+            "max_local_batch": nullable(json!({"type": "integer", "minimum": 1}))})),
+        "FitQuality": {"type": "object", "description": "how well a fitted model matches its measurements"},
+        "JobSubmission": {"type": "object", "required": ["id", "min_batch", "max_batch", "command", "workdir"],
+            "description": "The fields of a job-file entry plus how to run the job. Without `model` the job uses `profile`, or a model learned from its own metrics.",
+            "properties": {
+                "id": {"type": "string", "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$"},
+                "model": {"oneOf": [{"type": "string", "description": "bundled profile name"}, schema_ref("AnalyticModel")]},
+                "profile": {"type": "string", "description": "stored profile to use when `model` is absent"},
+                "min_batch": {"type": "integer", "minimum": 1}, "max_batch": {"type": "integer", "minimum": 1},
+                "max_local_batch": {"type": "integer", "minimum": 1}, "min_gpus": {"type": "integer", "minimum": 1, "default": 1},
+                "max_gpus": {"type": "integer", "minimum": 1}, "powers_of_two": {"type": "boolean", "default": false},
+                "batch_size": {"type": "integer"}, "gpus": {"type": "integer"},
+                "work_samples": num, "epochs": num, "dataset_samples": num,
+                "weight": {"type": "number", "default": 1}, "epoch": {"type": "integer", "default": 0},
+                "attained_gpu_s": {"type": "number", "minimum": 0, "default": 0},
+                "command": {"type": "array", "minItems": 1, "items": string},
+                "workdir": {"type": "string", "description": "absolute directory"},
+                "launcher": {"type": "string", "enum": ["torchrun", "plain", "srun"], "default": "torchrun"},
+                "env": {"type": "object", "additionalProperties": string},
+                "max_retries": int}},
+        "Event": object(&["at", "kind", "detail"], json!({"at": num, "kind": string, "detail": string})),
+        "Share": object(&["node", "gpus"], json!({"node": string, "gpus": int})),
+        "Job": object(&["id", "state"], json!({
+            "id": string, "state": states, "model": string, "launcher": string,
+            "gpus": int, "slots": ints, "nodes": shares, "slurm_job_id": nullable(int.clone()),
+            "batch_size": int, "local_batch_size": int, "restarts": int, "failures": int, "attempt": int,
+            "step": nullable(int.clone()), "samples_seen": nullable(int.clone()),
+            "loss": nullable(num.clone()), "samples_per_s": nullable(num.clone()),
+            "exit_code": nullable(json!({"type": "integer"})), "message": string,
+            "waiting": nullable(string.clone()), "pgid": nullable(json!({"type": "integer"})),
+            "submitted_at": num, "started_at": nullable(num.clone()), "finished_at": nullable(num.clone()),
+            "log": string, "command": {"type": "array", "items": string},
+            "events": array_of("Event")})),
+        "Allocation": object(&["attempt", "gpus"], json!({"attempt": int, "at": num, "gpus": int,
+            "batch_size": int, "local_batch_size": int, "nodes": shares})),
+        "Node": object(&["name", "gpus"], json!({"name": string, "gpus": int, "total_gpus": int,
+            "jobs": {"type": "object", "additionalProperties": {"type": "integer"}}})),
+        "DecidedJob": object(&["id", "state"], json!({"id": string,
+            "state": {"type": "string", "enum": ["running", "queued", "dropped"]},
+            "gpus": int, "batch_size": int, "nodes": shares, "predicted_samples_per_s": num})),
+        "Decision": object(&["at", "trigger"], json!({"at": num, "trigger": string, "capacity": int,
+            "objective": num, "jobs": array_of("DecidedJob")})),
+        "Policy": object(&["name", "about"], json!({"name": string, "about": string})),
+        "Cluster": object(&["executor", "capacity"], json!({
+            "executor": {"type": "string", "enum": ["local", "slurm"]},
+            "slots": ints, "gpus_detected": {"type": "boolean"},
+            "assigned": {"type": "object", "additionalProperties": string},
+            "capacity": int, "free": int, "nodes": array_of("Node"),
+            "policy": string, "policies": array_of("Policy"), "utility": string, "admission": string,
+            "jobs": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "last_decision": nullable(schema_ref("Decision")),
+            "storage_error": nullable(string.clone())})),
+        "GradNoise": object(&["grad_sqr", "grad_var"], json!({"grad_sqr": {"type": "number", "minimum": 0},
+            "grad_var": {"type": "number", "minimum": 0}})),
+        "MetricsReport": object(&["step", "samples_per_s", "batch_size", "world_size", "samples_seen"], json!({
+            "step": int, "samples_per_s": {"type": "number", "minimum": 0},
+            "batch_size": {"type": "integer", "minimum": 1}, "world_size": {"type": "integer", "minimum": 1},
+            "loss": nullable(num.clone()), "samples_seen": int,
+            "attempt": {"type": "integer", "minimum": 0, "description": "the launch the report comes from (DLSCALE_ATTEMPT)"},
+            "grad": nullable(schema_ref("GradNoise"))})),
+        "CompletionReport": object(&["attempt", "step", "samples_seen"], json!({
+            "attempt": int, "step": int, "samples_seen": int})),
+        "ReportAnswer": object(&["accepted"], json!({"accepted": {"type": "boolean"}, "reason": string})),
+        "ProfileUpload": object(&["model"], json!({"model": schema_ref("AnalyticModel"),
+            "quality": nullable(schema_ref("FitQuality"))})),
+        "Profile": object(&["name", "model"], json!({"name": string, "model": schema_ref("AnalyticModel"),
+            "quality": nullable(schema_ref("FitQuality")), "source": string, "updated_at": num}))
+    })
+}
+
+/// The OpenAPI document.
+pub fn document() -> Value {
+    let mut paths = Map::new();
+    for route in ROUTES {
+        let entry = paths
+            .entry(route.path.to_string())
+            .or_insert_with(|| json!({}));
+        entry[route.verb.name()] = operation(route);
+    }
+    json!({
+        "openapi": "3.0.3",
+        "info": {"title": "dlscale", "version": env!("CARGO_PKG_VERSION"),
+                 "description": "Elastic autoscaler for deep-learning training jobs. Every /v1 route needs `Authorization: Bearer <token>`."},
+        "paths": paths,
+        "components": {"schemas": schemas(),
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}
+    })
+}

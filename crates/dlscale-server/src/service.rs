@@ -1,0 +1,666 @@
+//! The service around the autoscaler: one driver task owns the [`Autoscaler`]; everything else
+//! talks to it through a channel of inputs.
+//!
+//! For each batch of inputs (group commit: whatever is queued is handled together) the driver
+//! steps the autoscaler, writes the batch — inputs, changed records, intents, events — in one
+//! transaction ([`Store::commit`]), publishes the new [`View`] that API reads answer from,
+//! replies to the requests of the batch, and only then hands the actions to the executor, each in
+//! a task of its own whose answer comes back through the channel. No lock is held across a
+//! command or an fsync: the autoscaler belongs to the driver alone, and readers see the last
+//! published view.
+//!
+//! When the database cannot be written (disk full, read-only), the driver keeps the batch and
+//! retries it until it goes through; meanwhile state-changing requests are refused with 503 and
+//! reads answer from the last view. Running jobs keep running; what their launches report waits
+//! in the channel.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use dlscale_autoscaler::{
+    Action, Autoscaler, DecisionRecord, Event, Input, JobRecord, ModelSource, Refusal, Step, Target,
+};
+use dlscale_core::placement::Topology;
+use dlscale_core::throughput::AnalyticModel;
+use dlscale_core::Job;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::config::ServerConfig;
+use crate::executor::{Capacity, Executor, LaunchJob, NodeInfo};
+use crate::fault;
+use crate::metrics::Metrics;
+use crate::spec::JobSpec;
+use crate::store::{now, Batch, NewJob, Profile, Received, RecordedInput, Store, WriteError};
+
+/// A live job as API reads see it.
+#[derive(Debug, Clone)]
+pub struct LiveJob {
+    /// Its submission.
+    pub spec: Arc<JobSpec>,
+    /// Its workers' token.
+    pub token: String,
+    /// The autoscaler's record.
+    pub record: JobRecord,
+    /// The plan's target for it.
+    pub target: Option<Target>,
+    /// Name of its model (a bundled profile, `analytic`, or `learned`).
+    pub model_name: String,
+}
+
+/// The state API reads answer from: what the last committed batch left.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    /// Live jobs by id.
+    pub jobs: BTreeMap<String, Arc<LiveJob>>,
+    /// The last decision.
+    pub last_decision: Option<DecisionRecord>,
+    /// The usable GPUs.
+    pub topology: Topology,
+    /// What the executor knows of the nodes.
+    pub nodes: Vec<NodeInfo>,
+    /// When the view was committed.
+    pub at_s: f64,
+    /// Batches committed since the start.
+    pub batches: u64,
+}
+
+impl View {
+    /// Live jobs in arrival order.
+    pub fn ordered(&self) -> Vec<&Arc<LiveJob>> {
+        let mut jobs: Vec<&Arc<LiveJob>> = self.jobs.values().collect();
+        jobs.sort_by_key(|j| j.record.seq);
+        jobs
+    }
+
+    /// The launches that hold GPUs: what an observation is asked about.
+    pub fn launches(&self) -> Vec<(String, u32)> {
+        self.ordered()
+            .iter()
+            .filter(|j| j.record.status.holds_gpus())
+            .map(|j| (j.record.id.clone(), j.record.attempt))
+            .collect()
+    }
+}
+
+/// Why a request was not carried out.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Unavailable {
+    /// The database cannot be written; the request is kept and applied when it can.
+    #[error("the database cannot be written ({0}); the request is kept and applied when it can")]
+    Storage(String),
+    /// The driver is gone (the server is stopping).
+    #[error("the server is stopping")]
+    Stopping,
+}
+
+/// One request to the driver.
+#[derive(Debug)]
+struct Request {
+    inputs: Vec<RecordedInput>,
+    profiles: Vec<Profile>,
+    /// Worker tokens of the jobs it submits, by id.
+    tokens: BTreeMap<String, String>,
+    reply: Option<oneshot::Sender<Vec<Option<Refusal>>>>,
+}
+
+/// The service: shared by API handlers, pollers and the driver.
+#[derive(Debug)]
+pub struct Service {
+    /// The configuration.
+    pub config: ServerConfig,
+    /// The database.
+    pub store: Store,
+    /// Where launches run.
+    pub executor: Arc<Executor>,
+    /// The metrics registry.
+    pub metrics: Metrics,
+    admin_token: String,
+    requests: mpsc::UnboundedSender<Request>,
+    view: watch::Receiver<Arc<View>>,
+    /// Why the database cannot be written, while it cannot.
+    storage_error: Mutex<Option<String>>,
+}
+
+/// Replies older than this come back as [`Unavailable::Storage`] (the request stays queued).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Service {
+    /// The admin token.
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    /// The last committed view.
+    pub fn view(&self) -> Arc<View> {
+        self.view.borrow().clone()
+    }
+
+    /// A receiver of new views (for live updates).
+    pub fn watch(&self) -> watch::Receiver<Arc<View>> {
+        self.view.clone()
+    }
+
+    /// Why the database cannot be written, while it cannot.
+    pub fn storage_error(&self) -> Option<String> {
+        self.storage_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Hands `inputs` (with `profiles` to store and the worker `tokens` of the jobs it submits,
+    /// by id) to the driver and waits until they are committed; the refusal of each input.
+    /// Refused at once while the database cannot be written.
+    pub async fn request(
+        &self,
+        inputs: Vec<RecordedInput>,
+        profiles: Vec<Profile>,
+        tokens: BTreeMap<String, String>,
+    ) -> Result<Vec<Option<Refusal>>, Unavailable> {
+        if let Some(why) = self.storage_error() {
+            return Err(Unavailable::Storage(why));
+        }
+        let (tx, rx) = oneshot::channel();
+        self.requests
+            .send(Request {
+                inputs,
+                profiles,
+                tokens,
+                reply: Some(tx),
+            })
+            .map_err(|_| Unavailable::Stopping)?;
+        match tokio::time::timeout(REPLY_TIMEOUT, rx).await {
+            Ok(Ok(refusals)) => Ok(refusals),
+            Ok(Err(_)) => Err(Unavailable::Stopping),
+            Err(_) => Err(Unavailable::Storage(
+                self.storage_error()
+                    .unwrap_or_else(|| "the commit did not finish in time".to_string()),
+            )),
+        }
+    }
+
+    /// Hands inputs to the driver without waiting (executor reports).
+    pub fn tell(&self, inputs: Vec<RecordedInput>) {
+        if !inputs.is_empty() {
+            let _ = self.requests.send(Request {
+                inputs,
+                profiles: Vec::new(),
+                tokens: BTreeMap::new(),
+                reply: None,
+            });
+        }
+    }
+}
+
+/// Everything the driver owns.
+struct Driver {
+    service: Arc<Service>,
+    autoscaler: Autoscaler,
+    requests: mpsc::UnboundedReceiver<Request>,
+    view: View,
+    publish: watch::Sender<Arc<View>>,
+    batch: u64,
+    last_s: f64,
+}
+
+/// Starts the service: restores the autoscaler from `store`, and spawns the driver and the
+/// executor's pollers. `reports` receives what `executor` reports later (it was built with the
+/// sending half of [`report_channel`]).
+pub async fn start(
+    config: ServerConfig,
+    admin_token: String,
+    store: Store,
+    executor: Arc<Executor>,
+    mut reports: mpsc::UnboundedReceiver<Vec<RecordedInput>>,
+) -> Result<Arc<Service>> {
+    let capacity = executor
+        .capacity()
+        .await
+        .with_context(|| format!("cannot read the cluster ({} executor)", executor.name()))?;
+    let (stored, next_seq) = store.live_jobs().await?;
+    let at = now();
+    let mut described = config.describe();
+    described["topology"] = serde_json::to_value(&capacity.topology)?;
+    let batch = store
+        .record_start(at, described)
+        .await
+        .context("cannot write the database")?;
+    let mut jobs = Vec::new();
+    let mut live = BTreeMap::new();
+    let profiles: BTreeMap<String, AnalyticModel> = store
+        .profiles()
+        .await?
+        .into_iter()
+        .map(|p| (p.name, p.model))
+        .collect();
+    for s in stored {
+        let job = match restored_job(&s.spec, &s.record, &profiles) {
+            Ok(job) => job,
+            Err(e) => {
+                tracing::error!(
+                    "job {}: its stored submission no longer validates ({}); it is left out",
+                    s.spec.id,
+                    e.message
+                );
+                continue;
+            }
+        };
+        live.insert(
+            s.spec.id.clone(),
+            (Arc::new(s.spec), s.worker_token, job.model_name.clone()),
+        );
+        jobs.push((s.record, job));
+    }
+    let autoscaler = Autoscaler::restore(
+        config.autoscaler(),
+        capacity.topology.clone(),
+        jobs,
+        next_seq,
+        at,
+    );
+    let mut view = View {
+        topology: capacity.topology.clone(),
+        nodes: capacity.nodes.clone(),
+        at_s: at,
+        ..View::default()
+    };
+    for r in autoscaler.live() {
+        if let Some((spec, token, model_name)) = live.remove(&r.id) {
+            view.jobs.insert(
+                r.id.clone(),
+                Arc::new(LiveJob {
+                    spec,
+                    token,
+                    record: r.clone(),
+                    target: None,
+                    model_name,
+                }),
+            );
+        }
+    }
+    let (requests_tx, requests_rx) = mpsc::unbounded_channel();
+    let (publish, view_rx) = watch::channel(Arc::new(view.clone()));
+    let service = Arc::new(Service {
+        config,
+        store,
+        executor,
+        metrics: Metrics::default(),
+        admin_token,
+        requests: requests_tx,
+        view: view_rx,
+        storage_error: Mutex::new(None),
+    });
+    // Executor reports go into the driver's channel.
+    let s = Arc::clone(&service);
+    tokio::spawn(async move {
+        while let Some(inputs) = reports.recv().await {
+            s.tell(inputs);
+        }
+    });
+    service.tell(vec![Input::Restarted, Input::Capacity(capacity.topology)]);
+    let driver = Driver {
+        service: Arc::clone(&service),
+        autoscaler,
+        requests: requests_rx,
+        view,
+        publish,
+        // The number of the last batch written: the first of this start is `batch`.
+        batch: batch - 1,
+        last_s: at,
+    };
+    tokio::spawn(driver.run());
+    spawn_pollers(Arc::clone(&service));
+    Ok(service)
+}
+
+/// A channel for an executor's later reports, to hand to [`start`].
+pub type ReportChannel = (
+    mpsc::UnboundedSender<Vec<RecordedInput>>,
+    mpsc::UnboundedReceiver<Vec<RecordedInput>>,
+);
+
+/// A new channel for executor reports.
+pub fn report_channel() -> ReportChannel {
+    mpsc::unbounded_channel()
+}
+
+/// The observation and capacity pollers: level-triggered snapshots of the executor.
+fn spawn_pollers(service: Arc<Service>) {
+    let every = service.executor.poll_interval();
+    let s = Arc::clone(&service);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let believed = s.view().launches();
+            match s.executor.observe(&believed).await {
+                Ok(obs) => s.tell(vec![Input::Observed(obs)]),
+                Err(e) => {
+                    tracing::warn!("cannot observe the {} executor: {e:#}", s.executor.name())
+                }
+            }
+        }
+    });
+    let s = service;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every.max(Duration::from_secs(1)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last: Option<Capacity> = None;
+        loop {
+            tick.tick().await;
+            match s.executor.capacity().await {
+                Ok(c) if last.as_ref() != Some(&c) => {
+                    s.tell(vec![Input::Capacity(c.topology.clone())]);
+                    last = Some(c);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!("cannot read the cluster; using the last known one: {e:#}")
+                }
+            }
+        }
+    });
+}
+
+impl Driver {
+    async fn run(mut self) {
+        loop {
+            let wake = self.autoscaler.next_wakeup_s().map(|t| {
+                tokio::time::Instant::now() + Duration::from_secs_f64((t - now()).clamp(0.0, 1e6))
+            });
+            let first = tokio::select! {
+                r = self.requests.recv() => match r {
+                    Some(r) => Some(r),
+                    None => return,
+                },
+                _ = async {
+                    match wake {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending::<()>().await,
+                    }
+                } => None,
+            };
+            let mut requests: Vec<Request> = first.into_iter().collect();
+            while requests.len() < 256 {
+                match self.requests.try_recv() {
+                    Ok(r) => requests.push(r),
+                    Err(_) => break,
+                }
+            }
+            self.batch_of(requests).await;
+        }
+    }
+
+    /// Steps the autoscaler over one batch of requests, commits, publishes, replies, dispatches.
+    async fn batch_of(&mut self, requests: Vec<Request>) {
+        let mut recorded: Vec<RecordedInput> = requests
+            .iter()
+            .flat_map(|r| r.inputs.iter().cloned())
+            .collect();
+        if recorded.is_empty() {
+            recorded.push(Input::Tick);
+        }
+        let profiles: Vec<Profile> = requests.iter().flat_map(|r| r.profiles.clone()).collect();
+        let tokens: BTreeMap<String, String> = requests
+            .iter()
+            .flat_map(|r| r.tokens.iter().map(|(k, v)| (k.clone(), v.clone())))
+            .collect();
+        let Built {
+            inputs,
+            specs,
+            unbuildable,
+        } = build_inputs(&recorded);
+        let at = now().max(self.last_s);
+        self.last_s = at;
+        let clock = Instant::now();
+        let step = self.autoscaler.handle(at, inputs);
+        let elapsed = clock.elapsed();
+        if step
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::Decided { .. }))
+        {
+            self.service
+                .metrics
+                .decision_seconds
+                .observe(elapsed.as_secs_f64());
+        }
+        let mut refusals = step.refusals.clone();
+        for k in unbuildable {
+            refusals[k] = Some(Refusal::UnknownJob);
+        }
+        let new_jobs = new_jobs(&recorded, &refusals, &step, &specs, &tokens);
+        self.batch += 1;
+        let batch = Batch {
+            number: self.batch,
+            at_s: at,
+            inputs: recorded,
+            new_jobs: new_jobs.clone(),
+            records: step.records.clone(),
+            actions: step.actions.clone(),
+            events: step.events.clone(),
+            profiles,
+        };
+        fault::point("before-commit");
+        commit(&self.service, batch).await;
+        fault::point("after-commit");
+        for e in &step.events {
+            tracing::info!("{e}");
+        }
+        self.update_view(at, &step, new_jobs, &specs);
+        // Replies, in request order.
+        let mut k = 0;
+        for r in requests {
+            let n = r.inputs.len();
+            if let Some(reply) = r.reply {
+                let _ = reply.send(refusals[k..(k + n).min(refusals.len())].to_vec());
+            }
+            k += n;
+        }
+        self.dispatch(step.actions);
+    }
+
+    fn update_view(
+        &mut self,
+        at: f64,
+        step: &Step,
+        new_jobs: Vec<NewJob>,
+        specs: &BTreeMap<String, Arc<JobSpec>>,
+    ) {
+        let view = &mut self.view;
+        for job in new_jobs {
+            let model_name = self
+                .autoscaler
+                .job(&job.spec.id)
+                .map(|(_, j)| j.model_name.clone())
+                .unwrap_or_default();
+            let spec = specs
+                .get(&job.spec.id)
+                .cloned()
+                .unwrap_or_else(|| Arc::new(job.spec.clone()));
+            view.jobs.insert(
+                job.spec.id.clone(),
+                Arc::new(LiveJob {
+                    spec,
+                    token: job.worker_token,
+                    record: step
+                        .records
+                        .iter()
+                        .find(|r| r.seq == job.seq)
+                        .cloned()
+                        .expect("a new job's record is in its step"),
+                    target: None,
+                    model_name,
+                }),
+            );
+        }
+        for r in &step.records {
+            if r.status.is_terminal() {
+                view.jobs.remove(&r.id);
+            } else if let Some(j) = view.jobs.get_mut(&r.id) {
+                Arc::make_mut(j).record = r.clone();
+            }
+        }
+        for (id, j) in view.jobs.iter_mut() {
+            let target = self.autoscaler.target(id).cloned();
+            if j.target != target {
+                Arc::make_mut(j).target = target;
+            }
+        }
+        view.last_decision = self.autoscaler.last_decision().cloned();
+        view.topology = self.autoscaler.topology().clone();
+        view.at_s = at;
+        view.batches += 1;
+        self.publish.send_replace(Arc::new(view.clone()));
+    }
+
+    /// Hands each action to the executor in a task of its own; answers come back as inputs.
+    fn dispatch(&self, actions: Vec<Action>) {
+        let n = actions.len();
+        for (k, action) in actions.into_iter().enumerate() {
+            let id = match &action {
+                Action::Launch(l) => &l.id,
+                Action::Stop { id, .. } | Action::Kill { id, .. } => id,
+            };
+            let job = self.view.jobs.get(id).map(|j| LaunchJob {
+                spec: Arc::clone(&j.spec),
+                token: j.token.clone(),
+            });
+            let service = Arc::clone(&self.service);
+            match &action {
+                Action::Launch(_) => service.metrics.launches.inc(),
+                Action::Stop { .. } => service.metrics.stops.inc(),
+                Action::Kill { .. } => service.metrics.kills.inc(),
+            };
+            tokio::spawn(async move {
+                let answer = service.executor.carry_out(&action, job.as_ref()).await;
+                service.tell(answer);
+            });
+            if k + 1 < n {
+                fault::point("mid-dispatch");
+            }
+        }
+    }
+}
+
+/// Commits a batch, retrying while the database cannot be written.
+async fn commit(service: &Service, batch: Batch) {
+    let mut wait = Duration::from_millis(200);
+    loop {
+        match service.store.commit(batch.clone()).await {
+            Ok(()) => {
+                let mut error = service
+                    .storage_error
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if error.take().is_some() {
+                    tracing::warn!("the database can be written again");
+                }
+                return;
+            }
+            Err(e) => {
+                let why = match &e {
+                    WriteError::Duplicate(id) => format!("a live job '{id}' exists"),
+                    WriteError::Other(e) => format!("{e:#}"),
+                };
+                let mut error = service
+                    .storage_error
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if error.is_none() {
+                    tracing::error!(
+                        "cannot write the database: {why}; holding every change until it can be written"
+                    );
+                }
+                *error = Some(why);
+            }
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// A batch's recorded inputs as the autoscaler takes them.
+#[derive(Debug)]
+pub struct Built {
+    /// The inputs, one per recorded input.
+    pub inputs: Vec<Input>,
+    /// The submissions among them, by id.
+    pub specs: BTreeMap<String, Arc<JobSpec>>,
+    /// Positions of submissions that no longer validate (handed in as ticks, refused).
+    pub unbuildable: Vec<usize>,
+}
+
+/// Builds the autoscaler's inputs from recorded ones (submissions into jobs): what the driver
+/// and `dlscale replay` both do, so that a replay decides as the server did.
+pub fn build_inputs(recorded: &[RecordedInput]) -> Built {
+    let mut specs = BTreeMap::new();
+    let mut inputs = Vec::with_capacity(recorded.len());
+    let mut unbuildable = Vec::new();
+    for (k, input) in recorded.iter().enumerate() {
+        let built = input.clone().try_map_submission(|r: Received| {
+            specs.insert(r.spec.id.clone(), Arc::new(r.spec.clone()));
+            r.spec.submission(r.profile_model.as_ref())
+        });
+        match built {
+            Ok(input) => inputs.push(input),
+            Err(e) => {
+                // Validated at the API: only a changed validation can get here.
+                tracing::error!("a submission no longer validates: {}", e.message);
+                unbuildable.push(k);
+                inputs.push(Input::Tick);
+            }
+        }
+    }
+    Built {
+        inputs,
+        specs,
+        unbuildable,
+    }
+}
+
+/// A stored live job as the autoscaler is restored with it: rebuilt from its submission with
+/// the stored profile it names (`profiles`: name → model), and its model learned so far.
+pub fn restored_job(
+    spec: &JobSpec,
+    record: &JobRecord,
+    profiles: &BTreeMap<String, AnalyticModel>,
+) -> Result<Job, crate::error::ApiError> {
+    let profile = spec.profile.as_ref().and_then(|p| profiles.get(p));
+    let mut job = spec.submission(profile)?.job;
+    if record.model == ModelSource::Learned {
+        if let Some((model, _)) = record.measurements.fit() {
+            job.throughput = Arc::new(model);
+        }
+    }
+    Ok(job)
+}
+
+/// The jobs a batch accepted, with the worker tokens their requests brought.
+fn new_jobs(
+    recorded: &[RecordedInput],
+    refusals: &[Option<Refusal>],
+    step: &Step,
+    specs: &BTreeMap<String, Arc<JobSpec>>,
+    tokens: &BTreeMap<String, String>,
+) -> Vec<NewJob> {
+    recorded
+        .iter()
+        .zip(refusals)
+        .filter_map(|(input, refusal)| match (input, refusal) {
+            (Input::Submit { job }, None) => {
+                let id = &job.spec.id;
+                let record = step.records.iter().rev().find(|r| &r.id == id)?;
+                Some(NewJob {
+                    seq: record.seq,
+                    spec: (**specs.get(id)?).clone(),
+                    worker_token: tokens.get(id)?.clone(),
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,215 @@
+//! The API as a value: a real service (local executor, two slots, a temporary data directory)
+//! driven through its router without a socket. Checks that the router serves exactly the routes
+//! of the table, that the OpenAPI document lists exactly those routes, and that every schema
+//! lists exactly the fields its DTO serialises.
+
+use std::collections::BTreeSet;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use dlscale_server::api::{self, openapi, ROUTES};
+use dlscale_server::{ConfigFile, ServerConfig};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const TOKEN: &str = "api-test-token";
+
+async fn service(dir: &std::path::Path) -> axum::Router {
+    let file = ConfigFile {
+        slots: Some(2),
+        data_dir: Some(dir.to_path_buf()),
+        interval_s: Some(0.5),
+        ..ConfigFile::default()
+    };
+    let config = ServerConfig::resolve(file, Some(TOKEN.to_string())).unwrap();
+    api::router(dlscale_server::start(config).await.unwrap())
+}
+
+async fn call(
+    app: &axum::Router,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("content-type", "application/json")
+        .body(Body::from(body.map(|b| b.to_string()).unwrap_or_default()))
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+fn keys(v: &Value) -> BTreeSet<String> {
+    v.as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .cloned()
+        .collect()
+}
+
+/// The schema's properties equal the keys of `sample` (a serialised DTO).
+fn assert_schema(name: &str, sample: &Value) {
+    let schemas = openapi::schemas();
+    let schema = &schemas[name];
+    assert!(schema.is_object(), "no schema {name}");
+    assert_eq!(
+        keys(&schema["properties"]),
+        keys(sample),
+        "schema {name} and what the API sends differ: {sample}"
+    );
+    for required in schema["required"].as_array().into_iter().flatten() {
+        let field = required.as_str().unwrap();
+        assert!(
+            !sample[field].is_null(),
+            "schema {name} requires {field}: {sample}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_router_the_document_and_the_dtos_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = service(dir.path()).await;
+
+    // The document lists exactly the routes of the table, each with its method.
+    let doc = openapi::document();
+    let documented: BTreeSet<(String, String)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, ops)| {
+            ops.as_object()
+                .unwrap()
+                .keys()
+                .map(|m| (m.clone(), path.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let table: BTreeSet<(String, String)> = ROUTES
+        .iter()
+        .map(|r| (r.verb.name().to_string(), r.path.to_string()))
+        .collect();
+    assert_eq!(documented, table);
+    for r in ROUTES {
+        let op = &doc["paths"][r.path][r.verb.name()];
+        assert!(
+            op["responses"]
+                .as_object()
+                .is_some_and(|m| m.contains_key("200")
+                    || m.contains_key("201")
+                    || m.contains_key("202")),
+            "{} {} has no documented responses",
+            r.verb.name(),
+            r.path
+        );
+    }
+    let text = doc.to_string();
+    for part in text.split("\"#/components/schemas/").skip(1) {
+        let name = part.split('"').next().unwrap();
+        assert!(
+            doc["components"]["schemas"].get(name).is_some(),
+            "dangling $ref {name}"
+        );
+    }
+
+    // The router serves each of them (the fallback answers "no such route", 405 a wrong
+    // method) and nothing else.
+    for r in ROUTES {
+        let path = r.path.replace("{id}", "ghost").replace("{name}", "p");
+        let (status, body) = call(&app, &r.verb.name().to_uppercase(), &path, None).await;
+        assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{path}");
+        assert_ne!(
+            body["error"],
+            json!("no such route"),
+            "{} {path}",
+            r.verb.name()
+        );
+    }
+    let (status, body) = call(&app, "GET", "/v1/nothing", None).await;
+    assert_eq!(
+        (status, body["error"].clone()),
+        (StatusCode::NOT_FOUND, json!("no such route"))
+    );
+
+    // Real answers against their schemas.
+    let (status, body) = call(
+        &app,
+        "PUT",
+        "/v1/profiles/p",
+        Some(json!({"model": {"compute_base_s": 0.0, "compute_per_sample_s": 0.001}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_schema("Profile", &body);
+    let job = json!({"id": "j", "min_batch": 16, "max_batch": 64, "max_local_batch": 32,
+        "max_gpus": 2, "profile": "p", "command": ["sleep", "60"], "workdir": "/tmp",
+        "launcher": "plain"});
+    let (status, body) = call(&app, "POST", "/v1/jobs", Some(job)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let shown = loop {
+        let (_, shown) = call(&app, "GET", "/v1/jobs/j", None).await;
+        if shown["state"] == "running" {
+            break shown;
+        }
+        assert!(std::time::Instant::now() < deadline, "j never ran: {shown}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_schema("Job", &shown);
+    assert_schema("Event", &shown["events"][0]);
+    assert_schema("Share", &shown["nodes"][0]);
+    let (_, allocations) = call(&app, "GET", "/v1/jobs/j/allocations", None).await;
+    assert_schema("Allocation", &allocations[0]);
+    let (_, cluster) = call(&app, "GET", "/v1/cluster", None).await;
+    assert_schema("Cluster", &cluster);
+    assert_schema("Node", &cluster["nodes"][0]);
+    assert_schema("Policy", &cluster["policies"][0]);
+    assert_schema("Decision", &cluster["last_decision"]);
+    assert_schema("DecidedJob", &cluster["last_decision"]["jobs"][0]);
+    let attempt = shown["attempt"].as_u64().unwrap();
+    let report = json!({"step": 3, "samples_per_s": 10.0, "batch_size": 64, "world_size": 2,
+        "loss": 0.5, "samples_seen": 192, "attempt": attempt,
+        "grad": {"grad_sqr": 1.0, "grad_var": 2.0}});
+    assert_schema("MetricsReport", &report);
+    assert_schema("GradNoise", &report["grad"]);
+    let (status, answer) = call(&app, "POST", "/v1/jobs/j/metrics", Some(report)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    assert_schema("ReportAnswer", &json!({"accepted": true, "reason": "x"}));
+    let completion = serde_json::to_value(api::CompletionReport {
+        attempt: 1,
+        step: 2,
+        samples_seen: 3,
+    })
+    .unwrap();
+    assert_schema("CompletionReport", &completion);
+    let (status, error) = call(
+        &app,
+        "POST",
+        "/v1/jobs/j/complete",
+        Some(json!({"attempt": 99, "step": 1, "samples_seen": 1})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{error}");
+    assert_schema("Error", &error);
+    let model = serde_json::to_value(dlscale_server::spec::PRIOR).unwrap();
+    assert_schema("AnalyticModel", &model);
+    assert_schema("ProfileUpload", &json!({"model": model, "quality": null}));
+    let (status, _) = call(&app, "DELETE", "/v1/jobs/j", None).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_500_never_carries_its_cause() {
+    let e = dlscale_server::error::ApiError::internal("disk I/O error at /secret/path");
+    assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(!e.message.contains("secret"), "{}", e.message);
+}
