@@ -2,6 +2,9 @@
 //! of running that way. This is where the batch size is folded into the job's value, so the
 //! knapsack over jobs × GPUs never sees batch sizes.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
@@ -63,6 +66,100 @@ pub fn job_options(
     restart: &RestartAwareness,
 ) -> Vec<ConfigOption> {
     OptionTable::build(job, cluster, utility, choice).options(job, cluster, restart)
+}
+
+/// The value tables of many jobs at once, each equal to its [`job_options`].
+///
+/// Jobs of one shape (the same throughput model instance, ranges, memory cap and request) share
+/// one [`OptionTable`]: its throughputs are evaluated once, and each job's gradient statistics
+/// only re-weigh them ([`OptionTable::update_efficiency`]). Jobs that are alike in everything the
+/// table depends on (shape, gradient statistics as the utility sees them, weight, and no current
+/// allocation) share the table itself.
+pub fn value_tables(
+    jobs: &[Job],
+    cluster: &Cluster,
+    utility: Utility,
+    choice: BatchChoice,
+    restart: &RestartAwareness,
+) -> Vec<Vec<ConfigOption>> {
+    let keys: Vec<ShapeKey> = jobs
+        .iter()
+        .map(|job| ShapeKey::of(job, efficiency_terms(job, utility).is_some()))
+        .collect();
+    // A shape's table is dropped after its last job, so unique shapes cost one table at a time.
+    let mut jobs_left: HashMap<ShapeKey, usize> = HashMap::new();
+    for &key in &keys {
+        *jobs_left.entry(key).or_default() += 1;
+    }
+    let mut shapes: HashMap<ShapeKey, OptionTable> = HashMap::new();
+    // Class → the first job of it, whose value table the others copy.
+    let mut classes: HashMap<(ShapeKey, Option<(u64, u64)>, u64), usize> = HashMap::new();
+    let mut tables: Vec<Vec<ConfigOption>> = Vec::with_capacity(jobs.len());
+    for (i, (job, &shape)) in jobs.iter().zip(&keys).enumerate() {
+        let left = jobs_left.get_mut(&shape).expect("every shape is counted");
+        *left -= 1;
+        let last_of_shape = *left == 0;
+        let class = job.current.is_none().then(|| {
+            let terms = efficiency_terms(job, utility);
+            (
+                shape,
+                terms.map(|(phi, sum)| (phi.to_bits(), sum.to_bits())),
+                job.weight.to_bits(),
+            )
+        });
+        let table = match class.as_ref().and_then(|c| classes.get(c)) {
+            Some(&first) => tables[first].clone(),
+            None => {
+                let fresh = !shapes.contains_key(&shape);
+                let shared = shapes
+                    .entry(shape)
+                    .or_insert_with(|| OptionTable::build(job, cluster, utility, choice));
+                if fresh || !shape.goodput {
+                    shared.options(job, cluster, restart)
+                } else {
+                    // Same throughputs; the metrics follow this job's gradient statistics.
+                    let mut own = shared.clone();
+                    own.update_efficiency(job);
+                    own.options(job, cluster, restart)
+                }
+            }
+        };
+        tables.push(table);
+        if let Some(class) = class {
+            classes.entry(class).or_insert(i);
+        }
+        if last_of_shape {
+            shapes.remove(&shape);
+        }
+    }
+    tables
+}
+
+/// What an [`OptionTable`] depends on besides the job's gradient statistics: jobs with equal keys
+/// have equal throughputs at every candidate. The model is keyed by its allocation (jobs read
+/// from one file share their bundled model's), which lives as long as the jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct ShapeKey {
+    model: usize,
+    batch: (BatchSize, BatchSize),
+    max_local_batch: BatchSize,
+    gpus: (GpuCount, GpuCount, bool),
+    requested_batch: BatchSize,
+    /// Whether metrics are goodputs: a table of throughputs is not re-weighed.
+    goodput: bool,
+}
+
+impl ShapeKey {
+    fn of(job: &Job, goodput: bool) -> Self {
+        ShapeKey {
+            model: Arc::as_ptr(&job.throughput).cast::<()>() as usize,
+            batch: (job.batch.min, job.batch.max),
+            max_local_batch: job.max_local_batch,
+            gpus: (job.gpus.min, job.gpus.max, job.gpus.powers_of_two),
+            requested_batch: job.requested.batch,
+            goodput,
+        }
+    }
 }
 
 /// One measured candidate of an [`OptionTable`]: a batch, its throughput and its raw metric.
@@ -288,21 +385,10 @@ struct Evaluator<'a> {
 
 impl<'a> Evaluator<'a> {
     fn new(job: &'a Job, cluster: &'a Cluster, utility: Utility) -> Self {
-        let efficiency = job
-            .efficiency
-            .filter(|_| utility.uses_goodput())
-            .map(|eff| {
-                (
-                    eff.noise.noise_scale(eff.init_batch),
-                    f64::from(eff.init_batch),
-                )
-            })
-            .filter(|(phi, _)| phi.is_finite())
-            .map(|(phi, init_batch)| (phi, phi + init_batch));
         Evaluator {
             job,
             cluster,
-            efficiency,
+            efficiency: efficiency_terms(job, utility),
         }
     }
 

@@ -91,5 +91,7 @@ pub(super) fn decide_knapsack(
     Decision {
         objective: solution.value,
         jobs: decisions,
+        solver: solution.path,
+        gap: solution.gap(),
     }
 }

@@ -16,6 +16,15 @@
 //! The inner loop is a branch-free `max(cur[k], prev[k − g] + v)` over contiguous slices (the
 //! compiler vectorises it); the choice is recovered afterwards by recomputing the same sums, which
 //! are bit-identical, instead of storing an argmax per cell.
+//!
+//! That full table has n · C cells. Larger instances go to the banded DP of
+//! [`lagrange`](super::lagrange): a Lagrangian bound fixes most jobs and confines the DP to a
+//! narrow band of GPU totals, exactly; under its cell budget it may cut the band and then reports
+//! a certified upper bound instead ([`KnapsackSolution::bound`]).
+
+use serde::{Deserialize, Serialize};
+
+use super::lagrange::{Kept, Lagrangian};
 
 /// One option of one job: GPUs and the value of running with them.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,11 +44,53 @@ impl From<&crate::options::ConfigOption> for KnapsackItem {
     }
 }
 
+/// How a solve was done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum SolverPath {
+    /// Every job's best option fits at once: that is the optimum, no search needed.
+    AllFit,
+    /// The DP over every GPU total.
+    #[default]
+    ExactDp,
+    /// Lagrangian bound, reduced-cost fixing and the DP over a band of GPU totals.
+    LagrangianDp,
+    /// No optimisation: the static policy runs requests first come first served.
+    Fifo,
+}
+
+/// Which DP an instance that needs one gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DpChoice {
+    /// The full table when it is small ([`FULL_DP_CELLS`]), else the banded DP.
+    #[default]
+    Auto,
+    /// Always the full table.
+    Full,
+    /// Always the banded DP.
+    Banded,
+}
+
+/// Largest full DP table (jobs × GPU totals) [`DpChoice::Auto`] builds.
+pub const FULL_DP_CELLS: usize = 1 << 20;
+
+/// Default cell budget of the banded DP: bands narrower than budget / jobs are searched whole.
+pub const BAND_CELL_BUDGET: usize = 1 << 25;
+
 /// Reusable buffers, so repeated solves do not allocate.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct KnapsackSolver {
     table: Vec<f64>,
-    kept: Vec<Vec<(usize, u32, f64)>>,
+    kept: Vec<Vec<Kept>>,
+    lagrangian: Lagrangian,
+    dp: DpChoice,
+    cell_budget: usize,
+}
+
+impl Default for KnapsackSolver {
+    fn default() -> Self {
+        KnapsackSolver::new(DpChoice::Auto, BAND_CELL_BUDGET)
+    }
 }
 
 /// The solution: the option index chosen for each job and the total value.
@@ -49,9 +100,37 @@ pub struct KnapsackSolution {
     pub choice: Vec<usize>,
     /// Sum of the chosen values.
     pub value: f64,
+    /// A certified upper bound on the optimum: equal to `value` when the solve was exact.
+    pub bound: f64,
+    /// How it was solved.
+    pub path: SolverPath,
+}
+
+impl KnapsackSolution {
+    /// The certified relative gap `(bound − value) / max(|bound|, |value|)`: 0 when exact.
+    pub fn gap(&self) -> f64 {
+        let scale = self.bound.abs().max(self.value.abs());
+        if self.bound <= self.value || scale == 0.0 {
+            0.0
+        } else {
+            (self.bound - self.value) / scale
+        }
+    }
 }
 
 impl KnapsackSolver {
+    /// A solver using `dp` for instances that need a DP, the banded one searching at most
+    /// `cell_budget` cells.
+    pub fn new(dp: DpChoice, cell_budget: usize) -> Self {
+        KnapsackSolver {
+            table: Vec::new(),
+            kept: Vec::new(),
+            lagrangian: Lagrangian::default(),
+            dp,
+            cell_budget,
+        }
+    }
+
     /// Solves the problem; `None` when even the smallest options exceed the capacity, or a job has
     /// no option. Options of each job must be in ascending order of GPUs. Ties are broken towards
     /// fewer GPUs for later jobs, deterministically.
@@ -99,9 +178,34 @@ impl KnapsackSolver {
                     index
                 })
                 .collect();
-            return Some(KnapsackSolution { choice, value });
+            return Some(KnapsackSolution {
+                choice,
+                value,
+                bound: value,
+                path: SolverPath::AllFit,
+            });
         }
         let cap = (u64::from(capacity) - base_gpus) as usize;
+        let full = match self.dp {
+            DpChoice::Auto => n.saturating_mul(cap + 1) <= FULL_DP_CELLS,
+            DpChoice::Full => true,
+            DpChoice::Banded => false,
+        };
+        if !full {
+            let kept = &self.kept[..n];
+            let outcome = self.lagrangian.solve(kept, cap, self.cell_budget);
+            let choice = kept
+                .iter()
+                .zip(&outcome.choice)
+                .map(|(k, &position)| k[position].0)
+                .collect();
+            return Some(KnapsackSolution {
+                choice,
+                value: base_value + outcome.value,
+                bound: base_value + outcome.bound,
+                path: SolverPath::LagrangianDp,
+            });
+        }
         let width = cap + 1;
         self.table.clear();
         self.table.resize(width * (n + 1), 0.0);
@@ -144,7 +248,12 @@ impl KnapsackSolver {
             k -= extra as usize;
         }
         let value = base_value + self.table[width * n + cap];
-        Some(KnapsackSolution { choice, value })
+        Some(KnapsackSolution {
+            choice,
+            value,
+            bound: value,
+            path: SolverPath::ExactDp,
+        })
     }
 }
 

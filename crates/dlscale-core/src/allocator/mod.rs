@@ -4,6 +4,7 @@
 
 mod elastic;
 pub mod knapsack;
+mod lagrange;
 mod static_fifo;
 
 use std::fmt;
@@ -16,10 +17,10 @@ pub use static_fifo::StaticFifo;
 
 use crate::cluster::Cluster;
 use crate::job::Job;
-use crate::options::{job_options, BatchChoice, ConfigOption, RestartAwareness};
+use crate::options::{value_tables, BatchChoice, ConfigOption, RestartAwareness};
 use crate::utility::Utility;
 use crate::{BatchSize, GpuCount};
-use knapsack::KnapsackSolver;
+use knapsack::{KnapsackSolver, SolverPath};
 
 /// What happens to a job whose minimum does not fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -139,6 +140,12 @@ pub struct Decision {
     pub objective: f64,
     /// One decision per input job, in input order.
     pub jobs: Vec<JobDecision>,
+    /// How the optimum was found.
+    #[serde(default)]
+    pub solver: SolverPath,
+    /// Certified relative gap between `objective` and an upper bound on the optimum (0: exact).
+    #[serde(default)]
+    pub gap: f64,
 }
 
 impl Decision {
@@ -223,9 +230,7 @@ impl Policy {
             self.batch_choice(settings),
             self.restart_awareness(settings),
         );
-        jobs.iter()
-            .map(|job| job_options(job, cluster, settings.utility, choice, &restart))
-            .collect()
+        value_tables(jobs, cluster, settings.utility, choice, &restart)
     }
 
     /// Decides like this policy's [`Allocator`] from value tables built by the caller:

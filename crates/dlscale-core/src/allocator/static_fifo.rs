@@ -1,5 +1,6 @@
 //! The static baseline: every job runs exactly as its user asked, first come first served.
 
+use super::knapsack::SolverPath;
 use super::{admit, Allocator, Decision, JobDecision, JobState, Policy, Settings};
 use crate::cluster::Cluster;
 use crate::job::Job;
@@ -56,5 +57,7 @@ pub(super) fn decide_static(
     Decision {
         objective,
         jobs: decisions,
+        solver: SolverPath::Fifo,
+        gap: 0.0,
     }
 }
