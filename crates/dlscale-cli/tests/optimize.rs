@@ -43,6 +43,9 @@ fn optimize_prints_the_documented_json() {
     assert_eq!(doc["utility"], "speedup");
     assert!(doc["objective"].as_f64().unwrap() > 0.0);
     assert!(doc["solve_ms"].as_f64().unwrap() >= 0.0);
+    // Seven jobs on 16 GPUs: the full DP, exact.
+    assert_eq!(doc["solver"], "exact-dp");
+    assert_eq!(doc["gap"], 0.0);
     let jobs = doc["jobs"].as_array().unwrap();
     assert_eq!(jobs.len(), 7);
     let mut used = 0;
@@ -64,6 +67,41 @@ fn optimize_prints_the_documented_json() {
     assert!(used <= 16);
     let total: f64 = jobs.iter().map(|j| j["utility"].as_f64().unwrap()).sum();
     assert!((total - doc["objective"].as_f64().unwrap()).abs() < 1e-9);
+}
+
+#[test]
+fn a_large_cluster_takes_the_banded_dp_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = write(
+        &dir,
+        "jobs.json",
+        &dlscale_core::synthetic::measured_job_file(300, 64, 1),
+    );
+    for utility in ["speedup", "fair"] {
+        let out = dlscale(&[
+            "optimize",
+            "--jobs",
+            &jobs,
+            "--nodes",
+            "128",
+            "--gpus-per-node",
+            "8",
+            "--utility",
+            utility,
+            "--format",
+            "json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["solver"], "lagrangian-dp", "{utility}");
+        assert_eq!(doc["gap"], 0.0, "{utility}");
+        assert_eq!(doc["jobs"].as_array().unwrap().len(), 300);
+        assert!(doc["gpus_used"].as_u64().unwrap() <= 1024);
+    }
 }
 
 #[test]

@@ -59,6 +59,26 @@ pub enum SolverPath {
     Fifo,
 }
 
+impl SolverPath {
+    /// Every path.
+    pub const ALL: [SolverPath; 4] = [
+        SolverPath::AllFit,
+        SolverPath::ExactDp,
+        SolverPath::LagrangianDp,
+        SolverPath::Fifo,
+    ];
+
+    /// Its name, as in JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            SolverPath::AllFit => "all-fit",
+            SolverPath::ExactDp => "exact-dp",
+            SolverPath::LagrangianDp => "lagrangian-dp",
+            SolverPath::Fifo => "fifo",
+        }
+    }
+}
+
 /// Which DP an instance that needs one gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DpChoice {
@@ -72,7 +92,7 @@ pub enum DpChoice {
 }
 
 /// Largest full DP table (jobs × GPU totals) [`DpChoice::Auto`] builds.
-pub const FULL_DP_CELLS: usize = 1 << 20;
+pub const FULL_DP_CELLS: usize = 1 << 14;
 
 /// Default cell budget of the banded DP: bands narrower than budget / jobs are searched whole.
 pub const BAND_CELL_BUDGET: usize = 1 << 25;
@@ -132,8 +152,8 @@ impl KnapsackSolver {
     }
 
     /// Solves the problem; `None` when even the smallest options exceed the capacity, or a job has
-    /// no option. Options of each job must be in ascending order of GPUs. Ties are broken towards
-    /// fewer GPUs for later jobs, deterministically.
+    /// no option. Options of each job must be in ascending order of GPUs. Deterministic: ties are
+    /// broken by a fixed order (on the full table, towards fewer GPUs for later jobs).
     pub fn solve(
         &mut self,
         items: &[Vec<KnapsackItem>],
@@ -260,6 +280,7 @@ impl KnapsackSolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn items(spec: &[&[(u32, f64)]]) -> Vec<Vec<KnapsackItem>> {
         spec.iter()
@@ -269,6 +290,153 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    /// Every combination of options, written independently of the solver.
+    fn brute(items: &[Vec<KnapsackItem>], capacity: u32) -> Option<f64> {
+        match items.split_first() {
+            None => Some(0.0),
+            Some((first, rest)) => first
+                .iter()
+                .filter(|o| o.gpus <= capacity)
+                .filter_map(|o| Some(o.value + brute(rest, capacity - o.gpus)?))
+                .reduce(f64::max),
+        }
+    }
+
+    /// The solution picks one valid option per job, within capacity, worth `value`.
+    fn check_feasible(items: &[Vec<KnapsackItem>], capacity: u32, solution: &KnapsackSolution) {
+        assert_eq!(solution.choice.len(), items.len());
+        let gpus: u32 = items
+            .iter()
+            .zip(&solution.choice)
+            .map(|(opts, &c)| opts[c].gpus)
+            .sum();
+        assert!(gpus <= capacity, "{gpus} > {capacity}");
+        let value: f64 = items
+            .iter()
+            .zip(&solution.choice)
+            .map(|(opts, &c)| opts[c].value)
+            .sum();
+        assert!(
+            close(value, solution.value),
+            "{value} vs {}",
+            solution.value
+        );
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+    }
+
+    /// Random jobs of 1–6 options at increasing GPU counts (gaps of 1–4, like powers of two or
+    /// node boundaries), values on a coarse grid so that ties are common, some jobs repeated
+    /// verbatim (classes of identical jobs tie at the Lagrangian price).
+    fn instance() -> impl Strategy<Value = (Vec<Vec<KnapsackItem>>, u32)> {
+        let job = (1u32..4, prop::collection::vec((1u32..5, 0u32..24), 0..6)).prop_map(
+            |(first, rest)| {
+                let mut gpus = first;
+                let mut options = vec![KnapsackItem { gpus, value: 0.5 }];
+                for (gap, value) in rest {
+                    gpus += gap;
+                    options.push(KnapsackItem {
+                        gpus,
+                        value: f64::from(value) * 0.25,
+                    });
+                }
+                options
+            },
+        );
+        (prop::collection::vec((job, 1usize..4), 1..6), 0u32..40).prop_map(|(jobs, spare)| {
+            let items: Vec<Vec<KnapsackItem>> = jobs
+                .into_iter()
+                .flat_map(|(options, copies)| std::iter::repeat_n(options, copies))
+                .collect();
+            let smallest: u32 = items.iter().map(|o| o[0].gpus).sum();
+            let largest: u32 = items.iter().map(|o| o[o.len() - 1].gpus).sum();
+            (items, smallest + spare % (largest - smallest + 3))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_path_matches_brute_force((items, capacity) in instance()) {
+            let best = brute(&items, capacity).expect("the smallest options fit");
+            for dp in [DpChoice::Full, DpChoice::Banded] {
+                let solution = KnapsackSolver::new(dp, BAND_CELL_BUDGET)
+                    .solve(&items, capacity)
+                    .unwrap();
+                check_feasible(&items, capacity, &solution);
+                prop_assert!(close(solution.value, best), "{:?}: {} vs brute {}", dp, solution.value, best);
+                prop_assert_eq!(solution.gap(), 0.0);
+                let expected = match (solution.path, dp) {
+                    (SolverPath::AllFit, _) => SolverPath::AllFit,
+                    (_, DpChoice::Full) => SolverPath::ExactDp,
+                    _ => SolverPath::LagrangianDp,
+                };
+                prop_assert_eq!(solution.path, expected);
+            }
+        }
+
+        #[test]
+        fn a_cut_band_still_certifies_its_bound((items, capacity) in instance(), budget in 1usize..8) {
+            let best = brute(&items, capacity).expect("the smallest options fit");
+            let mut solver = KnapsackSolver::new(DpChoice::Banded, budget);
+            let solution = solver.solve(&items, capacity).unwrap();
+            check_feasible(&items, capacity, &solution);
+            prop_assert!(solution.value <= best + 1e-9, "{} > optimum {}", solution.value, best);
+            prop_assert!(solution.bound >= best - 1e-9, "bound {} < optimum {}", solution.bound, best);
+            prop_assert!(solution.gap() >= 0.0);
+            if solution.gap() == 0.0 {
+                prop_assert!(close(solution.value, best));
+            }
+            // Same input, same output.
+            prop_assert_eq!(solver.solve(&items, capacity).unwrap(), solution);
+        }
+    }
+
+    /// The greedy over hull segments takes job 0 (slope 1) and then nothing fits; the optimum is
+    /// jobs 1 and 2 together, which only the band DP finds.
+    fn greedy_trap() -> Vec<Vec<KnapsackItem>> {
+        items(&[
+            &[(0, 0.0), (10, 10.0)],
+            &[(0, 0.0), (6, 5.5)],
+            &[(0, 0.0), (6, 5.4)],
+        ])
+    }
+
+    #[test]
+    fn the_band_dp_beats_the_greedy() {
+        let solution = KnapsackSolver::new(DpChoice::Banded, BAND_CELL_BUDGET)
+            .solve(&greedy_trap(), 12)
+            .unwrap();
+        assert_eq!(solution.choice, vec![0, 1, 1]);
+        assert!(close(solution.value, 10.9));
+        assert_eq!(
+            (solution.path, solution.gap()),
+            (SolverPath::LagrangianDp, 0.0)
+        );
+    }
+
+    #[test]
+    fn a_cut_band_keeps_the_incumbent_and_reports_a_gap() {
+        let solution = KnapsackSolver::new(DpChoice::Banded, 1)
+            .solve(&greedy_trap(), 12)
+            .unwrap();
+        assert!(solution.value >= 10.0, "never below the greedy's");
+        assert!(
+            solution.bound >= 10.9 && solution.gap() > 0.0,
+            "{solution:?}"
+        );
+    }
+
+    #[test]
+    fn path_names_are_their_json_names() {
+        for path in SolverPath::ALL {
+            assert_eq!(serde_json::to_value(path).unwrap(), path.name());
+        }
     }
 
     #[test]
