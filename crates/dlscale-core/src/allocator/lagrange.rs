@@ -71,10 +71,10 @@ pub(super) struct Lagrangian {
     /// Options of the open jobs: `(position, GPUs beyond the job's fewest, value)`.
     open: Vec<(u32, u32, f64)>,
     open_jobs: Vec<OpenJob>,
-    /// Band rows back to back; `rows[t]` is where row t starts in `values` and the GPU total of
-    /// its first state. Row 0 is the empty prefix.
-    values: Vec<f64>,
-    rows: Vec<(usize, usize)>,
+    /// Band rows: the GPU total of each row's first state and the row's values. Row 0 is the
+    /// empty prefix. Each row has its own allocation (kept for the next solve), so a growing band
+    /// never copies or doubles what is stored before it.
+    rows: Vec<(usize, Vec<f64>)>,
 }
 
 impl Lagrangian {
@@ -105,7 +105,9 @@ impl Lagrangian {
             let mut ties: Option<(u32, u32)> = None;
             for (position, &(_, e, w)) in options.iter().enumerate() {
                 let reduced = priced - (w - price * f64::from(e));
-                if reduced <= keep_up_to {
+                // The incumbent's option has reduced cost ≤ τ; kept by name too, so that no
+                // rounding can drop it.
+                if reduced <= keep_up_to || position == choice[job] {
                     let lo = *fewest.get_or_insert(e);
                     self.open.push((position as u32, e - lo, w));
                     if reduced <= tolerance {
@@ -113,7 +115,7 @@ impl Lagrangian {
                     }
                 }
             }
-            let fewest = fewest.expect("the best priced option has reduced cost 0");
+            let fewest = fewest.expect("the incumbent's option is kept");
             if self.open.len() - start == 1 {
                 // The incumbent's option is always left, so a lone survivor is the incumbent's.
                 let (_, _, w) = self.open.pop().expect("one option left");
@@ -194,26 +196,31 @@ impl Lagrangian {
         cell_budget: usize,
         choice: &mut [usize],
     ) -> (f64, Option<f64>) {
-        self.values.clear();
-        self.rows.clear();
-        self.values.push(0.0);
-        self.rows.push((0, 0));
+        let rows_total = self.open_jobs.len();
+        self.rows
+            .resize_with(self.rows.len().max(rows_total + 1), Default::default);
+        self.rows[0].0 = 0;
+        self.rows[0].1.clear();
+        self.rows[0].1.push(0.0);
         let mut cut: Option<f64> = None;
+        let mut stored = 1usize;
         // Σ (h_i + λ·fewest_i) over the jobs so far: a state's reduced cost is this plus
         // λ·total minus its value.
         let mut priced = 0.0;
         // The incumbent's total so far, always kept.
         let mut along = 0usize;
-        let rows_total = self.open_jobs.len();
+        // The most GPUs the jobs still to come can add: a state further below the band's cap
+        // leaves that much idle at least, which costs λ per GPU.
+        let mut to_come: usize = self.open_jobs.iter().map(|o| o.spread as usize).sum();
         for (t, open) in self.open_jobs.iter().enumerate() {
             let options = &self.open[open.range.clone()];
-            let (prev_off, a) = self.rows[t];
-            let b = a + (self.values.len() - prev_off) - 1;
+            let (done, rest) = self.rows.split_at_mut(t + 1);
+            let (a, prev) = (done[t].0, &done[t].1);
+            let b = a + prev.len() - 1;
             let hi = (b + open.spread as usize).min(band_cap);
-            let off = self.values.len();
-            self.values.resize(off + (hi - a + 1), f64::NEG_INFINITY);
-            let (done, row) = self.values.split_at_mut(off);
-            let prev = &done[prev_off..];
+            let (first_total, row) = &mut rest[0];
+            row.clear();
+            row.resize(hi - a + 1, f64::NEG_INFINITY);
             for &(_, d, w) in options {
                 let d = d as usize;
                 if a + d > hi {
@@ -226,7 +233,12 @@ impl Lagrangian {
             }
             priced += open.priced + price * f64::from(open.fewest);
             along += open.incumbent as usize;
-            let reduced = |k: usize, v: f64| priced + price * (a + k) as f64 - v;
+            to_come -= open.spread as usize;
+            // A lower bound on Σ r + λ·slack of every completion of state k.
+            let reduced = |k: usize, v: f64| {
+                let idle = band_cap.saturating_sub(a + k + to_come);
+                priced + price * (a + k + idle) as f64 - v
+            };
             let live = |(k, &v): (usize, &f64)| (reduced(k, v) <= keep_up_to).then_some(k);
             let anchor = along - a;
             let first = row.iter().enumerate().find_map(live).unwrap_or(anchor);
@@ -242,7 +254,7 @@ impl Lagrangian {
             );
             let (mut first, mut last) = (first.min(anchor), last.max(anchor));
             // What is left of the budget, shared by the rows still to come.
-            let allowance = (cell_budget.saturating_sub(off) / (rows_total - t)).max(1);
+            let allowance = (cell_budget.saturating_sub(stored) / (rows_total - t)).max(1);
             if last - first + 1 > allowance {
                 let start = anchor.saturating_sub(allowance / 2).max(first);
                 let end = (start + allowance - 1).min(last);
@@ -254,35 +266,41 @@ impl Lagrangian {
                 cut = Some(cut.map_or(cheapest, |c| c.min(cheapest)));
                 (first, last) = (start, end);
             }
-            self.values.copy_within(off + first..off + last + 1, off);
-            self.values.truncate(off + last - first + 1);
-            self.rows.push((off, a + first));
+            row.truncate(last + 1);
+            row.drain(..first);
+            *first_total = a + first;
+            stored += row.len();
         }
         // The best final state (the first on ties), then back through the rows: the first option
         // (fewest GPUs) that reproduces each state's value, bit for bit, as it was computed.
-        let (last_off, last_a) = self.rows[rows_total];
-        let (mut k, best) = self.values[last_off..].iter().enumerate().fold(
-            (0, f64::NEG_INFINITY),
-            |(bk, bv), (k, &v)| if v > bv { (k, v) } else { (bk, bv) },
-        );
+        let (last_a, last_row) = &self.rows[rows_total];
+        let (k, best) =
+            last_row
+                .iter()
+                .enumerate()
+                .fold((0, f64::NEG_INFINITY), |(bk, bv), (k, &v)| {
+                    if v > bv {
+                        (k, v)
+                    } else {
+                        (bk, bv)
+                    }
+                });
         let mut total = last_a + k;
         for (t, open) in self.open_jobs.iter().enumerate().rev() {
-            let (off, _) = self.rows[t + 1];
-            let (prev_off, prev_a) = self.rows[t];
-            let prev = &self.values[prev_off..off];
-            let cur = self.values[off + k];
+            let (prev_a, prev) = &self.rows[t];
+            let (cur_a, cur) = &self.rows[t + 1];
+            let value = cur[total - cur_a];
             let &(position, d, _) = self.open[open.range.clone()]
                 .iter()
                 .find(|&&(_, d, w)| {
                     total
                         .checked_sub(d as usize + prev_a)
                         .and_then(|from| prev.get(from))
-                        .is_some_and(|&p| p + w == cur)
+                        .is_some_and(|&p| p + w == value)
                 })
                 .expect("some option reproduces every state");
             choice[open.job] = position as usize;
             total -= d as usize;
-            k = total - prev_a;
         }
         (best, cut)
     }
