@@ -11,13 +11,11 @@ mod support;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use dlscale_core::allocator::knapsack::{DpChoice, KnapsackSolver, BAND_CELL_BUDGET};
-use dlscale_core::synthetic::{analytic_jobs, measured_jobs};
-use dlscale_core::{Cluster, Job, Policy, Settings, Utility};
+use dlscale_core::synthetic::{analytic_jobs, KINDS};
+use dlscale_core::{Cluster, Policy, Settings, Utility};
 
 const SIZES: [(usize, u32); 4] = [(64, 256), (256, 1024), (1000, 4096), (4000, 16384)];
 const LARGE: (usize, u32) = (10_000, 65_536);
-const KINDS: [(&str, fn(usize, u32, u64) -> Vec<Job>); 2] =
-    [("analytic", analytic_jobs), ("measured", measured_jobs)];
 const UTILITIES: [Utility; 2] = [Utility::Speedup, Utility::Fair { p: -1.0 }];
 
 fn cluster_for(gpus: u32) -> Cluster {

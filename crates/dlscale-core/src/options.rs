@@ -93,7 +93,7 @@ pub fn value_tables(
     }
     let mut shapes: HashMap<ShapeKey, OptionTable> = HashMap::new();
     // Class → the first job of it, whose value table the others copy.
-    let mut classes: HashMap<(ShapeKey, Option<(u64, u64)>, u64), usize> = HashMap::new();
+    let mut classes: HashMap<ClassKey, usize> = HashMap::new();
     let mut tables: Vec<Vec<ConfigOption>> = Vec::with_capacity(jobs.len());
     for (i, (job, &shape)) in jobs.iter().zip(&keys).enumerate() {
         let left = jobs_left.get_mut(&shape).expect("every shape is counted");
@@ -134,6 +134,10 @@ pub fn value_tables(
     }
     tables
 }
+
+/// Jobs with equal keys have equal value tables: the shape, the efficiency terms the utility uses
+/// (as bits) and the weight (as bits), for jobs without a current allocation.
+type ClassKey = (ShapeKey, Option<(u64, u64)>, u64);
 
 /// What an [`OptionTable`] depends on besides the job's gradient statistics: jobs with equal keys
 /// have equal throughputs at every candidate. The model is keyed by its allocation (jobs read

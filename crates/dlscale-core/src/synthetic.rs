@@ -95,6 +95,13 @@ pub fn analytic_jobs(count: usize, max_gpus: GpuCount, seed: u64) -> Vec<Job> {
         .collect()
 }
 
+/// A generator of instances: `(count, max_gpus, seed)` to jobs.
+pub type Generator = fn(usize, GpuCount, u64) -> Vec<Job>;
+
+/// Both kinds of instance by name, for benchmarks and reports that cover each.
+pub const KINDS: [(&str, Generator); 2] =
+    [("analytic", analytic_jobs), ("measured", measured_jobs)];
+
 /// The bundled measured profiles [`measured_job_file`] draws from.
 pub const MEASURED_MODELS: [&str; 5] = ["cifar10", "imagenet", "bert", "deepspeech2", "yolov3"];
 

@@ -14,8 +14,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use dlscale_core::synthetic::{analytic_jobs, measured_jobs};
-use dlscale_core::{Cluster, Job, Policy, Settings, Utility};
+use dlscale_core::synthetic::KINDS;
+use dlscale_core::{Cluster, Policy, Settings, Utility};
 use dlscale_sim::plot::{line_chart, Chart, Series};
 
 /// The system allocator, counting live bytes and their peak.
@@ -56,11 +56,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = std::env::args().nth(1).unwrap_or_else(|| "docs".into());
     let out = Path::new(&out);
     std::fs::create_dir_all(out)?;
-    let kinds: [(&str, fn(usize, u32, u64) -> Vec<Job>); 2] =
-        [("analytic", analytic_jobs), ("measured", measured_jobs)];
     let mut csv = String::from("kind,utility,jobs,gpus,median_ms,peak_heap_mb,solver,gap\n");
     let (mut time, mut memory) = (Vec::new(), Vec::new());
-    for (kind, generate) in kinds {
+    for (kind, generate) in KINDS {
         for utility in [Utility::Speedup, Utility::Fair { p: -1.0 }] {
             let label = format!("{kind}, {utility}");
             let (mut times, mut peaks) = (Vec::new(), Vec::new());

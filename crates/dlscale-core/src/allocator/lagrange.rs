@@ -14,9 +14,11 @@
 //! 3. **Fixing.** So an option with `r > τ` is in no better choice: drop it. A job left with one
 //!    option is fixed.
 //! 4. **Banded DP.** The usual DP over GPU totals for the remaining jobs, where a state (jobs so
-//!    far, GPUs so far) whose reduced cost already exceeds τ is dropped: reduced costs only add
-//!    up, so no completion of it beats the incumbent. What survives is a narrow band of totals
-//!    around the LP's rather than the whole capacity, and the result is the exact optimum.
+//!    far, GPUs so far) is dropped when a lower bound on `Σ r + λ·slack` of its completions (its
+//!    own reduced cost, plus λ per GPU the jobs still to come cannot fill) exceeds τ: reduced
+//!    costs only add up, so no completion of it beats the incumbent. What survives is a narrow
+//!    band of totals around the LP's rather than the whole capacity, and the result is the exact
+//!    optimum.
 //!
 //! Under a cell budget a band may be cut further, always keeping the incumbent's own state (so
 //! the result never falls below it). Every state cut away has reduced cost ≥ θ, so every choice
