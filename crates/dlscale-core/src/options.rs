@@ -2,7 +2,6 @@
 //! of running that way. This is where the batch size is folded into the job's value, so the
 //! knapsack over jobs × GPUs never sees batch sizes.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -82,67 +81,94 @@ pub fn value_tables(
     choice: BatchChoice,
     restart: &RestartAwareness,
 ) -> Vec<Vec<ConfigOption>> {
-    let keys: Vec<ShapeKey> = jobs
+    let terms: Vec<Option<(f64, f64)>> = jobs
         .iter()
-        .map(|job| ShapeKey::of(job, efficiency_terms(job, utility).is_some()))
+        .map(|job| efficiency_terms(job, utility))
         .collect();
+    let shape_keys: Vec<ShapeKey> = jobs
+        .iter()
+        .zip(&terms)
+        .map(|(job, terms)| ShapeKey::of(job, terms.is_some()))
+        .collect();
+    let (shape_of, shapes) = group_ids(&shape_keys);
+    // A job with a current allocation is valued by it: it shares no finished table.
+    let class_keys: Vec<Option<ClassKey>> = jobs
+        .iter()
+        .zip(&terms)
+        .zip(&shape_of)
+        .map(|((job, terms), &shape)| {
+            job.current.is_none().then(|| {
+                let terms = terms.map(|(phi, sum)| (phi.to_bits(), sum.to_bits()));
+                (shape, terms, job.weight.to_bits())
+            })
+        })
+        .collect();
+    let (class_of, classes) = group_ids(&class_keys);
     // A shape's table is dropped after its last job, so unique shapes cost one table at a time.
-    let mut jobs_left: HashMap<ShapeKey, usize> = HashMap::new();
-    for &key in &keys {
-        *jobs_left.entry(key).or_default() += 1;
+    let mut last_of_shape = vec![0; shapes];
+    for (i, &shape) in shape_of.iter().enumerate() {
+        last_of_shape[shape] = i;
     }
-    let mut shapes: HashMap<ShapeKey, OptionTable> = HashMap::new();
-    // Class → the first job of it, whose value table the others copy.
-    let mut classes: HashMap<ClassKey, usize> = HashMap::new();
+    let mut built: Vec<Option<OptionTable>> = (0..shapes).map(|_| None).collect();
+    // The first job of each class, whose value table the others copy.
+    let mut first_of_class: Vec<Option<usize>> = vec![None; classes];
     let mut tables: Vec<Vec<ConfigOption>> = Vec::with_capacity(jobs.len());
-    for (i, (job, &shape)) in jobs.iter().zip(&keys).enumerate() {
-        let left = jobs_left.get_mut(&shape).expect("every shape is counted");
-        *left -= 1;
-        let last_of_shape = *left == 0;
-        let class = job.current.is_none().then(|| {
-            let terms = efficiency_terms(job, utility);
-            (
-                shape,
-                terms.map(|(phi, sum)| (phi.to_bits(), sum.to_bits())),
-                job.weight.to_bits(),
-            )
-        });
-        let table = match class.as_ref().and_then(|c| classes.get(c)) {
-            Some(&first) => tables[first].clone(),
-            None => {
-                let fresh = !shapes.contains_key(&shape);
-                let shared = shapes
-                    .entry(shape)
-                    .or_insert_with(|| OptionTable::build(job, cluster, utility, choice));
-                if fresh || !shape.goodput {
-                    shared.options(job, cluster, restart)
-                } else {
-                    // Same throughputs; the metrics follow this job's gradient statistics.
+    for (i, job) in jobs.iter().enumerate() {
+        let shape = shape_of[i];
+        let class = class_keys[i].is_some().then_some(class_of[i]);
+        let table = match class.and_then(|c| first_of_class[c]) {
+            Some(first) => tables[first].clone(),
+            None => match &built[shape] {
+                // Same throughputs; the metrics follow this job's gradient statistics.
+                Some(shared) if shape_keys[i].goodput => {
                     let mut own = shared.clone();
                     own.update_efficiency(job);
                     own.options(job, cluster, restart)
                 }
-            }
+                Some(shared) => shared.options(job, cluster, restart),
+                None => {
+                    let table = OptionTable::build(job, cluster, utility, choice);
+                    let options = table.options(job, cluster, restart);
+                    built[shape] = Some(table);
+                    options
+                }
+            },
         };
         tables.push(table);
-        if let Some(class) = class {
-            classes.entry(class).or_insert(i);
+        if let Some(c) = class {
+            first_of_class[c].get_or_insert(i);
         }
-        if last_of_shape {
-            shapes.remove(&shape);
+        if last_of_shape[shape] == i {
+            built[shape] = None;
         }
     }
     tables
 }
 
-/// Jobs with equal keys have equal value tables: the shape, the efficiency terms the utility uses
-/// (as bits) and the weight (as bits), for jobs without a current allocation.
-type ClassKey = (ShapeKey, Option<(u64, u64)>, u64);
+/// Dense group ids: `ids[i] == ids[j]` exactly when `keys[i] == keys[j]`; also the number of
+/// groups. Sorting, not hashing: keys are compared a few times each, never hashed.
+fn group_ids<K: Ord>(keys: &[K]) -> (Vec<usize>, usize) {
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_unstable_by(|&a, &b| keys[a].cmp(&keys[b]));
+    let mut ids = vec![0; keys.len()];
+    let mut groups = 0;
+    for (k, &i) in order.iter().enumerate() {
+        if k == 0 || keys[order[k - 1]] != keys[i] {
+            groups += 1;
+        }
+        ids[i] = groups - 1;
+    }
+    (ids, groups)
+}
+
+/// Jobs with equal keys have equal value tables: the shape's group, the efficiency terms the
+/// utility uses (as bits) and the weight (as bits), for jobs without a current allocation.
+type ClassKey = (usize, Option<(u64, u64)>, u64);
 
 /// What an [`OptionTable`] depends on besides the job's gradient statistics: jobs with equal keys
 /// have equal throughputs at every candidate. The model is keyed by its allocation (jobs read
 /// from one file share their bundled model's), which lives as long as the jobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct ShapeKey {
     model: usize,
     batch: (BatchSize, BatchSize),
