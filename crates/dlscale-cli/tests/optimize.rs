@@ -10,6 +10,17 @@ fn dlscale(args: &[&str]) -> Output {
         .expect("dlscale runs")
 }
 
+/// Runs `dlscale` expecting success and one JSON document on stdout.
+fn dlscale_json(args: &[&str]) -> serde_json::Value {
+    let out = dlscale(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
@@ -24,7 +35,7 @@ fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
 fn optimize_prints_the_documented_json() {
     let jobs = examples().join("jobs.json");
     let cluster = examples().join("cluster.json");
-    let out = dlscale(&[
+    let doc = dlscale_json(&[
         "optimize",
         "--jobs",
         jobs.to_str().unwrap(),
@@ -33,12 +44,6 @@ fn optimize_prints_the_documented_json() {
         "--format",
         "json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["policy"], "elastic-batch");
     assert_eq!(doc["utility"], "speedup");
     assert!(doc["objective"].as_f64().unwrap() > 0.0);
@@ -78,7 +83,7 @@ fn a_large_cluster_takes_the_banded_dp_and_says_so() {
         &dlscale_core::synthetic::measured_job_file(300, 64, 1),
     );
     for utility in ["speedup", "fair"] {
-        let out = dlscale(&[
+        let doc = dlscale_json(&[
             "optimize",
             "--jobs",
             &jobs,
@@ -91,12 +96,6 @@ fn a_large_cluster_takes_the_banded_dp_and_says_so() {
             "--format",
             "json",
         ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(doc["solver"], "lagrangian-dp", "{utility}");
         assert_eq!(doc["gap"], 0.0, "{utility}");
         assert_eq!(doc["jobs"].as_array().unwrap().len(), 300);
