@@ -214,11 +214,12 @@ impl KnapsackSolver {
         if !full {
             let kept = &self.kept[..n];
             let outcome = self.lagrangian.solve(kept, cap, self.cell_budget);
-            let choice = kept
+            let mut choice: Vec<usize> = kept
                 .iter()
                 .zip(&outcome.choice)
                 .map(|(k, &position)| k[position].0)
                 .collect();
+            earlier_jobs_first(items, &mut choice);
             return Some(KnapsackSolution {
                 choice,
                 value: base_value + outcome.value,
@@ -274,6 +275,31 @@ impl KnapsackSolver {
             bound: value,
             path: SolverPath::ExactDp,
         })
+    }
+}
+
+/// Among jobs with identical options, hands the larger choices to the earlier jobs. Same value,
+/// same GPUs; but it is what the full DP's tie-breaking does, and it keeps repeated decisions
+/// stable: a job that arrives later does not take GPUs from an identical earlier one.
+fn earlier_jobs_first(items: &[Vec<KnapsackItem>], choice: &mut [usize]) {
+    let same = |a: &[KnapsackItem], b: &[KnapsackItem]| {
+        a.len().cmp(&b.len()).then_with(|| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| x.gpus.cmp(&y.gpus).then(x.value.total_cmp(&y.value)))
+                .find(|o| o.is_ne())
+                .unwrap_or(std::cmp::Ordering::Equal)
+        })
+    };
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| same(&items[a], &items[b]).then(a.cmp(&b)));
+    for class in order.chunk_by(|&a, &b| same(&items[a], &items[b]).is_eq()) {
+        let mut picks: Vec<usize> = class.iter().map(|&job| choice[job]).collect();
+        // Options ascend in GPUs, so a larger index is a larger choice.
+        picks.sort_unstable_by(|a, b| b.cmp(a));
+        for (&job, pick) in class.iter().zip(picks) {
+            choice[job] = pick;
+        }
     }
 }
 
@@ -370,6 +396,12 @@ mod tests {
                     .unwrap();
                 check_feasible(&items, capacity, &solution);
                 prop_assert!(close(solution.value, best), "{:?}: {} vs brute {}", dp, solution.value, best);
+                // Identical jobs: the earlier never gets fewer GPUs, on either path.
+                for i in 1..items.len() {
+                    if items[i] == items[i - 1] {
+                        prop_assert!(solution.choice[i] <= solution.choice[i - 1], "{:?}: {:?}", dp, solution.choice);
+                    }
+                }
                 prop_assert_eq!(solution.gap(), 0.0);
                 let expected = match (solution.path, dp) {
                     (SolverPath::AllFit, _) => SolverPath::AllFit,
@@ -430,6 +462,31 @@ mod tests {
             solution.bound >= 10.9 && solution.gap() > 0.0,
             "{solution:?}"
         );
+    }
+
+    #[test]
+    fn identical_jobs_are_served_in_order_on_large_instances() {
+        // Measured jobs of one model and range have identical tables; the band DP alone may hand
+        // a later one more GPUs when the earlier one's larger option left the band.
+        let cluster = crate::Cluster::new(128, 8).unwrap();
+        let jobs = crate::synthetic::measured_jobs(300, 64, 42);
+        let tables =
+            super::super::Policy::ElasticBatch.value_tables(&cluster, &jobs, &Default::default());
+        let items: Vec<Vec<KnapsackItem>> = tables
+            .iter()
+            .map(|t| t.iter().map(KnapsackItem::from).collect())
+            .collect();
+        let solution = KnapsackSolver::default()
+            .solve(&items, cluster.total_gpus())
+            .unwrap();
+        assert_eq!(solution.path, SolverPath::LagrangianDp);
+        for i in 0..items.len() {
+            for j in i + 1..items.len() {
+                if items[i] == items[j] {
+                    assert!(solution.choice[i] >= solution.choice[j], "jobs {i} and {j}");
+                }
+            }
+        }
     }
 
     #[test]
