@@ -282,23 +282,29 @@ impl KnapsackSolver {
 /// same GPUs; but it is what the full DP's tie-breaking does, and it keeps repeated decisions
 /// stable: a job that arrives later does not take GPUs from an identical earlier one.
 fn earlier_jobs_first(items: &[Vec<KnapsackItem>], choice: &mut [usize]) {
-    let same = |a: &[KnapsackItem], b: &[KnapsackItem]| {
-        a.len().cmp(&b.len()).then_with(|| {
-            a.iter()
-                .zip(b)
-                .map(|(x, y)| x.gpus.cmp(&y.gpus).then(x.value.total_cmp(&y.value)))
-                .find(|o| o.is_ne())
-                .unwrap_or(std::cmp::Ordering::Equal)
+    // Jobs are grouped by a fingerprint of their options first (cheap to sort), then by the
+    // options themselves within a run of equal fingerprints.
+    let fingerprint = |options: &[KnapsackItem]| {
+        options.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, o| {
+            (h ^ u64::from(o.gpus) ^ o.value.to_bits().rotate_left(21))
+                .wrapping_mul(0x0000_0100_0000_01b3)
         })
     };
+    let keys: Vec<u64> = items.iter().map(|o| fingerprint(o)).collect();
     let mut order: Vec<usize> = (0..items.len()).collect();
-    order.sort_by(|&a, &b| same(&items[a], &items[b]).then(a.cmp(&b)));
-    for class in order.chunk_by(|&a, &b| same(&items[a], &items[b]).is_eq()) {
-        let mut picks: Vec<usize> = class.iter().map(|&job| choice[job]).collect();
-        // Options ascend in GPUs, so a larger index is a larger choice.
-        picks.sort_unstable_by(|a, b| b.cmp(a));
-        for (&job, pick) in class.iter().zip(picks) {
-            choice[job] = pick;
+    order.sort_unstable_by_key(|&job| (keys[job], job));
+    for run in order.chunk_by(|&a, &b| keys[a] == keys[b]) {
+        let mut rest = run.to_vec();
+        while let Some(&head) = rest.first() {
+            let (class, other): (Vec<usize>, Vec<usize>) =
+                rest.iter().partition(|&&job| items[job] == items[head]);
+            let mut picks: Vec<usize> = class.iter().map(|&job| choice[job]).collect();
+            // Options ascend in GPUs, so a larger index is a larger choice.
+            picks.sort_unstable_by(|a, b| b.cmp(a));
+            for (&job, pick) in class.iter().zip(picks) {
+                choice[job] = pick;
+            }
+            rest = other;
         }
     }
 }

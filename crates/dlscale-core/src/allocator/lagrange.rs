@@ -230,7 +230,10 @@ impl Lagrangian {
                 }
                 let count = (b + d).min(hi) - (a + d) + 1;
                 for (c, &p) in row[d..d + count].iter_mut().zip(&prev[..count]) {
-                    *c = c.max(p + w);
+                    let v = p + w;
+                    // Not f64::max, whose NaN handling costs extra instructions in this loop
+                    // (values are never NaN).
+                    *c = if v > *c { v } else { *c };
                 }
             }
             priced += open.priced + price * f64::from(open.fewest);
