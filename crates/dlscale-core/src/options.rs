@@ -267,11 +267,21 @@ impl OptionTable {
             .throughput
             .max_gpus()
             .map_or(cluster.total_gpus(), |m| m.min(cluster.total_gpus()));
-        let mut rows = Vec::new();
-        let mut candidates = Vec::new();
+        let counts: Vec<GpuCount> = job.gpus.counts(cap).collect();
+        // Room for every candidate up front (growing the table by pushes would copy it): at most
+        // one per share, on counts no larger than the largest batch.
+        let per_count = match choice {
+            BatchChoice::Free { max_candidates } => {
+                max_candidates.max(2).min(job.max_local_batch as usize)
+            }
+            BatchChoice::Fixed => 1,
+        };
+        let useful = counts.iter().filter(|&&g| g <= job.batch.max).count();
+        let mut rows = Vec::with_capacity(counts.len());
+        let mut candidates = Vec::with_capacity(useful * per_count);
         let mut grid = CandidateGrid::default();
         let mut steps = Vec::new();
-        for gpus in job.gpus.counts(cap) {
+        for gpus in counts {
             grid.fill(job, gpus, choice);
             let (batches, locals) = (&grid.batches, &grid.shares);
             let nodes = cluster.min_nodes_for(gpus);

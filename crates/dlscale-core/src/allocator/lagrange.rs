@@ -10,8 +10,8 @@
 //!    concave-hull segments (steepest first) runs out of GPUs, the LP relaxation's price, so `U`
 //!    is the LP bound.
 //! 2. **Incumbent.** The same greedy, skipping segments that do not fit, is a feasible choice of
-//!    value `L`. A better choice has `Σ r + λ·slack ≤ τ = U − L`.
-//! 3. **Fixing.** So an option with `r > τ` is in no better choice: drop it. A job left with one
+//!    value `L`. A choice at least as good has `Σ r + λ·slack ≤ τ = U − L`.
+//! 3. **Fixing.** So an option with `r > τ` is in no such choice: drop it. A job left with one
 //!    option is fixed.
 //! 4. **Banded DP.** The usual DP over GPU totals for the remaining jobs, where a state (jobs so
 //!    far, GPUs so far) is dropped when a lower bound on `Σ r + λ·slack` of its completions (its
@@ -21,8 +21,9 @@
 //!    optimum.
 //!
 //! Under a cell budget a band may be cut further, always keeping the incumbent's own state (so
-//! the result never falls below it). Every state cut away has reduced cost ≥ θ, so every choice
-//! not searched has value ≤ `U − θ`, and `max(found, U − min(θ, τ))` is a certified upper bound.
+//! the result never falls below it). Every state cut away has a bound ≥ θ on `Σ r + λ·slack`, so
+//! every choice not searched has value ≤ `U − θ`, and `max(found, U − min(θ, τ))` is a certified
+//! upper bound on the optimum.
 
 /// A kept option: (index in the job's options, extra GPUs, extra value).
 pub(super) type Kept = (usize, u32, f64);
@@ -53,6 +54,7 @@ struct OpenJob {
     /// How far apart in GPUs its options of zero reduced cost lie. A job with a tie at the price
     /// widens the band at no cost, so such jobs go last, where the band has the fewest rows left.
     tie_spread: u32,
+    /// GPUs between its first and last option left.
     spread: u32,
 }
 
