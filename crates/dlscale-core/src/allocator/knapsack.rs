@@ -97,7 +97,7 @@ pub const FULL_DP_CELLS: usize = 1 << 14;
 /// Default cell budget of the banded DP: bands narrower than budget / jobs are searched whole.
 pub const BAND_CELL_BUDGET: usize = 1 << 25;
 
-/// Reusable buffers, so repeated solves do not allocate.
+/// Reusable buffers, so repeated solves allocate little.
 #[derive(Debug)]
 pub struct KnapsackSolver {
     table: Vec<f64>,
