@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use dlscale_core::allocator::knapsack::SolverPath;
 use dlscale_core::jobfile::{parse_document, parse_jobs, FileFormat};
 use dlscale_core::{
     policy_info, Admission, Cluster, Decision, DecisionRequest, Job, JobState, PolicyInfo,
@@ -153,6 +154,10 @@ struct Report<'a> {
     policy: &'a str,
     utility: String,
     objective: f64,
+    /// The solver path the decision took (`exact-dp`, `lagrangian-dp`, ...).
+    solver: SolverPath,
+    /// Certified relative gap between `objective` and an upper bound on the optimum (0: exact).
+    gap: f64,
     solve_ms: f64,
     cluster: Cluster,
     gpus_used: u32,
@@ -270,6 +275,8 @@ fn print_json(
         policy: policy.name,
         utility: settings.utility.to_string(),
         objective: decision.objective,
+        solver: decision.solver,
+        gap: decision.gap,
         solve_ms,
         cluster: *cluster,
         gpus_used: decision.gpus_used(),
@@ -288,11 +295,13 @@ fn print_table(
     solve_ms: f64,
 ) {
     println!(
-        "policy {policy}  utility {}  objective {:.4}  GPUs {}/{}  solved in {solve_ms:.3} ms",
+        "policy {policy}  utility {}  objective {:.4}  GPUs {}/{}  solved in {solve_ms:.3} ms ({}, gap {:.1e})",
         settings.utility,
         decision.objective,
         decision.gpus_used(),
-        cluster.total_gpus()
+        cluster.total_gpus(),
+        decision.solver.name(),
+        decision.gap,
     );
     println!(
         "{:<16} {:<12} {:<8} {:>5} {:>5} {:>7} {:>7} {:>14} {:>9}",

@@ -10,6 +10,17 @@ fn dlscale(args: &[&str]) -> Output {
         .expect("dlscale runs")
 }
 
+/// Runs `dlscale` expecting success and one JSON document on stdout.
+fn dlscale_json(args: &[&str]) -> serde_json::Value {
+    let out = dlscale(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
@@ -24,7 +35,7 @@ fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
 fn optimize_prints_the_documented_json() {
     let jobs = examples().join("jobs.json");
     let cluster = examples().join("cluster.json");
-    let out = dlscale(&[
+    let doc = dlscale_json(&[
         "optimize",
         "--jobs",
         jobs.to_str().unwrap(),
@@ -33,16 +44,13 @@ fn optimize_prints_the_documented_json() {
         "--format",
         "json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["policy"], "elastic-batch");
     assert_eq!(doc["utility"], "speedup");
     assert!(doc["objective"].as_f64().unwrap() > 0.0);
     assert!(doc["solve_ms"].as_f64().unwrap() >= 0.0);
+    // Seven jobs on 16 GPUs: the full DP, exact.
+    assert_eq!(doc["solver"], "exact-dp");
+    assert_eq!(doc["gap"], 0.0);
     let jobs = doc["jobs"].as_array().unwrap();
     assert_eq!(jobs.len(), 7);
     let mut used = 0;
@@ -64,6 +72,35 @@ fn optimize_prints_the_documented_json() {
     assert!(used <= 16);
     let total: f64 = jobs.iter().map(|j| j["utility"].as_f64().unwrap()).sum();
     assert!((total - doc["objective"].as_f64().unwrap()).abs() < 1e-9);
+}
+
+#[test]
+fn a_large_cluster_takes_the_banded_dp_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = write(
+        &dir,
+        "jobs.json",
+        &dlscale_core::synthetic::measured_job_file(300, 64, 1),
+    );
+    for utility in ["speedup", "fair"] {
+        let doc = dlscale_json(&[
+            "optimize",
+            "--jobs",
+            &jobs,
+            "--nodes",
+            "128",
+            "--gpus-per-node",
+            "8",
+            "--utility",
+            utility,
+            "--format",
+            "json",
+        ]);
+        assert_eq!(doc["solver"], "lagrangian-dp", "{utility}");
+        assert_eq!(doc["gap"], 0.0, "{utility}");
+        assert_eq!(doc["jobs"].as_array().unwrap().len(), 300);
+        assert!(doc["gpus_used"].as_u64().unwrap() <= 1024);
+    }
 }
 
 #[test]

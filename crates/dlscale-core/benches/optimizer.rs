@@ -1,58 +1,90 @@
 //! Optimizer speed: one full elastic-batch decision (value tables with 32 batch candidates per
-//! GPU count, then the exact knapsack) for growing clusters, jobs of up to 64 GPUs each.
-//! Also the knapsack alone, and the MILP formulation of the same knapsack (`milp` group; sizes
-//! from `DLSCALE_MILP_SIZES`, e.g. `64x256,256x1024`, default `16x64,32x128`).
+//! GPU count, then the knapsack) for growing clusters, jobs of up to 64 GPUs each, on analytic
+//! models (`analytic_jobs`) and on the bundled measured profiles (`measured_jobs`), for the
+//! speedup and fair utilities; the large-cluster size in its own group (`large-cluster`, fewer
+//! samples). Also the knapsack alone (automatic path, and the full-table DP for comparison), and
+//! the MILP formulation of the same knapsack (`milp` group; sizes from `DLSCALE_MILP_SIZES`, e.g.
+//! `64x256,256x1024`, default `16x64,32x128`).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use dlscale_core::allocator::knapsack::KnapsackSolver;
-use dlscale_core::synthetic::analytic_jobs;
+use dlscale_core::allocator::knapsack::{DpChoice, KnapsackSolver, BAND_CELL_BUDGET};
+use dlscale_core::synthetic::{analytic_jobs, KINDS};
 use dlscale_core::{build_policy, Cluster, DecisionRequest, Settings, Utility};
 
-const SIZES: [(usize, u32); 3] = [(64, 256), (256, 1024), (1000, 4096)];
+const SIZES: [(usize, u32); 4] = [(64, 256), (256, 1024), (1000, 4096), (4000, 16384)];
+const LARGE: (usize, u32) = (10_000, 65_536);
+const UTILITIES: [Utility; 2] = [Utility::Speedup, Utility::Fair { p: -1.0 }];
 
 fn cluster_for(gpus: u32) -> Cluster {
     Cluster::new(gpus / 8, 8).expect("valid cluster")
 }
 
-fn optimizer(c: &mut Criterion) {
-    let mut group = c.benchmark_group("optimizer");
-    for utility in [Utility::Speedup, Utility::Fair { p: -1.0 }] {
-        for (jobs, gpus) in SIZES {
-            let cluster = cluster_for(gpus);
-            let instance = analytic_jobs(jobs, 64, 42);
-            let settings = Settings {
-                utility,
-                ..Settings::default()
-            };
-            // A fresh policy per decision: nothing kept from an earlier one.
-            group.bench_with_input(
-                BenchmarkId::new(format!("elastic-batch/{utility}"), format!("{jobs}x{gpus}")),
-                &instance,
-                |b, instance| {
-                    b.iter(|| {
-                        build_policy("elastic-batch", &Default::default())
-                            .unwrap()
-                            .decide(&DecisionRequest::new(&cluster, instance, &settings))
-                    })
-                },
-            );
+fn decisions(c: &mut Criterion, group: &str, sizes: &[(usize, u32)], samples: usize) {
+    let mut group = c.benchmark_group(group);
+    group.sample_size(samples);
+    for (kind, generate) in KINDS {
+        for utility in UTILITIES {
+            for &(jobs, gpus) in sizes {
+                let cluster = cluster_for(gpus);
+                let instance = generate(jobs, 64, 42);
+                let settings = Settings {
+                    utility,
+                    ..Settings::default()
+                };
+                // A fresh policy per decision: nothing kept from an earlier one.
+                group.bench_with_input(
+                    BenchmarkId::new(
+                        format!("elastic-batch/{kind}/{utility}"),
+                        format!("{jobs}x{gpus}"),
+                    ),
+                    &instance,
+                    |b, instance| {
+                        b.iter(|| {
+                            build_policy("elastic-batch", &Default::default())
+                                .unwrap()
+                                .decide(&DecisionRequest::new(&cluster, instance, &settings))
+                        })
+                    },
+                );
+            }
         }
     }
-    for (jobs, gpus) in SIZES {
-        let cluster = cluster_for(gpus);
-        let items =
-            support::elastic_batch_items(&analytic_jobs(jobs, 64, 42), &cluster, Utility::Speedup);
-        let mut solver = KnapsackSolver::default();
-        group.bench_with_input(
-            BenchmarkId::new("knapsack-only", format!("{jobs}x{gpus}")),
-            &items,
-            |b, items| b.iter(|| solver.solve(items, cluster.total_gpus())),
-        );
+    group.finish();
+}
+
+fn optimizer(c: &mut Criterion) {
+    decisions(c, "optimizer", &SIZES, 100);
+    let mut group = c.benchmark_group("optimizer");
+    for (kind, generate) in KINDS {
+        for (jobs, gpus) in SIZES.into_iter().chain([LARGE]) {
+            let cluster = cluster_for(gpus);
+            let items =
+                support::elastic_batch_items(&generate(jobs, 64, 42), &cluster, Utility::Speedup);
+            let mut solvers = vec![("knapsack-only", KnapsackSolver::default())];
+            // The full table for comparison, where it fits in memory comfortably.
+            if jobs <= 1000 {
+                solvers.push((
+                    "knapsack-full-dp",
+                    KnapsackSolver::new(DpChoice::Full, BAND_CELL_BUDGET),
+                ));
+            }
+            for (name, mut solver) in solvers {
+                group.bench_with_input(
+                    BenchmarkId::new(format!("{name}/{kind}"), format!("{jobs}x{gpus}")),
+                    &items,
+                    |b, items| b.iter(|| solver.solve(items, cluster.total_gpus())),
+                );
+            }
+        }
     }
     group.finish();
+}
+
+fn large_cluster(c: &mut Criterion) {
+    decisions(c, "large-cluster", &[LARGE], 10);
 }
 
 fn milp(c: &mut Criterion) {
@@ -80,5 +112,5 @@ fn milp(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, optimizer, milp);
+criterion_group!(benches, optimizer, large_cluster, milp);
 criterion_main!(benches);

@@ -2,6 +2,8 @@
 //! of running that way. This is where the batch size is folded into the job's value, so the
 //! knapsack over jobs × GPUs never sees batch sizes.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
@@ -65,12 +67,153 @@ pub fn job_options(
     OptionTable::build(job, cluster, utility, choice).options(job, cluster, restart)
 }
 
-/// One measured candidate of an [`OptionTable`]: a batch, its throughput and its raw metric.
+/// The value tables of many jobs at once, each equal to its [`job_options`].
+///
+/// Jobs of one shape (the same throughput model instance, ranges, memory cap and request) share
+/// one [`OptionTable`]: its throughputs are evaluated once, and each job's gradient statistics
+/// only re-weigh them ([`OptionTable::update_efficiency`]). Jobs that are alike in everything the
+/// table depends on (shape, gradient statistics as the utility sees them, weight, and no current
+/// allocation) share the table itself.
+pub fn value_tables(
+    jobs: &[Job],
+    cluster: &Cluster,
+    utility: Utility,
+    choice: BatchChoice,
+    restart: &RestartAwareness,
+) -> Vec<Vec<ConfigOption>> {
+    let terms: Vec<Option<(f64, f64)>> = jobs
+        .iter()
+        .map(|job| efficiency_terms(job, utility))
+        .collect();
+    let shape_keys: Vec<ShapeKey> = jobs
+        .iter()
+        .zip(&terms)
+        .map(|(job, terms)| ShapeKey::of(job, terms.is_some()))
+        .collect();
+    let (shape_of, shapes) = group_ids(&shape_keys);
+    // A job with a current allocation is valued by it: it shares no finished table.
+    let class_keys: Vec<Option<ClassKey>> = jobs
+        .iter()
+        .zip(&terms)
+        .zip(&shape_of)
+        .map(|((job, terms), &shape)| {
+            job.current.is_none().then(|| {
+                let terms = terms.map(|(phi, sum)| (phi.to_bits(), sum.to_bits()));
+                (shape, terms, job.weight.to_bits())
+            })
+        })
+        .collect();
+    let (class_of, classes) = group_ids(&class_keys);
+    // A shape's table is dropped after its last job, so unique shapes cost one table at a time.
+    let mut last_of_shape = vec![0; shapes];
+    for (i, &shape) in shape_of.iter().enumerate() {
+        last_of_shape[shape] = i;
+    }
+    let mut built: Vec<Option<OptionTable>> = (0..shapes).map(|_| None).collect();
+    // The first job of each class, whose value table the others copy.
+    let mut first_of_class: Vec<Option<usize>> = vec![None; classes];
+    let mut tables: Vec<Vec<ConfigOption>> = Vec::with_capacity(jobs.len());
+    for (i, job) in jobs.iter().enumerate() {
+        let shape = shape_of[i];
+        let class = class_keys[i].is_some().then_some(class_of[i]);
+        let table = match class.and_then(|c| first_of_class[c]) {
+            Some(first) => tables[first].clone(),
+            None => match &built[shape] {
+                // Same throughputs; the metrics follow this job's gradient statistics.
+                Some(shared) if shape_keys[i].goodput => {
+                    let mut own = shared.clone();
+                    own.update_efficiency(job);
+                    own.options(job, cluster, restart)
+                }
+                Some(shared) => shared.options(job, cluster, restart),
+                None => {
+                    let table = OptionTable::build(job, cluster, utility, choice);
+                    let options = table.options(job, cluster, restart);
+                    built[shape] = Some(table);
+                    options
+                }
+            },
+        };
+        tables.push(table);
+        if let Some(c) = class {
+            first_of_class[c].get_or_insert(i);
+        }
+        if last_of_shape[shape] == i {
+            built[shape] = None;
+        }
+    }
+    tables
+}
+
+/// Dense group ids: `ids[i] == ids[j]` exactly when `keys[i] == keys[j]`; also the number of
+/// groups. Sorting, not hashing: keys are compared a few times each, never hashed.
+fn group_ids<K: Ord>(keys: &[K]) -> (Vec<usize>, usize) {
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_unstable_by(|&a, &b| keys[a].cmp(&keys[b]));
+    let mut ids = vec![0; keys.len()];
+    let mut groups = 0;
+    for (k, &i) in order.iter().enumerate() {
+        if k == 0 || keys[order[k - 1]] != keys[i] {
+            groups += 1;
+        }
+        ids[i] = groups - 1;
+    }
+    (ids, groups)
+}
+
+/// Jobs with equal keys have equal value tables: the shape's group, the efficiency terms the
+/// utility uses (as bits) and the weight (as bits), for jobs without a current allocation.
+type ClassKey = (usize, Option<(u64, u64)>, u64);
+
+/// What an [`OptionTable`] depends on besides the job's gradient statistics: jobs with equal keys
+/// have equal throughputs at every candidate. The model is keyed by its allocation (jobs read
+/// from one file share their bundled model's), which lives as long as the jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct ShapeKey {
+    model: usize,
+    batch: (BatchSize, BatchSize),
+    max_local_batch: BatchSize,
+    gpus: (GpuCount, GpuCount, bool),
+    requested_batch: BatchSize,
+    /// Whether metrics are goodputs: a table of throughputs is not re-weighed.
+    goodput: bool,
+}
+
+impl ShapeKey {
+    fn of(job: &Job, goodput: bool) -> Self {
+        ShapeKey {
+            model: Arc::as_ptr(&job.throughput).cast::<()>() as usize,
+            batch: (job.batch.min, job.batch.max),
+            max_local_batch: job.max_local_batch,
+            gpus: (job.gpus.min, job.gpus.max, job.gpus.powers_of_two),
+            requested_batch: job.requested.batch,
+            goodput,
+        }
+    }
+}
+
+/// One measured candidate of an [`OptionTable`]: a batch and its throughput.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Candidate {
     batch: BatchSize,
     throughput: f64,
-    metric: f64,
+}
+
+impl Candidate {
+    /// Its metric under the efficiency terms `terms` (see [`efficiency_terms`]).
+    fn metric(&self, terms: Option<(f64, f64)>) -> f64 {
+        metric_of(self.throughput, self.batch, terms)
+    }
+}
+
+/// What the throughput model says of one job shape: every candidate batch's throughput at every
+/// GPU count. Immutable once built, and shared (behind an `Arc`) by the tables of every job of
+/// the shape.
+#[derive(Debug, PartialEq)]
+struct Grid {
+    /// One row per allowed count, ascending in GPUs.
+    rows: Vec<Row>,
+    candidates: Vec<Candidate>,
 }
 
 /// The part of a job's value table that does not depend on where the job runs now: every
@@ -85,9 +228,13 @@ struct Candidate {
 pub struct OptionTable {
     utility: Utility,
     choice: BatchChoice,
-    /// One row per allowed count, ascending in GPUs.
-    rows: Vec<Row>,
-    candidates: Vec<Candidate>,
+    /// The throughputs, shared by the tables of one shape (cloning a table is cheap).
+    grid: Arc<Grid>,
+    /// The efficiency terms the metrics follow: those of the job last built or updated for.
+    terms: Option<(f64, f64)>,
+    /// Per row of the grid: the candidate with the largest metric (the first on ties), if any:
+    /// the choice whenever the job's current configuration is not in that row.
+    best: Vec<Option<u32>>,
 }
 
 /// The candidates of one GPU count.
@@ -95,40 +242,26 @@ pub struct OptionTable {
 struct Row {
     gpus: GpuCount,
     nodes: u32,
-    /// Its candidates in [`OptionTable::candidates`].
+    /// Its candidates in [`Grid::candidates`].
     range: std::ops::Range<usize>,
-    /// Index of the candidate with the largest metric (the first on ties), if any: the choice
-    /// whenever the job's current configuration is not in this row.
-    best: Option<usize>,
 }
 
-impl Row {
-    fn new(
-        gpus: GpuCount,
-        nodes: u32,
-        range: std::ops::Range<usize>,
-        candidates: &[Candidate],
-    ) -> Self {
-        let mut row = Row {
-            gpus,
-            nodes,
-            range,
-            best: None,
-        };
-        row.refresh_best(candidates);
-        row
-    }
-
-    fn refresh_best(&mut self, candidates: &[Candidate]) {
-        self.best = None;
-        for i in self.range.clone() {
-            if self
-                .best
-                .is_none_or(|b| candidates[i].metric > candidates[b].metric)
-            {
-                self.best = Some(i);
-            }
-        }
+impl Grid {
+    /// Per row, the candidate with the largest metric under `terms` (the first on ties).
+    fn bests(&self, terms: Option<(f64, f64)>) -> Vec<Option<u32>> {
+        self.rows
+            .iter()
+            .map(|row| {
+                let mut best: Option<(u32, f64)> = None;
+                for i in row.range.clone() {
+                    let metric = self.candidates[i].metric(terms);
+                    if best.is_none_or(|(_, m)| metric > m) {
+                        best = Some((i as u32, metric));
+                    }
+                }
+                best.map(|(i, _)| i)
+            })
+            .collect()
     }
 }
 
@@ -140,11 +273,21 @@ impl OptionTable {
             .throughput
             .max_gpus()
             .map_or(cluster.total_gpus(), |m| m.min(cluster.total_gpus()));
-        let mut rows = Vec::new();
-        let mut candidates = Vec::new();
+        let counts: Vec<GpuCount> = job.gpus.counts(cap).collect();
+        // Room for every candidate up front (growing the table by pushes would copy it): at most
+        // one per share, on counts no larger than the largest batch.
+        let per_count = match choice {
+            BatchChoice::Free { max_candidates } => {
+                max_candidates.max(2).min(job.max_local_batch as usize)
+            }
+            BatchChoice::Fixed => 1,
+        };
+        let useful = counts.iter().filter(|&&g| g <= job.batch.max).count();
+        let mut rows = Vec::with_capacity(counts.len());
+        let mut candidates = Vec::with_capacity(useful * per_count);
         let mut grid = CandidateGrid::default();
         let mut steps = Vec::new();
-        for gpus in job.gpus.counts(cap) {
+        for gpus in counts {
             grid.fill(job, gpus, choice);
             let (batches, locals) = (&grid.batches, &grid.shares);
             let nodes = cluster.min_nodes_for(gpus);
@@ -154,22 +297,25 @@ impl OptionTable {
             job.throughput.step_times_s(gpus, nodes, locals, &mut steps);
             let start = candidates.len();
             for (&batch, step_s) in batches.iter().zip(&steps) {
-                if let Some((throughput, metric)) = eval.metric_from_step(gpus, batch, *step_s) {
-                    candidates.push(Candidate {
-                        batch,
-                        throughput,
-                        metric,
-                    });
+                if let Some((throughput, _)) = eval.metric_from_step(gpus, batch, *step_s) {
+                    candidates.push(Candidate { batch, throughput });
                 }
             }
             let end = candidates.len();
-            rows.push(Row::new(gpus, nodes, start..end, &candidates));
+            rows.push(Row {
+                gpus,
+                nodes,
+                range: start..end,
+            });
         }
+        let grid = Grid { rows, candidates };
+        let terms = eval.efficiency;
         OptionTable {
             utility,
             choice,
-            rows,
-            candidates,
+            best: grid.bests(terms),
+            grid: Arc::new(grid),
+            terms,
         }
     }
 
@@ -177,17 +323,13 @@ impl OptionTable {
     /// [`Job::efficiency`]), reusing the stored throughputs: cheap, no model evaluation. Only
     /// goodput-based utilities depend on them.
     pub fn update_efficiency(&mut self, job: &Job) {
-        if !self.utility.uses_goodput() {
+        if !self.utility.uses_goodput() || job.efficiency.is_none() {
             return;
         }
-        if job.efficiency.is_some() {
-            let terms = efficiency_terms(job, self.utility);
-            for cand in &mut self.candidates {
-                cand.metric = metric_of(cand.throughput, cand.batch, terms);
-            }
-            for row in &mut self.rows {
-                row.refresh_best(&self.candidates);
-            }
+        let terms = efficiency_terms(job, self.utility);
+        if terms != self.terms {
+            self.terms = terms;
+            self.best = self.grid.bests(terms);
         }
     }
 
@@ -238,46 +380,48 @@ impl OptionTable {
         };
         let keep_factor = 1.0 + restart.min_gain.max(0.0);
         // The current configuration as an extra candidate when the grid does not hold it.
+        let (grid, terms) = (&*self.grid, self.terms);
         let extra = current.and_then(|c| {
-            let row = self.rows.iter().find(|row| row.gpus == c.gpus)?;
-            let in_grid = self.candidates[row.range.clone()]
+            let row = grid.rows.iter().find(|row| row.gpus == c.gpus)?;
+            let in_grid = grid.candidates[row.range.clone()]
                 .iter()
                 .any(|cand| cand.batch == c.batch);
             if self.choice == BatchChoice::Fixed || in_grid {
                 return None;
             }
-            let (throughput, metric) = eval.metric(c.gpus, row.nodes, c.batch)?;
+            let (throughput, _) = eval.metric(c.gpus, row.nodes, c.batch)?;
             Some(Candidate {
                 batch: c.batch,
                 throughput,
-                metric,
             })
         });
         let mut reference = None;
-        let mut options = Vec::with_capacity(self.rows.len());
-        for row in &self.rows {
+        let mut options = Vec::with_capacity(grid.rows.len());
+        for (row, &row_best) in grid.rows.iter().zip(&self.best) {
             let (gpus, nodes) = (row.gpus, row.nodes);
             let mut best: Option<(f64, &Candidate)> = None;
             let mut best_raw = f64::MIN_POSITIVE;
             if current.is_some_and(|c| c.gpus == gpus) {
                 // Keeping the current batch and changing it are valued differently: scan.
-                for cand in self.candidates[row.range.clone()]
+                for cand in grid.candidates[row.range.clone()]
                     .iter()
                     .chain(extra.iter())
                 {
                     let kept = current.is_some_and(|c| c.batch == cand.batch);
-                    let adjusted = cand.metric * if kept { keep_factor } else { change_factor };
+                    let metric = cand.metric(terms);
+                    let adjusted = metric * if kept { keep_factor } else { change_factor };
                     if best.is_none_or(|(a, _)| adjusted > a) {
                         best = Some((adjusted, cand));
                     }
-                    best_raw = best_raw.max(cand.metric);
+                    best_raw = best_raw.max(metric);
                 }
-            } else if let Some(b) = row.best {
+            } else if let Some(b) = row_best {
                 // Every candidate is a change (or there is no current one): one factor for all,
                 // so the best metric wins.
-                let cand = &self.candidates[b];
-                best = Some((cand.metric * change_factor, cand));
-                best_raw = cand.metric;
+                let cand = &grid.candidates[b as usize];
+                let metric = cand.metric(terms);
+                best = Some((metric * change_factor, cand));
+                best_raw = metric;
             }
             let Some((adjusted, cand)) = best else {
                 continue;
@@ -290,18 +434,19 @@ impl OptionTable {
             }
             let (adjusted, cand) = if only_current {
                 // The kept candidate, whatever a change at this count would be worth.
-                let Some(kept) = self.candidates[row.range.clone()]
+                let Some(kept) = grid.candidates[row.range.clone()]
                     .iter()
                     .chain(extra.iter())
                     .find(|cand| current.is_some_and(|c| c.batch == cand.batch))
                 else {
                     continue;
                 };
-                (kept.metric * keep_factor, kept)
+                (kept.metric(terms) * keep_factor, kept)
             } else {
                 (adjusted, cand)
             };
-            let raw_utility = job.weight * utility.transform(cand.metric / reference);
+            let metric = cand.metric(terms);
+            let raw_utility = job.weight * utility.transform(metric / reference);
             options.push(ConfigOption {
                 gpus,
                 nodes,
@@ -310,7 +455,7 @@ impl OptionTable {
                 throughput_samples_per_s: cand.throughput,
                 utility: raw_utility,
                 // Without a restart adjustment (the common case) the value is the utility.
-                value: if adjusted == cand.metric {
+                value: if adjusted == metric {
                     raw_utility
                 } else {
                     job.weight * utility.transform(adjusted / reference)
@@ -331,21 +476,10 @@ struct Evaluator<'a> {
 
 impl<'a> Evaluator<'a> {
     fn new(job: &'a Job, cluster: &'a Cluster, utility: Utility) -> Self {
-        let efficiency = job
-            .efficiency
-            .filter(|_| utility.uses_goodput())
-            .map(|eff| {
-                (
-                    eff.noise.noise_scale(eff.init_batch),
-                    f64::from(eff.init_batch),
-                )
-            })
-            .filter(|(phi, _)| phi.is_finite())
-            .map(|(phi, init_batch)| (phi, phi + init_batch));
         Evaluator {
             job,
             cluster,
-            efficiency,
+            efficiency: efficiency_terms(job, utility),
         }
     }
 

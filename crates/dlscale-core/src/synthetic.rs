@@ -1,10 +1,13 @@
-//! Synthetic job mixes with analytic throughput models: reproducible instances for benchmarks,
-//! cross-checks and what-if runs, without any data files.
+//! Synthetic job mixes: reproducible instances for benchmarks, cross-checks and what-if runs.
+//! [`analytic_jobs`] draws analytic throughput models (no data files); [`measured_job_file`]
+//! writes a job file over the bundled measured profiles, as a user would.
 
 use std::sync::Arc;
 
 use crate::efficiency::GradNoise;
 use crate::job::{BatchRange, GpuRange, Job, JobEfficiency, Requested};
+use crate::jobfile::{parse_jobs, FileFormat};
+use crate::profiles;
 use crate::throughput::AnalyticModel;
 use crate::GpuCount;
 
@@ -95,6 +98,55 @@ pub fn analytic_jobs(count: usize, max_gpus: GpuCount, seed: u64) -> Vec<Job> {
         .collect()
 }
 
+/// A generator of instances: `(count, max_gpus, seed)` to jobs.
+pub type Generator = fn(usize, GpuCount, u64) -> Vec<Job>;
+
+/// Both kinds of instance by name, for benchmarks and reports that cover each.
+pub const KINDS: [(&str, Generator); 2] =
+    [("analytic", analytic_jobs), ("measured", measured_jobs)];
+
+/// The bundled measured profiles [`measured_job_file`] draws from.
+pub const MEASURED_MODELS: [&str; 5] = ["cifar10", "imagenet", "bert", "deepspeech2", "yolov3"];
+
+/// A job file (JSON) of `count` jobs on the bundled measured profiles, written the way a new user
+/// would: a model from [`MEASURED_MODELS`], `min_batch` its initial batch, `max_batch` 32 times
+/// that, 1 to `max_gpus` GPUs (a quarter of the jobs powers of two only), and a random epoch of
+/// the model's training, so the jobs' gradient statistics differ.
+pub fn measured_job_file(count: usize, max_gpus: GpuCount, seed: u64) -> String {
+    let mut rng = SplitMix64::new(seed);
+    let jobs: Vec<serde_json::Value> = (0..count)
+        .map(|i| {
+            let name = MEASURED_MODELS[rng.int(0, MEASURED_MODELS.len() as u32 - 1) as usize];
+            // The bundled profiles are fixed at compile time and all carry gradient statistics.
+            let efficiency = profiles::bundled(name)
+                .ok()
+                .and_then(|p| p.efficiency)
+                .expect("measured models have efficiency profiles");
+            let min_batch = efficiency.init_batch();
+            serde_json::json!({
+                "id": format!("job-{i:05}"),
+                "model": name,
+                "min_batch": min_batch,
+                "max_batch": 32 * min_batch,
+                "max_gpus": max_gpus.max(1),
+                "powers_of_two": rng.unit() < 0.25,
+                "epoch": rng.int(0, efficiency.epochs() as u32 - 1),
+            })
+        })
+        .collect();
+    serde_json::json!({ "jobs": jobs }).to_string()
+}
+
+/// The jobs of [`measured_job_file`], parsed as `dlscale optimize` would parse the file.
+pub fn measured_jobs(count: usize, max_gpus: GpuCount, seed: u64) -> Vec<Job> {
+    parse_jobs(
+        &measured_job_file(count, max_gpus, seed),
+        FileFormat::Json,
+        "measured jobs",
+    )
+    .expect("measured job files are valid")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +163,23 @@ mod tests {
             );
         }
         assert_ne!(analytic_jobs(1, 64, 8)[0].batch, a[0].batch);
+    }
+
+    #[test]
+    fn measured_jobs_span_every_model_and_epochs() {
+        let jobs = measured_jobs(200, 64, 7);
+        for name in MEASURED_MODELS {
+            let of_model: Vec<&Job> = jobs.iter().filter(|j| j.model_name == name).collect();
+            assert!(!of_model.is_empty(), "{name}");
+            let job = of_model[0];
+            assert_eq!(job.batch.max, 32 * job.batch.min);
+            assert_eq!(job.gpus.max, 64);
+        }
+        // Different epochs give different gradient statistics.
+        let noise: std::collections::HashSet<u64> = jobs
+            .iter()
+            .filter_map(|j| j.efficiency.map(|e| e.noise.grad_var.to_bits()))
+            .collect();
+        assert!(noise.len() > 50, "{}", noise.len());
     }
 }

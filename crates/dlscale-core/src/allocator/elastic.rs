@@ -6,7 +6,7 @@
 //! job's gradient statistics changed. A repeated caller (the simulator, the service) thus pays
 //! for throughput-model evaluations once per job and model, not once per decision.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::knapsack::{KnapsackItem, KnapsackSolver};
@@ -120,8 +120,21 @@ struct Knapsack {
 }
 
 /// Value tables kept per job id between decisions.
+///
+/// Jobs of one shape (the same throughput model instance and everything in [`TableKey`]) have the
+/// same throughputs: a new job of a shape already kept copies that table and re-weighs it with
+/// its own gradient statistics instead of evaluating the model again. The bundled measured
+/// profiles give few shapes, so a cluster of thousands of such jobs builds a handful of tables.
 #[derive(Debug, Default)]
-pub(super) struct TableCache(BTreeMap<String, Kept>);
+pub(super) struct TableCache {
+    kept: BTreeMap<String, Kept>,
+    /// Per shape, a job whose kept table has it.
+    by_shape: HashMap<ShapeId, String>,
+}
+
+/// A shape: the model instance (by address; [`Kept`] holds it so the address stays its own)
+/// and the key, exactly (its debug form prints floats exactly).
+type ShapeId = (usize, String);
 
 /// A value table and what it was built from.
 #[derive(Debug)]
@@ -144,6 +157,9 @@ struct TableKey {
     utility: Utility,
     choice: BatchChoice,
     cluster: Cluster,
+    /// Whether the metrics are goodputs: a table of throughputs is not re-weighed into one of
+    /// goodputs, nor back (their best batches differ).
+    goodput: bool,
 }
 
 impl Knapsack {
@@ -190,7 +206,7 @@ impl Knapsack {
 impl TableCache {
     /// Forgets the table of `id`.
     pub(super) fn remove(&mut self, id: &str) {
-        self.0.remove(id);
+        self.kept.remove(id);
     }
 
     /// The kept table of `job`, rebuilt or refreshed when what it depends on changed.
@@ -210,25 +226,52 @@ impl TableCache {
             utility,
             choice,
             cluster: *cluster,
+            goodput: job.efficiency.is_some() && utility.uses_goodput(),
         };
-        let fresh = |job: &Job| Kept {
-            model: Arc::clone(&job.throughput),
-            key,
-            efficiency: job.efficiency,
-            table: OptionTable::build(job, cluster, utility, choice),
-        };
-        let kept = self
-            .0
-            .entry(job.id.clone())
-            .and_modify(|kept| {
-                if !Arc::ptr_eq(&kept.model, &job.throughput) || kept.key != key {
-                    *kept = fresh(job);
-                } else if kept.efficiency != job.efficiency {
-                    kept.table.update_efficiency(job);
-                    kept.efficiency = job.efficiency;
+        let current = self
+            .kept
+            .get(&job.id)
+            .is_some_and(|k| Arc::ptr_eq(&k.model, &job.throughput) && k.key == key);
+        if !current {
+            let shape: ShapeId = (
+                Arc::as_ptr(&job.throughput).cast::<()>() as usize,
+                format!("{key:?}"),
+            );
+            // A kept table of the same shape, if its job still has it.
+            let shared = self
+                .by_shape
+                .get(&shape)
+                .and_then(|other| self.kept.get(other))
+                .filter(|k| Arc::ptr_eq(&k.model, &job.throughput) && k.key == key);
+            let table = match shared {
+                Some(k) => {
+                    let mut table = k.table.clone();
+                    if k.efficiency != job.efficiency {
+                        table.update_efficiency(job);
+                    }
+                    table
                 }
-            })
-            .or_insert_with(|| fresh(job));
+                None => OptionTable::build(job, cluster, utility, choice),
+            };
+            self.by_shape.insert(shape, job.id.clone());
+            self.kept.insert(
+                job.id.clone(),
+                Kept {
+                    model: Arc::clone(&job.throughput),
+                    key,
+                    efficiency: job.efficiency,
+                    table,
+                },
+            );
+        }
+        let kept = self
+            .kept
+            .get_mut(&job.id)
+            .expect("the table of the job was just kept");
+        if kept.efficiency != job.efficiency {
+            kept.table.update_efficiency(job);
+            kept.efficiency = job.efficiency;
+        }
         &kept.table
     }
 }
@@ -269,5 +312,7 @@ pub(super) fn decide_knapsack(
     Decision {
         objective: solution.value,
         jobs: decisions,
+        solver: solution.path,
+        gap: solution.gap(),
     }
 }

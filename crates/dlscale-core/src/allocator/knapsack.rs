@@ -16,6 +16,15 @@
 //! The inner loop is a branch-free `max(cur[k], prev[k − g] + v)` over contiguous slices (the
 //! compiler vectorises it); the choice is recovered afterwards by recomputing the same sums, which
 //! are bit-identical, instead of storing an argmax per cell.
+//!
+//! That full table has n · C cells. Larger instances go to the banded DP of
+//! [`lagrange`](super::lagrange): a Lagrangian bound fixes most jobs and confines the DP to a
+//! narrow band of GPU totals, exactly; under its cell budget it may cut the band and then reports
+//! a certified upper bound instead ([`KnapsackSolution::bound`]).
+
+use serde::{Deserialize, Serialize};
+
+use super::lagrange::{Kept, Lagrangian};
 
 /// One option of one job: GPUs and the value of running with them.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,11 +44,77 @@ impl From<&crate::options::ConfigOption> for KnapsackItem {
     }
 }
 
-/// Reusable buffers, so repeated solves do not allocate.
-#[derive(Debug, Default)]
+/// How a solve was done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum SolverPath {
+    /// Every job's best option fits at once: that is the optimum, no search needed.
+    AllFit,
+    /// The DP over every GPU total.
+    #[default]
+    ExactDp,
+    /// Lagrangian bound, reduced-cost fixing and the DP over a band of GPU totals.
+    LagrangianDp,
+    /// No optimisation: the static policy runs requests first come first served.
+    Fifo,
+    /// No optimisation: a policy's own priority rule (Tiresias' queues, Optimus' greedy).
+    Priority,
+}
+
+impl SolverPath {
+    /// Every path.
+    pub const ALL: [SolverPath; 5] = [
+        SolverPath::AllFit,
+        SolverPath::ExactDp,
+        SolverPath::LagrangianDp,
+        SolverPath::Fifo,
+        SolverPath::Priority,
+    ];
+
+    /// Its name, as in JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            SolverPath::AllFit => "all-fit",
+            SolverPath::ExactDp => "exact-dp",
+            SolverPath::LagrangianDp => "lagrangian-dp",
+            SolverPath::Fifo => "fifo",
+            SolverPath::Priority => "priority",
+        }
+    }
+}
+
+/// Which DP an instance that needs one gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DpChoice {
+    /// The full table when it is small ([`FULL_DP_CELLS`]), else the banded DP.
+    #[default]
+    Auto,
+    /// Always the full table.
+    Full,
+    /// Always the banded DP.
+    Banded,
+}
+
+/// Largest full DP table (jobs × GPU totals) [`DpChoice::Auto`] builds.
+pub const FULL_DP_CELLS: usize = 1 << 14;
+
+/// Default cell budget of the banded DP: bands narrower than budget / jobs are searched whole.
+pub const BAND_CELL_BUDGET: usize = 1 << 25;
+
+/// Reusable buffers, so repeated solves allocate little.
+#[derive(Debug)]
 pub struct KnapsackSolver {
     table: Vec<f64>,
-    kept: Vec<Vec<(usize, u32, f64)>>,
+    kept: Vec<Vec<Kept>>,
+    lagrangian: Lagrangian,
+    dp: DpChoice,
+    cell_budget: usize,
+}
+
+impl Default for KnapsackSolver {
+    fn default() -> Self {
+        KnapsackSolver::new(DpChoice::Auto, BAND_CELL_BUDGET)
+    }
 }
 
 /// The solution: the option index chosen for each job and the total value.
@@ -49,12 +124,40 @@ pub struct KnapsackSolution {
     pub choice: Vec<usize>,
     /// Sum of the chosen values.
     pub value: f64,
+    /// A certified upper bound on the optimum: equal to `value` when the solve was exact.
+    pub bound: f64,
+    /// How it was solved.
+    pub path: SolverPath,
+}
+
+impl KnapsackSolution {
+    /// The certified relative gap `(bound − value) / max(|bound|, |value|)`: 0 when exact.
+    pub fn gap(&self) -> f64 {
+        let scale = self.bound.abs().max(self.value.abs());
+        if self.bound <= self.value || scale == 0.0 {
+            0.0
+        } else {
+            (self.bound - self.value) / scale
+        }
+    }
 }
 
 impl KnapsackSolver {
+    /// A solver using `dp` for instances that need a DP, the banded one searching at most
+    /// `cell_budget` cells.
+    pub fn new(dp: DpChoice, cell_budget: usize) -> Self {
+        KnapsackSolver {
+            table: Vec::new(),
+            kept: Vec::new(),
+            lagrangian: Lagrangian::default(),
+            dp,
+            cell_budget,
+        }
+    }
+
     /// Solves the problem; `None` when even the smallest options exceed the capacity, or a job has
-    /// no option. Options of each job must be in ascending order of GPUs. Ties are broken towards
-    /// fewer GPUs for later jobs, deterministically.
+    /// no option. Options of each job must be in ascending order of GPUs. Deterministic: ties are
+    /// broken by a fixed order (on the full table, towards fewer GPUs for later jobs).
     pub fn solve(
         &mut self,
         items: &[Vec<KnapsackItem>],
@@ -99,9 +202,35 @@ impl KnapsackSolver {
                     index
                 })
                 .collect();
-            return Some(KnapsackSolution { choice, value });
+            return Some(KnapsackSolution {
+                choice,
+                value,
+                bound: value,
+                path: SolverPath::AllFit,
+            });
         }
         let cap = (u64::from(capacity) - base_gpus) as usize;
+        let full = match self.dp {
+            DpChoice::Auto => n.saturating_mul(cap + 1) <= FULL_DP_CELLS,
+            DpChoice::Full => true,
+            DpChoice::Banded => false,
+        };
+        if !full {
+            let kept = &self.kept[..n];
+            let outcome = self.lagrangian.solve(kept, cap, self.cell_budget);
+            let mut choice: Vec<usize> = kept
+                .iter()
+                .zip(&outcome.choice)
+                .map(|(k, &position)| k[position].0)
+                .collect();
+            earlier_jobs_first(items, &mut choice);
+            return Some(KnapsackSolution {
+                choice,
+                value: base_value + outcome.value,
+                bound: base_value + outcome.bound,
+                path: SolverPath::LagrangianDp,
+            });
+        }
         let width = cap + 1;
         self.table.clear();
         self.table.resize(width * (n + 1), 0.0);
@@ -144,13 +273,50 @@ impl KnapsackSolver {
             k -= extra as usize;
         }
         let value = base_value + self.table[width * n + cap];
-        Some(KnapsackSolution { choice, value })
+        Some(KnapsackSolution {
+            choice,
+            value,
+            bound: value,
+            path: SolverPath::ExactDp,
+        })
+    }
+}
+
+/// Among jobs with identical options, hands the larger choices to the earlier jobs. Same value,
+/// same GPUs; but it is what the full DP's tie-breaking does, and it keeps repeated decisions
+/// stable: a job that arrives later does not take GPUs from an identical earlier one.
+fn earlier_jobs_first(items: &[Vec<KnapsackItem>], choice: &mut [usize]) {
+    // Jobs are grouped by a fingerprint of their options first (cheap to sort), then by the
+    // options themselves within a run of equal fingerprints.
+    let fingerprint = |options: &[KnapsackItem]| {
+        options.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, o| {
+            (h ^ u64::from(o.gpus) ^ o.value.to_bits().rotate_left(21))
+                .wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
+    let keys: Vec<u64> = items.iter().map(|o| fingerprint(o)).collect();
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_unstable_by_key(|&job| (keys[job], job));
+    for run in order.chunk_by(|&a, &b| keys[a] == keys[b]) {
+        let mut rest = run.to_vec();
+        while let Some(&head) = rest.first() {
+            let (class, other): (Vec<usize>, Vec<usize>) =
+                rest.iter().partition(|&&job| items[job] == items[head]);
+            let mut picks: Vec<usize> = class.iter().map(|&job| choice[job]).collect();
+            // Options ascend in GPUs, so a larger index is a larger choice.
+            picks.sort_unstable_by(|a, b| b.cmp(a));
+            for (&job, pick) in class.iter().zip(picks) {
+                choice[job] = pick;
+            }
+            rest = other;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn items(spec: &[&[(u32, f64)]]) -> Vec<Vec<KnapsackItem>> {
         spec.iter()
@@ -160,6 +326,193 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    /// Every combination of options, written independently of the solver.
+    fn brute(items: &[Vec<KnapsackItem>], capacity: u32) -> Option<f64> {
+        match items.split_first() {
+            None => Some(0.0),
+            Some((first, rest)) => first
+                .iter()
+                .filter(|o| o.gpus <= capacity)
+                .filter_map(|o| Some(o.value + brute(rest, capacity - o.gpus)?))
+                .reduce(f64::max),
+        }
+    }
+
+    /// The solution picks one valid option per job, within capacity, worth `value`.
+    fn check_feasible(items: &[Vec<KnapsackItem>], capacity: u32, solution: &KnapsackSolution) {
+        assert_eq!(solution.choice.len(), items.len());
+        let gpus: u32 = items
+            .iter()
+            .zip(&solution.choice)
+            .map(|(opts, &c)| opts[c].gpus)
+            .sum();
+        assert!(gpus <= capacity, "{gpus} > {capacity}");
+        let value: f64 = items
+            .iter()
+            .zip(&solution.choice)
+            .map(|(opts, &c)| opts[c].value)
+            .sum();
+        assert!(
+            close(value, solution.value),
+            "{value} vs {}",
+            solution.value
+        );
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+    }
+
+    /// Random jobs of 1–6 options at increasing GPU counts (gaps of 1–4, like powers of two or
+    /// node boundaries), values on a coarse grid so that ties are common, some jobs repeated
+    /// verbatim (classes of identical jobs tie at the Lagrangian price).
+    fn instance() -> impl Strategy<Value = (Vec<Vec<KnapsackItem>>, u32)> {
+        let job = (1u32..4, prop::collection::vec((1u32..5, 0u32..24), 0..6)).prop_map(
+            |(first, rest)| {
+                let mut gpus = first;
+                let mut options = vec![KnapsackItem { gpus, value: 0.5 }];
+                for (gap, value) in rest {
+                    gpus += gap;
+                    options.push(KnapsackItem {
+                        gpus,
+                        value: f64::from(value) * 0.25,
+                    });
+                }
+                options
+            },
+        );
+        (prop::collection::vec((job, 1usize..4), 1..6), 0u32..40).prop_map(|(jobs, spare)| {
+            let items: Vec<Vec<KnapsackItem>> = jobs
+                .into_iter()
+                .flat_map(|(options, copies)| std::iter::repeat_n(options, copies))
+                .collect();
+            let smallest: u32 = items.iter().map(|o| o[0].gpus).sum();
+            let largest: u32 = items.iter().map(|o| o[o.len() - 1].gpus).sum();
+            (items, smallest + spare % (largest - smallest + 3))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_path_matches_brute_force((items, capacity) in instance()) {
+            let best = brute(&items, capacity).expect("the smallest options fit");
+            for dp in [DpChoice::Full, DpChoice::Banded] {
+                let solution = KnapsackSolver::new(dp, BAND_CELL_BUDGET)
+                    .solve(&items, capacity)
+                    .unwrap();
+                check_feasible(&items, capacity, &solution);
+                prop_assert!(close(solution.value, best), "{:?}: {} vs brute {}", dp, solution.value, best);
+                // Identical jobs: the earlier never gets fewer GPUs, on either path.
+                for i in 1..items.len() {
+                    if items[i] == items[i - 1] {
+                        prop_assert!(solution.choice[i] <= solution.choice[i - 1], "{:?}: {:?}", dp, solution.choice);
+                    }
+                }
+                prop_assert_eq!(solution.gap(), 0.0);
+                let expected = match (solution.path, dp) {
+                    (SolverPath::AllFit, _) => SolverPath::AllFit,
+                    (_, DpChoice::Full) => SolverPath::ExactDp,
+                    _ => SolverPath::LagrangianDp,
+                };
+                prop_assert_eq!(solution.path, expected);
+            }
+        }
+
+        #[test]
+        fn a_cut_band_still_certifies_its_bound((items, capacity) in instance(), budget in 1usize..8) {
+            let best = brute(&items, capacity).expect("the smallest options fit");
+            let mut solver = KnapsackSolver::new(DpChoice::Banded, budget);
+            let solution = solver.solve(&items, capacity).unwrap();
+            check_feasible(&items, capacity, &solution);
+            prop_assert!(solution.value <= best + 1e-9, "{} > optimum {}", solution.value, best);
+            prop_assert!(solution.bound >= best - 1e-9, "bound {} < optimum {}", solution.bound, best);
+            prop_assert!(solution.gap() >= 0.0);
+            if solution.gap() == 0.0 {
+                prop_assert!(close(solution.value, best));
+            }
+            // Same input, same output.
+            prop_assert_eq!(solver.solve(&items, capacity).unwrap(), solution);
+        }
+    }
+
+    /// The greedy over hull segments takes job 0 (slope 1) and then nothing fits; the optimum is
+    /// jobs 1 and 2 together, which only the band DP finds.
+    fn greedy_trap() -> Vec<Vec<KnapsackItem>> {
+        items(&[
+            &[(0, 0.0), (10, 10.0)],
+            &[(0, 0.0), (6, 5.5)],
+            &[(0, 0.0), (6, 5.4)],
+        ])
+    }
+
+    #[test]
+    fn the_band_dp_beats_the_greedy() {
+        let solution = KnapsackSolver::new(DpChoice::Banded, BAND_CELL_BUDGET)
+            .solve(&greedy_trap(), 12)
+            .unwrap();
+        assert_eq!(solution.choice, vec![0, 1, 1]);
+        assert!(close(solution.value, 10.9));
+        assert_eq!(
+            (solution.path, solution.gap()),
+            (SolverPath::LagrangianDp, 0.0)
+        );
+    }
+
+    #[test]
+    fn a_cut_band_keeps_the_incumbent_and_reports_a_gap() {
+        let solution = KnapsackSolver::new(DpChoice::Banded, 1)
+            .solve(&greedy_trap(), 12)
+            .unwrap();
+        assert!(solution.value >= 10.0, "never below the greedy's");
+        assert!(
+            solution.bound >= 10.9 && solution.gap() > 0.0,
+            "{solution:?}"
+        );
+    }
+
+    #[test]
+    fn identical_jobs_are_served_in_order_on_large_instances() {
+        // Measured jobs of one model and range have identical tables; the band DP alone may hand
+        // a later one more GPUs when the earlier one's larger option left the band.
+        let cluster = crate::Cluster::new(128, 8).unwrap();
+        let jobs = crate::synthetic::measured_jobs(300, 64, 42);
+        let settings = crate::Settings::default();
+        let choice = crate::BatchChoice::Free {
+            max_candidates: settings.batch_candidates,
+        };
+        let tables = crate::options::value_tables(
+            &jobs,
+            &cluster,
+            settings.utility,
+            choice,
+            &settings.restart,
+        );
+        let items: Vec<Vec<KnapsackItem>> = tables
+            .iter()
+            .map(|t| t.iter().map(KnapsackItem::from).collect())
+            .collect();
+        let solution = KnapsackSolver::default()
+            .solve(&items, cluster.total_gpus())
+            .unwrap();
+        assert_eq!(solution.path, SolverPath::LagrangianDp);
+        for i in 0..items.len() {
+            for j in i + 1..items.len() {
+                if items[i] == items[j] {
+                    assert!(solution.choice[i] >= solution.choice[j], "jobs {i} and {j}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn path_names_are_their_json_names() {
+        for path in SolverPath::ALL {
+            assert_eq!(serde_json::to_value(path).unwrap(), path.name());
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 mod elastic;
 pub mod knapsack;
+mod lagrange;
 mod optimus;
 mod static_fifo;
 mod tiresias;
@@ -25,6 +26,7 @@ use crate::options::{ConfigOption, RestartAwareness};
 use crate::throughput::throughput_samples_per_s;
 use crate::utility::Utility;
 use crate::{BatchSize, GpuCount};
+pub use knapsack::SolverPath;
 
 /// What happens to a job whose minimum does not fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -170,6 +172,12 @@ pub struct Decision {
     pub objective: f64,
     /// One decision per input job, in input order.
     pub jobs: Vec<JobDecision>,
+    /// How the optimum was found.
+    #[serde(default)]
+    pub solver: SolverPath,
+    /// Certified relative gap between `objective` and an upper bound on the optimum (0: exact).
+    #[serde(default)]
+    pub gap: f64,
 }
 
 impl Decision {

@@ -4,7 +4,7 @@
 //! throughput model: the oracle) drops most times its remaining steps, until no step gains. No
 //! restart awareness: any change of GPU count restarts the job.
 
-use super::{Decision, DecisionRequest, JobDecision, JobState, Policy, PolicyInfo};
+use super::{Decision, DecisionRequest, JobDecision, JobState, Policy, PolicyInfo, SolverPath};
 use crate::cluster::Cluster;
 use crate::job::Job;
 use crate::options::BatchChoice;
@@ -97,6 +97,8 @@ impl Policy for Optimus {
         Decision {
             objective: f64::from(request.capacity - free),
             jobs: decisions,
+            solver: SolverPath::Priority,
+            gap: 0.0,
         }
     }
 

@@ -1,7 +1,9 @@
 //! The static baseline: every job runs exactly as its user asked, first come first served.
 
 use super::elastic::TableCache;
-use super::{admit, Decision, DecisionRequest, JobDecision, JobState, Policy, PolicyInfo};
+use super::{
+    admit, Decision, DecisionRequest, JobDecision, JobState, Policy, PolicyInfo, SolverPath,
+};
 use crate::cluster::Cluster;
 use crate::job::Job;
 use crate::options::{BatchChoice, ConfigOption, RestartAwareness};
@@ -64,6 +66,8 @@ impl Policy for StaticFifo {
         Decision {
             objective,
             jobs: decisions,
+            solver: SolverPath::Fifo,
+            gap: 0.0,
         }
     }
 

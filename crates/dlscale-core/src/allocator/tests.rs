@@ -4,9 +4,11 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 
+use super::knapsack::{DpChoice, KnapsackSolver};
 use super::*;
 use crate::efficiency::GradNoise;
 use crate::job::{BatchRange, CurrentAllocation, GpuRange, JobEfficiency, Requested};
+use crate::options::BatchChoice;
 use crate::throughput::{throughput_samples_per_s, AnalyticModel};
 
 /// Raw material for one random job.
@@ -317,8 +319,70 @@ proptest! {
             let got: Vec<JobState> = decision.jobs.iter().map(|d| d.state).collect();
             prop_assert_eq!(&got, &states, "{}", policy);
             prop_assert!(close(decision.objective, best), "{}: dp {} vs brute {}", policy, decision.objective, best);
+            prop_assert_eq!(decision.gap, 0.0);
             // Same input, same output.
             prop_assert_eq!(&decide(policy, &cluster, &jobs, &settings), &decision);
+            // The banded DP, forced on these small instances, decides as exactly.
+            let choice = if fixed_batch {
+                BatchChoice::Fixed
+            } else {
+                BatchChoice::Free { max_candidates: settings.batch_candidates }
+            };
+            let tables = crate::options::value_tables(&jobs, &cluster, settings.utility, choice, &settings.restart);
+            let mut banded = KnapsackSolver::new(DpChoice::Banded, knapsack::BAND_CELL_BUDGET);
+            let other = elastic::decide_knapsack(&mut banded, cluster.total_gpus(), &jobs, &tables, &settings);
+            check_decision(&cluster, &jobs, &other, fixed_batch);
+            prop_assert!(close(other.objective, best), "{} banded: {} vs brute {}", policy, other.objective, best);
+            prop_assert!(matches!(other.solver, SolverPath::LagrangianDp | SolverPath::AllFit));
+            prop_assert_eq!(other.gap, 0.0);
+        }
+    }
+
+    #[test]
+    fn shared_value_tables_equal_per_job_ones(
+        base in raw_job(),
+        other in raw_job(),
+        variants in prop::collection::vec(
+            (prop::option::of(1.0..5000.0f64), prop_oneof![Just(1.0), Just(2.0)], any::<bool>(), any::<bool>()),
+            1..8,
+        ),
+        nodes in 1u32..=4,
+        per_node in 1u32..=4,
+        settings in settings(),
+    ) {
+        let cluster = Cluster::new(nodes, per_node).unwrap();
+        let (Some(base), Some(other)) = (build(0, &base), build(1, &other)) else {
+            return Err(TestCaseError::reject("invalid raw job"));
+        };
+        // Variants share the base's model and ranges (one shape) but differ in gradient
+        // statistics, weight and current allocation; some repeat each other (one class).
+        let mut jobs = vec![base.clone(), other];
+        for (i, &(noise_scale, weight, keep_current, repeat)) in variants.iter().enumerate() {
+            let mut job = base.clone();
+            job.id = format!("v{i}");
+            job.efficiency = noise_scale.map(|phi| JobEfficiency {
+                noise: GradNoise::from_noise_scale(phi, job.batch.min),
+                init_batch: job.batch.min,
+            });
+            job.weight = weight;
+            if !keep_current {
+                job.current = None;
+            }
+            if repeat {
+                jobs.push(Job { id: format!("r{i}"), ..job.clone() });
+            }
+            jobs.push(job);
+        }
+        for choice in [BatchChoice::Free { max_candidates: 8 }, BatchChoice::Fixed] {
+            let shared = crate::options::value_tables(&jobs, &cluster, settings.utility, choice, &settings.restart);
+            // The policies' cache shares tables by shape too.
+            let mut cache = elastic::TableCache::default();
+            for (job, table) in jobs.iter().zip(&shared) {
+                let own = crate::options::job_options(job, &cluster, settings.utility, choice, &settings.restart);
+                prop_assert_eq!(table, &own, "{}", job.id);
+                let cached = cache.table(job, &cluster, settings.utility, choice).options(job, &cluster, &settings.restart);
+                prop_assert_eq!(&cached, &own, "{} (cache)", job.id);
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 //! first served within a queue; preemptive; a job that does not fit is skipped for later ones.
 
 use super::static_fifo::requested_count;
-use super::{Decision, DecisionRequest, JobDecision, JobState, Policy, PolicyInfo};
+use super::{Decision, DecisionRequest, JobDecision, JobState, Policy, PolicyInfo, SolverPath};
 use crate::cluster::Cluster;
 use crate::job::{Hold, Job, Requested};
 use crate::GpuCount;
@@ -87,6 +87,8 @@ impl Policy for Tiresias {
         Decision {
             objective: f64::from(request.capacity - free),
             jobs: decisions,
+            solver: SolverPath::Priority,
+            gap: 0.0,
         }
     }
 
