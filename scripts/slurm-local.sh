@@ -10,6 +10,8 @@
 #   scripts/slurm-local.sh down [--purge]
 #   scripts/slurm-local.sh status
 #   scripts/slurm-local.sh env
+#   scripts/slurm-local.sh node-fail NODE   # the node crashes: its slurmd is killed, it is DOWN
+#   scripts/slurm-local.sh node-back NODE   # its slurmd starts again and the node is resumed
 #
 # `up` is idempotent: daemons already running with the same config are left alone (and their jobs
 # too); a different config restarts the Slurm daemons with a fresh, empty controller state.
@@ -460,6 +462,43 @@ cmd_status() {
   squeue -o '%.8i %.10j %.9T %.6D %.14b %R'
 }
 
+# ---------------------------------------------------------------------------------------------
+# node faults, for tests
+
+# node_port NODE: the port of a node of this config (n<k> listens on PORT+k).
+node_port() {
+  [[ "$1" =~ ^n([0-9]+)$ ]] || die "not a node of this cluster: $1"
+  grep -q "^NodeName=$1 " "$CONF" || die "not a node of this cluster: $1"
+  echo $((PORT + BASH_REMATCH[1]))
+}
+
+# A crashed node: without its slurmd it cannot register again (ReturnToService=2 would otherwise
+# bring a node that was merely set DOWN back at its next registration); slurmctld ends or requeues
+# its jobs at once because the node is set DOWN rather than left to time out.
+cmd_node_fail() {
+  local node=${1:?node-fail NODE}
+  ensure_root
+  node_port "$node" >/dev/null
+  if pid_alive "$RUN/slurmd-$node.pid" slurmd; then kill -KILL "$(cat "$RUN/slurmd-$node.pid")"; fi
+  rm -f "$RUN/slurmd-$node.pid"
+  scontrol update nodename="$node" state=down reason="slurm-local node-fail"
+  log "$node failed (slurmd killed, set DOWN)"
+}
+
+cmd_node_back() {
+  local node=${1:?node-back NODE} port deadline state
+  ensure_root
+  port=$(node_port "$node")
+  start_slurmd "$node" "$port"
+  scontrol update nodename="$node" state=resume 2>/dev/null || true
+  deadline=$((SECONDS + UP_TIMEOUT))
+  while state=$(sinfo -h -n "$node" -N -o '%T'); ! [[ "$state" =~ ^(idle|mixed|allocated)$ ]]; do
+    [ "$SECONDS" -lt "$deadline" ] || die "$node is $state, not back after ${UP_TIMEOUT}s"
+    sleep 0.3
+  done
+  log "$node back: $state"
+}
+
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 
 case "${1:-}" in
@@ -467,6 +506,8 @@ case "${1:-}" in
   down) shift; cmd_down "$@" ;;
   status) cmd_status ;;
   env) print_env ;;
+  node-fail) shift; cmd_node_fail "$@" ;;
+  node-back) shift; cmd_node_back "$@" ;;
   -h | --help | help | "") usage ;;
   *) echo "[$PROG] unknown command: $1" >&2; usage ;;
 esac

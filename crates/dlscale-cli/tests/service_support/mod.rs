@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use dlscale_autoscaler::Status as JobStatus;
 use dlscale_server::api::dto::JobView;
+pub mod slurm;
+
 use dlscale_server::client::{ApiClient, Method};
 use serde_json::Value;
 
@@ -91,11 +93,16 @@ impl Server {
             .expect("cannot start dlscale serve");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
+        let crash_armed = self.env.iter().any(|(k, _)| k == "DLSCALE_CRASH_AT");
         loop {
             if let Ok((status, _)) = self.client.send(Method::GET, "/healthz", None).await {
                 if status.is_success() {
                     return;
                 }
+            }
+            // An armed crash point may end it before it answers: the caller watches for that.
+            if crash_armed && self.exited() {
+                return;
             }
             assert!(
                 Instant::now() < deadline,
@@ -122,6 +129,22 @@ impl Server {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+
+    /// Sets (or with `None` removes) a variable of the server's environment for its next starts.
+    pub fn set_env(&mut self, key: &str, value: Option<String>) {
+        self.env.retain(|(k, _)| k != key);
+        if let Some(v) = value {
+            self.env.push((key.to_string(), v));
+        }
+    }
+
+    /// Whether the server process has exited (a crash point fired, or it was killed).
+    pub fn exited(&mut self) -> bool {
+        match self.child.as_mut() {
+            None => true,
+            Some(c) => c.try_wait().ok().flatten().is_some(),
         }
     }
 
@@ -387,4 +410,17 @@ pub fn launch_processes(prefix: &str) -> Vec<(i32, String)> {
         }
     }
     found
+}
+
+/// Waits until `cond` holds, or panics after `timeout_s`.
+pub async fn wait_until<F, Fut>(timeout_s: f64, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs_f64(timeout_s);
+    while !cond().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
