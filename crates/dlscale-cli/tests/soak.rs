@@ -96,6 +96,8 @@ struct TrialReport {
     faults: Vec<String>,
     /// Crash points that fired (the others were not reached in this trial).
     crashed_at: Vec<String>,
+    /// Whether the random kill -9 came before the trial ended.
+    killed: bool,
     server_starts: u32,
     jobs: usize,
     /// Relaunches of the jobs (rescales, preemptions, lost launches).
@@ -325,6 +327,7 @@ async fn trial(executor: Executor, seed: u64) -> TrialReport {
         }
         if !killed && now_s >= kill_at_s {
             killed = true;
+            report.killed = true;
             server.kill9();
             server.set_env("DLSCALE_CRASH_AT", None);
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -492,8 +495,23 @@ async fn soak(executor: Executor, trials: u64) {
             .map_or(0, |d| d.as_secs()),
     );
     let mut failed = Vec::new();
+    let mut total = TrialReport::default();
+    let mut fired: BTreeMap<String, u32> = BTreeMap::new();
+    let mut kills = 0;
     for k in 0..trials {
         let report = trial(executor, seed + k).await;
+        for point in &report.crashed_at {
+            *fired.entry(point.clone()).or_default() += 1;
+        }
+        kills += u32::from(report.killed);
+        total.server_starts += report.server_starts;
+        total.jobs += report.jobs;
+        total.restarts += report.restarts;
+        total.steps += report.steps;
+        total.repeated += report.repeated;
+        total.lost += report.lost;
+        total.most_live_launches = total.most_live_launches.max(report.most_live_launches);
+        total.wall_s += report.wall_s;
         println!(
             "soak {:?} trial {}/{trials} seed {}: {} ({} jobs, {} relaunches, {} steps, {} repeated, {} lost, {} server starts, crashed at {:?}, {:.1} s)",
             executor,
@@ -522,6 +540,21 @@ async fn soak(executor: Executor, trials: u64) {
             failed.push(report);
         }
     }
+    println!(
+        "soak {executor:?} summary: seeds {seed}..={}, {trials} trials, {} failed; crash points fired {fired:?}, \
+         {kills} kill -9, {} server starts; {} jobs, {} relaunches, {} steps, {} repeated, {} lost, \
+         at most {} live launch(es) per job; {:.0} s",
+        seed + trials.saturating_sub(1),
+        failed.len(),
+        total.server_starts,
+        total.jobs,
+        total.restarts,
+        total.steps,
+        total.repeated,
+        total.lost,
+        total.most_live_launches,
+        total.wall_s
+    );
     assert!(failed.is_empty(), "failed trials: {failed:#?}");
 }
 
