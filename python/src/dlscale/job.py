@@ -2,6 +2,7 @@
 
     job = dlscale.init()                      # env -> Allocation, SIGTERM handler, reporter
     job.resume(model, optimizer, lr=lr)       # latest checkpoint, if any (all ranks)
+    job.measure_grad_noise(ddp_model)         # optional: gradient noise scale in the reports
     while job.step < total_steps:
         idx = sampler.local_indices(job.samples_seen, job.local_batch_size, job.rank)
         ... one optimizer step on idx ...
@@ -28,6 +29,7 @@ from .checkpoint import (
 from .env import Allocation, EnvError
 from .lr import set_lr
 from .metrics import MetricsReporter, metrics_payload
+from .noise import GradNoiseEstimator, register_ddp_hook, track_micro_batches
 from .stop import EXIT_BAD_ENV, StopFlag, install_stop_handler, stop_exit_code
 
 
@@ -100,6 +102,10 @@ class Job:
         self._optimizer: Any = None
         self._warned_no_ckpt = False
         self._last_ckpt_step: Optional[int] = None
+        # Gradient noise scale (dlscale.noise): measured once measure_grad_noise() is called.
+        self.grad_noise = GradNoiseEstimator()
+        self._grad_probe: Any = None
+        self._grad_measuring = False
         self._reset_window()
 
     # -- allocation shortcuts ------------------------------------------------------------
@@ -128,6 +134,58 @@ class Job:
         if self.is_chief:
             print(f"dlscale: {line}", flush=True)
 
+    # -- gradient noise ------------------------------------------------------------------------
+    def measure_grad_noise(
+        self,
+        model: Any = None,
+        *,
+        window_samples: Optional[float] = None,
+        comm_hook: Any = None,
+        comm_hook_state: Any = None,
+    ) -> GradNoiseEstimator:
+        """Measure the gradient noise scale and report it with the metrics (``grad``). Call it on
+        every rank, after ``resume`` and after wrapping the model in DDP.
+
+        * ``model`` a DistributedDataParallel over more than one rank: a communication hook
+          compares each worker's local gradient with the all-reduced one (wrapping
+          ``comm_hook``/``comm_hook_state`` if given, else plain all-reduce; the gradients are
+          unchanged).
+        * any other ``model`` (one worker): each step must be split into ``K >= 2`` equal
+          micro-batches, one ``backward()`` each with the loss divided by ``K``; they are
+          compared with the whole step.
+        * ``None``: feed ``job.grad_noise.update(...)`` yourself, on every rank.
+
+        ``step_done()`` closes each step's measurement; every log window the ranks average their
+        estimates (a collective) and rank 0 reports them. ``window_samples``: the smoothing
+        time constant, in samples (see ``GradNoiseEstimator``)."""
+        if self._grad_probe is not None:
+            raise RuntimeError("measure_grad_noise() was already called")
+        if window_samples is not None:
+            fresh = GradNoiseEstimator(window_samples, self.grad_noise.min_updates)
+            fresh.load_state_dict(self.grad_noise.state_dict())  # keep what a checkpoint restored
+            self.grad_noise = fresh
+        if model is not None:
+            is_ddp = type(model).__name__ == "DistributedDataParallel"
+            world = 1
+            if is_ddp:
+                import torch.distributed as dist
+
+                world = dist.get_world_size(getattr(model, "process_group", None))
+            if is_ddp and world > 1:
+                self._grad_probe = register_ddp_hook(model, self.grad_noise, self.local_batch_size,
+                                                     hook=comm_hook, state=comm_hook_state)
+            else:
+                if comm_hook is not None:
+                    raise ValueError("comm_hook needs a DistributedDataParallel model over > 1 rank")
+                self._grad_probe = track_micro_batches(_unwrap(model).parameters(), self.grad_noise,
+                                                       self.local_batch_size)
+        self._grad_measuring = True
+        return self.grad_noise
+
+    def _sync_grad_noise(self) -> None:
+        if self._grad_measuring and _dist() is not None:
+            self.grad_noise.sync()
+
     # -- resume / checkpoint ------------------------------------------------------------
     def resume(self, model: Any, optimizer: Any = None, lr: Optional[float] = None) -> bool:
         """Load the newest checkpoint into ``model``/``optimizer`` (every rank), restore step,
@@ -144,6 +202,12 @@ class Job:
             self.step = int(state["step"])
             self.samples_seen = int(state["samples_seen"])
             self.extra = dict(state.get("extra") or {})
+            if state.get("grad_noise"):
+                try:
+                    self.grad_noise.load_state_dict(state["grad_noise"])
+                except (ValueError, KeyError, TypeError) as exc:
+                    print(f"dlscale: warning: gradient-noise state not restored: {exc}",
+                          file=sys.stderr, flush=True)
             if state.get("rng"):
                 restore_rng_state(state["rng"])
             self.resumed_from = path
@@ -170,6 +234,7 @@ class Job:
             "optimizer": opt.state_dict() if opt is not None else None,
             "rng": capture_rng_state(),
             "extra": dict(self.extra),
+            "grad_noise": self.grad_noise.state_dict(),
             "world_size": self.world_size,
             "batch_size": self.batch_size,
             "local_batch_size": self.local_batch_size,
@@ -185,6 +250,8 @@ class Job:
         if self._last_ckpt_step == self.step:
             return None  # this step is already on disk (e.g. periodic checkpoint, then stop)
         path = None
+        if self.alloc.checkpoint_dir:
+            self._sync_grad_noise()  # collective: rank 0 saves the job's estimate
         if not self.alloc.checkpoint_dir:
             if not self._warned_no_ckpt and self.is_chief:
                 self._warned_no_ckpt = True
@@ -209,6 +276,8 @@ class Job:
 
     def step_done(self, loss: Optional[float] = None, samples: Optional[int] = None) -> None:
         """Count one finished optimizer step of ``samples`` samples (default: the global batch)."""
+        if self._grad_probe is not None:
+            self._grad_probe.step()
         self.step += 1
         n = self.batch_size if samples is None else int(samples)
         self.samples_seen += n
@@ -230,6 +299,7 @@ class Job:
         elapsed = max(time.monotonic() - self._win_t0, 1e-9)
         sps = self._win_samples / elapsed
         loss = sum(self._win_losses) / len(self._win_losses) if self._win_losses else None
+        self._sync_grad_noise()  # collective, like the window itself (same step on every rank)
         self.log(
             f"step={self.step} loss={'nan' if loss is None else f'{loss:.4f}'} "
             f"samples_per_s={sps:.0f} world_size={self.world_size} batch_size={self.batch_size}"
@@ -239,6 +309,7 @@ class Job:
                 step=self.step, samples_per_s=sps, batch_size=self.batch_size,
                 world_size=self.world_size, loss=loss, samples_seen=self.samples_seen,
                 attempt=self.alloc.attempt,
+                grad=self.grad_noise.report(self.batch_size) if self._grad_measuring else None,
             ))
         self._reset_window()
 
