@@ -2,7 +2,7 @@
 
     job = dlscale.init()                      # env -> Allocation, SIGTERM handler, reporter
     job.resume(model, optimizer, lr=lr)       # latest checkpoint, if any (all ranks)
-    job.measure_grad_noise(ddp_model)         # optional: gradient noise scale in the reports
+    job.measure_grad_noise(ddp_model, init_batch_size=B0)  # optional: noise scale in reports
     while job.step < total_steps:
         idx = sampler.local_indices(job.samples_seen, job.local_batch_size, job.rank)
         ... one optimizer step on idx ...
@@ -106,6 +106,9 @@ class Job:
         self.grad_noise = GradNoiseEstimator()
         self._grad_probe: Any = None
         self._grad_measuring = False
+        self._grad_init_batch = 0  # B0 of the reports, set by measure_grad_noise()
+        self._grad_updates_seen = 0  # grad_noise.updates at the end of the last log window
+        self._warned_no_grad = False
         self._reset_window()
 
     # -- allocation shortcuts ------------------------------------------------------------
@@ -139,12 +142,13 @@ class Job:
         self,
         model: Any = None,
         *,
+        init_batch_size: int,
         window_samples: Optional[float] = None,
         comm_hook: Any = None,
         comm_hook_state: Any = None,
     ) -> GradNoiseEstimator:
         """Measure the gradient noise scale and report it with the metrics (``grad``). Call it on
-        every rank, after ``resume`` and after wrapping the model in DDP.
+        every rank, after wrapping the model in DDP.
 
         * ``model`` a DistributedDataParallel over more than one rank: a communication hook
           compares each worker's local gradient with the all-reduced one (wrapping
@@ -155,23 +159,31 @@ class Job:
           compared with the whole step.
         * ``None``: feed ``job.grad_noise.update(...)`` yourself, on every rank.
 
+        ``init_batch_size``: the job's initial batch ``B0``, in which the server counts progress
+        (its submission's ``init_batch``, else ``min_batch``); the reported ``grad_var`` is the
+        gradient variance at that batch. It stays the same across relaunches at other batches.
+
         ``step_done()`` closes each step's measurement; every log window the ranks average their
         estimates (a collective) and rank 0 reports them. ``window_samples``: the smoothing
-        time constant, in samples (see ``GradNoiseEstimator``)."""
-        if self._grad_probe is not None:
+        time constant, in samples (see ``GradNoiseEstimator``); default ``1000 · B0``, Pollux's
+        smoothing of 0.999 per step at ``B0``. The averages are saved in checkpoints and restored
+        by ``resume``, before or after this call."""
+        if self._grad_measuring:
             raise RuntimeError("measure_grad_noise() was already called")
-        if window_samples is not None:
-            fresh = GradNoiseEstimator(window_samples, self.grad_noise.min_updates)
-            fresh.load_state_dict(self.grad_noise.state_dict())  # keep what a checkpoint restored
-            self.grad_noise = fresh
+        if int(init_batch_size) < 1:
+            raise ValueError("init_batch_size must be >= 1")
+        self._grad_init_batch = int(init_batch_size)
+        if window_samples is None:
+            window_samples = 1000.0 * self._grad_init_batch
+        fresh = GradNoiseEstimator(window_samples, self.grad_noise.min_updates)
+        fresh.load_state_dict(self.grad_noise.state_dict())  # keep what a checkpoint restored
+        self.grad_noise = fresh
+        self._grad_updates_seen = fresh.updates
         if model is not None:
-            is_ddp = type(model).__name__ == "DistributedDataParallel"
-            world = 1
-            if is_ddp:
-                import torch.distributed as dist
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel
 
-                world = dist.get_world_size(getattr(model, "process_group", None))
-            if is_ddp and world > 1:
+            if isinstance(model, DistributedDataParallel) and dist.get_world_size(model.process_group) > 1:
                 self._grad_probe = register_ddp_hook(model, self.grad_noise, self.local_batch_size,
                                                      hook=comm_hook, state=comm_hook_state)
             else:
@@ -205,6 +217,7 @@ class Job:
             if state.get("grad_noise"):
                 try:
                     self.grad_noise.load_state_dict(state["grad_noise"])
+                    self._grad_updates_seen = self.grad_noise.updates
                 except (ValueError, KeyError, TypeError) as exc:
                     print(f"dlscale: warning: gradient-noise state not restored: {exc}",
                           file=sys.stderr, flush=True)
@@ -250,17 +263,17 @@ class Job:
         if self._last_ckpt_step == self.step:
             return None  # this step is already on disk (e.g. periodic checkpoint, then stop)
         path = None
-        if self.alloc.checkpoint_dir:
-            self._sync_grad_noise()  # collective: rank 0 saves the job's estimate
         if not self.alloc.checkpoint_dir:
             if not self._warned_no_ckpt and self.is_chief:
                 self._warned_no_ckpt = True
                 print("dlscale: warning: DLSCALE_CHECKPOINT_DIR is not set; not checkpointing",
                       file=sys.stderr, flush=True)
-        elif self.is_chief:
-            path = save_checkpoint(self.alloc.checkpoint_dir, self.step, self.state_dict(),
-                                   keep=self.keep_checkpoints)
-            self.log(f"checkpoint step={self.step}")
+        else:
+            self._sync_grad_noise()  # collective, on every rank: rank 0 saves the job's estimate
+            if self.is_chief:
+                path = save_checkpoint(self.alloc.checkpoint_dir, self.step, self.state_dict(),
+                                       keep=self.keep_checkpoints)
+                self.log(f"checkpoint step={self.step}")
         self._last_ckpt_step = self.step
         dist = _dist()
         if dist is not None:
@@ -305,11 +318,21 @@ class Job:
             f"samples_per_s={sps:.0f} world_size={self.world_size} batch_size={self.batch_size}"
         )
         if self.is_chief:
+            grad = None
+            if self._grad_measuring:
+                grad = self.grad_noise.report(self._grad_init_batch)  # also folds pending steps
+                if self.grad_noise.updates == self._grad_updates_seen and not self._warned_no_grad:
+                    # Without it a missing `grad` (e.g. one worker, one backward pass per step)
+                    # would go unnoticed.
+                    self._warned_no_grad = True
+                    print("dlscale: warning: no step of this log window measured the gradient "
+                          "noise (one worker needs >= 2 backward passes per step)",
+                          file=sys.stderr, flush=True)
+                self._grad_updates_seen = self.grad_noise.updates
             self.reporter.report(metrics_payload(
                 step=self.step, samples_per_s=sps, batch_size=self.batch_size,
                 world_size=self.world_size, loss=loss, samples_seen=self.samples_seen,
-                attempt=self.alloc.attempt,
-                grad=self.grad_noise.report(self.batch_size) if self._grad_measuring else None,
+                attempt=self.alloc.attempt, grad=grad,
             ))
         self._reset_window()
 

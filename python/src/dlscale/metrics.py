@@ -55,25 +55,18 @@ def metrics_payload(
     return payload
 
 
-def _grad_field(grad: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
-    """``{"grad_sqr", "grad_var", "batch_size"}`` if all are valid (finite numbers >= 0, a batch
-    >= 1), else None."""
+def _grad_field(grad: Optional[Mapping[str, Any]]) -> Optional[Dict[str, float]]:
+    """``{"grad_sqr", "grad_var"}`` if both are finite numbers >= 0 (what the server accepts),
+    else None."""
     if not grad:
         return None
     try:
         sqr, var = float(grad["grad_sqr"]), float(grad["grad_var"])
-        batch = grad.get("batch_size")
-        batch = None if batch is None else int(batch)
     except (KeyError, TypeError, ValueError, OverflowError):
         return None
     if not (math.isfinite(sqr) and math.isfinite(var) and sqr >= 0 and var >= 0):
         return None
-    out: Dict[str, Any] = {"grad_sqr": sqr, "grad_var": var}
-    if batch is not None:
-        if batch < 1:
-            return None
-        out["batch_size"] = batch
-    return out
+    return {"grad_sqr": sqr, "grad_var": var}
 
 
 class MetricsReporter:

@@ -20,6 +20,19 @@ bias-corrected exponential moving averages of the two *separately* and divides o
 The **gradient noise scale** is ``B_noise = tr(Σ) / |G|²``, in samples: the batch size at which
 the gradient's noise is as large as its signal.
 
+What is reported
+----------------
+``GradNoiseEstimator.report(init_batch_size)`` gives the ``grad`` field of a metrics report in the
+convention of the server's ``GradNoise`` (``crates/dlscale-core/src/efficiency.rs``, Pollux's
+``grad_sqr``/``grad_var``):
+
+* ``grad_sqr`` = ``|G|²``;
+* ``grad_var`` = ``tr(Σ) / B0``: the variance ``E|g_B0 − G|²`` of a gradient at the job's
+  *initial* batch ``B0`` (the batch its progress is counted in: ``init_batch`` in the job's
+  submission, ``min_batch`` by default), not the per-sample variance and not the current batch's.
+
+So ``B_noise = grad_var · B0 / grad_sqr``, which is ``GradNoise::noise_scale(B0)``.
+
 Units: ``|G|²`` and ``tr(Σ)`` are in the units of the squared gradient as it ends up in ``.grad``
 (the gradient of the *mean* loss over the samples it was computed on). A constant factor on all
 gradients (a loss scale, a loss summed instead of averaged over micro-batches) scales both alike
@@ -53,19 +66,16 @@ Number = Union[int, float]
 STATE_VERSION = 1
 
 
-def _finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
-
-
 def sqr_norm(tensors: Iterable[Any]) -> Any:
     """The squared L2 norm of all ``tensors`` together (``None`` entries skipped), as a 0-d float32
     tensor on their device; no host synchronization. 0 for no tensors."""
     import torch
 
-    ts = [t for t in tensors if t is not None]
-    if not ts:
+    parts = [torch.linalg.vector_norm(t.detach()).float() for t in tensors if t is not None]
+    if not parts:
         return torch.zeros((), dtype=torch.float32)
-    return torch.nn.utils.get_total_norm(ts).float().square()
+    # A norm per tensor, then one of those: the tensors may differ in shape and dtype.
+    return torch.stack(parts).square().sum()
 
 
 class GradNoiseEstimator:
@@ -119,7 +129,7 @@ class GradNoiseEstimator:
             self._fold()
 
     def _apply(self, small: float, bs: float, big: float, bb: float) -> None:
-        if not (_finite(small) and _finite(big)):
+        if not (math.isfinite(small) and math.isfinite(big)):
             self.skipped += 1
             return
         sqr = (bb * big - bs * small) / (bb - bs)
@@ -200,29 +210,22 @@ class GradNoiseEstimator:
             return math.inf if var > 0.0 else None
         return var / sqr
 
-    def report(self, batch_size: int) -> Optional[Dict[str, Any]]:
-        """The ``grad`` field of a metrics report, or None (fewer than ``min_updates`` steps
-        measured, or nothing finite to say):
+    def report(self, init_batch_size: int) -> Optional[Dict[str, float]]:
+        """The ``grad`` field of a metrics report, in the server's ``GradNoise`` convention, or
+        None (fewer than ``min_updates`` steps measured, or nothing finite to say):
 
         * ``grad_sqr``: ``|G|²``;
-        * ``grad_var``: ``tr(Σ) / batch_size`` = ``E|g_B − G|²``, the variance of a gradient at
-          batch ``B = batch_size`` (Pollux's ``grad_var`` when ``B`` is its initial batch ``B0``);
-        * ``batch_size``: that ``B``.
+        * ``grad_var``: ``tr(Σ) / init_batch_size``, the variance of a gradient at the job's
+          initial batch ``B0 = init_batch_size`` (Pollux's ``grad_var``).
 
-        So ``B_noise = grad_var · batch_size / grad_sqr`` and, for a job whose initial batch is
-        ``B0``, Pollux's statistics are ``(grad_sqr, grad_var · batch_size / B0)``."""
-        batch_size = int(batch_size)
-        if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
-        if self.updates < self.min_updates:
+        Both are clipped at 0, since the server takes no negative statistics."""
+        init_batch_size = int(init_batch_size)
+        if init_batch_size < 1:
+            raise ValueError("init_batch_size must be >= 1")
+        m = self._means()  # folds pending measurements, so ``updates`` is current
+        if m is None or self.updates < self.min_updates:
             return None
-        m = self._means()
-        if m is None:
-            return None
-        sqr, var = max(m[0], 0.0), max(m[1], 0.0) / batch_size
-        if not (math.isfinite(sqr) and math.isfinite(var)):
-            return None
-        return {"grad_sqr": sqr, "grad_var": var, "batch_size": batch_size}
+        return {"grad_sqr": max(m[0], 0.0), "grad_var": max(m[1], 0.0) / init_batch_size}
 
     # -- checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:
