@@ -114,3 +114,33 @@ def test_estimates_match_analytic_truth(world, local_batch, micro, tmp_path, met
           + ", ".join(f"{k} {v:+.3f}" for k, v in errors.items()))
     for name, err in errors.items():
         assert abs(err) < TOLERANCE, (name, errors)
+
+
+def test_one_worker_without_ddp_checkpoints_its_estimate(tmp_path, capsys):
+    def job():
+        alloc = Allocation(job_id=None, rank=0, local_rank=0, world_size=1, local_batch_size=32,
+                           batch_size=32, checkpoint_dir=str(tmp_path), api=None, token=None)
+        return Job(alloc, log_every=5, install_signals=False)
+
+    def train(job, model, steps, micro):
+        w_star = torch.linspace(-1.0, 1.0, D)
+        for _ in range(steps):
+            x, y = global_batch(job.step, job.batch_size, w_star)
+            model.zero_grad(set_to_none=True)
+            for xs, ys in zip(x.chunk(micro), y.chunk(micro)):
+                (0.5 * (model(xs).squeeze(1) - ys).square().mean() / micro).backward()
+            job.step_done()
+
+    first, model = job(), torch.nn.Linear(D, 1, bias=False)
+    first.resume(model)
+    est = first.measure_grad_noise(model, init_batch_size=INIT_BATCH)
+    train(first, model, 5, micro=1)  # one backward pass per step: nothing to compare
+    assert est.updates == 0 and "measured the gradient noise" in capsys.readouterr().err
+    train(first, model, 15, micro=2)
+    assert est.updates == 15
+    first.checkpoint()
+
+    second, model = job(), torch.nn.Linear(D, 1, bias=False)
+    assert second.resume(model)
+    restored = second.measure_grad_noise(model, init_batch_size=INIT_BATCH)
+    assert restored.updates == 15 and restored.report(INIT_BATCH) == est.report(INIT_BATCH)

@@ -84,7 +84,8 @@ class GradNoiseEstimator:
 
     ``window_samples``: the moving averages forget with a time constant of this many samples
     (a step whose big gradient covers ``b`` samples decays the past by ``exp(-b/window_samples)``
-    and weighs ``1 - exp(-b/window_samples)``, as Pollux does with its per-B0 smoothing of 0.999).
+    and weighs ``1 - exp(-b/window_samples)``; Pollux's decay of 0.999 per step at its initial
+    batch ``B0`` is a window of about ``1000 · B0``, what ``Job.measure_grad_noise`` uses).
     The bias correction makes the first estimates plain averages of the steps seen so far.
 
     ``min_updates``: ``report`` says nothing until this many steps were measured.
@@ -286,7 +287,6 @@ class DDPNoiseProbe:
         self.local_batch_size = int(local_batch_size)
         self.world_size = int(world_size)
         self.inner_hook, self.inner_state = hook, state
-        self.buckets = 0  # buckets in the last finished step
         self._local: List[Any] = []  # norms of this step's buckets before the all-reduce ...
         self._total: List[Any] = []  # ... and after (filled in by the futures' callbacks)
         self._ended = False  # the step's last bucket was handed over
@@ -302,7 +302,6 @@ class DDPNoiseProbe:
             return
         import torch
 
-        self.buckets = len(local)
         b = self.local_batch_size
         self.estimator.update(torch.stack(local).square().sum(), b,
                               torch.stack(total).square().sum(), b * self.world_size)
@@ -382,7 +381,6 @@ class MicroBatchProbe:
         self._incoming: List[Any] = []
         self._passes: List[Tuple[Any, Any]] = []
         self._queued = False
-        self.micro_batches = 0  # passes in the last measured step
         self._handles = [p.register_hook(self._on_grad) for p in self.params]
 
     def _on_grad(self, grad: Any) -> None:
@@ -390,6 +388,8 @@ class MicroBatchProbe:
             grad = grad.coalesce().values()
         self._incoming.append(self._torch.linalg.vector_norm(grad.detach()).float())
         if not self._queued:
+            # Runs once at the end of this backward pass, when every .grad holds its sum (DDP's
+            # reducer finalizes the same way).
             self._queued = True
             self._engine.queue_callback(self._pass_done)
         return None  # the gradient is not changed
@@ -411,7 +411,6 @@ class MicroBatchProbe:
         k = len(passes)
         if k < 2 or self.batch_size < k:
             return
-        self.micro_batches = k
         small = self._torch.stack([inc for inc, _ in passes]).sum() * k
         self.estimator.update(small, self.batch_size / k, passes[-1][1], self.batch_size)
 
