@@ -13,6 +13,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_digits.py"
+SRC = REPO / "python" / "src"
+
+# Test this checkout's package even where the venv has another checkout installed (editable
+# installs point at one directory; git worktrees share the venv): here and in subprocesses.
+if str(SRC) not in sys.path:
+    sys.path.insert(0, str(SRC))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(SRC)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(SRC)])
 
 _STRIP = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
           "MASTER_PORT", "TORCHELASTIC_RUN_ID")

@@ -4,14 +4,15 @@ from .env import Allocation, EnvError
 from .job import Job, init
 from .lr import scaled_lr, set_lr
 from .metrics import MetricsReporter, metrics_payload
+from .noise import GradNoiseEstimator, register_ddp_hook, sqr_norm, track_micro_batches
 from .sampler import ElasticSampler
 from .stop import EXIT_BAD_ENV, EXIT_DONE, EXIT_STOPPED, StopFlag, install_stop_handler, stop_exit_code
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Allocation", "EnvError", "ElasticSampler", "Job", "MetricsReporter", "StopFlag",
+    "Allocation", "EnvError", "ElasticSampler", "GradNoiseEstimator", "Job", "MetricsReporter", "StopFlag",
     "EXIT_BAD_ENV", "EXIT_DONE", "EXIT_STOPPED", "init", "install_stop_handler", "list_checkpoints",
-    "load_latest_checkpoint", "metrics_payload", "save_checkpoint", "scaled_lr", "set_lr",
-    "stop_exit_code", "__version__",
+    "load_latest_checkpoint", "metrics_payload", "register_ddp_hook", "save_checkpoint", "scaled_lr",
+    "set_lr", "sqr_norm", "stop_exit_code", "track_micro_batches", "__version__",
 ]

@@ -2,6 +2,7 @@
 
     job = dlscale.init()                      # env -> Allocation, SIGTERM handler, reporter
     job.resume(model, optimizer, lr=lr)       # latest checkpoint, if any (all ranks)
+    job.measure_grad_noise(ddp_model, init_batch_size=B0)  # optional: noise scale in reports
     while job.step < total_steps:
         idx = sampler.local_indices(job.samples_seen, job.local_batch_size, job.rank)
         ... one optimizer step on idx ...
@@ -28,6 +29,7 @@ from .checkpoint import (
 from .env import Allocation, EnvError
 from .lr import set_lr
 from .metrics import MetricsReporter, metrics_payload
+from .noise import GradNoiseEstimator, register_ddp_hook, track_micro_batches
 from .stop import EXIT_BAD_ENV, StopFlag, install_stop_handler, stop_exit_code
 
 
@@ -100,6 +102,13 @@ class Job:
         self._optimizer: Any = None
         self._warned_no_ckpt = False
         self._last_ckpt_step: Optional[int] = None
+        # Gradient noise scale (dlscale.noise): measured once measure_grad_noise() is called.
+        self.grad_noise = GradNoiseEstimator()
+        self._grad_probe: Any = None
+        self._grad_measuring = False
+        self._grad_init_batch = 0  # B0 of the reports, set by measure_grad_noise()
+        self._grad_updates_seen = 0  # grad_noise.updates at the end of the last log window
+        self._warned_no_grad = False
         self._reset_window()
 
     # -- allocation shortcuts ------------------------------------------------------------
@@ -128,6 +137,67 @@ class Job:
         if self.is_chief:
             print(f"dlscale: {line}", flush=True)
 
+    # -- gradient noise ------------------------------------------------------------------------
+    def measure_grad_noise(
+        self,
+        model: Any = None,
+        *,
+        init_batch_size: int,
+        window_samples: Optional[float] = None,
+        comm_hook: Any = None,
+        comm_hook_state: Any = None,
+    ) -> GradNoiseEstimator:
+        """Measure the gradient noise scale and report it with the metrics (``grad``). Call it on
+        every rank, after wrapping the model in DDP.
+
+        * ``model`` a DistributedDataParallel over more than one rank: a communication hook
+          compares each worker's local gradient with the all-reduced one (wrapping
+          ``comm_hook``/``comm_hook_state`` if given, else plain all-reduce; the gradients are
+          unchanged).
+        * any other ``model`` (one worker): each step must be split into ``K >= 2`` equal
+          micro-batches, one ``backward()`` each with the loss divided by ``K``; they are
+          compared with the whole step.
+        * ``None``: feed ``job.grad_noise.update(...)`` yourself, on every rank.
+
+        ``init_batch_size``: the job's initial batch ``B0``, in which the server counts progress
+        (its submission's ``init_batch``, else ``min_batch``); the reported ``grad_var`` is the
+        gradient variance at that batch. It stays the same across relaunches at other batches.
+
+        ``step_done()`` closes each step's measurement; every log window the ranks average their
+        estimates (a collective) and rank 0 reports them. ``window_samples``: the smoothing
+        time constant, in samples (see ``GradNoiseEstimator``); default ``1000 · B0``, Pollux's
+        smoothing of 0.999 per step at ``B0``. The averages are saved in checkpoints and restored
+        by ``resume``, before or after this call."""
+        if self._grad_measuring:
+            raise RuntimeError("measure_grad_noise() was already called")
+        if int(init_batch_size) < 1:
+            raise ValueError("init_batch_size must be >= 1")
+        self._grad_init_batch = int(init_batch_size)
+        if window_samples is None:
+            window_samples = 1000.0 * self._grad_init_batch
+        fresh = GradNoiseEstimator(window_samples, self.grad_noise.min_updates)
+        fresh.load_state_dict(self.grad_noise.state_dict())  # keep what a checkpoint restored
+        self.grad_noise = fresh
+        self._grad_updates_seen = fresh.updates
+        if model is not None:
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel
+
+            if isinstance(model, DistributedDataParallel) and dist.get_world_size(model.process_group) > 1:
+                self._grad_probe = register_ddp_hook(model, self.grad_noise, self.local_batch_size,
+                                                     hook=comm_hook, state=comm_hook_state)
+            else:
+                if comm_hook is not None:
+                    raise ValueError("comm_hook needs a DistributedDataParallel model over > 1 rank")
+                self._grad_probe = track_micro_batches(_unwrap(model).parameters(), self.grad_noise,
+                                                       self.local_batch_size)
+        self._grad_measuring = True
+        return self.grad_noise
+
+    def _sync_grad_noise(self) -> None:
+        if self._grad_measuring and _dist() is not None:
+            self.grad_noise.sync()
+
     # -- resume / checkpoint ------------------------------------------------------------
     def resume(self, model: Any, optimizer: Any = None, lr: Optional[float] = None) -> bool:
         """Load the newest checkpoint into ``model``/``optimizer`` (every rank), restore step,
@@ -144,6 +214,13 @@ class Job:
             self.step = int(state["step"])
             self.samples_seen = int(state["samples_seen"])
             self.extra = dict(state.get("extra") or {})
+            if state.get("grad_noise"):
+                try:
+                    self.grad_noise.load_state_dict(state["grad_noise"])
+                    self._grad_updates_seen = self.grad_noise.updates
+                except (ValueError, KeyError, TypeError) as exc:
+                    print(f"dlscale: warning: gradient-noise state not restored: {exc}",
+                          file=sys.stderr, flush=True)
             if state.get("rng"):
                 restore_rng_state(state["rng"])
             self.resumed_from = path
@@ -170,6 +247,7 @@ class Job:
             "optimizer": opt.state_dict() if opt is not None else None,
             "rng": capture_rng_state(),
             "extra": dict(self.extra),
+            "grad_noise": self.grad_noise.state_dict(),
             "world_size": self.world_size,
             "batch_size": self.batch_size,
             "local_batch_size": self.local_batch_size,
@@ -190,10 +268,12 @@ class Job:
                 self._warned_no_ckpt = True
                 print("dlscale: warning: DLSCALE_CHECKPOINT_DIR is not set; not checkpointing",
                       file=sys.stderr, flush=True)
-        elif self.is_chief:
-            path = save_checkpoint(self.alloc.checkpoint_dir, self.step, self.state_dict(),
-                                   keep=self.keep_checkpoints)
-            self.log(f"checkpoint step={self.step}")
+        else:
+            self._sync_grad_noise()  # collective, on every rank: rank 0 saves the job's estimate
+            if self.is_chief:
+                path = save_checkpoint(self.alloc.checkpoint_dir, self.step, self.state_dict(),
+                                       keep=self.keep_checkpoints)
+                self.log(f"checkpoint step={self.step}")
         self._last_ckpt_step = self.step
         dist = _dist()
         if dist is not None:
@@ -209,6 +289,8 @@ class Job:
 
     def step_done(self, loss: Optional[float] = None, samples: Optional[int] = None) -> None:
         """Count one finished optimizer step of ``samples`` samples (default: the global batch)."""
+        if self._grad_probe is not None:
+            self._grad_probe.step()
         self.step += 1
         n = self.batch_size if samples is None else int(samples)
         self.samples_seen += n
@@ -230,15 +312,27 @@ class Job:
         elapsed = max(time.monotonic() - self._win_t0, 1e-9)
         sps = self._win_samples / elapsed
         loss = sum(self._win_losses) / len(self._win_losses) if self._win_losses else None
+        self._sync_grad_noise()  # collective, like the window itself (same step on every rank)
         self.log(
             f"step={self.step} loss={'nan' if loss is None else f'{loss:.4f}'} "
             f"samples_per_s={sps:.0f} world_size={self.world_size} batch_size={self.batch_size}"
         )
         if self.is_chief:
+            grad = None
+            if self._grad_measuring:
+                grad = self.grad_noise.report(self._grad_init_batch)  # also folds pending steps
+                if self.grad_noise.updates == self._grad_updates_seen and not self._warned_no_grad:
+                    # Without it a missing `grad` (e.g. one worker, one backward pass per step)
+                    # would go unnoticed.
+                    self._warned_no_grad = True
+                    print("dlscale: warning: no step of this log window measured the gradient "
+                          "noise (one worker needs >= 2 backward passes per step)",
+                          file=sys.stderr, flush=True)
+                self._grad_updates_seen = self.grad_noise.updates
             self.reporter.report(metrics_payload(
                 step=self.step, samples_per_s=sps, batch_size=self.batch_size,
                 world_size=self.world_size, loss=loss, samples_seen=self.samples_seen,
-                attempt=self.alloc.attempt,
+                attempt=self.alloc.attempt, grad=grad,
             ))
         self._reset_window()
 

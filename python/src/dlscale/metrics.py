@@ -14,7 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 from urllib.parse import quote
 
 
@@ -27,7 +27,11 @@ def metrics_payload(
     loss: Optional[float],
     samples_seen: int,
     attempt: Optional[int] = None,
+    grad: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
+    """The body of a metrics report. NaN/inf never reach it: a non-finite ``loss`` becomes null,
+    a non-finite ``samples_per_s`` 0, and a ``grad`` (``GradNoiseEstimator.report``) with a
+    non-finite or negative value is left out."""
     if loss is not None:
         loss = float(loss)
         if not math.isfinite(loss):
@@ -45,7 +49,24 @@ def metrics_payload(
     }
     if attempt is not None:
         payload["attempt"] = int(attempt)
+    g = _grad_field(grad)
+    if g is not None:
+        payload["grad"] = g
     return payload
+
+
+def _grad_field(grad: Optional[Mapping[str, Any]]) -> Optional[Dict[str, float]]:
+    """``{"grad_sqr", "grad_var"}`` if both are finite numbers >= 0 (what the server accepts),
+    else None."""
+    if not grad:
+        return None
+    try:
+        sqr, var = float(grad["grad_sqr"]), float(grad["grad_var"])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+    if not (math.isfinite(sqr) and math.isfinite(var) and sqr >= 0 and var >= 0):
+        return None
+    return {"grad_sqr": sqr, "grad_var": var}
 
 
 class MetricsReporter:
