@@ -1,6 +1,7 @@
 //! Learning a job's throughput model online, from what its workers report: every report is a
 //! measured step time at the launch's GPUs, nodes and per-GPU batch.
 
+use dlscale_core::efficiency::GradNoise;
 use dlscale_core::throughput::{AnalyticModel, FitQuality, StepTimeSample};
 use dlscale_core::{BatchSize, GpuCount};
 use serde::{Deserialize, Serialize};
@@ -28,6 +29,51 @@ pub struct Measurements {
     /// The launch whose first report was seen: the first report of each launch covers its
     /// warm-up (data loading, compilation) and is not a step time.
     pub warmed_attempt: Option<u32>,
+    /// The gradient statistics the workers reported, smoothed.
+    #[serde(default)]
+    pub grad: Option<SmoothedGrad>,
+    /// The noise scale that last made the autoscaler decide again.
+    #[serde(default)]
+    pub grad_decided_scale: Option<f64>,
+}
+
+/// The model of a job without any measurement yet: compute only, perfectly linear scaling
+/// (optimistic, so that the job is tried on more GPUs and measured there; [`explore_cap`]
+/// keeps the optimism from handing it the whole cluster at once).
+///
+/// [`explore_cap`]: Measurements::explore_cap
+pub const PRIOR: AnalyticModel = AnalyticModel {
+    compute_base_s: 0.0,
+    compute_per_sample_s: 1e-3,
+    sync_intra_base_s: 0.0,
+    sync_intra_per_gpu_s: 0.0,
+    sync_inter_base_s: 0.0,
+    sync_inter_per_gpu_s: 0.0,
+    max_local_batch: None,
+};
+
+/// Reported gradient statistics, an exponential moving average over reports with the start-up
+/// bias corrected (each report already averages its window; the noise scale grows as training
+/// goes on, so old reports must fade).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SmoothedGrad {
+    grad_sqr: f64,
+    grad_var: f64,
+    /// Total weight of the reports folded in (1 − decayᵏ after k reports).
+    weight: f64,
+}
+
+impl SmoothedGrad {
+    /// Weight kept from the past at each report: about the last five reports count.
+    pub const DECAY: f64 = 0.8;
+
+    /// The smoothed statistics.
+    pub fn value(&self) -> GradNoise {
+        GradNoise {
+            grad_sqr: self.grad_sqr / self.weight,
+            grad_var: self.grad_var / self.weight,
+        }
+    }
 }
 
 impl Measurements {
@@ -73,6 +119,49 @@ impl Measurements {
         }
     }
 
+    /// Folds in one report's gradient statistics; reports that are not finite and
+    /// non-negative are ignored. Returns the smoothed statistics.
+    pub fn add_grad(&mut self, g: GradNoise) -> Option<GradNoise> {
+        let valid = |x: f64| x.is_finite() && x >= 0.0;
+        if valid(g.grad_sqr) && valid(g.grad_var) {
+            let d = SmoothedGrad::DECAY;
+            let s = self.grad.get_or_insert(SmoothedGrad {
+                grad_sqr: 0.0,
+                grad_var: 0.0,
+                weight: 0.0,
+            });
+            s.grad_sqr = d * s.grad_sqr + (1.0 - d) * g.grad_sqr;
+            s.grad_var = d * s.grad_var + (1.0 - d) * g.grad_var;
+            s.weight = d * s.weight + (1.0 - d);
+        }
+        self.grad.map(|s| s.value())
+    }
+
+    /// The most GPUs a learned model may be trusted with: twice the most the job has been
+    /// measured on (the rule of Pollux's simulator), or `requested` before any measurement.
+    /// Beyond that the model extrapolates from nothing, so the job grows step by step and is
+    /// measured at each step.
+    pub fn explore_cap(&self, requested: GpuCount) -> GpuCount {
+        match self.points.iter().map(|p| p.gpus).max() {
+            Some(most) => most.saturating_mul(2).max(requested),
+            None => requested,
+        }
+        .max(1)
+    }
+
+    /// The model to decide with: the fit of the measured configurations, or from a single one
+    /// the prior's linear scaling at the measured speed; `None` before any measurement.
+    pub fn model(&self) -> Option<AnalyticModel> {
+        if let Some((model, _)) = self.fit() {
+            return Some(model);
+        }
+        let p = self.points.first()?;
+        Some(AnalyticModel {
+            compute_per_sample_s: p.step_time_s / f64::from(p.local_batch.max(1)),
+            ..PRIOR
+        })
+    }
+
     /// The analytic model fitted to the measured configurations, with its quality; `None`
     /// without a measurement, or when the fit is not a valid model.
     pub fn fit(&self) -> Option<(AnalyticModel, FitQuality)> {
@@ -112,5 +201,55 @@ mod tests {
         assert_eq!(quality.samples, 2);
         assert!((model.sync_intra_base_s - 0.005).abs() < 1e-9, "{model:?}");
         assert!(Measurements::default().fit().is_none());
+        assert!(Measurements::default().model().is_none());
+        // One configuration: linear scaling at its speed.
+        let mut one = Measurements::default();
+        one.add(1, 2, 1, 64, 1.0);
+        one.add(1, 2, 1, 64, 6400.0);
+        assert!(one.fit().is_none());
+        let model = one.model().unwrap();
+        assert!(
+            (model.compute_per_sample_s - 0.01 / 32.0).abs() < 1e-15,
+            "{model:?}"
+        );
+        assert_eq!(model.sync_intra_base_s, 0.0);
+    }
+
+    #[test]
+    fn smoothed_gradient_statistics_follow_the_reports_without_start_up_bias() {
+        let mut m = Measurements::default();
+        let g = |sqr, var| GradNoise {
+            grad_sqr: sqr,
+            grad_var: var,
+        };
+        // One report: exactly it, not 20 % of it.
+        assert_eq!(m.add_grad(g(2.0, 8.0)), Some(g(2.0, 8.0)));
+        // Garbage is ignored.
+        assert_eq!(m.add_grad(g(f64::NAN, -1.0)), Some(g(2.0, 8.0)));
+        // A second one: weights 0.2 and 0.16 after bias correction (0.16 / 0.36 for the first).
+        let v = m.add_grad(g(4.0, 8.0)).unwrap();
+        let first = 0.8 * 0.2 / (0.8 * 0.2 + 0.2);
+        assert!(
+            (v.grad_sqr - (first * 2.0 + (1.0 - first) * 4.0)).abs() < 1e-12,
+            "{v:?}"
+        );
+        assert!((v.grad_var - 8.0).abs() < 1e-12);
+        // Many identical reports converge to them.
+        for _ in 0..100 {
+            m.add_grad(g(1.0, 3.0));
+        }
+        let v = m.grad.unwrap().value();
+        assert!((v.grad_sqr - 1.0).abs() < 1e-6 && (v.grad_var - 3.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn exploration_doubles_the_most_gpus_measured() {
+        let mut m = Measurements::default();
+        assert_eq!(m.explore_cap(4), 4);
+        assert_eq!(m.explore_cap(0), 1);
+        m.add(1, 3, 1, 48, 1.0);
+        m.add(1, 3, 1, 48, 100.0);
+        assert_eq!(m.explore_cap(1), 6);
+        assert_eq!(m.explore_cap(8), 8, "never below what it asked for");
     }
 }

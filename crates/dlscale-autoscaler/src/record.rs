@@ -189,6 +189,11 @@ pub struct JobRecord {
     /// After a failure: not launched again before this time.
     #[serde(default)]
     pub retry_at_s: Option<f64>,
+    /// The most GPUs it was submitted with (a learned model is trusted with fewer until it has
+    /// been measured near there: [`Measurements::explore_cap`]); 0 in records stored before
+    /// this was kept (the job's own range then applies).
+    #[serde(default)]
+    pub max_gpus: dlscale_core::GpuCount,
 }
 
 impl JobRecord {

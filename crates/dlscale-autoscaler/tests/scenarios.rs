@@ -591,3 +591,21 @@ fn the_same_inputs_give_the_same_steps() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn a_job_on_a_node_that_left_is_moved_even_in_its_cooldown() {
+    // The regression of the Slurm node-crash soak: a's node n2 fails while a is in its
+    // cooldown; the decision must not hold a where it cannot be (it was left queued, 0 GPUs).
+    let cfg = AutoscalerConfig {
+        cooldown_s: 60.0,
+        ..config()
+    };
+    let mut a = Autoscaler::new(cfg, Topology::uniform(2, 4));
+    let s = a.handle(0.0, vec![submit(job("a", 8))]);
+    assert_eq!(launches(&s), [("a".into(), 1, 8, 512)]);
+    a.handle(0.0, started(&s));
+    let s = a.handle(5.0, vec![Input::Capacity(Topology::uniform(1, 4))]);
+    assert_eq!(stops(&s), [("a".into(), 1, StopReason::Rescale)], "{s:?}");
+    let s = a.handle(6.0, vec![exited("a", 1, 0)]);
+    assert_eq!(launches(&s), [("a".into(), 2, 4, 256)], "{s:?}");
+}

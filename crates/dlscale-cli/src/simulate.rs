@@ -10,8 +10,8 @@ use dlscale_core::placement::ShapeRule;
 use dlscale_core::PolicyInfo;
 use dlscale_sim::workload::bundled_pollux_workload;
 use dlscale_sim::{
-    read_workload, reproduce_paper, reproduce_pollux, run_to_dir, PaperOptions, PolluxOptions,
-    ProgressMode, ReadOptions, SimConfig, SimError, WorkloadFormat,
+    read_workload, reproduce_paper, reproduce_pollux, run_to_dir, Knowledge, PaperOptions,
+    PolluxOptions, ProgressMode, ReadOptions, Reporting, SimConfig, SimError, WorkloadFormat,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -57,6 +57,20 @@ pub struct SimulateArgs {
     /// Defragmenting repack: most unchanged jobs moved per job it consolidates (0: off).
     #[arg(long, default_value_t = 4)]
     pub defragment_moves: u32,
+    /// Let policies see every job's true throughput model, gradient statistics and remaining
+    /// work from its arrival (an oracle: a labelled baseline). By default they learn each job's
+    /// model from its simulated metric reports, as the service does.
+    #[arg(long)]
+    pub oracle: bool,
+    /// Seconds between a running job's simulated metric reports (learned runs).
+    #[arg(long, default_value_t = dlscale_sim::Reporting::default().interval_s)]
+    pub report_interval: f64,
+    /// Relative standard deviation of a reported throughput around the true one (learned runs).
+    #[arg(long, default_value_t = dlscale_sim::Reporting::default().noise)]
+    pub measurement_noise: f64,
+    /// Seed of the measurement noise (learned runs).
+    #[arg(long, default_value_t = dlscale_sim::Reporting::default().seed)]
+    pub noise_seed: u64,
     #[command(flatten)]
     pub policy_args: PolicyArgs,
     /// Output directory (created).
@@ -164,8 +178,18 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
         defragment_moves_per_job: args.defragment_moves,
         shape: args.shape,
         policy_options: args.policy_args.policy_options(),
+        knowledge: if args.oracle {
+            Knowledge::Oracle
+        } else {
+            Knowledge::Learned(Reporting {
+                interval_s: args.report_interval,
+                noise: args.measurement_noise,
+                seed: args.noise_seed,
+            })
+        },
         ..SimConfig::default()
     };
+    config.validate().map_err(sim_error)?;
     let total = workload.jobs.len() as u64;
     let mut bars: Vec<(PolicyInfo, ProgressBar)> = Vec::new();
     let results = run_to_dir(

@@ -73,6 +73,13 @@ async fn a_program_that_exits_0_on_sigterm_is_relaunched_not_finished() {
         attempts.len() >= 2,
         "a ran in one launch only: {attempts:?}"
     );
+    // The job's log says, in one line, that the stop was dlscale's.
+    let log = std::fs::read_to_string(dir.path().join("jobs/a/log")).unwrap();
+    let marks: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("[dlscale] launch 1 stopped (rescale): SIGTERM sent"))
+        .collect();
+    assert_eq!(marks.len(), 1, "{log}");
 }
 
 /// A torchrun job whose workers ignore SIGTERM (torchrun starts each in a session of its own),

@@ -18,7 +18,8 @@
 //! from it). Every trial prints its seed, so a failure can be rerun alone.
 //!
 //! Beside the trials, the other faults a cluster sees: a worker killed with SIGKILL, a data
-//! directory that fills up or turns read-only, and (on Slurm) a node set DOWN mid-run.
+//! directory that fills up (the same write errors a read-only one gives; a read-only remount
+//! under the running server is not possible here), and (on Slurm) a node that crashes mid-run.
 
 mod service_support;
 
@@ -227,11 +228,16 @@ fn marker_of(pid: i32) -> Option<String> {
 
 /// Every job the server knows, by id (ended ones included); `None` while it does not answer.
 async fn all_jobs(server: &Server) -> Option<BTreeMap<String, JobView>> {
-    let (status, body) = server.json(Method::GET, "/v1/jobs?all=true", None).await;
-    if status != 200 {
+    // Not `Server::json`: a crash point may end the server while it answers.
+    let (status, body) = server
+        .client
+        .send(Method::GET, "/v1/jobs?all=true", None)
+        .await
+        .ok()?;
+    if status.as_u16() != 200 {
         return None;
     }
-    let jobs: Vec<JobView> = serde_json::from_value(body).ok()?;
+    let jobs: Vec<JobView> = serde_json::from_slice(&body).ok()?;
     Some(jobs.into_iter().map(|j| (j.id.clone(), j)).collect())
 }
 

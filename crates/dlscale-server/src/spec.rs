@@ -382,17 +382,9 @@ fn is_executable(path: &std::path::Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// The model of a job without any measurement yet: compute only, perfectly linear scaling
-/// (optimistic, so that the job is tried on more GPUs and measured there).
-pub const PRIOR: AnalyticModel = AnalyticModel {
-    compute_base_s: 0.0,
-    compute_per_sample_s: 1e-3,
-    sync_intra_base_s: 0.0,
-    sync_intra_per_gpu_s: 0.0,
-    sync_inter_base_s: 0.0,
-    sync_inter_per_gpu_s: 0.0,
-    max_local_batch: None,
-};
+/// The model of a job without any measurement yet: the autoscaler's, which the simulator uses
+/// too.
+pub use dlscale_autoscaler::learn::PRIOR;
 
 /// The job-file form (`model = {...}`) of an analytic model.
 pub fn analytic_json(m: &AnalyticModel) -> Value {

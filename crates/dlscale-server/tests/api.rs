@@ -213,3 +213,53 @@ async fn a_500_never_carries_its_cause() {
     assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(!e.message.contains("secret"), "{}", e.message);
 }
+
+/// An id can be used again once its job has ended; the history keeps both jobs.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_id_is_free_again_once_its_job_ended_and_the_history_keeps_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = service(dir.path()).await;
+    let job = json!({"id": "a", "min_batch": 8, "max_batch": 8, "max_local_batch": 8,
+                     "command": ["sleep", "60"], "workdir": "/tmp", "launcher": "plain"});
+    let (status, first) = call(&app, "POST", "/v1/jobs", Some(job.clone())).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    let (status, error) = call(&app, "POST", "/v1/jobs", Some(job.clone())).await;
+    assert_eq!(status, StatusCode::CONFLICT, "a live id is taken: {error}");
+    let (status, _) = call(&app, "DELETE", "/v1/jobs/a", None).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (_, view) = call(&app, "GET", "/v1/jobs/a", None).await;
+        if view["state"] == "cancelled" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not cancelled: {view}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (status, second) = call(&app, "POST", "/v1/jobs", Some(job)).await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "an ended job's id is free: {second}"
+    );
+    let (_, view) = call(&app, "GET", "/v1/jobs/a", None).await;
+    assert_ne!(
+        view["state"], "cancelled",
+        "the id names the new job: {view}"
+    );
+    let (_, all) = call(&app, "GET", "/v1/jobs?all=true", None).await;
+    let states: Vec<&str> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["id"] == "a")
+        .map(|j| j["state"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(states.len(), 2, "{all}");
+    assert!(states.contains(&"cancelled"), "{states:?}");
+    let (status, _) = call(&app, "DELETE", "/v1/jobs/a", None).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+}

@@ -46,6 +46,56 @@ impl fmt::Display for ProgressMode {
     }
 }
 
+/// What the simulated jobs' policies know of each job.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Knowledge {
+    /// What the service knows: each job starts on the service's prior and its model is fitted
+    /// from its simulated metric reports (the true step time with measurement noise), its
+    /// gradient statistics come with the reports, and its remaining work is unknown.
+    Learned(Reporting),
+    /// An oracle: each job's true throughput model from its arrival, and before every decision
+    /// its true gradient statistics and remaining work. A baseline, labelled as such.
+    Oracle,
+}
+
+impl Default for Knowledge {
+    fn default() -> Self {
+        Knowledge::Learned(Reporting::default())
+    }
+}
+
+impl fmt::Display for Knowledge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Knowledge::Learned(_) => f.write_str("learned"),
+            Knowledge::Oracle => f.write_str("oracle"),
+        }
+    }
+}
+
+/// How simulated workers report, in [`Knowledge::Learned`] runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reporting {
+    /// A running job reports every this many seconds once its restart delay is over (the
+    /// first report of each launch is warm-up, as from real workers).
+    pub interval_s: f64,
+    /// Relative standard deviation of a reported throughput around the true one.
+    pub noise: f64,
+    /// Seeds the measurement noise (each job draws from its own stream).
+    pub seed: u64,
+}
+
+impl Default for Reporting {
+    /// A report every 30 s, 5 % noise, seed 1.
+    fn default() -> Self {
+        Reporting {
+            interval_s: 30.0,
+            noise: 0.05,
+            seed: 1,
+        }
+    }
+}
+
 /// Everything a simulation needs besides the workload and the policy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
@@ -72,11 +122,14 @@ pub struct SimConfig {
     /// most this many otherwise-unchanged jobs (each then restarts) per job it consolidates.
     /// 0 turns it off: jobs whose GPU count is unchanged never move.
     pub defragment_moves_per_job: u32,
+    /// What policies know of each job: learned from reports (the default), or an oracle.
+    pub knowledge: Knowledge,
 }
 
 impl Default for SimConfig {
     /// 16 nodes × 4 GPUs, allocator every 60 s and on events, 30 s restarts, samples progress,
-    /// the core's default settings, defragmenting repack at up to 4 moves per consolidated job.
+    /// the core's default settings, defragmenting repack at up to 4 moves per consolidated job,
+    /// models learned from reports.
     fn default() -> Self {
         SimConfig {
             cluster: Cluster {
@@ -92,6 +145,7 @@ impl Default for SimConfig {
             policy_options: PolicyOptions::default(),
             shape: ShapeRule::Any,
             defragment_moves_per_job: 4,
+            knowledge: Knowledge::default(),
         }
     }
 }
@@ -123,6 +177,20 @@ impl SimConfig {
         let threshold = self.policy_options.tiresias_threshold_gpu_s;
         if !(threshold.is_finite() && threshold >= 0.0) {
             return bad("tiresias threshold_gpu_s must be a number ≥ 0".into());
+        }
+        if let Knowledge::Learned(r) = self.knowledge {
+            if !(r.interval_s.is_finite() && r.interval_s > 0.0) {
+                return bad(format!(
+                    "report interval must be positive, got {}",
+                    r.interval_s
+                ));
+            }
+            if !(r.noise.is_finite() && (0.0..1.0).contains(&r.noise)) {
+                return bad(format!(
+                    "measurement noise must be in [0, 1), got {}",
+                    r.noise
+                ));
+            }
         }
         if self.settings.batch_candidates == 0 {
             return bad("batch_candidates must be at least 1".into());

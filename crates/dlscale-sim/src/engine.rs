@@ -13,24 +13,29 @@
 //! arrival and completion of that instant), and the autoscaler's follow-up actions at the same
 //! instant (relaunches after stops) are carried out before time moves on.
 //!
-//! The simulated jobs' policies see each job's true model, and before every batch the true
-//! gradient statistics and remaining work of every job (an [`Input::Oracle`]).
+//! What the policies know is [`Knowledge`]. By default what the service knows: a job arrives
+//! with the service's prior model ([`dlscale_autoscaler::learn::PRIOR`]) and no gradient
+//! statistics, and a running job reports like the worker library (every report interval, the
+//! first of each launch being warm-up) its true samples/s with measurement noise and its true
+//! gradient statistics at its batch and epoch; the autoscaler fits its model from those reports,
+//! as in the service. With [`Knowledge::Oracle`] the policies see each job's true model, and
+//! before every batch its true gradient statistics and remaining work (an [`Input::Oracle`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use dlscale_autoscaler::{
-    Action, Autoscaler, AutoscalerConfig, Event, Input, ModelSource, Oracle, Outcome as Exit,
-    Status, Step, Submission,
+    Action, Autoscaler, AutoscalerConfig, Event, Input, MetricsReport, ModelSource, Oracle,
+    Outcome as Exit, Status, Step, Submission,
 };
-use dlscale_core::efficiency::EfficiencyModel;
+use dlscale_core::efficiency::{EfficiencyModel, GradNoise};
 use dlscale_core::job::{JobEfficiency, RemainingWork};
 use dlscale_core::placement::Topology;
 use dlscale_core::throughput::throughput_samples_per_s;
 use dlscale_core::{BatchSize, GpuCount, PolicyInfo};
 
-use crate::config::{ProgressMode, SimConfig};
+use crate::config::{Knowledge, ProgressMode, Reporting, SimConfig};
 use crate::error::{Result, SimError};
 use crate::metrics::{percentile, JobRecord, Outcome, SimObserver, Summary, Timeline};
 use crate::workload::{SimJob, Work, Workload};
@@ -105,6 +110,10 @@ struct SimState<'w> {
     first_start_s: Option<f64>,
     starts: u32,
     gpu_s: f64,
+    /// When its workers report next (learned runs; infinite while it does not run).
+    next_report_s: f64,
+    /// Its measurement-noise stream.
+    noise: SplitMix64,
 }
 
 struct Engine<'w, 'o> {
@@ -160,7 +169,8 @@ impl<'w, 'o> Engine<'w, 'o> {
         let jobs = workload
             .jobs
             .iter()
-            .map(|spec| SimState {
+            .enumerate()
+            .map(|(i, spec)| SimState {
                 spec,
                 total: work_total(spec, config, goodput),
                 progress: 0.0,
@@ -171,6 +181,8 @@ impl<'w, 'o> Engine<'w, 'o> {
                 first_start_s: None,
                 starts: 0,
                 gpu_s: 0.0,
+                next_report_s: f64::INFINITY,
+                noise: SplitMix64(reporting_seed(config) ^ (i as u64).wrapping_mul(0x9e37_79b9)),
             })
             .collect();
         Ok(Engine {
@@ -219,7 +231,12 @@ impl<'w, 'o> Engine<'w, 'o> {
                 .map(|&i| self.jobs[i].finish_at_s)
                 .fold(f64::INFINITY, f64::min);
             let t_wake = self.autoscaler.next_wakeup_s();
-            let t = [t_arrival, Some(t_finish), t_wake]
+            let t_report = self
+                .active
+                .iter()
+                .map(|&i| self.jobs[i].next_report_s)
+                .fold(f64::INFINITY, f64::min);
+            let t = [t_arrival, Some(t_finish), t_wake, Some(t_report)]
                 .into_iter()
                 .flatten()
                 .fold(f64::INFINITY, f64::min);
@@ -234,19 +251,18 @@ impl<'w, 'o> Engine<'w, 'o> {
                 }
                 self.active.push(self.next_arrival);
                 inputs.push(Input::Submit {
-                    job: Box::new(Submission {
-                        job: job.job.clone(),
-                        model: ModelSource::Given,
-                        max_retries: None,
-                    }),
+                    job: Box::new(self.submission(&job.job)),
                 });
                 self.next_arrival += 1;
             }
             if inputs.is_empty() {
                 inputs.push(Input::Tick);
             }
-            // After the submissions, so that arriving jobs get theirs too.
-            inputs.extend(self.oracles(t));
+            match self.config.knowledge {
+                // After the submissions, so that arriving jobs get theirs too.
+                Knowledge::Oracle => inputs.extend(self.oracles(t)),
+                Knowledge::Learned(reporting) => inputs.extend(self.reports_due(t, reporting)),
+            }
             // Until the autoscaler has nothing more to do at this instant.
             let mut decided = false;
             while !inputs.is_empty() {
@@ -271,6 +287,80 @@ impl<'w, 'o> Engine<'w, 'o> {
             }
         }
         self.leave_unfinished()
+    }
+
+    /// A workload job as submitted: as it is with an oracle; otherwise as the service gets it,
+    /// with the prior model (learned from its reports) and no gradient statistics yet (its
+    /// initial batch, which its user knows, is kept).
+    fn submission(&self, job: &dlscale_core::Job) -> Submission {
+        let mut job = job.clone();
+        let model = match self.config.knowledge {
+            Knowledge::Oracle => ModelSource::Given,
+            Knowledge::Learned(_) => {
+                job.throughput = Arc::new(dlscale_autoscaler::learn::PRIOR);
+                job.efficiency = job.efficiency.map(|e| JobEfficiency {
+                    noise: GradNoise {
+                        grad_sqr: 0.0,
+                        grad_var: 0.0,
+                    },
+                    init_batch: e.init_batch,
+                });
+                ModelSource::Learned
+            }
+        };
+        Submission {
+            job,
+            model,
+            max_retries: None,
+        }
+    }
+
+    /// The reports of the running jobs whose workers report by `t`: samples/s of the true
+    /// model with measurement noise, and the true gradient statistics at the job's batch.
+    fn reports_due(&mut self, t: f64, reporting: Reporting) -> Vec<Input> {
+        let mut out = Vec::new();
+        for k in 0..self.active.len() {
+            let i = self.active[k];
+            if self.jobs[i].next_report_s > t {
+                continue;
+            }
+            self.advance(i, t);
+            let s = &mut self.jobs[i];
+            let Some(run) = s.run.clone() else {
+                s.next_report_s = f64::INFINITY;
+                continue;
+            };
+            while s.next_report_s <= t {
+                s.next_report_s += reporting.interval_s;
+            }
+            let truth = throughput_samples_per_s(
+                s.spec.job.throughput.as_ref(),
+                run.gpus,
+                run.nodes,
+                run.batch,
+            )
+            .unwrap_or(0.0);
+            let measured = truth * (1.0 + reporting.noise * s.noise.gaussian()).max(0.05);
+            let samples = s.progress.max(0.0) as u64;
+            out.push(Input::Metrics {
+                id: s.spec.job.id.clone(),
+                report: MetricsReport {
+                    step: samples / u64::from(run.batch.max(1)),
+                    samples_per_s: measured,
+                    batch_size: run.batch,
+                    world_size: run.gpus,
+                    loss: None,
+                    samples_seen: samples,
+                    attempt: Some(run.attempt),
+                    grad: s
+                        .spec
+                        .efficiency
+                        .as_ref()
+                        .map(|e| e.noise(s.epoch, run.batch)),
+                },
+            });
+        }
+        out
     }
 
     /// What the simulation knows of every job in the system: its gradient statistics now (at
@@ -329,6 +419,10 @@ impl<'w, 'o> Engine<'w, 'o> {
                     s.starts += 1;
                     s.first_start_s.get_or_insert(t);
                     s.anchor_s = t;
+                    if matches!(self.config.knowledge, Knowledge::Learned(_)) {
+                        // The first report (warm-up) when its restart is over.
+                        s.next_report_s = t + delay;
+                    }
                     self.gpus_in_use += l.shape.gpus;
                     self.jobs[i].finish_at_s = self.predict_finish(i);
                     if self.gpus_in_use > self.config.cluster.total_gpus() {
@@ -389,6 +483,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             self.gpus_in_use -= run.gpus;
             s.finish_at_s = f64::INFINITY;
         }
+        s.next_report_s = f64::INFINITY;
     }
 
     /// Integrates cluster use from `now_s` to `t`.
@@ -506,6 +601,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             if let Some(run) = s.run.take() {
                 self.gpus_in_use -= run.gpus;
                 s.finish_at_s = f64::INFINITY;
+                s.next_report_s = f64::INFINITY;
                 exits.push(Input::Exited {
                     id: s.spec.job.id.clone(),
                     attempt: run.attempt,
@@ -721,5 +817,39 @@ fn epoch_boundary(eff: &EfficiencyModel, epoch: usize, total: f64) -> f64 {
         (eff.epoch_end_progress(epoch) * f64::from(eff.init_batch())).min(total)
     } else {
         total
+    }
+}
+
+/// The seed of a learned run's measurement noise (any value for an oracle run).
+fn reporting_seed(config: &SimConfig) -> u64 {
+    match config.knowledge {
+        Knowledge::Learned(r) => r.seed,
+        Knowledge::Oracle => 0,
+    }
+}
+
+/// A small, seeded generator for measurement noise (SplitMix64: reproducible runs, no
+/// dependency).
+#[derive(Debug, Clone)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1].
+    fn unit(&mut self) -> f64 {
+        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
+
+    /// A standard normal draw (Box–Muller).
+    fn gaussian(&mut self) -> f64 {
+        let (u, v) = (self.unit(), self.unit());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
     }
 }

@@ -19,7 +19,7 @@ pub mod report;
 pub mod reproduce;
 pub mod workload;
 
-pub use config::{ProgressMode, SimConfig};
+pub use config::{Knowledge, ProgressMode, Reporting, SimConfig};
 pub use engine::{simulate, SimResult};
 pub use error::{Result, SimError};
 pub use metrics::{CsvJobWriter, JobRecord, Outcome, SimObserver, Summary, Timeline};

@@ -4,11 +4,13 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 
-use dlscale_core::allocator::{STATIC, TIRESIAS};
+use dlscale_core::allocator::{ELASTIC_BATCH, STATIC, TIRESIAS};
 use dlscale_core::{Admission, Cluster, PolicyInfo, PolicyOptions, Settings, REGISTRY};
 use dlscale_sim::metrics::{JobRecord, SimObserver};
 use dlscale_sim::workload::{generate, model_job, GeneratorSpec, SimJob, Work};
-use dlscale_sim::{simulate, CsvJobWriter, Outcome, ProgressMode, SimConfig, Workload};
+use dlscale_sim::{
+    simulate, CsvJobWriter, Knowledge, Outcome, ProgressMode, Reporting, SimConfig, Workload,
+};
 
 #[derive(Default)]
 struct Collect(Vec<JobRecord>);
@@ -30,13 +32,69 @@ fn job(id: &str, model: &str, gpus: u32, batch: u32, arrival_s: f64, duration_s:
     }
 }
 
+/// The event loop's mechanics are checked against the true models (an oracle), so that the
+/// expected times follow from them; learning has its own tests below.
 fn config(nodes: u32, per_node: u32) -> SimConfig {
     SimConfig {
         cluster: Cluster::new(nodes, per_node).unwrap(),
         interval_s: None,
         schedule_on_events: true,
+        knowledge: Knowledge::Oracle,
         ..SimConfig::default()
     }
+}
+
+#[test]
+fn a_learned_job_is_explored_by_doubling_and_ends_where_the_oracle_puts_it() {
+    // cifar10 asking for 1 GPU on 16: the oracle knows at once that more GPUs pay; learning
+    // starts at what was asked and doubles as each count is measured.
+    let workload = Workload::new("one", vec![job("a", "cifar10", 1, 128, 0.0, 20_000.0)], 0);
+    let run = |knowledge| {
+        let cfg = SimConfig {
+            knowledge,
+            ..config(4, 4)
+        };
+        let mut out = Collect::default();
+        simulate(&workload, &cfg, ELASTIC_BATCH, &mut out).unwrap();
+        out.0.remove(0)
+    };
+    let oracle = run(Knowledge::Oracle);
+    let learned = run(Knowledge::Learned(Reporting {
+        noise: 0.0,
+        ..Reporting::default()
+    }));
+    assert_eq!(oracle.reallocations, 0, "{oracle:?}");
+    // 1 → 2 → 4 → 8 → 16 at least; each step measured before the next.
+    assert!(learned.reallocations >= 4, "{learned:?}");
+    assert!(oracle.mean_gpus > 8.0, "{oracle:?}");
+    assert!(
+        learned.jct_s.unwrap() > oracle.jct_s.unwrap(),
+        "{learned:?} vs {oracle:?}"
+    );
+    // Exploring costs restarts, not the run: within a fifth of the oracle's time.
+    assert!(
+        learned.jct_s.unwrap() < 1.2 * oracle.jct_s.unwrap(),
+        "{learned:?} vs {oracle:?}"
+    );
+}
+
+#[test]
+fn learned_runs_are_reproducible_and_noise_is_seeded() {
+    let mut spec = GeneratorSpec::pollux_mix(12, 20.0, 7);
+    spec.median_duration_s = 600.0;
+    let workload = generate(&spec).unwrap();
+    let run = |seed| {
+        let cfg = SimConfig {
+            knowledge: Knowledge::Learned(Reporting {
+                seed,
+                ..Reporting::default()
+            }),
+            ..config(2, 4)
+        };
+        run_csv(&workload, &cfg, ELASTIC_BATCH).0
+    };
+    assert_eq!(run(1), run(1));
+    assert_ne!(run(1), run(2), "measurement noise is drawn from the seed");
 }
 
 #[test]
@@ -173,6 +231,7 @@ proptest! {
         goodput in any::<bool>(),
         interval in prop::option::of(30.0..300.0f64),
         delay in 0.0..60.0f64,
+        learned in any::<bool>(),
     ) {
         let mut spec = GeneratorSpec::pollux_mix(25, rate, seed);
         spec.median_duration_s = 600.0;
@@ -188,6 +247,7 @@ proptest! {
                 backfill: seed % 3 == 0,
                 ..Settings::default()
             },
+            knowledge: if learned { Knowledge::default() } else { Knowledge::Oracle },
             ..SimConfig::default()
         };
         let policy = REGISTRY[policy];

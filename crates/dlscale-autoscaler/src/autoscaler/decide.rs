@@ -8,6 +8,7 @@ use dlscale_core::{
 };
 
 use super::{Autoscaler, DecidedJob, DecisionRecord, Out, Target};
+use crate::input::ModelSource;
 use crate::output::{Event, Shape, StopReason, Trigger};
 use crate::record::{JobRecord, Status};
 
@@ -35,8 +36,22 @@ impl Autoscaler {
     /// history, remaining work.
     pub(super) fn prepare(&mut self, now: f64) {
         let waiting = self.live.iter().any(|r| r.status == Status::Queued);
+        let (topology, node_index) = (&self.topology, &self.node_index);
+        // A launch on a node that left (or shrank) cannot be kept as it is: the job is decided
+        // for as if it did not run, so that it is moved rather than held where it cannot be.
+        let still_placed = |shares: &[Share]| {
+            shares.iter().all(|s| {
+                node_index
+                    .get(&s.node)
+                    .is_some_and(|&k| topology.nodes[k].gpus >= s.gpus)
+            })
+        };
         for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
             job.history.clone_from(&r.history);
+            if r.model == ModelSource::Learned && r.max_gpus > 0 {
+                let cap = r.measurements.explore_cap(job.requested.gpus);
+                job.gpus.max = r.max_gpus.min(cap).max(job.gpus.min);
+            }
             let launch = r.launch.as_ref();
             job.current = match (r.status, launch) {
                 (Status::Starting | Status::Running, Some(l)) => Some(CurrentAllocation {
@@ -47,7 +62,8 @@ impl Autoscaler {
                 }),
                 _ => None,
             }
-            .filter(|c| job.batch_fits(c.gpus, c.batch) && job.gpus.allows(c.gpus));
+            .filter(|c| job.batch_fits(c.gpus, c.batch) && job.gpus.allows(c.gpus))
+            .filter(|_| launch.is_some_and(|l| still_placed(&l.shape.shares)));
             job.hold = match (job.current, launch) {
                 (Some(_), Some(l)) => {
                     let restart_s = r

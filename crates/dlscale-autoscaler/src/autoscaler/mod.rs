@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use dlscale_core::job::JobHistory;
+use dlscale_core::job::{JobEfficiency, JobHistory};
 use dlscale_core::placement::{self, Topology};
 use dlscale_core::{Cluster, GpuCount, Job, JobState, Policy};
 use serde::{Deserialize, Serialize};
@@ -177,7 +177,10 @@ impl Autoscaler {
         let mut a = Self::new(config, topology);
         let mut jobs = jobs;
         jobs.sort_by_key(|(r, _)| r.seq);
-        for (record, mut job) in jobs.into_iter().filter(|(r, _)| !r.status.is_terminal()) {
+        for (mut record, mut job) in jobs.into_iter().filter(|(r, _)| !r.status.is_terminal()) {
+            if record.max_gpus == 0 {
+                record.max_gpus = job.gpus.max;
+            }
             if let Some(work) = job.remaining_samples {
                 a.work.insert(record.id.clone(), work);
             }
@@ -506,6 +509,7 @@ impl Autoscaler {
             finished_s: None,
             planned: None,
             retry_at_s: None,
+            max_gpus: job.gpus.max,
         };
         self.next_seq += 1;
         self.ended.remove(&id);
@@ -585,15 +589,31 @@ impl Autoscaler {
         if let Some(work) = self.work.get(&id) {
             job.remaining_samples = Some((work - report.samples_seen as f64).max(1.0));
         }
+        if let Some(noise) = report.grad.and_then(|g| r.measurements.add_grad(g)) {
+            let init_batch = job.efficiency.map_or(job.requested.batch, |e| e.init_batch);
+            job.efficiency = Some(JobEfficiency { noise, init_batch });
+            // Only goodput-based utilities read it; and a decision per report would be waste:
+            // decide again when the noise scale moved by a tenth since it last made one decide.
+            let scale = noise.noise_scale(init_batch);
+            let moved = r
+                .measurements
+                .grad_decided_scale
+                .is_none_or(|was| (scale - was).abs() > 0.1 * was.abs());
+            if moved && self.config.settings.utility.uses_goodput() {
+                r.measurements.grad_decided_scale = Some(scale);
+                self.due.get_or_insert(Trigger::Model(id.clone()));
+            }
+        }
         if new_point && r.model == ModelSource::Learned {
-            if let Some((model, _)) = r.measurements.fit() {
+            // A new configuration measured: a better model, and a wider exploration cap.
+            if let Some(model) = r.measurements.model() {
                 job.throughput = Arc::new(model);
                 out.event(Event::ModelFitted {
                     id: id.clone(),
                     points: r.measurements.points.len(),
                 });
-                self.due(Trigger::Model(id.clone()));
             }
+            self.due.get_or_insert(Trigger::Model(id.clone()));
         }
         out.touched.insert(id);
         None

@@ -268,9 +268,11 @@ pub fn venv() -> Result<PathBuf, String> {
     Ok(venv)
 }
 
-/// Runs the real `dlscale` CLI against `server`, asserting success; returns its stdout.
+/// Runs the real `dlscale` CLI against `server` from the repository root (relative paths, as
+/// the README gives them), asserting success; returns its stdout.
 pub fn cli(server: &Server, args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_dlscale"))
+        .current_dir(repo_root())
         .args(args)
         .env("DLSCALE_API", format!("http://127.0.0.1:{}", server.port))
         .env("DLSCALE_TOKEN", TOKEN)

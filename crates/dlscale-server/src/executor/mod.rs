@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use dlscale_autoscaler::{Action, Input, Observation, Shape};
+use dlscale_autoscaler::{Action, Input, Observation, Shape, StopReason};
 use dlscale_core::placement::Topology;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -95,6 +95,28 @@ pub fn parse_launch_marker(marker: &str) -> Option<(&str, &str, u32)> {
         return None;
     }
     Some((instance, id, attempt.parse().ok()?))
+}
+
+/// One line in the job's log where dlscale stopped a launch, so that what follows it (a
+/// `SignalException` traceback from torchrun, a checkpoint message) reads as expected rather than
+/// as a crash. Best effort: the log is the job's, and a failed write loses only the mark.
+pub fn mark_stop_in_log(data_dir: &Path, id: &str, attempt: u32, reason: StopReason) {
+    use std::io::Write;
+    let then = match reason {
+        StopReason::Cancel => "it is not relaunched (cancelled)",
+        _ => "it is relaunched, resuming from its checkpoint if it saved one",
+    };
+    let line = format!(
+        "[dlscale] launch {attempt} stopped ({reason}): SIGTERM sent; {then}. A traceback from \
+         torchrun's SignalException below this line is expected.\n"
+    );
+    let appended = std::fs::OpenOptions::new()
+        .append(true)
+        .open(log_path(data_dir, id))
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+    if let Err(e) = appended {
+        tracing::debug!("job {id}: cannot mark the stop in its log: {e}");
+    }
 }
 
 /// The server instance id in `<data_dir>/instance`, created (8 random hex digits) if missing.
@@ -290,7 +312,11 @@ impl Executor {
                     },
                 }]
             }
-            Action::Stop { id, attempt, .. } => {
+            Action::Stop {
+                id,
+                attempt,
+                reason,
+            } => {
                 let delivered = match self {
                     Executor::Local(x) => x.stop(id, *attempt).await,
                     Executor::Slurm(x) => {
@@ -300,6 +326,7 @@ impl Executor {
                 };
                 match delivered {
                     Ok(true) => {
+                        mark_stop_in_log(&self.ctx().data_dir, id, *attempt, *reason);
                         fault::point("after-signal");
                         vec![Input::StopDelivered {
                             id: id.clone(),
