@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
+use dlscale_core::jobfile::{check_fields, job_objects, FileFormat};
 use dlscale_server::api::dto::JobView;
 use dlscale_server::api::LOG_OFFSET_HEADER;
 use dlscale_server::client::{segment, ApiClient, ApiFailure, Method};
@@ -170,38 +171,38 @@ pub fn run_serve(args: &ServeArgs) -> Result<()> {
     runtime()?.block_on(dlscale_server::serve(config))
 }
 
-/// Reads a job file (TOML or JSON) into submission objects with absolute workdirs.
+/// Reads a job file (TOML or JSON: one job, or `jobs = [...]`) into submission objects with
+/// absolute workdirs. Errors name the file, and the line of a syntax error.
 fn read_job_file(path: &Path) -> Result<Vec<Value>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let doc: Value = if path.extension().is_some_and(|e| e == "toml") {
-        toml::from_str(&text).map_err(|e| anyhow!("{}: {}", path.display(), e.message()))?
-    } else {
-        serde_json::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?
-    };
-    let jobs = match doc {
-        Value::Object(mut m) if m.contains_key("jobs") => match m.remove("jobs") {
-            Some(Value::Array(items)) => items,
-            _ => return Err(anyhow!("{}: 'jobs' must be an array", path.display())),
-        },
-        other => vec![other],
-    };
+    let name = path.display().to_string();
+    let jobs = job_objects(&text, FileFormat::for_path(&name), &name)?;
     let cwd = std::env::current_dir()?;
     jobs.into_iter()
-        .map(|mut job| {
-            let obj = job
-                .as_object_mut()
-                .ok_or_else(|| anyhow!("{}: each job must be a table/object", path.display()))?;
-            let workdir = match obj.get("workdir") {
+        .enumerate()
+        .map(|(i, mut job)| {
+            // Checked here too, so that a misspelt field is found before any server is asked.
+            let label = match job.get("id") {
+                Some(Value::String(id)) => id.clone(),
+                _ => format!("#{}", i + 1),
+            };
+            check_fields(&label, &job, &[]).map_err(|e| anyhow!("{name}: {e}"))?;
+            let workdir = match job.get("workdir") {
                 Some(Value::String(w)) => cwd.join(w),
-                Some(_) => return Err(anyhow!("{}: 'workdir' must be a string", path.display())),
+                Some(_) => {
+                    return Err(anyhow!(
+                        "{name}: job #{}: field 'workdir' must be a string",
+                        i + 1
+                    ))
+                }
                 None => cwd.clone(),
             };
-            obj.insert(
+            job.insert(
                 "workdir".into(),
                 Value::String(workdir.display().to_string()),
             );
-            Ok(job)
+            Ok(Value::Object(job))
         })
         .collect()
 }
@@ -211,22 +212,19 @@ pub fn run_submit(args: &SubmitArgs) -> Result<()> {
     let jobs = read_job_file(&args.file).map_err(input_error)?;
     let client = ApiClient::from_env().map_err(input_error)?;
     // Several jobs go in one request: they arrive together and are decided as one arrival.
-    let views: Vec<JobView> = runtime()?.block_on(async {
-        if jobs.len() == 1 {
-            let body = serde_json::to_vec(&jobs[0])?;
-            let view: JobView = client
-                .call(Method::POST, "/v1/jobs", Some(body))
-                .await
-                .map_err(classify)?;
-            Ok::<_, anyhow::Error>(vec![view])
-        } else {
-            let body = serde_json::to_vec(&jobs)?;
-            client
-                .call(Method::POST, "/v1/jobs", Some(body))
-                .await
-                .map_err(classify)
-        }
-    })?;
+    let views: Vec<JobView> = runtime()?
+        .block_on(async {
+            if jobs.len() == 1 {
+                let body = serde_json::to_vec(&jobs[0])?;
+                let view: JobView = client.call(Method::POST, "/v1/jobs", Some(body)).await?;
+                Ok::<_, anyhow::Error>(vec![view])
+            } else {
+                let body = serde_json::to_vec(&jobs)?;
+                client.call(Method::POST, "/v1/jobs", Some(body)).await
+            }
+        })
+        // The server's answer names the field; the file is the user's.
+        .map_err(|e| classify(e.context(args.file.display().to_string())))?;
     for view in views {
         println!("submitted {}: {}", view.id, view.message);
     }

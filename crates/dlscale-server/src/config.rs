@@ -36,6 +36,7 @@ use std::str::FromStr;
 use anyhow::{anyhow, bail, Context, Result};
 use dlscale_autoscaler::AutoscalerConfig;
 use dlscale_core::allocator::ELASTIC_BATCH;
+use dlscale_core::jobfile::{parse_document, FileFormat};
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::{
     policy_info, Admission, PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility,
@@ -140,11 +141,15 @@ pub enum ExecutorConfig {
 }
 
 impl ConfigFile {
-    /// Reads a TOML configuration file.
+    /// Reads a TOML configuration file; errors name the file and the line.
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read config {}", path.display()))?;
-        toml::from_str(&text).map_err(|e| anyhow!("{}: {}", path.display(), e.message()))
+        Ok(parse_document(
+            &text,
+            FileFormat::Toml,
+            &path.display().to_string(),
+        )?)
     }
 }
 

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use dlscale_autoscaler::{ModelSource, Submission};
-use dlscale_core::jobfile::JobEntry;
+use dlscale_core::jobfile::{self, JobEntry};
 use dlscale_core::throughput::AnalyticModel;
 use dlscale_core::{CoreError, Job};
 use serde::{Deserialize, Serialize};
@@ -132,10 +132,6 @@ fn core_error(e: CoreError) -> ApiError {
     }
 }
 
-fn serde_error(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
-    crate::error::serde_field_error(&e.path().to_string(), &e.inner().to_string())
-}
-
 fn take_string(map: &mut Map<String, Value>, key: &str) -> Result<Option<String>, ApiError> {
     match map.remove(key) {
         None | Some(Value::Null) => Ok(None),
@@ -151,7 +147,7 @@ impl JobSpec {
     /// Parses a submission body (JSON). Checks syntax, types, the id and the run fields; the
     /// job-file fields are checked by [`JobSpec::build_job`].
     pub fn parse(body: &[u8]) -> Result<JobSpec, ApiError> {
-        let value: Value = serde_json::from_slice(body)
+        let jobfile::UniqueKeys(value) = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
         Self::from_value(value)
     }
@@ -161,6 +157,8 @@ impl JobSpec {
         let Value::Object(mut map) = value else {
             return Err(ApiError::bad_request("request body must be a JSON object"));
         };
+        // Unknown fields first: a misspelt `comand` is reported as such, not as `command` missing.
+        jobfile::check_fields("", &map, &[]).map_err(core_error)?;
         let command = match map.remove("command") {
             None | Some(Value::Null) => {
                 return Err(ApiError::field("command", "field 'command' is required"))
@@ -367,7 +365,7 @@ impl JobSpec {
         if !map.contains_key("model") {
             map.insert("model".into(), analytic_json(model.unwrap_or(&PRIOR)));
         }
-        serde_path_to_error::deserialize(Value::Object(map)).map_err(serde_error)
+        jobfile::entry_from_object(map, "").map_err(core_error)
     }
 
     /// Validates the job-file fields into the allocator's job. Without a `model` field, `model`

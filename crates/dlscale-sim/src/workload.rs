@@ -41,7 +41,7 @@ use serde::Deserialize;
 
 use dlscale_core::efficiency::EfficiencyModel;
 use dlscale_core::job::JobEfficiency;
-use dlscale_core::jobfile::JobEntry;
+use dlscale_core::jobfile;
 use dlscale_core::profiles;
 use dlscale_core::throughput::ThroughputModel;
 use dlscale_core::{BatchRange, BatchSize, GpuCount, GpuRange, Job, Requested};
@@ -399,6 +399,7 @@ pub fn read_itp(reader: impl Read, source_name: &str, options: &ReadOptions) -> 
 /// are skipped (syntax errors always fail); "line" in errors is the entry's 1-based index.
 pub fn read_native(text: &str, source_name: &str, options: &ReadOptions) -> Result<Workload> {
     #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
     struct File {
         jobs: Vec<serde_json::Map<String, serde_json::Value>>,
     }
@@ -416,7 +417,8 @@ pub fn read_native(text: &str, source_name: &str, options: &ReadOptions) -> Resu
                     .ok_or_else(|| format!("arrival_s must be a number ≥ 0, got {v}"))?,
                 None => return Err("missing field `arrival_s`".into()),
             };
-            let entry: JobEntry = serde_json::from_value(serde_json::Value::Object(object))
+            // Fields checked as in every job file: a misspelt one is an error naming it.
+            let entry = jobfile::entry_from_object(object, &format!("#{}", index + 1))
                 .map_err(|e| e.to_string())?;
             let job = entry.into_job().map_err(|e| e.to_string())?;
             if !seen.insert(job.id.clone()) {

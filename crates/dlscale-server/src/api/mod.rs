@@ -29,6 +29,7 @@ use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::{Json, Router};
 use bytes::Bytes;
 use dlscale_autoscaler::{Input, JobRecord, MetricsReport, Refusal, Target};
+use dlscale_core::jobfile::UniqueKeys;
 use dlscale_core::placement::{Node, Topology};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -691,7 +692,7 @@ fn in_job(k: usize, e: ApiError) -> ApiError {
 }
 
 async fn submit(State(s): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
-    let value: Value = serde_json::from_slice(&body)
+    let UniqueKeys(value) = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
     let (values, many) = match value {
         Value::Array(items) => (items, true),
