@@ -21,6 +21,7 @@ use serde_json::{Map, Value};
 
 use crate::efficiency::GradNoise;
 use crate::error::{nearest_name, serde_field, CoreError, Result};
+use crate::fieldline::{field_line, job_field_line};
 use crate::job::{
     BatchRange, CurrentAllocation, GpuRange, Hold, Job, JobEfficiency, JobHistory, Requested,
 };
@@ -208,22 +209,26 @@ fn unit_weight() -> f64 {
     1.0
 }
 
-/// Parses and validates a job file: one job, or several (`jobs = [...]`). Errors name the source
-/// and, for syntax and type errors, the line; and the job and field at fault.
+/// Parses and validates a job file: one job, or several (`jobs = [...]`). Errors name the source,
+/// the line and the job and field at fault.
 pub fn parse_jobs(text: &str, format: FileFormat, source_name: &str) -> Result<Vec<Job>> {
     let document = read_job_document(text, format, source_name)?;
     let label = |i: usize| match document.objects.get(i).and_then(|o| o.get("id")) {
         Some(Value::String(id)) if !id.is_empty() => id.clone(),
         _ => format!("#{}", i + 1),
     };
-    let in_source = |e: CoreError| match e {
-        CoreError::InvalidJob { .. } | CoreError::UnknownModel { .. } | CoreError::Model(_) => {
-            CoreError::parse(source_name, 0, e.to_string())
-        }
-        other => other,
+    // An error about job `i`, at the line of its field.
+    let in_source = |i: usize, e: CoreError| {
+        let field = match &e {
+            CoreError::InvalidJob { field, .. } => field.as_str(),
+            CoreError::UnknownModel { .. } | CoreError::Model(_) => "model",
+            _ => return e,
+        };
+        let line = job_field_line(text, format, i, field).unwrap_or(0);
+        CoreError::parse(source_name, line, e.to_string())
     };
     for (i, object) in document.objects.iter().enumerate() {
-        check_object(&label(i), object, &[]).map_err(in_source)?;
+        check_object(&label(i), object, &[]).map_err(|e| in_source(i, e))?;
     }
     // Typed from the text itself, so that a type error keeps its line.
     let typed = if document.listed {
@@ -247,7 +252,17 @@ pub fn parse_jobs(text: &str, format: FileFormat, source_name: &str) -> Result<V
         let reason = CoreError::job(job, field, e.message).to_string();
         CoreError::parse(source_name, e.line, reason)
     })?;
-    jobs_from_entries(entries).map_err(in_source)
+    let mut seen = HashSet::new();
+    let mut jobs = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.into_iter().enumerate() {
+        let job = if seen.insert(entry.id.clone()) {
+            entry.into_job()
+        } else {
+            Err(CoreError::job(&entry.id, "id", "duplicate id"))
+        };
+        jobs.push(job.map_err(|e| in_source(i, e))?);
+    }
+    Ok(jobs)
 }
 
 /// Validates entries into jobs; rejects duplicate ids.
@@ -282,24 +297,32 @@ struct JobDocument {
 }
 
 fn read_job_document(text: &str, format: FileFormat, source_name: &str) -> Result<JobDocument> {
-    let bad = |reason: String| CoreError::parse(source_name, 0, reason);
+    // An error at `path`, on its line.
+    let bad = |path: &str, reason: String| {
+        let line = field_line(text, format, path).unwrap_or(0);
+        CoreError::parse(source_name, line, reason)
+    };
     let (items, listed) = match parse_value(text, format, source_name)? {
         Value::Object(mut top) if top.contains_key("jobs") => {
             let jobs = top.remove("jobs");
             if let Some(other) = top.keys().next() {
-                return Err(bad(format!(
+                return Err(bad(
+                    other,
+                    format!(
                     "field '{other}': a file with `jobs` holds nothing else (each job's fields go \
                      inside its entry of `jobs`)"
-                )));
+                ),
+                ));
             }
             match jobs {
                 Some(Value::Array(items)) => (items, true),
-                _ => return Err(bad("field 'jobs': must be an array of jobs".into())),
+                _ => return Err(bad("jobs", "field 'jobs': must be an array of jobs".into())),
             }
         }
         top @ Value::Object(_) => (vec![top], false),
         _ => {
             return Err(bad(
+                "",
                 "a job file holds one job (a table/object) or several (`jobs = [...]`)".into(),
             ))
         }
@@ -309,9 +332,10 @@ fn read_job_document(text: &str, format: FileFormat, source_name: &str) -> Resul
         .enumerate()
         .map(|(i, item)| match item {
             Value::Object(object) => Ok(object),
-            _ => Err(bad(format!(
-                "field 'jobs[{i}]': each job must be a table/object"
-            ))),
+            _ => Err(bad(
+                &format!("jobs[{i}]"),
+                format!("field 'jobs[{i}]': each job must be a table/object"),
+            )),
         })
         .collect::<Result<_>>()?;
     Ok(JobDocument { objects, listed })
@@ -325,19 +349,27 @@ pub fn parse_value(text: &str, format: FileFormat, source_name: &str) -> Result<
         FileFormat::Json => parse_document::<UniqueKeys>(text, format, source_name).map(|v| v.0),
         FileFormat::Toml => {
             let table: toml::Table = parse_document(text, format, source_name)?;
-            toml_to_json(toml::Value::Table(table), "")
-                .map_err(|reason| CoreError::parse(source_name, 0, reason))
+            toml_to_json(toml::Value::Table(table), "").map_err(|(path, reason)| {
+                let line = field_line(text, format, &path).unwrap_or(0);
+                CoreError::parse(source_name, line, reason)
+            })
         }
     }
 }
 
-fn toml_to_json(value: toml::Value, path: &str) -> std::result::Result<Value, String> {
+/// The JSON form of a TOML value; a number JSON cannot hold is an error at its path.
+fn toml_to_json(value: toml::Value, path: &str) -> std::result::Result<Value, (String, String)> {
     Ok(match value {
         toml::Value::String(s) => Value::String(s),
         toml::Value::Integer(i) => Value::from(i),
         toml::Value::Float(f) => match serde_json::Number::from_f64(f) {
             Some(n) => Value::Number(n),
-            None => return Err(format!("field '{path}': must be a finite number, got {f}")),
+            None => {
+                return Err((
+                    path.to_string(),
+                    format!("field '{path}': must be a finite number, got {f}"),
+                ))
+            }
         },
         toml::Value::Boolean(b) => Value::Bool(b),
         toml::Value::Datetime(d) => Value::String(d.to_string()),
@@ -747,27 +779,103 @@ mod tests {
     }
 
     #[test]
+    fn a_file_of_one_job_reads_as_a_list_of_one() {
+        let one = r#"{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400,
+                      "command": ["train.py"], "workdir": "."}"#;
+        let jobs = parse(one).unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].id, "a");
+        let toml_one = "id = 'a'\nmodel = 'imagenet'\nmin_batch = 200\nmax_batch = 400\n";
+        assert_eq!(
+            parse_jobs(toml_one, FileFormat::Toml, "a.toml")
+                .unwrap()
+                .len(),
+            1
+        );
+        let err = parse(r#"{"jobs": [], "id": "a"}"#).unwrap_err().to_string();
+        assert!(
+            err.contains("field 'id': a file with `jobs` holds nothing else"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unknown_fields_get_the_nearest_name_or_the_known_list() {
+        let near = parse(r#"{"id": "a", "model": "imagenet", "min_batch": 200, "max_bach": 400}"#)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            near,
+            "jobs.json:1: job 'a': field 'max_bach': unknown field; did you mean 'max_batch'?"
+        );
+        let far = parse(r#"{"id": "a", "model": "imagenet", "min_batch": 200, "colour": 1}"#)
+            .unwrap_err()
+            .to_string();
+        for field in JOB_FIELDS.iter().chain(&RUN_FIELDS) {
+            assert!(far.contains(field), "{far} lacks {field}");
+        }
+    }
+
+    #[test]
+    fn toml_errors_name_the_line_of_the_field() {
+        let text = "[[jobs]]\nid = 'a'\nmodel = 'imagenet'\nmin_batch = 200\nmax_batch = 400\n\n\
+                    [[jobs]]\nid = 'b'\nmodel = 'imagenet'\nmin_batch = 800\nmax_batch = 400\n";
+        let err = parse_jobs(text, FileFormat::Toml, "j.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("j.toml:10: job 'b': field 'min_batch'"),
+            "{err}"
+        );
+        let misspelt = text.replace("max_batch = 400\n\n", "max_batch = 400\nweigth = 2\n");
+        let err = parse_jobs(&misspelt, FileFormat::Toml, "j.toml")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "j.toml:6: job 'a': field 'weigth': unknown field; did you mean 'weight'?"
+        );
+        let nested = "id = 'a'\nmin_batch = 1\nmax_batch = 2\nmax_local_batch = 2\n[model]\n\
+                      compute_per_sample_s = 1\nsync_intra_base_s = -1\n";
+        let err = parse_jobs(nested, FileFormat::Toml, "j.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("j.toml:7: job 'a': field 'model.sync_intra_base_s'"),
+            "{err}"
+        );
+        let nan = "id = 'a'\nmin_batch = 1\nmax_batch = 2\nweight = nan\n";
+        let err = parse_jobs(nan, FileFormat::Toml, "j.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("j.toml:4: field 'weight': must be a finite number"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn errors_name_file_line_job_and_field() {
         let cases: &[(&str, &str)] = &[
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 400, "max_batch": 200}]}"#,
-                "jobs.json: job 'a': field 'min_batch': 400 is larger than max_batch 200",
+                "jobs.json:1: job 'a': field 'min_batch': 400 is larger than max_batch 200",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 0, "max_batch": 200}]}"#,
-                "jobs.json: job 'a': field 'min_batch': must be at least 1",
+                "jobs.json:1: job 'a': field 'min_batch': must be at least 1",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "nope", "min_batch": 1, "max_batch": 2}]}"#,
-                "jobs.json: job 'a': field 'model': unknown model 'nope'",
+                "jobs.json:1: job 'a': field 'model': unknown model 'nope'",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "cifar10", "min_batch": 64, "max_batch": 128}, {"id": "a", "model": "cifar10", "min_batch": 64, "max_batch": 128}]}"#,
-                "jobs.json: job 'a': field 'id': duplicate id",
+                "jobs.json:1: job 'a': field 'id': duplicate id",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 20000, "max_batch": 30000, "max_gpus": 8}]}"#,
-                "jobs.json: job 'a': field 'min_batch': 20000 cannot run even alone",
+                "jobs.json:1: job 'a': field 'min_batch': 20000 cannot run even alone",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": -5, "max_batch": 200}]}"#,
@@ -779,7 +887,7 @@ mod tests {
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 1, "max_batch": 2, "colour": 1}]}"#,
-                "jobs.json: job 'a': field 'colour': unknown field (known: id, model, ",
+                "jobs.json:1: job 'a': field 'colour': unknown field (known: id, model, ",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": {"compute_per_sample": 1}, "min_batch": 1, "max_batch": 2}]}"#,
@@ -787,7 +895,7 @@ mod tests {
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "ncf", "min_batch": 256, "max_batch": 512, "min_gpus": 2147483649, "powers_of_two": true}]}"#,
-                "jobs.json: job 'a': field 'powers_of_two'",
+                "jobs.json:1: job 'a': field 'powers_of_two'",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": 7, "min_batch": 1, "max_batch": 2}]}"#,
@@ -795,19 +903,19 @@ mod tests {
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": {"compute_per_sample_s": -1}, "min_batch": 1, "max_batch": 2, "max_local_batch": 2}]}"#,
-                "jobs.json: job 'a': field 'model.compute_per_sample_s'",
+                "jobs.json:1: job 'a': field 'model.compute_per_sample_s'",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "weight": 0}]}"#,
-                "jobs.json: job 'a': field 'weight'",
+                "jobs.json:1: job 'a': field 'weight'",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "min_gpus": 3, "max_gpus": 3, "powers_of_two": true}]}"#,
-                "jobs.json: job 'a': field 'powers_of_two'",
+                "jobs.json:1: job 'a': field 'powers_of_two'",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "batch_size": 400, "gpus": 1}]}"#,
-                "jobs.json: job 'a': field 'batch_size'",
+                "jobs.json:1: job 'a': field 'batch_size'",
             ),
         ];
         for (text, expected) in cases {
