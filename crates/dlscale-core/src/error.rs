@@ -98,21 +98,28 @@ pub fn nearest_name<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) ->
         .map(|(_, name)| name)
 }
 
-/// Levenshtein distance between two strings of characters.
+/// Edit distance between two strings of characters: insertions, deletions, substitutions and
+/// swaps of two neighbours (`gups` is one edit from `gpus`) count one each (optimal string
+/// alignment).
 fn edit_distance(a: &[char], b: &[char]) -> usize {
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (diagonal + usize::from(ca != cb))
-                .min(above + 1)
-                .min(row[j] + 1);
-            diagonal = above;
+    let width = b.len() + 1;
+    let mut d = vec![0usize; (a.len() + 1) * width];
+    for i in 0..=a.len() {
+        for j in 0..=b.len() {
+            d[i * width + j] = if i == 0 || j == 0 {
+                i + j
+            } else {
+                let mut best = (d[(i - 1) * width + j - 1] + usize::from(a[i - 1] != b[j - 1]))
+                    .min(d[(i - 1) * width + j] + 1)
+                    .min(d[i * width + j - 1] + 1);
+                if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                    best = best.min(d[(i - 2) * width + j - 2] + 1);
+                }
+                best
+            };
         }
     }
-    row[b.len()]
+    d[a.len() * width + b.len()]
 }
 
 /// A serde message with a hint: for "unknown field `x`, expected one of `a`, `b`" it adds the
@@ -161,6 +168,10 @@ mod tests {
         assert_eq!(nearest_name("laucher", known), Some("launcher"));
         assert_eq!(nearest_name("Workdir", known), Some("workdir"));
         assert_eq!(nearest_name("min_bach", known), Some("min_batch"));
+        assert_eq!(nearest_name("lanucher", known), Some("launcher"));
+        assert_eq!(nearest_name("gups", ["gpus", "id"]), Some("gpus"));
+        assert_eq!(edit_distance(&['a', 'b'], &['b', 'a']), 1);
+        assert_eq!(edit_distance(&[], &['x', 'y']), 2);
         assert_eq!(nearest_name("colour", known), None);
         assert_eq!(nearest_name("x", known), None);
         assert_eq!(nearest_name("", known), None);

@@ -670,12 +670,7 @@ impl JobEntry {
                         "required with epochs for this model",
                     )
                 })?;
-                let work = [
-                    ("epochs", epochs),
-                    ("dataset_samples", per_epoch),
-                    ("epochs", epochs * per_epoch),
-                ];
-                for (field, value) in work {
+                for (field, value) in [("epochs", epochs), ("dataset_samples", per_epoch)] {
                     if !(value.is_finite() && value > 0.0) {
                         return Err(CoreError::job(
                             &id,
@@ -684,7 +679,15 @@ impl JobEntry {
                         ));
                     }
                 }
-                Some(epochs * per_epoch)
+                let samples = epochs * per_epoch;
+                if !samples.is_finite() {
+                    return Err(CoreError::job(
+                        &id,
+                        "epochs",
+                        format!("{epochs} epochs × dataset_samples {per_epoch} is too large"),
+                    ));
+                }
+                Some(samples)
             }
             (None, None) => None,
         };
