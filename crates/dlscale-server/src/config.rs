@@ -145,11 +145,13 @@ impl ConfigFile {
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read config {}", path.display()))?;
-        Ok(parse_document(
-            &text,
-            FileFormat::Toml,
-            &path.display().to_string(),
-        )?)
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses the text of a configuration file; errors name `source_name`, the line and the
+    /// key (with the known key it is probably a misspelling of).
+    pub fn parse(text: &str, source_name: &str) -> Result<Self> {
+        Ok(parse_document(text, FileFormat::Toml, source_name)?)
     }
 }
 

@@ -345,14 +345,26 @@ impl JobSpec {
         }
         let why = match self.launcher {
             Launcher::Torchrun => format!(
-                "the script {program} does not exist under {}",
+                "launcher torchrun runs a Python script, and {program} does not exist under {} \
+                 (a program on PATH needs launcher \"plain\")",
                 self.workdir.display()
             ),
-            _ if program.contains('/') => format!(
-                "{program} (under {}) is not an executable file",
+            other if program.contains('/') => format!(
+                "launcher {}: {program} (under {}) is not an executable file",
+                other.name(),
                 self.workdir.display()
             ),
-            _ => format!("the program {program} is not on PATH"),
+            other => match self.env.get("PATH") {
+                Some(path) => format!(
+                    "launcher {}: the program {program} is not on the PATH the job's env sets \
+                     ({path})",
+                    other.name()
+                ),
+                None => format!(
+                    "launcher {}: the program {program} is not on the server's PATH",
+                    other.name()
+                ),
+            },
         };
         Err(ApiError::field(
             "command",

@@ -519,13 +519,15 @@ pub fn read_native(text: &str, source_name: &str, options: &ReadOptions) -> Resu
             let work = match (job.remaining_samples, &efficiency) {
                 (Some(samples), _) => Work::Samples(samples),
                 (None, Some(_)) => Work::FullTraining,
-                (None, None) => return Err((
-                    None,
-                    format!(
+                (None, None) => {
+                    return Err((
+                        None,
+                        format!(
                         "job '{}': give work_samples or epochs (its model has no training length)",
                         job.id
                     ),
-                )),
+                    ))
+                }
             };
             Ok(SimJob {
                 job,
