@@ -585,6 +585,97 @@ mod tests {
             .contains("JSON object"));
     }
 
+    /// An unknown field of a submission: the nearest accepted one, else all of them.
+    #[test]
+    fn unknown_fields_are_suggested_or_listed() {
+        let mut v = base();
+        let command = v.as_object_mut().unwrap().remove("command").unwrap();
+        v["comand"] = command;
+        let e = JobSpec::from_value(v).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("comand"));
+        assert_eq!(
+            e.message,
+            "field 'comand': unknown field; did you mean 'command'?"
+        );
+        let mut v = base();
+        v["colour"] = json!("red");
+        let e = JobSpec::from_value(v).unwrap_err();
+        for field in jobfile::JOB_FIELDS.iter().chain(&jobfile::RUN_FIELDS) {
+            assert!(e.message.contains(field), "{} lacks {field}", e.message);
+        }
+    }
+
+    /// The launch checks at submission: the workdir, and the program each launcher runs; each
+    /// refusal names `command` or `workdir` and says what is missing where.
+    #[test]
+    fn check_runnable_names_what_is_missing_and_where() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().display().to_string();
+        std::fs::write(dir.path().join("train.py"), "print(1)\n").unwrap();
+        std::fs::write(dir.path().join("data.txt"), "x").unwrap();
+        std::fs::create_dir(dir.path().join("bin")).unwrap();
+        let tool = dir.path().join("bin/tool");
+        std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let spec = |command: Value, launcher: &str, env: Value, workdir: &str| {
+            let mut v = base();
+            v["command"] = command;
+            v["launcher"] = json!(launcher);
+            v["env"] = env;
+            v["workdir"] = json!(workdir);
+            JobSpec::from_value(v).unwrap()
+        };
+        let runnable = [
+            spec(json!(["train.py"]), "torchrun", json!({}), &work),
+            spec(json!(["-m", "pkg.train"]), "torchrun", json!({}), &work),
+            spec(json!(["sh", "-c", "true"]), "plain", json!({}), &work),
+            spec(json!(["bin/tool"]), "srun", json!({}), &work),
+            spec(
+                json!(["tool"]),
+                "plain",
+                json!({"PATH": format!("{work}/bin")}),
+                &work,
+            ),
+        ];
+        for s in runnable {
+            assert_eq!(s.check_runnable(), Ok(()), "{:?}", s.command);
+        }
+        let refused = [
+            (
+                spec(json!(["train.py"]), "plain", json!({}), "/nonexistent/dir"),
+                "workdir",
+                "field 'workdir': /nonexistent/dir is not a directory".to_string(),
+            ),
+            (
+                spec(json!(["missing.py"]), "torchrun", json!({}), &work),
+                "command",
+                format!("field 'command': launcher torchrun runs a Python script, and missing.py does not exist under {work} (a program on PATH needs launcher \"plain\")"),
+            ),
+            (
+                spec(json!(["no-such-program-x"]), "plain", json!({}), &work),
+                "command",
+                "field 'command': launcher plain: the program no-such-program-x is not on the server's PATH".to_string(),
+            ),
+            (
+                spec(json!(["sh"]), "plain", json!({"PATH": "/nowhere"}), &work),
+                "command",
+                "field 'command': launcher plain: the program sh is not on the PATH the job's env sets (/nowhere)".to_string(),
+            ),
+            (
+                spec(json!(["./data.txt"]), "srun", json!({}), &work),
+                "command",
+                format!("field 'command': launcher srun: ./data.txt (under {work}) is not an executable file"),
+            ),
+        ];
+        for (s, field, message) in refused {
+            let e = s.check_runnable().unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{e:?}");
+            assert_eq!(e.message, message);
+            assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST);
+        }
+    }
+
     #[test]
     fn stored_form_round_trips() {
         let spec = JobSpec::from_value(base()).unwrap();
