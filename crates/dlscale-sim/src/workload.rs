@@ -283,15 +283,16 @@ fn read_rows<T: serde::de::DeserializeOwned>(
             }
         }
         let line = record.position().map_or(line, |p| p.line());
-        // A stray `"` opens a quoted field that runs over the following lines: say so, rather
-        // than what the swallowed rows make of the record.
-        let spans_lines = record.iter().position(|field| field.contains('\n'));
-        let outcome = match spans_lines {
-            Some(i) => Err(format!(
-                "column '{}': a quoted value runs over several lines (a stray '\"'?)",
-                headers.get(i).unwrap_or("?")
-            )),
-            None => Ok(()),
+        // A stray `"` opens a quoted value that runs over the following lines (the reader is
+        // past the line after this one): say so, rather than what the swallowed rows make of
+        // the record.
+        let outcome = if csv.position().line() > line + 1 {
+            Err(format!(
+                "a quoted value runs from this line to line {} (a stray '\"'?)",
+                csv.position().line() - 1
+            ))
+        } else {
+            Ok(())
         };
         let outcome = outcome.and_then(|()| {
             record

@@ -227,3 +227,16 @@ proptest! {
         }
     }
 }
+
+/// A stray quote in a last column swallows the next row: the error says so, at the row's line.
+#[test]
+fn a_stray_quote_is_named() {
+    let text = "timestamp,duration,num_gpus,gpu_time,cluster\n\
+                2017-10-09 07:00:55,66.0,1,66.0,\"\n\
+                2017-10-09 07:01:55,66.0,1,66.0,x\n";
+    let err = read_philly(text.as_bytes(), "p.csv", &strict()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "p.csv:2: a quoted value runs from this line to line 3 (a stray '\"'?)"
+    );
+}
