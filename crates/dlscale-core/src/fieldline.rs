@@ -4,7 +4,9 @@
 //!
 //! A field is a path from the document's root: `jobs[2].model.compute_base_s`, `min_batch`. The
 //! line is that of the deepest key of the path the document has (the line of `model` when `model`
-//! has no `compute_base_s`). The document must be valid (it has been parsed before).
+//! has no `compute_base_s`). The document should be valid (it has been parsed before); on other
+//! text the answer means nothing but is still given. JSON keys are compared as written: one
+//! written with escapes (`"min\u005fbatch"`) is not found.
 
 use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -154,6 +156,8 @@ impl<'a> Scan<'a> {
                 b',' | b':' if depth > 0 => self.at += 1,
                 b',' => return,
                 _ => {
+                    // A scalar; at least one byte, so that text that is not JSON still ends.
+                    self.at += 1;
                     while self.peek().is_some_and(|b| !b",:]} \t\r\n".contains(&b)) {
                         self.at += 1;
                     }
@@ -200,7 +204,7 @@ impl<'a> Scan<'a> {
                 loop {
                     self.blank();
                     match self.peek()? {
-                        b']' => return None,
+                        b']' | b'}' => return None,
                         b',' => {
                             self.at += 1;
                             k += 1;
@@ -328,6 +332,25 @@ mod tests {
             job_field_line("{\"id\": 1,\n\"gpus\": 2}", FileFormat::Json, 0, "gpus"),
             Some(2)
         );
+    }
+
+    /// Text that is not JSON: an answer, never a loop or a panic.
+    #[test]
+    fn broken_json_ends() {
+        for text in [
+            "[}",
+            "[:",
+            "{\"a\": [}",
+            "{\"a\": [:,",
+            "[\"",
+            "{\"a",
+            "[1 2 3",
+        ] {
+            for path in ["[0]", "[1]", "a[0]", "a[2].b", "a"] {
+                let _ = field_line(text, FileFormat::Json, path);
+            }
+        }
+        assert_eq!(field_line("[}", FileFormat::Json, "[1]"), None);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! random token soup, and on valid jobs with one field made wrong. It never panics; every error
 //! names the file, and a wrong field is named (with its line) or, when misspelt, suggested.
 
+use dlscale_core::fieldline::field_line;
 use dlscale_core::jobfile::{parse_jobs, FileFormat, JOB_FIELDS, RUN_FIELDS};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
@@ -427,6 +428,38 @@ proptest! {
         if let Err(e) = parse_jobs(&text, format, source(format)) {
             let message = e.to_string();
             prop_assert!(message.starts_with(source(format)), "{}", message);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Locating a field in any text (what the parsers did not accept included) ends and does not
+    /// panic; in a document written one key a line, it finds each key's line.
+    #[test]
+    fn field_lines_of_any_text_end(
+        (format, text) in formats().prop_flat_map(|f| (Just(f), token_soup(f))),
+        bytes in prop::collection::vec(any::<u8>(), 0..128),
+        path in "[a-z_\\[\\]0-9.]{0,16}",
+        keys in prop::collection::btree_set("[a-z_]{1,8}", 1..6),
+    ) {
+        let lossy = String::from_utf8_lossy(&bytes);
+        for f in [FileFormat::Json, FileFormat::Toml] {
+            for t in [text.as_str(), &lossy] {
+                let _ = field_line(t, f, &path);
+                let _ = field_line(t, f, "jobs[0].model.x");
+            }
+        }
+        let _ = format;
+        let job: Map<String, Value> = keys.iter().map(|k| (k.clone(), json!([1, {"a": "}"}]))).collect();
+        let json = render_json(&job, None);
+        for (key, line) in &json.lines {
+            prop_assert_eq!(field_line(&json.text, FileFormat::Json, key), Some(*line));
+        }
+        let toml = render_toml(&job, None).unwrap();
+        for (key, line) in &toml.lines {
+            prop_assert_eq!(field_line(&toml.text, FileFormat::Toml, key), Some(*line));
         }
     }
 }

@@ -515,7 +515,7 @@ fn api_bodies_never_half_apply() {
     // A live job for the reports.
     let live = runtime.block_on(async {
         let mut job = valid_job("live", &workdir);
-        job.insert("command".into(), json!(["sleep", "600"]));
+        job.insert("command".into(), json!(["sleep", "60"]));
         let (status, body) = call(
             &app,
             "POST",
