@@ -4,14 +4,15 @@
 //! |---|---|---|---|
 //! | yes | any | any | succeeded |
 //! | no | cancel | any | cancelled |
-//! | no | rescale, preempt, resubmit, repack | any | relaunched from its checkpoint |
+//! | no | rescale, preempt, resubmit, repack | any | relaunched |
 //! | no | none | exit 0 | succeeded |
 //! | no | none | cancelled outside dlscale | cancelled |
 //! | no | none | vanished, interrupted by the cluster | relaunched (not a failure) |
 //! | no | none | another exit code | retried, or failed past `max_retries` |
 //!
 //! An exit after dlscale asked for a stop is a stop whatever its code: many programs checkpoint
-//! on SIGTERM and exit 0, and torchrun exits 1 after passing SIGTERM on.
+//! on SIGTERM and exit 0, and torchrun exits 1 after passing SIGTERM on. A relaunch restarts the
+//! program; it resumes where it was only if the program saves and loads a checkpoint.
 
 use crate::input::Outcome;
 use crate::output::{Next, StopReason};

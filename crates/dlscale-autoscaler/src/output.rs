@@ -143,6 +143,10 @@ impl fmt::Display for Trigger {
     }
 }
 
+/// What a relaunch keeps, in words: dlscale restarts the program; only the program can resume.
+pub const RESUMES_IF: &str =
+    " (it restarts; it resumes only if the program saves and loads a checkpoint)";
+
 /// What happens to a job after one of its launches ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "next", content = "n")]
@@ -151,9 +155,10 @@ pub enum Next {
     Succeeded,
     /// It was cancelled (by a user, or outside dlscale).
     Cancelled,
-    /// It was stopped as asked and is relaunched from its checkpoint.
+    /// It was stopped as asked and is relaunched (it resumes only if its program saves and loads
+    /// a checkpoint).
     Relaunch,
-    /// It failed; retried from its checkpoint (this many failures so far).
+    /// It failed; retried (this many failures so far).
     Retry(u32),
     /// It failed once more than it may (this many failures).
     Failed(u32),
@@ -379,10 +384,10 @@ impl fmt::Display for Event {
                 let next = match next {
                     Next::Succeeded => "finished".to_string(),
                     Next::Cancelled => "cancelled".to_string(),
-                    Next::Relaunch => "stopped as asked; relaunched from its checkpoint".to_string(),
+                    Next::Relaunch => format!("stopped as asked; relaunched{RESUMES_IF}"),
                     Next::Retry(n) => format!("failed ({n} so far); retried"),
                     Next::Failed(n) => format!("failed ({n} failures): no retries left"),
-                    Next::Resume => "ended unasked; relaunched from its checkpoint".to_string(),
+                    Next::Resume => format!("ended unasked; relaunched{RESUMES_IF}"),
                 };
                 write!(f, "{id}: launch {attempt} ended ({outcome}): {next}")
             }
@@ -460,4 +465,26 @@ pub struct Step {
     /// The records of the jobs the batch changed (ended ones included), in arrival order: what
     /// a shell persists before it carries out the actions.
     pub records: Vec<JobRecord>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// dlscale relaunches a program; whether it resumes is the program's doing, and the log says
+    /// so rather than promising a checkpoint.
+    #[test]
+    fn relaunches_promise_no_checkpoint() {
+        for next in [Next::Relaunch, Next::Resume] {
+            let ended = Event::Ended {
+                id: "a".into(),
+                attempt: 2,
+                outcome: Outcome::Exited(0),
+                next,
+            }
+            .to_string();
+            assert!(ended.contains("relaunched (it restarts; it resumes only if the program saves and loads a checkpoint)"), "{ended}");
+            assert!(!ended.contains("from its checkpoint"), "{ended}");
+        }
+    }
 }

@@ -118,7 +118,7 @@ fn parse_admission(s: &str) -> Result<Admission, String> {
 /// Arguments of `dlscale optimize`.
 #[derive(Debug, Args)]
 pub struct OptimizeArgs {
-    /// Job file (JSON, or TOML by its .toml extension).
+    /// Job file (JSON, or TOML by its .toml extension): one job, or `jobs = [...]`.
     #[arg(long)]
     pub jobs: PathBuf,
     /// Cluster file: {"nodes": N, "gpus_per_node": M} (JSON or TOML).

@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
+use dlscale_core::fieldline::job_field_line;
+use dlscale_core::jobfile::{check_fields, job_objects, FileFormat};
+use dlscale_core::CoreError;
 use dlscale_server::api::dto::JobView;
 use dlscale_server::api::LOG_OFFSET_HEADER;
 use dlscale_server::client::{segment, ApiClient, ApiFailure, Method};
@@ -164,69 +167,136 @@ pub fn run_serve(args: &ServeArgs) -> Result<()> {
     if args.torchrun.is_some() {
         file.torchrun = args.torchrun.clone();
     }
-    let config =
-        ServerConfig::resolve(file, std::env::var("DLSCALE_TOKEN").ok()).map_err(input_error)?;
+    let overridden = [
+        ("listen", args.listen.is_some()),
+        ("slots", args.slots.is_some()),
+        ("data_dir", args.data_dir.is_some()),
+        ("torchrun", args.torchrun.is_some()),
+    ];
+    // A bad value is in the file, or in an option that overrides it: say which.
+    let config = ServerConfig::resolve(file, std::env::var("DLSCALE_TOKEN").ok()).map_err(|e| {
+        let message = e.to_string();
+        let option = overridden
+            .iter()
+            .find(|(key, given)| *given && message.contains(key))
+            .map(|(key, _)| key.replace('_', "-"));
+        input_error(match (&args.config, option) {
+            (_, Some(option)) => e.context(format!("--{option}")),
+            (Some(path), None) => e.context(path.display().to_string()),
+            (None, None) => e,
+        })
+    })?;
     dlscale_server::init_logging();
     runtime()?.block_on(dlscale_server::serve(config))
 }
 
-/// Reads a job file (TOML or JSON) into submission objects with absolute workdirs.
-fn read_job_file(path: &Path) -> Result<Vec<Value>> {
+/// A job file read for `dlscale submit`.
+struct SubmitFile {
+    /// Its name, as errors give it.
+    name: String,
+    text: String,
+    format: FileFormat,
+    /// The submission objects, workdirs made absolute.
+    jobs: Vec<Value>,
+}
+
+impl SubmitFile {
+    /// `name` with the line where `field` of job `job` (0-based) is written, when it is.
+    fn at(&self, job: usize, field: &str) -> String {
+        match job_field_line(&self.text, self.format, job, field) {
+            Some(line) => format!("{}:{line}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
+    /// Where the field an answer of the server names (`min_batch`, `[1].env.X`) is written.
+    fn at_answer(&self, field: &str) -> String {
+        let listed = field
+            .strip_prefix('[')
+            .and_then(|rest| rest.split_once(']'))
+            .and_then(|(k, rest)| Some((k.parse().ok()?, rest.trim_start_matches('.'))));
+        match listed {
+            Some((job, rest)) if self.jobs.len() > 1 => self.at(job, rest),
+            _ => self.at(0, field),
+        }
+    }
+}
+
+/// Reads a job file (TOML or JSON: one job, or `jobs = [...]`) into submission objects with
+/// absolute workdirs. Errors name the file and the line.
+fn read_job_file(path: &Path) -> Result<SubmitFile> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let doc: Value = if path.extension().is_some_and(|e| e == "toml") {
-        toml::from_str(&text).map_err(|e| anyhow!("{}: {}", path.display(), e.message()))?
-    } else {
-        serde_json::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?
-    };
-    let jobs = match doc {
-        Value::Object(mut m) if m.contains_key("jobs") => match m.remove("jobs") {
-            Some(Value::Array(items)) => items,
-            _ => return Err(anyhow!("{}: 'jobs' must be an array", path.display())),
-        },
-        other => vec![other],
+    let name = path.display().to_string();
+    let format = FileFormat::for_path(&name);
+    let objects = job_objects(&text, format, &name)?;
+    let mut file = SubmitFile {
+        name,
+        text,
+        format,
+        jobs: Vec::new(),
     };
     let cwd = std::env::current_dir()?;
-    jobs.into_iter()
-        .map(|mut job| {
-            let obj = job
-                .as_object_mut()
-                .ok_or_else(|| anyhow!("{}: each job must be a table/object", path.display()))?;
-            let workdir = match obj.get("workdir") {
-                Some(Value::String(w)) => cwd.join(w),
-                Some(_) => return Err(anyhow!("{}: 'workdir' must be a string", path.display())),
-                None => cwd.clone(),
+    for (i, mut job) in objects.into_iter().enumerate() {
+        // Checked here too, so that a misspelt field is found before any server is asked.
+        let label = match job.get("id") {
+            Some(Value::String(id)) => id.clone(),
+            _ => format!("#{}", i + 1),
+        };
+        if let Err(e) = check_fields(&label, &job, &[]) {
+            let field = match &e {
+                CoreError::InvalidJob { field, .. } => field.as_str(),
+                _ => "",
             };
-            obj.insert(
-                "workdir".into(),
-                Value::String(workdir.display().to_string()),
-            );
-            Ok(job)
-        })
-        .collect()
+            return Err(anyhow!("{}: {e}", file.at(i, field)));
+        }
+        let workdir = match job.get("workdir") {
+            Some(Value::String(w)) => cwd.join(w),
+            Some(_) => {
+                return Err(anyhow!(
+                    "{}: job '{label}': field 'workdir' must be a string",
+                    file.at(i, "workdir")
+                ))
+            }
+            None => cwd.clone(),
+        };
+        job.insert(
+            "workdir".into(),
+            Value::String(workdir.display().to_string()),
+        );
+        file.jobs.push(Value::Object(job));
+    }
+    Ok(file)
 }
 
 /// `dlscale submit`.
 pub fn run_submit(args: &SubmitArgs) -> Result<()> {
-    let jobs = read_job_file(&args.file).map_err(input_error)?;
+    let file = read_job_file(&args.file).map_err(input_error)?;
+    let jobs = &file.jobs;
     let client = ApiClient::from_env().map_err(input_error)?;
     // Several jobs go in one request: they arrive together and are decided as one arrival.
-    let views: Vec<JobView> = runtime()?.block_on(async {
-        if jobs.len() == 1 {
-            let body = serde_json::to_vec(&jobs[0])?;
-            let view: JobView = client
-                .call(Method::POST, "/v1/jobs", Some(body))
-                .await
-                .map_err(classify)?;
-            Ok::<_, anyhow::Error>(vec![view])
-        } else {
-            let body = serde_json::to_vec(&jobs)?;
-            client
-                .call(Method::POST, "/v1/jobs", Some(body))
-                .await
-                .map_err(classify)
-        }
-    })?;
+    let views: Vec<JobView> = runtime()?
+        .block_on(async {
+            if jobs.len() == 1 {
+                let body = serde_json::to_vec(&jobs[0])?;
+                let view: JobView = client.call(Method::POST, "/v1/jobs", Some(body)).await?;
+                Ok::<_, anyhow::Error>(vec![view])
+            } else {
+                let body = serde_json::to_vec(&jobs)?;
+                client.call(Method::POST, "/v1/jobs", Some(body)).await
+            }
+        })
+        // The server's answer names the field; the file and line are the user's.
+        .map_err(|e| {
+            let at = match e
+                .downcast_ref::<ApiFailure>()
+                .and_then(|f| f.field.as_deref())
+            {
+                Some(field) => file.at_answer(field),
+                None => file.name.clone(),
+            };
+            classify(e.context(at))
+        })?;
     for view in views {
         println!("submitted {}: {}", view.id, view.message);
     }
@@ -507,19 +577,23 @@ fn default_torchrun() -> PathBuf {
 
 /// `dlscale profile`.
 pub fn run_profile_cmd(args: &ProfileArgs) -> Result<()> {
-    let mut jobs = read_job_file(&args.file).map_err(input_error)?;
-    if jobs.len() != 1 {
+    let file = read_job_file(&args.file).map_err(input_error)?;
+    if file.jobs.len() != 1 {
         return Err(input_error(anyhow!(
             "{}: profile one job at a time (found {})",
             args.file.display(),
-            jobs.len()
+            file.jobs.len()
         )));
     }
-    let spec = JobSpec::from_value(jobs.remove(0))
-        .map_err(|e| input_error(anyhow!("{}: {}", args.file.display(), e.message)))?;
-    let job = spec
-        .build_job(None)
-        .map_err(|e| input_error(anyhow!("{}: {}", args.file.display(), e.message)))?;
+    let in_file = |e: dlscale_server::error::ApiError| {
+        let at = match &e.field {
+            Some(field) => file.at(0, field),
+            None => file.name.clone(),
+        };
+        input_error(anyhow!("{at}: {}", e.message))
+    };
+    let spec = JobSpec::from_value(file.jobs[0].clone()).map_err(in_file)?;
+    let job = spec.build_job(None).map_err(in_file)?;
     if !(args.seconds.is_finite() && args.seconds > 0.0) {
         return Err(input_error(anyhow!("--seconds must be positive")));
     }

@@ -135,6 +135,67 @@ fn every_policy_and_the_toml_form_work() {
     }
 }
 
+/// A file of one job (its fields at the top level, as `dlscale submit` takes it) is optimized like
+/// a list of that one job, in JSON and TOML; the run fields of the service are accepted and
+/// ignored; a misspelt field gets the nearest name (issue 13.6f, a, b).
+#[test]
+fn optimize_takes_a_single_job_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = r#"{"id": "solo", "model": "imagenet", "min_batch": 200, "max_batch": 3200,
+        "max_local_batch": 200, "max_gpus": 16, "batch_size": 400, "gpus": 2,
+        "command": ["train.py"], "workdir": ".", "launcher": "torchrun"}"#;
+    let single = write(&dir, "one.json", job);
+    let listed = write(&dir, "list.json", &format!("{{\"jobs\": [{job}]}}"));
+    let toml = write(
+        &dir,
+        "one.toml",
+        "id = 'solo'\nmodel = 'imagenet'\nmin_batch = 200\nmax_batch = 3200\nmax_local_batch = 200\n\
+         max_gpus = 16\nbatch_size = 400\ngpus = 2\ncommand = ['train.py']\n",
+    );
+    let run = |path: &str| {
+        let mut doc = dlscale_json(&[
+            "optimize",
+            "--jobs",
+            path,
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "4",
+            "--format",
+            "json",
+        ]);
+        doc.as_object_mut().unwrap().remove("solve_ms");
+        doc
+    };
+    let expected = run(&listed);
+    assert_eq!(expected["jobs"][0]["id"], "solo");
+    assert_eq!(run(&single), expected);
+    assert_eq!(run(&toml), expected);
+
+    let misspelt = write(
+        &dir,
+        "typo.toml",
+        "id = 'solo'\nmodel = 'imagenet'\nmin_bach = 200\n",
+    );
+    let out = dlscale(&[
+        "optimize",
+        "--jobs",
+        &misspelt,
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "4",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "typo.toml:3: job 'solo': field 'min_bach': unknown field; did you mean 'min_batch'?"
+        ),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn help_lists_every_policy_of_the_registry() {
     for command in ["optimize", "simulate"] {

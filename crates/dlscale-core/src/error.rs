@@ -81,3 +81,120 @@ impl CoreError {
         }
     }
 }
+
+/// The name of `known` closest to `word` when `word` looks like a misspelling of it (at most two
+/// edits, one for words of up to four characters; case is ignored), for "did you mean" hints.
+pub fn nearest_name<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let word: Vec<char> = word.to_lowercase().chars().collect();
+    let limit = 2.min(word.len().saturating_sub(1) / 2).max(1);
+    known
+        .into_iter()
+        .map(|name| {
+            let candidate: Vec<char> = name.to_lowercase().chars().collect();
+            (edit_distance(&word, &candidate), name)
+        })
+        .filter(|&(d, _)| d <= limit)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, name)| name)
+}
+
+/// Edit distance between two strings of characters: insertions, deletions, substitutions and
+/// swaps of two neighbours (`gups` is one edit from `gpus`) count one each (optimal string
+/// alignment).
+fn edit_distance(a: &[char], b: &[char]) -> usize {
+    let width = b.len() + 1;
+    let mut d = vec![0usize; (a.len() + 1) * width];
+    for i in 0..=a.len() {
+        for j in 0..=b.len() {
+            d[i * width + j] = if i == 0 || j == 0 {
+                i + j
+            } else {
+                let mut best = (d[(i - 1) * width + j - 1] + usize::from(a[i - 1] != b[j - 1]))
+                    .min(d[(i - 1) * width + j] + 1)
+                    .min(d[i * width + j - 1] + 1);
+                if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                    best = best.min(d[(i - 2) * width + j - 2] + 1);
+                }
+                best
+            };
+        }
+    }
+    d[a.len() * width + b.len()]
+}
+
+/// A serde message with a hint: for "unknown field `x`, expected one of `a`, `b`" it adds the
+/// expected field `x` is probably a misspelling of ("unknown field `comand`; did you mean
+/// `command`? (expected ...)"); other messages are returned as they are.
+pub fn with_suggestion(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message.to_string();
+    };
+    let Some((name, expected)) = rest.split_once('`') else {
+        return message.to_string();
+    };
+    let expected = expected.trim_start_matches(", ");
+    // The names serde lists are the odd pieces between backticks.
+    let known = expected.split('`').skip(1).step_by(2);
+    match nearest_name(name, known) {
+        Some(near) => format!("unknown field `{name}`; did you mean `{near}`? ({expected})"),
+        None => message.to_string(),
+    }
+}
+
+/// The field a serde error is about, and its message without the position: `path` is where
+/// `serde_path_to_error` found the error (`.` at the top). A missing field is reported at its
+/// parent, so its name comes from the message.
+pub fn serde_field(path: &str, message: &str) -> (String, String) {
+    let missing = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split('`').next());
+    let field = match (missing, path) {
+        (Some(name), "." | "") => name.to_string(),
+        (Some(name), parent) => format!("{parent}.{name}"),
+        (None, p) => p.to_string(),
+    };
+    let message = message.split(" at line ").next().unwrap_or_default();
+    (field, with_suggestion(message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggests_near_names_only() {
+        let known = ["command", "launcher", "workdir", "min_batch", "max_batch"];
+        assert_eq!(nearest_name("comand", known), Some("command"));
+        assert_eq!(nearest_name("laucher", known), Some("launcher"));
+        assert_eq!(nearest_name("Workdir", known), Some("workdir"));
+        assert_eq!(nearest_name("min_bach", known), Some("min_batch"));
+        assert_eq!(nearest_name("lanucher", known), Some("launcher"));
+        assert_eq!(nearest_name("gups", ["gpus", "id"]), Some("gpus"));
+        assert_eq!(edit_distance(&['a', 'b'], &['b', 'a']), 1);
+        assert_eq!(edit_distance(&[], &['x', 'y']), 2);
+        assert_eq!(nearest_name("colour", known), None);
+        assert_eq!(nearest_name("x", known), None);
+        assert_eq!(nearest_name("", known), None);
+    }
+
+    #[test]
+    fn serde_messages_get_the_field_and_a_hint() {
+        assert_eq!(
+            with_suggestion("unknown field `atempt`, expected one of `attempt`, `step`"),
+            "unknown field `atempt`; did you mean `attempt`? (expected one of `attempt`, `step`)"
+        );
+        assert_eq!(
+            with_suggestion("unknown field `zzz`, expected `a` or `b`"),
+            "unknown field `zzz`, expected `a` or `b`"
+        );
+        assert_eq!(
+            serde_field(".", "missing field `step` at line 1 column 2"),
+            ("step".to_string(), "missing field `step`".to_string())
+        );
+        assert_eq!(serde_field("model", "missing field `x`").0, "model.x");
+        assert_eq!(
+            serde_field("grad.grad_sqr", "invalid type: string \"a\", expected f64").0,
+            "grad.grad_sqr"
+        );
+    }
+}

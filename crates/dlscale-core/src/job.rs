@@ -31,6 +31,22 @@ pub struct GpuRange {
 }
 
 impl GpuRange {
+    /// The allowed counts in words, for error messages: `min_gpus 1 to max_gpus 16, powers of
+    /// two only`.
+    pub fn describe(&self) -> String {
+        let max = if self.max == GpuCount::MAX {
+            "no max_gpus".to_string()
+        } else {
+            format!("max_gpus {}", self.max)
+        };
+        let powers = if self.powers_of_two {
+            ", powers of two only"
+        } else {
+            ""
+        };
+        format!("min_gpus {} to {max}{powers}", self.min)
+    }
+
     /// Whether `gpus` is an allowed count.
     pub fn allows(&self, gpus: GpuCount) -> bool {
         gpus >= self.min && gpus <= self.max && (!self.powers_of_two || gpus.is_power_of_two())
@@ -89,6 +105,7 @@ pub struct JobEfficiency {
 
 /// Where a running job stands, so allocators can avoid needless restarts.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CurrentAllocation {
     /// GPUs it runs on.
     pub gpus: GpuCount,
@@ -323,13 +340,24 @@ impl Job {
                 ),
             ));
         }
+        if u64::from(self.gpus.min) > u64::from(self.batch.max) {
+            return Err(CoreError::job(
+                id,
+                "min_gpus",
+                format!(
+                    "{} GPUs need a batch of at least {} (a sample each), more than max_batch {}",
+                    self.gpus.min, self.gpus.min, self.batch.max
+                ),
+            ));
+        }
         if !self.gpus.allows(self.requested.gpus) {
             return Err(CoreError::job(
                 id,
                 "gpus",
                 format!(
-                    "{} is not an allowed GPU count for this job",
-                    self.requested.gpus
+                    "{} is not an allowed GPU count for this job ({})",
+                    self.requested.gpus,
+                    self.gpus.describe()
                 ),
             ));
         }
@@ -338,8 +366,8 @@ impl Job {
                 id,
                 "batch_size",
                 format!(
-                    "{} does not fit: it must lie in [min_batch, max_batch] and need at most max_local_batch {} per GPU on {} GPUs",
-                    self.requested.batch, self.max_local_batch, self.requested.gpus
+                    "{} does not fit on {} GPUs (gpus): it must lie in [min_batch, max_batch] and need at most max_local_batch {} per GPU",
+                    self.requested.batch, self.requested.gpus, self.max_local_batch
                 ),
             ));
         }
@@ -359,13 +387,24 @@ impl Job {
             }
         }
         if let Some(cur) = &self.current {
-            if !self.batch_fits(cur.gpus, cur.batch) || !self.gpus.allows(cur.gpus) {
+            if !self.gpus.allows(cur.gpus) {
                 return Err(CoreError::job(
                     id,
-                    "current",
+                    "current.gpus",
                     format!(
-                        "{} GPUs at batch {} is not a valid configuration of this job",
-                        cur.gpus, cur.batch
+                        "{} is not an allowed GPU count for this job ({})",
+                        cur.gpus,
+                        self.gpus.describe()
+                    ),
+                ));
+            }
+            if !self.batch_fits(cur.gpus, cur.batch) {
+                return Err(CoreError::job(
+                    id,
+                    "current.batch",
+                    format!(
+                        "{} does not fit on current.gpus {}: the batch must lie in [min_batch, max_batch] and need at most max_local_batch {} per GPU",
+                        cur.batch, cur.gpus, self.max_local_batch
                     ),
                 ));
             }

@@ -6,16 +6,22 @@
 //!            "gpus": 2, "work_samples": 12000000, "weight": 1.0}]}
 //! ```
 //!
-//! `model` is a bundled profile name or an object of [`AnalyticModel`] parameters (plus optional
-//! `noise_scale` and `init_batch` for goodput). The full schema is in the README.
+//! A file holds several jobs (`jobs = [...]`) or one (its fields at the top level). `model` is a
+//! bundled profile name or an object of [`AnalyticModel`] parameters (plus optional
+//! `noise_scale` and `init_batch` for goodput). The fields that say how to run a job
+//! ([`RUN_FIELDS`]: `command`, `workdir`, ...) belong to the same schema: the service reads them,
+//! everything else accepts and ignores them, so one file serves `dlscale optimize` and `dlscale
+//! submit`. The full schema is in the README.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use crate::efficiency::GradNoise;
-use crate::error::{CoreError, Result};
+use crate::error::{nearest_name, serde_field, CoreError, Result};
+use crate::fieldline::{field_line, job_field_line};
 use crate::job::{
     BatchRange, CurrentAllocation, GpuRange, Hold, Job, JobEfficiency, JobHistory, Requested,
 };
@@ -43,9 +49,10 @@ impl FileFormat {
     }
 }
 
-/// One job as written in a job file, before validation.
+/// One job as written in a job file, before validation. Deserializing it ignores fields it does
+/// not have (the service's [`RUN_FIELDS`] among them): readers of job files check the fields
+/// first ([`check_fields`], as [`parse_jobs`] and [`entry_from_object`] do).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct JobEntry {
     /// Unique id.
     pub id: String,
@@ -156,8 +163,40 @@ pub struct AnalyticSpec {
     pub init_batch: Option<BatchSize>,
 }
 
+/// The fields of a job that the allocator reads: those of [`JobEntry`].
+pub const JOB_FIELDS: [&str; 17] = [
+    "id",
+    "model",
+    "min_batch",
+    "max_batch",
+    "max_local_batch",
+    "min_gpus",
+    "max_gpus",
+    "powers_of_two",
+    "batch_size",
+    "gpus",
+    "work_samples",
+    "epochs",
+    "dataset_samples",
+    "weight",
+    "epoch",
+    "current",
+    "attained_gpu_s",
+];
+
+/// The fields of a job that only the service reads: how to run it. Whatever else reads a job
+/// file accepts and ignores them.
+pub const RUN_FIELDS: [&str; 6] = [
+    "command",
+    "workdir",
+    "launcher",
+    "env",
+    "profile",
+    "max_retries",
+];
+
+/// The listed form of a job file (its fields checked before: [`check_fields`]).
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct JobFile {
     jobs: Vec<JobEntry>,
 }
@@ -170,16 +209,60 @@ fn unit_weight() -> f64 {
     1.0
 }
 
-/// Parses and validates a job file. Errors name the source and, for syntax errors, the line; for
-/// invalid values, the job and field.
+/// Parses and validates a job file: one job, or several (`jobs = [...]`). Errors name the source,
+/// the line and the job and field at fault.
 pub fn parse_jobs(text: &str, format: FileFormat, source_name: &str) -> Result<Vec<Job>> {
-    let file: JobFile = parse_document(text, format, source_name)?;
-    jobs_from_entries(file.jobs).map_err(|e| match e {
-        CoreError::InvalidJob { .. } | CoreError::UnknownModel { .. } | CoreError::Model(_) => {
-            CoreError::parse(source_name, 0, e.to_string())
-        }
-        other => other,
-    })
+    let document = read_job_document(text, format, source_name)?;
+    let label = |i: usize| match document.objects.get(i).and_then(|o| o.get("id")) {
+        Some(Value::String(id)) if !id.is_empty() => id.clone(),
+        _ => format!("#{}", i + 1),
+    };
+    // An error about job `i`, at the line of its field.
+    let in_source = |i: usize, e: CoreError| {
+        let field = match &e {
+            CoreError::InvalidJob { field, .. } => field.as_str(),
+            CoreError::UnknownModel { .. } | CoreError::Model(_) => "model",
+            _ => return e,
+        };
+        let line = job_field_line(text, format, i, field).unwrap_or(0);
+        CoreError::parse(source_name, line, e.to_string())
+    };
+    for (i, object) in document.objects.iter().enumerate() {
+        check_object(&label(i), object, &[]).map_err(|e| in_source(i, e))?;
+    }
+    // Typed from the text itself, so that a type error keeps its line.
+    let typed = if document.listed {
+        typed::<JobFile>(text, format).map(|f| f.jobs)
+    } else {
+        typed::<JobEntry>(text, format).map(|e| vec![e])
+    };
+    let entries = typed.map_err(|e| {
+        // `jobs[3].min_batch` is field `min_batch` of the fourth job.
+        let listed = e
+            .field
+            .strip_prefix("jobs[")
+            .and_then(|rest| rest.split_once(']'));
+        let (job, field) = match listed {
+            Some((i, rest)) => (
+                i.parse().map_or_else(|_| "?".to_string(), label),
+                rest.trim_start_matches('.').to_string(),
+            ),
+            None => (label(0), e.field),
+        };
+        let reason = CoreError::job(job, field, e.message).to_string();
+        CoreError::parse(source_name, e.line, reason)
+    })?;
+    let mut seen = HashSet::new();
+    let mut jobs = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.into_iter().enumerate() {
+        let job = if seen.insert(entry.id.clone()) {
+            entry.into_job()
+        } else {
+            Err(CoreError::job(&entry.id, "id", "duplicate id"))
+        };
+        jobs.push(job.map_err(|e| in_source(i, e))?);
+    }
+    Ok(jobs)
 }
 
 /// Validates entries into jobs; rejects duplicate ids.
@@ -195,22 +278,305 @@ pub fn jobs_from_entries(entries: Vec<JobEntry>) -> Result<Vec<Job>> {
     Ok(jobs)
 }
 
-/// Parses a JSON or TOML document into `T`, with the line of a syntax or type error.
+/// The jobs of a job file as JSON objects, in file order: the file holds one job (its fields at
+/// the top level) or several (`jobs = [...]`, and nothing else). Syntax errors name the source
+/// and line; a key given twice and (TOML) a NaN or infinite number are errors too.
+pub fn job_objects(
+    text: &str,
+    format: FileFormat,
+    source_name: &str,
+) -> Result<Vec<Map<String, Value>>> {
+    read_job_document(text, format, source_name).map(|d| d.objects)
+}
+
+/// The jobs of a job file, and which form it has.
+struct JobDocument {
+    objects: Vec<Map<String, Value>>,
+    /// `jobs = [...]`, rather than one job at the top level.
+    listed: bool,
+}
+
+fn read_job_document(text: &str, format: FileFormat, source_name: &str) -> Result<JobDocument> {
+    // An error at `path`, on its line.
+    let bad = |path: &str, reason: String| {
+        let line = field_line(text, format, path).unwrap_or(0);
+        CoreError::parse(source_name, line, reason)
+    };
+    let (items, listed) = match parse_value(text, format, source_name)? {
+        Value::Object(mut top) if top.contains_key("jobs") => {
+            let jobs = top.remove("jobs");
+            if let Some(other) = top.keys().next() {
+                return Err(bad(
+                    other,
+                    format!(
+                    "field '{other}': a file with `jobs` holds nothing else (each job's fields go \
+                     inside its entry of `jobs`)"
+                ),
+                ));
+            }
+            match jobs {
+                Some(Value::Array(items)) => (items, true),
+                _ => return Err(bad("jobs", "field 'jobs': must be an array of jobs".into())),
+            }
+        }
+        top @ Value::Object(_) => (vec![top], false),
+        _ => {
+            return Err(bad(
+                "",
+                "a job file holds one job (a table/object) or several (`jobs = [...]`)".into(),
+            ))
+        }
+    };
+    let objects = items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Value::Object(object) => Ok(object),
+            _ => Err(bad(
+                &format!("jobs[{i}]"),
+                format!("field 'jobs[{i}]': each job must be a table/object"),
+            )),
+        })
+        .collect::<Result<_>>()?;
+    Ok(JobDocument { objects, listed })
+}
+
+/// A JSON or TOML document as a JSON value: syntax errors name the source and line; a key given
+/// twice is an error in JSON too, and so (as JSON cannot hold them) are NaN and infinite TOML
+/// numbers.
+pub fn parse_value(text: &str, format: FileFormat, source_name: &str) -> Result<Value> {
+    match format {
+        FileFormat::Json => parse_document::<UniqueKeys>(text, format, source_name).map(|v| v.0),
+        FileFormat::Toml => {
+            let table: toml::Table = parse_document(text, format, source_name)?;
+            toml_to_json(toml::Value::Table(table), "").map_err(|(path, reason)| {
+                let line = field_line(text, format, &path).unwrap_or(0);
+                CoreError::parse(source_name, line, reason)
+            })
+        }
+    }
+}
+
+/// The JSON form of a TOML value; a number JSON cannot hold is an error at its path.
+fn toml_to_json(value: toml::Value, path: &str) -> std::result::Result<Value, (String, String)> {
+    Ok(match value {
+        toml::Value::String(s) => Value::String(s),
+        toml::Value::Integer(i) => Value::from(i),
+        toml::Value::Float(f) => match serde_json::Number::from_f64(f) {
+            Some(n) => Value::Number(n),
+            None => {
+                return Err((
+                    path.to_string(),
+                    format!("field '{path}': must be a finite number, got {f}"),
+                ))
+            }
+        },
+        toml::Value::Boolean(b) => Value::Bool(b),
+        toml::Value::Datetime(d) => Value::String(d.to_string()),
+        toml::Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| toml_to_json(v, &format!("{path}[{i}]")))
+                .collect::<std::result::Result<_, _>>()?,
+        ),
+        toml::Value::Table(table) => Value::Object(
+            table
+                .into_iter()
+                .map(|(k, v)| {
+                    let inner = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    toml_to_json(v, &inner).map(|v| (k, v))
+                })
+                .collect::<std::result::Result<_, _>>()?,
+        ),
+    })
+}
+
+/// A JSON value read with every object's keys checked for repeats (`serde_json::Value` keeps
+/// the last of a repeated key silently).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UniqueKeys(pub Value);
+
+impl<'de> Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = UniqueKeys;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, v: bool) -> std::result::Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::Bool(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> std::result::Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::from(v)))
+            }
+            fn visit_u64<E>(self, v: u64) -> std::result::Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::from(v)))
+            }
+            fn visit_f64<E>(self, v: f64) -> std::result::Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::from(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::String(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> std::result::Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::String(v)))
+            }
+            fn visit_unit<E>(self) -> std::result::Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::Null))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<UniqueKeys, A::Error> {
+                let mut items = Vec::new();
+                while let Some(UniqueKeys(item)) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(UniqueKeys(Value::Array(items)))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<UniqueKeys, A::Error> {
+                let mut object = Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if object.contains_key(&key) {
+                        return Err(serde::de::Error::custom(format!(
+                            "field `{key}` is given twice"
+                        )));
+                    }
+                    let UniqueKeys(value) = map.next_value()?;
+                    object.insert(key, value);
+                }
+                Ok(UniqueKeys(Value::Object(object)))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// Checks that every field of a job object belongs to the job-file schema ([`JOB_FIELDS`],
+/// [`RUN_FIELDS`], or `extra`): an unknown one is an error naming it, and the known field it is
+/// probably a misspelling of (else every known field). `job` names the job in the error.
+pub fn check_fields(job: &str, object: &Map<String, Value>, extra: &[&str]) -> Result<()> {
+    let known = || JOB_FIELDS.iter().chain(&RUN_FIELDS).chain(extra).copied();
+    let Some(unknown) = object.keys().find(|k| !known().any(|f| f == k.as_str())) else {
+        return Ok(());
+    };
+    let reason = match nearest_name(unknown, known()) {
+        Some(near) => format!("unknown field; did you mean '{near}'?"),
+        None => format!(
+            "unknown field (known: {})",
+            known().collect::<Vec<_>>().join(", ")
+        ),
+    };
+    Err(CoreError::job(job, unknown.as_str(), reason))
+}
+
+/// [`check_fields`], and a model where the allocator needs one: outside the service a stored
+/// `profile` cannot stand in for it.
+fn check_object(job: &str, object: &Map<String, Value>, extra: &[&str]) -> Result<()> {
+    check_fields(job, object, extra)?;
+    if !object.contains_key("model") && object.contains_key("profile") {
+        return Err(CoreError::job(
+            job,
+            "model",
+            "required here: a stored `profile` is known only to the service (`dlscale submit`)",
+        ));
+    }
+    Ok(())
+}
+
+/// A job's entry from its object in a job file (see [`job_objects`]): fields are checked
+/// ([`check_fields`]), the service's [`RUN_FIELDS`] ignored; errors name the job (its id, else
+/// `label`) and the field.
+pub fn entry_from_object(mut object: Map<String, Value>, label: &str) -> Result<JobEntry> {
+    let job = match object.get("id") {
+        Some(Value::String(id)) if !id.is_empty() => id.clone(),
+        _ => label.to_string(),
+    };
+    check_object(&job, &object, &[])?;
+    object.retain(|k, _| !RUN_FIELDS.contains(&k.as_str()));
+    serde_path_to_error::deserialize(Value::Object(object)).map_err(|e| {
+        let (field, reason) = serde_field(&e.path().to_string(), &e.inner().to_string());
+        CoreError::job(job, field, reason)
+    })
+}
+
+/// Parses a JSON or TOML document into `T`. Errors name the source, the line (of a syntax or
+/// type error) and, for a wrong value, the field.
 pub fn parse_document<T: serde::de::DeserializeOwned>(
     text: &str,
     format: FileFormat,
     source_name: &str,
 ) -> Result<T> {
+    typed(text, format).map_err(|e| {
+        let reason = if e.field.is_empty() {
+            e.message
+        } else {
+            format!("field '{}': {}", e.field, e.message)
+        };
+        CoreError::parse(source_name, e.line, reason)
+    })
+}
+
+/// Where deserializing a document failed.
+struct TypedError {
+    /// The field (`jobs[0].min_batch`; empty for the document itself or a syntax error).
+    field: String,
+    /// 1-based line, 0 when unknown.
+    line: u64,
+    /// What is wrong, without the position.
+    message: String,
+}
+
+/// `T` deserialized from the text itself (not from a value read from it first), so that a type
+/// error keeps its line.
+fn typed<T: serde::de::DeserializeOwned>(
+    text: &str,
+    format: FileFormat,
+) -> std::result::Result<T, TypedError> {
+    let error = |path: String, line: u64, message: &str| {
+        let (field, message) = serde_field(&path, message);
+        TypedError {
+            field: if field == "." { String::new() } else { field },
+            line,
+            message,
+        }
+    };
     match format {
-        FileFormat::Json => serde_json::from_str(text).map_err(|e| {
-            CoreError::parse(source_name, e.line() as u64, strip_position(&e.to_string()))
-        }),
-        FileFormat::Toml => toml::from_str(text).map_err(|e| {
-            let line = e.span().map_or(0, |span| {
-                text[..span.start.min(text.len())].lines().count().max(1) as u64
-            });
-            CoreError::parse(source_name, line, e.message().to_string())
-        }),
+        FileFormat::Json => {
+            let json_error = |path: String, e: &serde_json::Error| {
+                let path = if e.is_syntax() || e.is_eof() {
+                    String::new()
+                } else {
+                    path
+                };
+                error(path, e.line() as u64, &strip_position(&e.to_string()))
+            };
+            let mut de = serde_json::Deserializer::from_str(text);
+            let value = serde_path_to_error::deserialize(&mut de)
+                .map_err(|e| json_error(e.path().to_string(), e.inner()))?;
+            de.end().map_err(|e| json_error(String::new(), &e))?;
+            Ok(value)
+        }
+        FileFormat::Toml => serde_path_to_error::deserialize(toml::Deserializer::new(text))
+            .map_err(|e| {
+                // Newlines before the error's first byte (a byte count: never splits a character).
+                let line = e.inner().span().map_or(0, |span| {
+                    let before = &text.as_bytes()[..span.start.min(text.len())];
+                    before.iter().filter(|&&b| b == b'\n').count() as u64 + 1
+                });
+                error(e.path().to_string(), line, e.inner().message())
+            }),
     }
 }
 
@@ -304,7 +670,24 @@ impl JobEntry {
                         "required with epochs for this model",
                     )
                 })?;
-                Some(epochs * per_epoch)
+                for (field, value) in [("epochs", epochs), ("dataset_samples", per_epoch)] {
+                    if !(value.is_finite() && value > 0.0) {
+                        return Err(CoreError::job(
+                            &id,
+                            field,
+                            format!("must be a positive number, got {value}"),
+                        ));
+                    }
+                }
+                let samples = epochs * per_epoch;
+                if !samples.is_finite() {
+                    return Err(CoreError::job(
+                        &id,
+                        "epochs",
+                        format!("{epochs} epochs × dataset_samples {per_epoch} is too large"),
+                    ));
+                }
+                Some(samples)
             }
             (None, None) => None,
         };
@@ -346,12 +729,18 @@ impl JobEntry {
             hold: Hold::Free,
             remaining_work: None,
         };
-        if !(self.attained_gpu_s.is_finite() && self.attained_gpu_s >= 0.0) {
-            return Err(CoreError::job(
-                &job.id,
-                "attained_gpu_s",
-                format!("must be a finite number ≥ 0, got {}", self.attained_gpu_s),
-            ));
+        let times = [
+            ("attained_gpu_s", self.attained_gpu_s),
+            ("current.age_s", self.current.map_or(0.0, |c| c.age_s)),
+        ];
+        for (field, value) in times {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(CoreError::job(
+                    &job.id,
+                    field,
+                    format!("must be a finite number ≥ 0, got {value}"),
+                ));
+            }
         }
         job.validate()?;
         Ok(job)
@@ -393,31 +782,107 @@ mod tests {
     }
 
     #[test]
+    fn a_file_of_one_job_reads_as_a_list_of_one() {
+        let one = r#"{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400,
+                      "command": ["train.py"], "workdir": "."}"#;
+        let jobs = parse(one).unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].id, "a");
+        let toml_one = "id = 'a'\nmodel = 'imagenet'\nmin_batch = 200\nmax_batch = 400\n";
+        assert_eq!(
+            parse_jobs(toml_one, FileFormat::Toml, "a.toml")
+                .unwrap()
+                .len(),
+            1
+        );
+        let err = parse(r#"{"jobs": [], "id": "a"}"#).unwrap_err().to_string();
+        assert!(
+            err.contains("field 'id': a file with `jobs` holds nothing else"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unknown_fields_get_the_nearest_name_or_the_known_list() {
+        let near = parse(r#"{"id": "a", "model": "imagenet", "min_batch": 200, "max_bach": 400}"#)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            near,
+            "jobs.json:1: job 'a': field 'max_bach': unknown field; did you mean 'max_batch'?"
+        );
+        let far = parse(r#"{"id": "a", "model": "imagenet", "min_batch": 200, "colour": 1}"#)
+            .unwrap_err()
+            .to_string();
+        for field in JOB_FIELDS.iter().chain(&RUN_FIELDS) {
+            assert!(far.contains(field), "{far} lacks {field}");
+        }
+    }
+
+    #[test]
+    fn toml_errors_name_the_line_of_the_field() {
+        let text = "[[jobs]]\nid = 'a'\nmodel = 'imagenet'\nmin_batch = 200\nmax_batch = 400\n\n\
+                    [[jobs]]\nid = 'b'\nmodel = 'imagenet'\nmin_batch = 800\nmax_batch = 400\n";
+        let err = parse_jobs(text, FileFormat::Toml, "j.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("j.toml:10: job 'b': field 'min_batch'"),
+            "{err}"
+        );
+        let misspelt = text.replace("max_batch = 400\n\n", "max_batch = 400\nweigth = 2\n");
+        let err = parse_jobs(&misspelt, FileFormat::Toml, "j.toml")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "j.toml:6: job 'a': field 'weigth': unknown field; did you mean 'weight'?"
+        );
+        let nested = "id = 'a'\nmin_batch = 1\nmax_batch = 2\nmax_local_batch = 2\n[model]\n\
+                      compute_per_sample_s = 1\nsync_intra_base_s = -1\n";
+        let err = parse_jobs(nested, FileFormat::Toml, "j.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("j.toml:7: job 'a': field 'model.sync_intra_base_s'"),
+            "{err}"
+        );
+        let nan = "id = 'a'\nmin_batch = 1\nmax_batch = 2\nweight = nan\n";
+        let err = parse_jobs(nan, FileFormat::Toml, "j.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("j.toml:4: field 'weight': must be a finite number"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn errors_name_file_line_job_and_field() {
         let cases: &[(&str, &str)] = &[
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 400, "max_batch": 200}]}"#,
-                "jobs.json: job 'a': field 'min_batch': 400 is larger than max_batch 200",
+                "jobs.json:1: job 'a': field 'min_batch': 400 is larger than max_batch 200",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 0, "max_batch": 200}]}"#,
-                "jobs.json: job 'a': field 'min_batch': must be at least 1",
+                "jobs.json:1: job 'a': field 'min_batch': must be at least 1",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "nope", "min_batch": 1, "max_batch": 2}]}"#,
-                "jobs.json: job 'a': field 'model': unknown model 'nope'",
+                "jobs.json:1: job 'a': field 'model': unknown model 'nope'",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "cifar10", "min_batch": 64, "max_batch": 128}, {"id": "a", "model": "cifar10", "min_batch": 64, "max_batch": 128}]}"#,
-                "jobs.json: job 'a': field 'id': duplicate id",
+                "jobs.json:1: job 'a': field 'id': duplicate id",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 20000, "max_batch": 30000, "max_gpus": 8}]}"#,
-                "jobs.json: job 'a': field 'min_batch': 20000 cannot run even alone",
+                "jobs.json:1: job 'a': field 'min_batch': 20000 cannot run even alone",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": -5, "max_batch": 200}]}"#,
-                "jobs.json:1: invalid value: integer `-5`",
+                "jobs.json:1: job 'a': field 'min_batch': invalid value: integer `-5`, expected u32",
             ),
             (
                 "{\"jobs\": [\n{\"id\": \"a\",, }]}",
@@ -425,35 +890,35 @@ mod tests {
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 1, "max_batch": 2, "colour": 1}]}"#,
-                "jobs.json:1: unknown field `colour`",
+                "jobs.json:1: job 'a': field 'colour': unknown field (known: id, model, ",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": {"compute_per_sample": 1}, "min_batch": 1, "max_batch": 2}]}"#,
-                "jobs.json:1: unknown field `compute_per_sample`, expected one of",
+                "jobs.json:1: job 'a': field 'model.compute_per_sample': unknown field `compute_per_sample`; did you mean `compute_per_sample_s`? (expected one of",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "ncf", "min_batch": 256, "max_batch": 512, "min_gpus": 2147483649, "powers_of_two": true}]}"#,
-                "jobs.json: job 'a': field 'powers_of_two'",
+                "jobs.json:1: job 'a': field 'powers_of_two'",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": 7, "min_batch": 1, "max_batch": 2}]}"#,
-                "jobs.json:1: invalid type: integer `7`, expected a bundled model name or a table",
+                "jobs.json:1: job 'a': field 'model': invalid type: integer `7`, expected a bundled model name or a table",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": {"compute_per_sample_s": -1}, "min_batch": 1, "max_batch": 2, "max_local_batch": 2}]}"#,
-                "jobs.json: job 'a': field 'model.compute_per_sample_s'",
+                "jobs.json:1: job 'a': field 'model.compute_per_sample_s'",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "weight": 0}]}"#,
-                "jobs.json: job 'a': field 'weight'",
+                "jobs.json:1: job 'a': field 'weight'",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "min_gpus": 3, "max_gpus": 3, "powers_of_two": true}]}"#,
-                "jobs.json: job 'a': field 'powers_of_two'",
+                "jobs.json:1: job 'a': field 'powers_of_two'",
             ),
             (
                 r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "batch_size": 400, "gpus": 1}]}"#,
-                "jobs.json: job 'a': field 'batch_size'",
+                "jobs.json:1: job 'a': field 'batch_size'",
             ),
         ];
         for (text, expected) in cases {

@@ -12,6 +12,7 @@ pub mod allocator;
 pub mod cluster;
 pub mod efficiency;
 pub mod error;
+pub mod fieldline;
 pub mod job;
 pub mod jobfile;
 pub mod options;

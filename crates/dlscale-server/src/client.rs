@@ -26,6 +26,8 @@ pub struct ApiFailure {
     pub status: StatusCode,
     /// The server's message (with the field at fault, if any).
     pub message: String,
+    /// The request field at fault, when the server names one (`min_batch`, `[1].env.X`).
+    pub field: Option<String>,
 }
 
 /// How long a request may take, connection included, unless set otherwise
@@ -165,14 +167,19 @@ pub fn check(status: StatusCode, bytes: &[u8]) -> Result<()> {
     if status.is_success() {
         return Ok(());
     }
-    let message = match serde_json::from_slice::<ErrorBody>(bytes) {
+    let (message, field) = match serde_json::from_slice::<ErrorBody>(bytes) {
         Ok(b) => match b.field {
-            Some(f) if !b.error.contains(&f) => format!("{} (field '{f}')", b.error),
-            _ => b.error,
+            Some(f) if !b.error.contains(&f) => (format!("{} (field '{f}')", b.error), Some(f)),
+            field => (b.error, field),
         },
-        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+        Err(_) => (String::from_utf8_lossy(bytes).into_owned(), None),
     };
-    Err(ApiFailure { status, message }.into())
+    Err(ApiFailure {
+        status,
+        message,
+        field,
+    }
+    .into())
 }
 
 /// Percent-encodes a path segment (ids are restricted, but names typed by users may not be).

@@ -36,6 +36,7 @@ use std::str::FromStr;
 use anyhow::{anyhow, bail, Context, Result};
 use dlscale_autoscaler::AutoscalerConfig;
 use dlscale_core::allocator::ELASTIC_BATCH;
+use dlscale_core::jobfile::{parse_document, FileFormat};
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::{
     policy_info, Admission, PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility,
@@ -140,11 +141,17 @@ pub enum ExecutorConfig {
 }
 
 impl ConfigFile {
-    /// Reads a TOML configuration file.
+    /// Reads a TOML configuration file; errors name the file and the line.
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read config {}", path.display()))?;
-        toml::from_str(&text).map_err(|e| anyhow!("{}: {}", path.display(), e.message()))
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses the text of a configuration file; errors name `source_name`, the line and the
+    /// key (with the known key it is probably a misspelling of).
+    pub fn parse(text: &str, source_name: &str) -> Result<Self> {
+        Ok(parse_document(text, FileFormat::Toml, source_name)?)
     }
 }
 

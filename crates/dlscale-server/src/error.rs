@@ -77,18 +77,9 @@ impl ApiError {
     }
 }
 
-/// Turns a serde error (its path and message) into an error naming the field: missing fields
-/// are reported by serde at the parent path, so the name comes from the message.
+/// Turns a serde error (its path and message) into an error naming the field.
 pub(crate) fn serde_field_error(path: &str, message: &str) -> ApiError {
-    let missing = message
-        .strip_prefix("missing field `")
-        .and_then(|rest| rest.split('`').next());
-    let field = match (missing, path) {
-        (Some(name), "." | "") => name.to_string(),
-        (Some(name), parent) => format!("{parent}.{name}"),
-        (None, p) => p.to_string(),
-    };
-    let message = message.split(" at line ").next().unwrap_or_default();
+    let (field, message) = dlscale_core::error::serde_field(path, message);
     ApiError::field(field.clone(), format!("field '{field}': {message}"))
 }
 

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use dlscale_autoscaler::{ModelSource, Submission};
-use dlscale_core::jobfile::JobEntry;
+use dlscale_core::jobfile::{self, JobEntry};
 use dlscale_core::throughput::AnalyticModel;
 use dlscale_core::{CoreError, Job};
 use serde::{Deserialize, Serialize};
@@ -132,10 +132,6 @@ fn core_error(e: CoreError) -> ApiError {
     }
 }
 
-fn serde_error(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
-    crate::error::serde_field_error(&e.path().to_string(), &e.inner().to_string())
-}
-
 fn take_string(map: &mut Map<String, Value>, key: &str) -> Result<Option<String>, ApiError> {
     match map.remove(key) {
         None | Some(Value::Null) => Ok(None),
@@ -151,7 +147,7 @@ impl JobSpec {
     /// Parses a submission body (JSON). Checks syntax, types, the id and the run fields; the
     /// job-file fields are checked by [`JobSpec::build_job`].
     pub fn parse(body: &[u8]) -> Result<JobSpec, ApiError> {
-        let value: Value = serde_json::from_slice(body)
+        let jobfile::UniqueKeys(value) = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
         Self::from_value(value)
     }
@@ -161,6 +157,8 @@ impl JobSpec {
         let Value::Object(mut map) = value else {
             return Err(ApiError::bad_request("request body must be a JSON object"));
         };
+        // Unknown fields first: a misspelt `comand` is reported as such, not as `command` missing.
+        jobfile::check_fields("", &map, &[]).map_err(core_error)?;
         let command = match map.remove("command") {
             None | Some(Value::Null) => {
                 return Err(ApiError::field("command", "field 'command' is required"))
@@ -347,14 +345,26 @@ impl JobSpec {
         }
         let why = match self.launcher {
             Launcher::Torchrun => format!(
-                "the script {program} does not exist under {}",
+                "launcher torchrun runs a Python script, and {program} does not exist under {} \
+                 (a program on PATH needs launcher \"plain\")",
                 self.workdir.display()
             ),
-            _ if program.contains('/') => format!(
-                "{program} (under {}) is not an executable file",
+            other if program.contains('/') => format!(
+                "launcher {}: {program} (under {}) is not an executable file",
+                other.name(),
                 self.workdir.display()
             ),
-            _ => format!("the program {program} is not on PATH"),
+            other => match self.env.get("PATH") {
+                Some(path) => format!(
+                    "launcher {}: the program {program} is not on the PATH the job's env sets \
+                     ({path})",
+                    other.name()
+                ),
+                None => format!(
+                    "launcher {}: the program {program} is not on the server's PATH",
+                    other.name()
+                ),
+            },
         };
         Err(ApiError::field(
             "command",
@@ -367,7 +377,7 @@ impl JobSpec {
         if !map.contains_key("model") {
             map.insert("model".into(), analytic_json(model.unwrap_or(&PRIOR)));
         }
-        serde_path_to_error::deserialize(Value::Object(map)).map_err(serde_error)
+        jobfile::entry_from_object(map, "").map_err(core_error)
     }
 
     /// Validates the job-file fields into the allocator's job. Without a `model` field, `model`
@@ -565,6 +575,97 @@ mod tests {
             .unwrap_err()
             .message
             .contains("JSON object"));
+    }
+
+    /// An unknown field of a submission: the nearest accepted one, else all of them.
+    #[test]
+    fn unknown_fields_are_suggested_or_listed() {
+        let mut v = base();
+        let command = v.as_object_mut().unwrap().remove("command").unwrap();
+        v["comand"] = command;
+        let e = JobSpec::from_value(v).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("comand"));
+        assert_eq!(
+            e.message,
+            "field 'comand': unknown field; did you mean 'command'?"
+        );
+        let mut v = base();
+        v["colour"] = json!("red");
+        let e = JobSpec::from_value(v).unwrap_err();
+        for field in jobfile::JOB_FIELDS.iter().chain(&jobfile::RUN_FIELDS) {
+            assert!(e.message.contains(field), "{} lacks {field}", e.message);
+        }
+    }
+
+    /// The launch checks at submission: the workdir, and the program each launcher runs; each
+    /// refusal names `command` or `workdir` and says what is missing where.
+    #[test]
+    fn check_runnable_names_what_is_missing_and_where() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().display().to_string();
+        std::fs::write(dir.path().join("train.py"), "print(1)\n").unwrap();
+        std::fs::write(dir.path().join("data.txt"), "x").unwrap();
+        std::fs::create_dir(dir.path().join("bin")).unwrap();
+        let tool = dir.path().join("bin/tool");
+        std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let spec = |command: Value, launcher: &str, env: Value, workdir: &str| {
+            let mut v = base();
+            v["command"] = command;
+            v["launcher"] = json!(launcher);
+            v["env"] = env;
+            v["workdir"] = json!(workdir);
+            JobSpec::from_value(v).unwrap()
+        };
+        let runnable = [
+            spec(json!(["train.py"]), "torchrun", json!({}), &work),
+            spec(json!(["-m", "pkg.train"]), "torchrun", json!({}), &work),
+            spec(json!(["sh", "-c", "true"]), "plain", json!({}), &work),
+            spec(json!(["bin/tool"]), "srun", json!({}), &work),
+            spec(
+                json!(["tool"]),
+                "plain",
+                json!({"PATH": format!("{work}/bin")}),
+                &work,
+            ),
+        ];
+        for s in runnable {
+            assert_eq!(s.check_runnable(), Ok(()), "{:?}", s.command);
+        }
+        let refused = [
+            (
+                spec(json!(["train.py"]), "plain", json!({}), "/nonexistent/dir"),
+                "workdir",
+                "field 'workdir': /nonexistent/dir is not a directory".to_string(),
+            ),
+            (
+                spec(json!(["missing.py"]), "torchrun", json!({}), &work),
+                "command",
+                format!("field 'command': launcher torchrun runs a Python script, and missing.py does not exist under {work} (a program on PATH needs launcher \"plain\")"),
+            ),
+            (
+                spec(json!(["no-such-program-x"]), "plain", json!({}), &work),
+                "command",
+                "field 'command': launcher plain: the program no-such-program-x is not on the server's PATH".to_string(),
+            ),
+            (
+                spec(json!(["sh"]), "plain", json!({"PATH": "/nowhere"}), &work),
+                "command",
+                "field 'command': launcher plain: the program sh is not on the PATH the job's env sets (/nowhere)".to_string(),
+            ),
+            (
+                spec(json!(["./data.txt"]), "srun", json!({}), &work),
+                "command",
+                format!("field 'command': launcher srun: ./data.txt (under {work}) is not an executable file"),
+            ),
+        ];
+        for (s, field, message) in refused {
+            let e = s.check_runnable().unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{e:?}");
+            assert_eq!(e.message, message);
+            assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST);
+        }
     }
 
     #[test]

@@ -40,10 +40,12 @@ use rand_distr::{Distribution, Exp, LogNormal};
 use serde::Deserialize;
 
 use dlscale_core::efficiency::EfficiencyModel;
+use dlscale_core::fieldline::field_line;
 use dlscale_core::job::JobEfficiency;
-use dlscale_core::jobfile::JobEntry;
+use dlscale_core::jobfile::{self, FileFormat};
 use dlscale_core::profiles;
 use dlscale_core::throughput::ThroughputModel;
+use dlscale_core::CoreError;
 use dlscale_core::{BatchRange, BatchSize, GpuCount, GpuRange, Job, Requested};
 
 use crate::error::{Result, SimError};
@@ -248,6 +250,7 @@ fn read_rows<T: serde::de::DeserializeOwned>(
     let mut jobs = Vec::new();
     let mut skipped = 0;
     let mut record = csv::StringRecord::new();
+    let mut lines_of_ids = std::collections::HashMap::new();
     let headers = csv
         .headers()
         .map_err(|e| SimError::bad_row(source_name, 1, e.to_string()))?
@@ -263,31 +266,65 @@ fn read_rows<T: serde::de::DeserializeOwned>(
                     skipped += 1;
                     continue;
                 }
-                return Err(SimError::bad_row(source_name, line, e.to_string()));
+                let reason = match e.kind() {
+                    csv::ErrorKind::UnequalLengths {
+                        expected_len, len, ..
+                    } => format!(
+                        "{len} value(s) where the header has {expected_len} columns ({})",
+                        headers.iter().collect::<Vec<_>>().join(",")
+                    ),
+                    csv::ErrorKind::Utf8 { err, .. } => {
+                        let column = headers.get(err.field()).unwrap_or("?");
+                        format!("column '{column}': not UTF-8 text")
+                    }
+                    _ => e.to_string(),
+                };
+                return Err(SimError::bad_row(source_name, line, reason));
             }
         }
         let line = record.position().map_or(line, |p| p.line());
-        let outcome = record
-            .deserialize::<T>(Some(&headers))
-            .map_err(|e| match e.kind() {
-                csv::ErrorKind::Deserialize { err, .. } => match err.field() {
-                    Some(i) => format!(
-                        "column '{}': {}",
-                        headers.get(i as usize).unwrap_or("?"),
-                        err.kind()
-                    ),
-                    None => err.kind().to_string(),
-                },
-                _ => e.to_string(),
-            })
-            .and_then(|row| convert(line, row));
+        // A stray `"` opens a quoted value that runs over the following lines (the reader is
+        // past the line after this one): say so, rather than what the swallowed rows make of
+        // the record.
+        let outcome = if csv.position().line() > line + 1 {
+            Err(format!(
+                "a quoted value runs from this line to line {} (a stray '\"'?)",
+                csv.position().line() - 1
+            ))
+        } else {
+            Ok(())
+        };
+        let outcome = outcome.and_then(|()| {
+            record
+                .deserialize::<T>(Some(&headers))
+                .map_err(|e| match e.kind() {
+                    csv::ErrorKind::Deserialize { err, .. } => match err.field() {
+                        Some(i) => format!(
+                            "column '{}': {}",
+                            headers.get(i as usize).unwrap_or("?"),
+                            err.kind()
+                        ),
+                        None => err.kind().to_string(),
+                    },
+                    _ => e.to_string(),
+                })
+                .and_then(|row| convert(line, row))
+        });
+        // Ids are the jobs' names everywhere after this: one row per id.
+        let outcome = outcome.and_then(|job| match job {
+            Some(j) => match lines_of_ids.get(&j.job.id) {
+                Some(first) => Err(format!("job id '{}' is also on line {first}", j.job.id)),
+                None => Ok(Some(j)),
+            },
+            None => Ok(None),
+        });
         match outcome {
-            Ok(Some(job)) => jobs.push(job),
-            Ok(None) => {}
-            Err(reason) if options.skip_bad_rows => {
-                let _ = reason;
-                skipped += 1;
+            Ok(Some(job)) => {
+                lines_of_ids.insert(job.job.id.clone(), line);
+                jobs.push(job);
             }
+            Ok(None) => {}
+            Err(_) if options.skip_bad_rows => skipped += 1,
             Err(reason) => return Err(SimError::bad_row(source_name, line, reason)),
         }
     }
@@ -309,8 +346,30 @@ pub fn read_pollux(
         batch_size: BatchSize,
     }
     let (jobs, skipped) = read_rows(reader, source_name, options, |_, row: Row| {
+        if row.name.is_empty() {
+            return Err("column 'name': must not be empty".into());
+        }
         if !(row.time.is_finite() && row.time >= 0.0) {
-            return Err(format!("time must be a number ≥ 0, got {}", row.time));
+            return Err(format!(
+                "column 'time': must be a number ≥ 0, got {}",
+                row.time
+            ));
+        }
+        let profile = profiles::bundled(&row.application)
+            .map_err(|e| format!("column 'application': {e}"))?;
+        let most = profile
+            .throughput
+            .max_gpus()
+            .unwrap_or(MAX_PROFILE_GPUS)
+            .min(MAX_PROFILE_GPUS);
+        if !(1..=most).contains(&row.num_replicas) {
+            return Err(format!(
+                "column 'num_replicas': must be 1 to {most} (the {} profile's range), got {}",
+                row.application, row.num_replicas
+            ));
+        }
+        if row.batch_size == 0 {
+            return Err("column 'batch_size': must be at least 1".into());
         }
         let (job, efficiency) = model_job(
             row.name,
@@ -344,8 +403,15 @@ pub fn read_philly(
     }
     let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
     let (mut jobs, skipped) = read_rows(reader, source_name, options, |line, row: Row| {
-        let time = parse_timestamp(&row.timestamp)
-            .ok_or_else(|| format!("timestamp '{}' is not YYYY-MM-DD HH:MM:SS", row.timestamp))?;
+        let time = parse_timestamp(&row.timestamp).ok_or_else(|| {
+            format!(
+                "column 'timestamp': '{}' is not YYYY-MM-DD HH:MM:SS",
+                row.timestamp
+            )
+        })?;
+        if row.num_gpus == 0 {
+            return Err("column 'num_gpus': must be at least 1".into());
+        }
         trace_job(
             format!("philly-{line}"),
             time,
@@ -376,11 +442,17 @@ pub fn read_itp(reader: impl Read, source_name: &str, options: &ReadOptions) -> 
     }
     let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
     let (jobs, skipped) = read_rows(reader, source_name, options, |_, row: Row| {
+        if row.job_id.is_empty() {
+            return Err("column 'job_id': must not be empty".into());
+        }
         if !(row.submission_time.is_finite() && row.submission_time >= 0.0) {
             return Err(format!(
-                "submission_time must be a number ≥ 0, got {}",
+                "column 'submission_time': must be a number ≥ 0, got {}",
                 row.submission_time
             ));
+        }
+        if row.num_gpu == 0 {
+            return Err("column 'num_gpu': must be at least 1".into());
         }
         trace_job(
             row.job_id,
@@ -396,31 +468,51 @@ pub fn read_itp(reader: impl Read, source_name: &str, options: &ReadOptions) -> 
 
 /// Reads dlscale's native workload: a JSON object `{"jobs": [...]}` whose entries are
 /// dlscale-core job entries plus `arrival_s`. With [`ReadOptions::skip_bad_rows`], invalid entries
-/// are skipped (syntax errors always fail); "line" in errors is the entry's 1-based index.
+/// are skipped (syntax errors always fail). Errors name the entry (`job entry 3`, 1-based) and
+/// the line of the field at fault, else of the entry.
 pub fn read_native(text: &str, source_name: &str, options: &ReadOptions) -> Result<Workload> {
     #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
     struct File {
         jobs: Vec<serde_json::Map<String, serde_json::Value>>,
     }
-    let file: File = serde_json::from_str(text)
-        .map_err(|e| SimError::bad_row(source_name, e.line() as u64, e.to_string()))?;
+    let file: File = serde_json::from_str(text).map_err(|e| {
+        let message = e.to_string();
+        let message = match message.rfind(" at line ") {
+            Some(i) => &message[..i],
+            None => &message,
+        };
+        SimError::bad_row(source_name, e.line() as u64, message)
+    })?;
     let mut jobs = Vec::with_capacity(file.jobs.len());
     let mut skipped = 0;
     let mut seen = std::collections::HashSet::new();
     for (index, mut object) in file.jobs.into_iter().enumerate() {
-        let outcome = (|| -> std::result::Result<SimJob, String> {
+        // What is wrong, and the field at fault when one is.
+        let outcome = (|| -> std::result::Result<SimJob, (Option<String>, String)> {
             let arrival_s = match object.remove("arrival_s") {
                 Some(v) => v
                     .as_f64()
                     .filter(|t| t.is_finite() && *t >= 0.0)
-                    .ok_or_else(|| format!("arrival_s must be a number ≥ 0, got {v}"))?,
-                None => return Err("missing field `arrival_s`".into()),
+                    .ok_or_else(|| {
+                        let why = format!("field 'arrival_s': must be a number ≥ 0, got {v}");
+                        (Some("arrival_s".to_string()), why)
+                    })?,
+                None => {
+                    let why = "field 'arrival_s': missing (seconds from the start, ≥ 0)";
+                    return Err((None, why.into()));
+                }
             };
-            let entry: JobEntry = serde_json::from_value(serde_json::Value::Object(object))
-                .map_err(|e| e.to_string())?;
-            let job = entry.into_job().map_err(|e| e.to_string())?;
+            let in_field = |e: CoreError| match &e {
+                CoreError::InvalidJob { field, .. } => (Some(field.clone()), e.to_string()),
+                _ => (Some("model".to_string()), e.to_string()),
+            };
+            // Fields checked as in every job file: a misspelt one is an error naming it.
+            let entry =
+                jobfile::entry_from_object(object, &format!("#{}", index + 1)).map_err(in_field)?;
+            let job = entry.into_job().map_err(in_field)?;
             if !seen.insert(job.id.clone()) {
-                return Err(format!("job '{}': duplicate id", job.id));
+                return Err((Some("id".into()), format!("job '{}': duplicate id", job.id)));
             }
             let efficiency = profiles::bundled(&job.model_name)
                 .ok()
@@ -429,9 +521,12 @@ pub fn read_native(text: &str, source_name: &str, options: &ReadOptions) -> Resu
                 (Some(samples), _) => Work::Samples(samples),
                 (None, Some(_)) => Work::FullTraining,
                 (None, None) => {
-                    return Err(format!(
+                    return Err((
+                        None,
+                        format!(
                         "job '{}': give work_samples or epochs (its model has no training length)",
                         job.id
+                    ),
                     ))
                 }
             };
@@ -445,12 +540,17 @@ pub fn read_native(text: &str, source_name: &str, options: &ReadOptions) -> Resu
         match outcome {
             Ok(job) => jobs.push(job),
             Err(_) if options.skip_bad_rows => skipped += 1,
-            Err(reason) => {
+            Err((field, reason)) => {
+                let path = match field {
+                    Some(f) => format!("jobs[{index}].{f}"),
+                    None => format!("jobs[{index}]"),
+                };
+                let line = field_line(text, FileFormat::Json, &path).unwrap_or(0);
                 return Err(SimError::bad_row(
                     source_name,
-                    index as u64 + 1,
+                    line,
                     format!("job entry {}: {reason}", index + 1),
-                ))
+                ));
             }
         }
     }
@@ -543,7 +643,7 @@ fn trace_job(
 ) -> std::result::Result<SimJob, String> {
     if !(duration_s.is_finite() && duration_s > 0.0) {
         return Err(format!(
-            "duration must be a positive number, got {duration_s}"
+            "column 'duration': must be a positive number, got {duration_s}"
         ));
     }
     if gpus == 0 {
@@ -731,15 +831,18 @@ impl ThroughputModel for SplitOnOneGpu {
     }
 }
 
-/// Seconds since 1970-01-01 of a `YYYY-MM-DD HH:MM:SS` timestamp (UTC, proleptic Gregorian).
+/// Seconds since 1970-01-01 of a `YYYY-MM-DD HH:MM:SS` timestamp (UTC, proleptic Gregorian, years
+/// 0 to 9999); `None` for anything else.
 pub fn parse_timestamp(text: &str) -> Option<f64> {
     let (date, time) = text.trim().split_once(' ')?;
     let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
     let (y, m, day) = (d.next()??, d.next()??, d.next()??);
     let mut t = time.split(':').map(|p| p.parse::<i64>().ok());
     let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    // Years of four digits at most: larger ones would overflow the day count.
     if d.next().is_some()
         || t.next().is_some()
+        || !(0..=9999).contains(&y)
         || !(1..=12).contains(&m)
         || !(1..=31).contains(&day)
         || !(0..24).contains(&hh)

@@ -61,7 +61,7 @@ fn malformed_rows_name_file_and_line_or_are_skipped_and_counted() {
     let err = read_philly(philly.as_bytes(), "philly.csv", &ReadOptions::default()).unwrap_err();
     assert!(
         err.to_string()
-            .starts_with("philly.csv:3: duration must be a positive number"),
+            .starts_with("philly.csv:3: column 'duration': must be a positive number"),
         "{err}"
     );
     let short = "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0\n";
@@ -123,7 +123,7 @@ fn itp_and_native_formats() {
     ]}"#;
     let err = read_native(native, "jobs.json", &ReadOptions::default()).unwrap_err();
     assert!(
-        err.to_string().starts_with("jobs.json:3: job entry 3:"),
+        err.to_string().starts_with("jobs.json:4: job entry 3:"),
         "{err}"
     );
     let w = read_native(native, "jobs.json", &skip()).unwrap();

@@ -29,6 +29,7 @@ use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::{Json, Router};
 use bytes::Bytes;
 use dlscale_autoscaler::{Input, JobRecord, MetricsReport, Refusal, Target};
+use dlscale_core::jobfile::UniqueKeys;
 use dlscale_core::placement::{Node, Topology};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -691,7 +692,7 @@ fn in_job(k: usize, e: ApiError) -> ApiError {
 }
 
 async fn submit(State(s): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
-    let value: Value = serde_json::from_slice(&body)
+    let UniqueKeys(value) = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
     let (values, many) = match value {
         Value::Array(items) => (items, true),
@@ -713,6 +714,17 @@ async fn submit(State(s): State<AppState>, body: Bytes) -> Result<Response, ApiE
                 "id",
                 format!("field 'id': '{}' appears twice in this submission", spec.id),
             )));
+        }
+        // Checked here too (the driver checks again), so that a submission of several jobs with
+        // one already live is refused whole, not accepted up to that job.
+        if s.view().jobs.contains_key(&spec.id) {
+            return Err(named(
+                ApiError::conflict(format!(
+                    "field 'id': job '{}' already exists and has not ended",
+                    spec.id
+                ))
+                .with_field("id"),
+            ));
         }
         let r = accept(&s, spec).await.map_err(named)?;
         let token = random_hex(24).map_err(ApiError::internal)?;
@@ -872,6 +884,57 @@ async fn allocations(
     Ok(Json(events.iter().filter_map(AllocationView::of).collect()))
 }
 
+/// The fields of a metrics report ([`MetricsReport`]).
+pub const METRICS_FIELDS: [&str; 8] = [
+    "step",
+    "samples_per_s",
+    "batch_size",
+    "world_size",
+    "loss",
+    "samples_seen",
+    "attempt",
+    "grad",
+];
+
+/// The fields of a report's `grad`.
+pub const GRAD_FIELDS: [&str; 2] = ["grad_sqr", "grad_var"];
+
+/// Refuses a JSON object body with a field outside `known` (or, inside the objects `nested`
+/// names, outside theirs), naming it and the known field it is probably a misspelling of, else
+/// every known field. Anything else (not JSON, not an object) is left to the typed parse.
+fn check_fields_of(
+    body: &[u8],
+    known: &[&str],
+    nested: &[(&str, &[&str])],
+) -> Result<(), ApiError> {
+    let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(body) else {
+        return Ok(());
+    };
+    let unknown = |prefix: &str, map: &serde_json::Map<String, Value>, known: &[&str]| {
+        let name = map.keys().find(|k| !known.contains(&k.as_str()))?;
+        let field = format!("{prefix}{name}");
+        let hint = match dlscale_core::error::nearest_name(name, known.iter().copied()) {
+            Some(near) => format!("; did you mean '{prefix}{near}'?"),
+            None => format!(" (known: {})", known.join(", ")),
+        };
+        Some(ApiError::field(
+            field.clone(),
+            format!("field '{field}': unknown field{hint}"),
+        ))
+    };
+    if let Some(e) = unknown("", &map, known) {
+        return Err(e);
+    }
+    for (name, inner) in nested {
+        if let Some(Value::Object(m)) = map.get(*name) {
+            if let Some(e) = unknown(&format!("{name}."), m, inner) {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks a metrics report's values, naming the field at fault.
 pub fn validate_report(m: &MetricsReport) -> Result<(), ApiError> {
     if !(m.samples_per_s.is_finite() && m.samples_per_s >= 0.0) {
@@ -929,6 +992,7 @@ async fn report_metrics(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    check_fields_of(&body, &METRICS_FIELDS, &[("grad", &GRAD_FIELDS)])?;
     let report: MetricsReport = parse_json(&body)?;
     validate_report(&report)?;
     s.metrics.reports.inc();

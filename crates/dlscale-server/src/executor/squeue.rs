@@ -81,7 +81,12 @@ pub struct QueueSnapshot {
     pub foreign_gpus: BTreeMap<String, u32>,
 }
 
-/// Expands a Slurm hostlist (`n[1-3,5],gpu07`) into names, keeping zero padding.
+/// The most names one bracketed range of a hostlist expands to: Slurm's own limit on a
+/// hostlist range is 64k (`MAX_RANGE` in `hostlist.c`); anything larger is not a hostlist.
+const MAX_HOSTLIST_RANGE: u64 = 65_536;
+
+/// Expands a Slurm hostlist (`n[1-3,5],gpu07`) into names, keeping zero padding. Malformed
+/// pieces (a `]` before its `[`, a reversed or oversized range) are kept as they are, unexpanded.
 pub fn expand_hostlist(list: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut depth = 0;
@@ -105,6 +110,10 @@ pub fn expand_hostlist(list: &str) -> Vec<String> {
             out.push(item.to_string());
             continue;
         };
+        if close < open {
+            out.push(item.to_string());
+            continue;
+        }
         let (prefix, suffix) = (&item[..open], &item[close + 1..]);
         for range in item[open + 1..close].split(',') {
             match range.split_once('-') {
@@ -112,6 +121,10 @@ pub fn expand_hostlist(list: &str) -> Vec<String> {
                     let (Ok(lo), Ok(hi)) = (a.parse::<u64>(), b.parse::<u64>()) else {
                         continue;
                     };
+                    if hi < lo || hi - lo >= MAX_HOSTLIST_RANGE {
+                        out.push(item.to_string());
+                        continue;
+                    }
                     for v in lo..=hi {
                         out.push(format!("{prefix}{v:0width$}{suffix}", width = a.len()));
                     }
@@ -153,7 +166,7 @@ pub fn gres_gpus(gres: &str) -> u32 {
             continue;
         }
         if let Some(n) = parts.next_back().and_then(|n| n.parse::<u32>().ok()) {
-            total += n;
+            total = u32::saturating_add(total, n);
         }
     }
     total
@@ -197,9 +210,10 @@ fn exit_code_of(v: &Value) -> Option<i32> {
                 .get("signal")
                 .and_then(|s| s.get("id").or(Some(s)))
                 .and_then(num)
-                .filter(|&s| s > 0);
+                .filter(|&s| s > 0)
+                .and_then(|s| i32::try_from(s).ok());
             match signal {
-                Some(s) => Some(-(s as i32)),
+                Some(s) => Some(-s),
                 None => m.get("return_code").and_then(num).map(|c| c as i32),
             }
         }
@@ -228,7 +242,11 @@ pub fn parse_squeue(text: &str, instance: &str) -> Result<QueueSnapshot> {
         .ok_or_else(|| anyhow!("squeue --json printed no 'jobs' array"))?;
     let mut snap = QueueSnapshot::default();
     for j in jobs {
-        let Some(job_id) = j.get("job_id").and_then(num) else {
+        let Some(job_id) = j
+            .get("job_id")
+            .and_then(num)
+            .and_then(|n| u64::try_from(n).ok())
+        else {
             continue;
         };
         let name = str_of(j.get("name"));
@@ -236,7 +254,7 @@ pub fn parse_squeue(text: &str, instance: &str) -> Result<QueueSnapshot> {
         let nodes = str_of(j.get("nodes"));
         match parse_launch_marker(&name) {
             Some((inst, id, attempt)) if inst == instance => snap.ours.push(SlurmJob {
-                job_id: job_id as u64,
+                job_id,
                 job: id.to_string(),
                 attempt,
                 state: if completing {
@@ -245,7 +263,11 @@ pub fn parse_squeue(text: &str, instance: &str) -> Result<QueueSnapshot> {
                     state
                 },
                 reason: str_of(j.get("state_reason")),
-                restart_cnt: j.get("restart_cnt").and_then(num).unwrap_or(0) as u32,
+                restart_cnt: j
+                    .get("restart_cnt")
+                    .and_then(num)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .unwrap_or(0),
                 exit_code: j.get("exit_code").and_then(exit_code_of),
                 submit_time: j.get("submit_time").and_then(num),
                 nodes,
@@ -269,7 +291,8 @@ pub fn parse_squeue(text: &str, instance: &str) -> Result<QueueSnapshot> {
                 for (i, node) in names.iter().enumerate() {
                     let gpus = detail.get(i).copied().unwrap_or(per_node);
                     if gpus > 0 {
-                        *snap.foreign_gpus.entry(node.clone()).or_insert(0) += gpus;
+                        let held = snap.foreign_gpus.entry(node.clone()).or_insert(0);
+                        *held = held.saturating_add(gpus);
                     }
                 }
             }
@@ -487,6 +510,33 @@ mod tests {
         assert_eq!(gres_gpus("gres/gpu:1"), 1);
         assert_eq!(gres_gpus("(null)"), 0);
         assert_eq!(gres_gpus("gpu:0"), 0);
+    }
+
+    /// Odd values Slurm should not print but a fuzzer does: no panic, no overflow, no huge
+    /// expansion.
+    #[test]
+    fn odd_hostlists_gres_and_exit_codes_are_read_without_panic() {
+        assert_eq!(expand_hostlist("]["), ["]["]);
+        assert_eq!(expand_hostlist("n[5-1]"), ["n[5-1]"]);
+        assert_eq!(expand_hostlist("n[0-99999999999]"), ["n[0-99999999999]"]);
+        assert_eq!(expand_hostlist("n[0-65535]").len(), 65_536);
+        assert_eq!(gres_gpus("gpu:4294967295,gpu:1"), u32::MAX);
+        let signal = |n: i64| serde_json::json!({"signal": {"id": n}, "return_code": 0});
+        assert_eq!(exit_code_of(&signal(2_147_483_648)), Some(0));
+        assert_eq!(exit_code_of(&signal(9)), Some(-9));
+        let queue = |job: serde_json::Value| {
+            parse_squeue(&serde_json::json!({"jobs": [job]}).to_string(), "i1").unwrap()
+        };
+        let q = queue(serde_json::json!({"job_id": -5, "name": "dlscale:i1:a:1"}));
+        assert!(q.ours.is_empty(), "a negative job id is no job: {q:?}");
+        let q =
+            queue(serde_json::json!({"job_id": 5, "name": "dlscale:i1:a:1", "restart_cnt": -1}));
+        assert_eq!(q.ours[0].restart_cnt, 0);
+        let q = queue(
+            serde_json::json!({"job_id": 5, "name": "x", "job_state": "RUNNING",
+            "nodes": "n1", "gres_detail": ["gpu:4294967295"], "tres_per_node": "gpu:1"}),
+        );
+        assert_eq!(q.foreign_gpus["n1"], u32::MAX);
     }
 
     #[test]
