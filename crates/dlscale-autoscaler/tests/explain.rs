@@ -214,6 +214,68 @@ fn a_job_whose_minimum_does_not_fit_waits_for_admission() {
 }
 
 #[test]
+fn behind_a_waiting_job_a_later_one_waits_without_backfill_or_is_dropped() {
+    // On 3 GPUs a needs and holds 2; b's minimum of 2 does not fit; c's 1 would, but b waits
+    // first (no backfill). Under admit-or-drop, b is turned away instead and c starts.
+    for admission in [Admission::Queue, Admission::Drop] {
+        let mut a = autoscaler(Topology::uniform(1, 3), |c| {
+            c.settings.admission = admission
+        });
+        let s = a.handle(0.0, vec![submit(job("a", 60, 0.0, 2, 2))]);
+        a.handle(0.0, started(&s));
+        a.handle(
+            1.0,
+            vec![
+                submit(job("b", 60, 0.0, 2, 2)),
+                submit(job("c", 60, 0.0, 1, 1)),
+            ],
+        );
+        let (b, c) = (explain(&a, "b"), explain(&a, "c"));
+        if admission == Admission::Queue {
+            assert_eq!(b.limit, Limit::Admission { need: 2, free: 1 });
+            assert_eq!(
+                (c.state, c.limit.clone()),
+                (Some(JobState::Queued), Limit::Fifo)
+            );
+            assert_eq!(
+                c.to_string(),
+                "queued: an earlier job waits, and without backfill the queue is first come, \
+                 first served"
+            );
+        } else {
+            assert_eq!(b.limit, Limit::Dropped { need: 2 });
+            assert_eq!(
+                b.to_string(),
+                "dropped: its minimum of 2 GPUs did not fit (admit-or-drop)"
+            );
+            assert_eq!(
+                (c.state, c.gpus, c.limit),
+                (Some(JobState::Running), 1, Limit::Largest)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_gpu_that_adds_nothing_is_not_taken() {
+    // Batch 60 with sync 0.03 s: 0.06 s a step on one GPU and on two (0.03 + 0.03): 1000
+    // samples/s either way, so a stays on one GPU of two.
+    let mut a = autoscaler(Topology::uniform(1, 2), |_| {});
+    a.handle(0.0, vec![submit(job("a", 60, 0.03, 1, 2))]);
+    let e = explain(&a, "a");
+    assert_eq!(
+        (e.gpus, e.free_gpus, e.limit.clone()),
+        (1, 1, Limit::NoGain)
+    );
+    let more = e.more.as_ref().unwrap();
+    assert!(
+        close(more.samples_per_s, 1000.0) && close(more.gain.unwrap(), 0.0),
+        "{more:?}"
+    );
+    assert_eq!(e.to_string(), "at 1 GPU: a 2nd would add 0 %, no speed-up");
+}
+
+#[test]
 fn a_count_the_shape_rule_cannot_place_holds_a_job() {
     // On 2 × 2 GPUs with equal GPUs per node, 3 GPUs cannot be placed: a, allowed 3, gets 2.
     let mut a = autoscaler(Topology::uniform(2, 2), |c| {

@@ -467,6 +467,7 @@ fn screenshot(page: &mut Page, file: &Path) {
         "Emulation.setDeviceMetricsOverride",
         json!({"width": 1280, "height": height, "deviceScaleFactor": 1, "mobile": false}),
     );
+    page.call("Emulation.setScrollbarsHidden", json!({"hidden": true}));
     // One more poll at the new width, so the timelines are drawn to it.
     std::thread::sleep(Duration::from_millis(2500));
     let shot = page.call("Page.captureScreenshot", json!({"format": "png"}));

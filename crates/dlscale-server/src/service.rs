@@ -210,11 +210,13 @@ impl Service {
             }
         }
         let of = Arc::clone(&inputs);
-        let all = Arc::new(
-            tokio::task::spawn_blocking(move || of.explain_all())
-                .await
-                .ok()?,
-        );
+        let all = match tokio::task::spawn_blocking(move || of.explain_all()).await {
+            Ok(all) => Arc::new(all),
+            Err(e) => {
+                tracing::error!("explaining the last decision failed: {e}");
+                return None;
+            }
+        };
         *self.explained.lock().unwrap_or_else(|e| e.into_inner()) = Some(Explained {
             inputs: Arc::clone(&inputs),
             all: Arc::clone(&all),
