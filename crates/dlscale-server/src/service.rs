@@ -590,12 +590,10 @@ impl Driver {
             .iter()
             .any(|e| matches!(e, Event::Decided { .. }));
         // What models predict changes with the records, and with the models (which a decision
-        // follows).
-        for (id, j) in view.jobs.iter_mut() {
-            if !decided && !step.records.iter().any(|r| &r.id == id) {
-                continue;
-            }
-            let (predicted, efficiency) = match self.autoscaler.job(id) {
+        // follows): every job after a decision, the changed ones otherwise.
+        let autoscaler = &self.autoscaler;
+        let refresh = |id: &str, j: &mut Arc<LiveJob>| {
+            let (predicted, efficiency) = match autoscaler.job(id) {
                 Some((record, job)) => estimate(record, job),
                 None => (None, None),
             };
@@ -603,6 +601,17 @@ impl Driver {
                 let j = Arc::make_mut(j);
                 j.predicted_samples_per_s = predicted;
                 j.efficiency = efficiency;
+            }
+        };
+        if decided {
+            for (id, j) in view.jobs.iter_mut() {
+                refresh(id, j);
+            }
+        } else {
+            for r in &step.records {
+                if let Some(j) = view.jobs.get_mut(&r.id) {
+                    refresh(&r.id, j);
+                }
             }
         }
         for (id, j) in view.jobs.iter_mut() {
