@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of dlscale on a fresh machine: installs what the tests need (a torch venv for the
-# real training processes, a local Slurm cluster), then formatting, lints, the Rust test suite and
-# the Python tests.
+# real training processes, a local Slurm cluster, Chromium for the dashboard's browser test), then
+# formatting, lints, the Rust test suite and the Python tests.
 # Usage: ./scripts/test-all.sh        (from anywhere; takes ~10-25 min on a fresh 2-core machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,18 @@ echo "== installing the Python worker library and torch into $DLSCALE_VENV"
 # The service's end-to-end test must not skip here: torch is installed.
 export DLSCALE_REQUIRE_TORCH=1
 export PATH="$DLSCALE_VENV/bin:$PATH"
+
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "== installing Debian's chromium for the dashboard's browser test"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends chromium fonts-liberation >/dev/null 2>&1 || {
+    # Missing or stale package lists: refresh them once, then try again.
+    apt-get update -q >/dev/null
+    apt-get install -y -q --no-install-recommends chromium fonts-liberation >/dev/null
+  }
+fi
+# The dashboard's browser test must not skip here: Chromium is installed.
+export DLSCALE_REQUIRE_CHROMIUM=1
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -12,9 +12,11 @@
 //! - [`record`]: a job's state (what a shell persists); [`lifecycle`]: what a launch's end means.
 //! - [`learn`]: throughput models learned from reports.
 //! - [`autoscaler`]: the state machine (decisions through the core's policies and placement).
+//! - [`explain`]: why each job has what a decision gave it, from the decision's inputs.
 
 pub mod autoscaler;
 pub mod config;
+pub mod explain;
 pub mod input;
 pub mod learn;
 pub mod lifecycle;
@@ -23,6 +25,7 @@ pub mod record;
 
 pub use autoscaler::{equal_batch, Autoscaler, DecidedJob, DecisionRecord, Target};
 pub use config::AutoscalerConfig;
+pub use explain::{DecisionInputs, Explanation, Limit};
 pub use input::{
     Input, LaunchState, MetricsReport, ModelSource, Observation, ObservedLaunch, Oracle, Outcome,
     Submission,

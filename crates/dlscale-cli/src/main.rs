@@ -3,6 +3,7 @@
 //! Each subcommand lives in its own module; this file only parses arguments and maps errors to
 //! exit codes (2: bad input, 1: anything else).
 
+mod explain;
 mod optimize;
 mod service;
 mod simulate;
@@ -33,7 +34,7 @@ enum Command {
     Serve(service::ServeArgs),
     /// Submit the job(s) of a job file to the service.
     Submit(service::SubmitArgs),
-    /// List the service's jobs.
+    /// List the service's jobs (`--watch`: redraw until interrupted).
     Jobs(service::JobsArgs),
     /// Show one job.
     Job(service::JobArgs),
@@ -41,6 +42,9 @@ enum Command {
     Cancel(service::CancelArgs),
     /// Print a job's log (`--follow`: until it ends).
     Logs(service::LogsArgs),
+    /// Say why a job has what the last decision gave it: the value of a GPU more and one fewer,
+    /// the job that would lose it, and what held it back.
+    Explain(explain::ExplainArgs),
     /// Replay a data directory's recorded inputs through the autoscaler: the decision log, and a
     /// check that every action is the one the server took.
     Replay(service::ReplayArgs),
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
         Command::Job(args) => service::run_job(&args),
         Command::Cancel(args) => service::run_cancel(&args),
         Command::Logs(args) => service::run_logs(&args),
+        Command::Explain(args) => explain::run_explain(&args),
         Command::Replay(args) => service::run_replay(&args),
         Command::Profile(args) => service::run_profile_cmd(&args),
     };

@@ -66,6 +66,9 @@ pub struct JobsArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+    /// Redraw every SECONDS (default 2) until interrupted (Ctrl-C), as `watch` does.
+    #[arg(long, short = 'w', value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2")]
+    pub watch: Option<f64>,
 }
 
 /// `dlscale job`.
@@ -134,7 +137,7 @@ pub struct ProfileArgs {
     pub out: Option<PathBuf>,
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -142,7 +145,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 /// Marks answers the user caused (4xx) as input errors (exit code 2).
-fn classify(e: anyhow::Error) -> anyhow::Error {
+pub(crate) fn classify(e: anyhow::Error) -> anyhow::Error {
     match e.downcast_ref::<ApiFailure>() {
         Some(f) if f.status.is_client_error() => input_error(e),
         _ => e,
@@ -304,7 +307,7 @@ pub fn run_submit(args: &SubmitArgs) -> Result<()> {
 }
 
 /// Seconds since the epoch as local time, `YYYY-MM-DD HH:MM:SS`.
-fn local_time(epoch_s: f64) -> String {
+pub(crate) fn local_time(epoch_s: f64) -> String {
     let t = epoch_s as libc::time_t;
     // SAFETY: localtime_r only writes the `tm` it is given.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
@@ -352,33 +355,66 @@ pub fn run_jobs(args: &JobsArgs) -> Result<()> {
     } else {
         "/v1/jobs"
     };
-    let jobs: Vec<JobView> = runtime()?
-        .block_on(client.call(Method::GET, path, None))
-        .map_err(classify)?;
-    if args.format == Format::Json {
-        println!("{}", serde_json::to_string_pretty(&jobs)?);
+    let rt = runtime()?;
+    let Some(every_s) = args.watch else {
+        let jobs: Vec<JobView> = rt
+            .block_on(client.call(Method::GET, path, None))
+            .map_err(classify)?;
+        print!("{}", jobs_text(&jobs, args)?);
         return Ok(());
+    };
+    if !(every_s.is_finite() && every_s > 0.0) {
+        return Err(input_error(anyhow!(
+            "--watch: the interval must be a positive number of seconds, got {every_s}"
+        )));
+    }
+    loop {
+        let text = match rt.block_on(client.call::<Vec<JobView>>(Method::GET, path, None)) {
+            Ok(jobs) => jobs_text(&jobs, args)?,
+            // A refused request will not pass the next time either; a server away may be back.
+            Err(e) => match classify(e) {
+                e if e.downcast_ref::<crate::InputError>().is_some() => return Err(e),
+                e => format!("error: {e:#}\n"),
+            },
+        };
+        if args.format == Format::Json {
+            print!("{text}");
+        } else {
+            // Clear the screen and redraw from its top, as `watch` does.
+            print!(
+                "\x1b[H\x1b[2Jevery {every_s} s: dlscale jobs{}    {}\n\n{text}",
+                if args.all { " --all" } else { "" },
+                local_time(now_s())
+            );
+        }
+        use std::io::Write;
+        std::io::stdout().flush()?;
+        std::thread::sleep(std::time::Duration::from_secs_f64(every_s));
+    }
+}
+
+/// The jobs as `dlscale jobs` prints them.
+fn jobs_text(jobs: &[JobView], args: &JobsArgs) -> Result<String> {
+    if args.format == Format::Json {
+        return Ok(serde_json::to_string_pretty(jobs)? + "\n");
     }
     if jobs.is_empty() {
-        println!(
-            "{}",
-            if args.all {
-                "no jobs"
-            } else {
-                "no live jobs (--all shows ended ones)"
-            }
-        );
-        return Ok(());
+        return Ok(if args.all {
+            "no jobs\n"
+        } else {
+            "no live jobs (--all shows ended ones)\n"
+        }
+        .to_string());
     }
-    println!(
-        "{:<20} {:<10} {:>4} {:>6} {:>8} {:>8} {:>9} {:<19} {:>8}",
+    let mut out = format!(
+        "{:<20} {:<10} {:>4} {:>6} {:>8} {:>8} {:>9} {:<19} {:>8}\n",
         "ID", "STATE", "GPUS", "BATCH", "STEP", "RESTARTS", "LOSS", "SUBMITTED", "AGE"
     );
     let now = now_s();
     for j in jobs {
         let age = j.finished_at.unwrap_or(now) - j.submitted_at;
-        println!(
-            "{:<20} {:<10} {:>4} {:>6} {:>8} {:>8} {:>9} {:<19} {:>8}",
+        out += &format!(
+            "{:<20} {:<10} {:>4} {:>6} {:>8} {:>8} {:>9} {:<19} {:>8}\n",
             j.id,
             j.state.name(),
             j.gpus,
@@ -390,7 +426,7 @@ pub fn run_jobs(args: &JobsArgs) -> Result<()> {
             human_duration(age)
         );
     }
-    Ok(())
+    Ok(out)
 }
 
 /// `dlscale job`.

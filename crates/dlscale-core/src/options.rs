@@ -506,6 +506,17 @@ impl<'a> Evaluator<'a> {
     }
 }
 
+/// The metric of `option`, one of `job`'s options under `utility`: its throughput, or its goodput
+/// in samples/s (throughput × statistical efficiency) for goodput-based utilities. What a job's
+/// utility grows with, before its weight and the utility's transform.
+pub fn option_metric(job: &Job, utility: Utility, option: &ConfigOption) -> f64 {
+    metric_of(
+        option.throughput_samples_per_s,
+        option.batch,
+        efficiency_terms(job, utility),
+    )
+}
+
 /// `(φ, φ + B0)` of `job` when `utility` uses goodput and the noise scale φ is finite; `None`
 /// when the metric is plain throughput.
 fn efficiency_terms(job: &Job, utility: Utility) -> Option<(f64, f64)> {

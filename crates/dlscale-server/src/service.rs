@@ -20,10 +20,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use dlscale_autoscaler::{
-    Action, Autoscaler, DecisionRecord, Event, Input, JobRecord, ModelSource, Refusal, Step, Target,
+    Action, Autoscaler, DecisionInputs, DecisionRecord, Event, Explanation, Input, JobRecord,
+    ModelSource, Refusal, Step, Target,
 };
 use dlscale_core::placement::Topology;
-use dlscale_core::throughput::AnalyticModel;
+use dlscale_core::throughput::{throughput_samples_per_s, AnalyticModel};
 use dlscale_core::Job;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -47,6 +48,10 @@ pub struct LiveJob {
     pub target: Option<Target>,
     /// Name of its model (a bundled profile, `analytic`, or `learned`).
     pub model_name: String,
+    /// What its model predicts, samples/s, for the launch it holds.
+    pub predicted_samples_per_s: Option<f64>,
+    /// Its statistical efficiency at the batch of the launch it holds, where known.
+    pub efficiency: Option<f64>,
 }
 
 /// The state API reads answer from: what the last committed batch left.
@@ -56,6 +61,11 @@ pub struct View {
     pub jobs: BTreeMap<String, Arc<LiveJob>>,
     /// The last decision.
     pub last_decision: Option<DecisionRecord>,
+    /// The recent decisions that changed something, oldest first (at most
+    /// [`RECENT_DECISIONS`]).
+    pub decisions: Arc<Vec<RecentDecision>>,
+    /// What the last decision was made from, to explain it.
+    pub decision_inputs: Option<Arc<DecisionInputs>>,
     /// The usable GPUs.
     pub topology: Topology,
     /// What the executor knows of the nodes.
@@ -81,6 +91,33 @@ impl View {
             .filter(|j| j.record.status.holds_gpus())
             .map(|j| (j.record.id.clone(), j.record.attempt))
             .collect()
+    }
+}
+
+/// How many decisions a [`View`] keeps.
+pub const RECENT_DECISIONS: usize = 50;
+
+/// A decision of the view's recent ones, and those after it that changed nothing.
+#[derive(Debug, Clone)]
+pub struct RecentDecision {
+    /// The decision.
+    pub record: Arc<DecisionRecord>,
+    /// How many decisions after it left every job as it left them.
+    pub unchanged_after: u32,
+    /// When the last of those was made (its own time when there was none).
+    pub until_s: f64,
+}
+
+impl RecentDecision {
+    /// Whether `next` leaves every job as this one left it.
+    fn same(&self, next: &DecisionRecord) -> bool {
+        let key = |d: &DecisionRecord| -> Vec<_> {
+            d.jobs
+                .iter()
+                .map(|j| (j.id.clone(), j.state, j.gpus, j.batch_size))
+                .collect()
+        };
+        key(&self.record) == key(next)
     }
 }
 
@@ -121,6 +158,15 @@ pub struct Service {
     view: watch::Receiver<Arc<View>>,
     /// Why the database cannot be written, while it cannot.
     storage_error: Mutex<Option<String>>,
+    /// The explanations of the last decision, once asked for.
+    explained: Mutex<Option<Explained>>,
+}
+
+/// Explanations of the decision made from `inputs`.
+#[derive(Debug)]
+struct Explained {
+    inputs: Arc<DecisionInputs>,
+    all: Arc<Vec<Explanation>>,
 }
 
 /// Replies older than this come back as [`Unavailable::Storage`] (the request stays queued).
@@ -148,6 +194,34 @@ impl Service {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Why each job has what the last decision gave it (computed once per decision, on the
+    /// blocking pool); `None` before the first decision.
+    pub async fn explanations(&self) -> Option<(Arc<DecisionInputs>, Arc<Vec<Explanation>>)> {
+        let inputs = self.view().decision_inputs.clone()?;
+        {
+            let explained = self.explained.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(e) = explained
+                .as_ref()
+                .filter(|e| Arc::ptr_eq(&e.inputs, &inputs))
+            {
+                return Some((inputs, Arc::clone(&e.all)));
+            }
+        }
+        let of = Arc::clone(&inputs);
+        let all = match tokio::task::spawn_blocking(move || of.explain_all()).await {
+            Ok(all) => Arc::new(all),
+            Err(e) => {
+                tracing::error!("explaining the last decision failed: {e}");
+                return None;
+            }
+        };
+        *self.explained.lock().unwrap_or_else(|e| e.into_inner()) = Some(Explained {
+            inputs: Arc::clone(&inputs),
+            all: Arc::clone(&all),
+        });
+        Some((inputs, all))
     }
 
     /// Hands `inputs` (with `profiles` to store and the worker `tokens` of the jobs it submits,
@@ -253,13 +327,15 @@ pub async fn start(
         );
         jobs.push((s.record, job));
     }
-    let autoscaler = Autoscaler::restore(
+    let mut autoscaler = Autoscaler::restore(
         config.autoscaler(),
         capacity.topology.clone(),
         jobs,
         next_seq,
         at,
     );
+    // Decisions keep their inputs, to be explained (`GET /v1/jobs/{id}/explain`).
+    autoscaler.keep_inputs(true);
     let mut view = View {
         topology: capacity.topology.clone(),
         nodes: capacity.nodes.clone(),
@@ -276,6 +352,8 @@ pub async fn start(
                     record: r.clone(),
                     target: None,
                     model_name,
+                    predicted_samples_per_s: None,
+                    efficiency: None,
                 }),
             );
         }
@@ -291,6 +369,7 @@ pub async fn start(
         requests: requests_tx,
         view: view_rx,
         storage_error: Mutex::new(None),
+        explained: Mutex::new(None),
     });
     // Executor reports go into the driver's channel.
     let s = Arc::clone(&service);
@@ -494,6 +573,8 @@ impl Driver {
                         .expect("a new job's record is in its step"),
                     target: None,
                     model_name,
+                    predicted_samples_per_s: None,
+                    efficiency: None,
                 }),
             );
         }
@@ -504,6 +585,35 @@ impl Driver {
                 Arc::make_mut(j).record = r.clone();
             }
         }
+        let decided = step
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::Decided { .. }));
+        // What models predict changes with the records, and with the models (which a decision
+        // follows): every job after a decision, the changed ones otherwise.
+        let autoscaler = &self.autoscaler;
+        let refresh = |id: &str, j: &mut Arc<LiveJob>| {
+            let (predicted, efficiency) = match autoscaler.job(id) {
+                Some((record, job)) => estimate(record, job),
+                None => (None, None),
+            };
+            if (j.predicted_samples_per_s, j.efficiency) != (predicted, efficiency) {
+                let j = Arc::make_mut(j);
+                j.predicted_samples_per_s = predicted;
+                j.efficiency = efficiency;
+            }
+        };
+        if decided {
+            for (id, j) in view.jobs.iter_mut() {
+                refresh(id, j);
+            }
+        } else {
+            for r in &step.records {
+                if let Some(j) = view.jobs.get_mut(&r.id) {
+                    refresh(&r.id, j);
+                }
+            }
+        }
         for (id, j) in view.jobs.iter_mut() {
             let target = self.autoscaler.target(id).cloned();
             if j.target != target {
@@ -511,6 +621,29 @@ impl Driver {
             }
         }
         view.last_decision = self.autoscaler.last_decision().cloned();
+        if decided {
+            if let Some(d) = &view.last_decision {
+                let mut recent = view.decisions.as_ref().clone();
+                match recent.last_mut() {
+                    Some(last) if last.same(d) => {
+                        last.unchanged_after += 1;
+                        last.until_s = d.at_s;
+                    }
+                    _ => {
+                        if recent.len() >= RECENT_DECISIONS {
+                            recent.remove(0);
+                        }
+                        recent.push(RecentDecision {
+                            record: Arc::new(d.clone()),
+                            unchanged_after: 0,
+                            until_s: d.at_s,
+                        });
+                    }
+                }
+                view.decisions = Arc::new(recent);
+            }
+            view.decision_inputs = self.autoscaler.last_inputs().cloned();
+        }
         view.topology = self.autoscaler.topology().clone();
         view.at_s = at;
         view.batches += 1;
@@ -544,6 +677,22 @@ impl Driver {
             }
         }
     }
+}
+
+/// What `job`'s model predicts for the launch its `record` holds (samples/s), and its
+/// statistical efficiency at that launch's batch where its gradient statistics are known.
+fn estimate(record: &JobRecord, job: &Job) -> (Option<f64>, Option<f64>) {
+    let Some(shape) = record.shape() else {
+        return (None, None);
+    };
+    let nodes = shape.shares.len().max(1) as u32;
+    let predicted =
+        throughput_samples_per_s(job.throughput.as_ref(), shape.gpus, nodes, shape.batch_size);
+    let efficiency = job.efficiency.map(|e| {
+        e.noise
+            .efficiency(f64::from(shape.batch_size), e.init_batch)
+    });
+    (predicted, efficiency)
 }
 
 /// Commits a batch, retrying while the database cannot be written.

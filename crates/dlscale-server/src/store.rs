@@ -404,20 +404,28 @@ impl Store {
     /// The last `limit` events of the job with arrival number `seq`, oldest first.
     pub async fn events(&self, seq: u64, limit: u32) -> Result<Vec<StoredEvent>> {
         self.read(move |conn| {
-            let mut stmt = conn.prepare(
+            query_events(
+                conn,
                 "SELECT at, event FROM events WHERE job_seq = ?1 ORDER BY id DESC LIMIT ?2",
-            )?;
-            let mut events = Vec::new();
-            for row in stmt.query_map(params![seq as i64, limit], |r| {
-                Ok((r.get::<_, f64>(0)?, r.get::<_, String>(1)?))
-            })? {
-                let (at, text) = row?;
-                let event: Event =
-                    serde_json::from_str(&text).context("a stored event is unreadable")?;
-                events.push(StoredEvent { at, event });
-            }
-            events.reverse();
-            Ok(events)
+                seq,
+                limit,
+            )
+        })
+        .await
+    }
+
+    /// The last `limit` launch events of the job with arrival number `seq` (launches handed
+    /// out, launches ended, launches that failed to start), oldest first: its allocation
+    /// history.
+    pub async fn launch_events(&self, seq: u64, limit: u32) -> Result<Vec<StoredEvent>> {
+        self.read(move |conn| {
+            query_events(
+                conn,
+                "SELECT at, event FROM events WHERE job_seq = ?1
+                 AND kind IN ('launch', 'ended', 'launch-failed') ORDER BY id DESC LIMIT ?2",
+                seq,
+                limit,
+            )
         })
         .await
     }
@@ -545,6 +553,22 @@ pub struct Start {
 #[derive(Debug, thiserror::Error)]
 #[error("duplicate live job '{0}'")]
 struct Duplicate(String);
+
+/// The events `sql` selects (`at, event` of one job, `?1` its arrival number, `?2` a limit,
+/// newest first), oldest first.
+fn query_events(conn: &Connection, sql: &str, seq: u64, limit: u32) -> Result<Vec<StoredEvent>> {
+    let mut stmt = conn.prepare(sql)?;
+    let mut events = Vec::new();
+    for row in stmt.query_map(params![seq as i64, limit], |r| {
+        Ok((r.get::<_, f64>(0)?, r.get::<_, String>(1)?))
+    })? {
+        let (at, text) = row?;
+        let event: Event = serde_json::from_str(&text).context("a stored event is unreadable")?;
+        events.push(StoredEvent { at, event });
+    }
+    events.reverse();
+    Ok(events)
+}
 
 fn query_jobs<P: rusqlite::Params>(
     conn: &Connection,

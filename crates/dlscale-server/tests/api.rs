@@ -169,6 +169,28 @@ async fn the_router_the_document_and_the_dtos_agree() {
     assert_schema("Share", &shown["nodes"][0]);
     let (_, allocations) = call(&app, "GET", "/v1/jobs/j/allocations", None).await;
     assert_schema("Allocation", &allocations[0]);
+    let (status, explained) = call(&app, "GET", "/v1/jobs/j/explain", None).await;
+    assert_eq!(status, StatusCode::OK, "{explained}");
+    assert_schema("Explain", &explained);
+    assert_schema("Explanation", &explained["explanation"]);
+    assert_schema("Alternative", &explained["explanation"]["fewer"]);
+    let (status, decisions) = call(&app, "GET", "/v1/decisions", None).await;
+    assert_eq!(status, StatusCode::OK, "{decisions}");
+    assert_schema("Decisions", &decisions);
+    assert_schema("DecisionEntry", &decisions["decisions"][0]);
+    assert_schema("DecisionJob", &decisions["decisions"][0]["jobs"][0]);
+    assert_eq!(
+        decisions["explanations"][0], explained,
+        "one explanation, two routes"
+    );
+    let donor = serde_json::to_value(dlscale_autoscaler::explain::Donor {
+        id: "k".into(),
+        gpus: 2,
+        to_gpus: 1,
+        value_change: -0.5,
+    })
+    .unwrap();
+    assert_schema("Donor", &donor);
     let (_, cluster) = call(&app, "GET", "/v1/cluster", None).await;
     assert_schema("Cluster", &cluster);
     assert_schema("Node", &cluster["nodes"][0]);

@@ -1,6 +1,7 @@
 //! Decisions: the policy over the live jobs, the placement of its answer, the plan.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use dlscale_core::placement::{self, Share, Wanted};
 use dlscale_core::{
@@ -8,6 +9,7 @@ use dlscale_core::{
 };
 
 use super::{Autoscaler, DecidedJob, DecisionRecord, Out, Target};
+use crate::explain::{DecisionInputs, HoldCause};
 use crate::input::ModelSource;
 use crate::output::{Event, Shape, StopReason, Trigger};
 use crate::record::{JobRecord, Status};
@@ -33,9 +35,10 @@ impl Autoscaler {
     }
 
     /// Brings what policies see of every live job up to date: current allocation, hold,
-    /// history, remaining work.
-    pub(super) fn prepare(&mut self, now: f64) {
+    /// history, remaining work. Returns why the held jobs are held, by id.
+    pub(super) fn prepare(&mut self, now: f64) -> BTreeMap<String, HoldCause> {
         let waiting = self.live.iter().any(|r| r.status == Status::Queued);
+        let mut causes = BTreeMap::new();
         let (topology, node_index) = (&self.topology, &self.node_index);
         // A launch on a node that left (or shrank) cannot be kept as it is: the job is decided
         // for as if it did not run, so that it is moved rather than held where it cannot be.
@@ -64,7 +67,7 @@ impl Autoscaler {
             }
             .filter(|c| job.batch_fits(c.gpus, c.batch) && job.gpus.allows(c.gpus))
             .filter(|_| launch.is_some_and(|l| still_placed(&l.shape.shares)));
-            job.hold = match (job.current, launch) {
+            let cause = match (job.current, launch) {
                 (Some(_), Some(l)) => {
                     let restart_s = r
                         .progress
@@ -75,21 +78,28 @@ impl Autoscaler {
                         (Some(left), Some(rate)) if rate > 0.0 => left / rate,
                         _ => f64::INFINITY,
                     };
+                    let until_s = l.launched_s + self.config.cooldown_s;
                     if left_s < restart_s {
-                        Hold::Keep
-                    } else if now < l.launched_s + self.config.cooldown_s {
-                        if waiting {
-                            Hold::ShrinkOnly
-                        } else {
-                            Hold::Keep
-                        }
+                        Some(HoldCause::Finishing)
+                    } else if now < until_s {
+                        Some(HoldCause::Cooldown { until_s })
                     } else {
-                        Hold::Free
+                        None
                     }
                 }
-                _ => Hold::Free,
+                _ => None,
             };
+            job.hold = match cause {
+                None => Hold::Free,
+                Some(HoldCause::Finishing) => Hold::Keep,
+                Some(HoldCause::Cooldown { .. }) if waiting => Hold::ShrinkOnly,
+                Some(HoldCause::Cooldown { .. }) => Hold::Keep,
+            };
+            if let Some(cause) = cause {
+                causes.insert(r.id.clone(), cause);
+            }
         }
+        causes
     }
 
     /// Runs the policy and places its decision: the new plan.
@@ -99,7 +109,7 @@ impl Autoscaler {
             self.plan = self.live.iter().map(|r| (r.seq, Target::Wait)).collect();
             return;
         };
-        self.prepare(now);
+        let holds = self.prepare(now);
         // Jobs being cancelled are not decided for: they are leaving.
         let cancelling = |r: &JobRecord| {
             r.launch
@@ -132,6 +142,8 @@ impl Autoscaler {
                 .collect()
         });
         let mut waiting_for_room: BTreeSet<String> = BTreeSet::new();
+        // Jobs whose maximum a round lowered to what fits: their own maximum.
+        let mut capped_at: BTreeMap<String, GpuCount> = BTreeMap::new();
         let mut rounds = 0;
         let (decision, placed) = loop {
             rounds += 1;
@@ -173,6 +185,7 @@ impl Autoscaler {
             for (id, fits) in &placed.unplaced {
                 if let Some(k) = capped.iter().position(|j| &j.id == id) {
                     if *fits >= capped[k].gpus.min.max(1) {
+                        capped_at.entry(id.clone()).or_insert(capped[k].gpus.max);
                         capped[k].gpus.max = *fits;
                     } else {
                         waiting_for_room.insert(id.clone());
@@ -229,8 +242,8 @@ impl Autoscaler {
             }
             self.plan.insert(r.seq, target);
         }
-        for id in waiting_for_room {
-            if let Some(&seq) = self.seqs.get(&id) {
+        for id in &waiting_for_room {
+            if let Some(&seq) = self.seqs.get(id) {
                 self.plan.insert(seq, Target::Wait);
             }
         }
@@ -241,6 +254,33 @@ impl Autoscaler {
             objective: decision.objective,
         });
         self.last_decision = Some(record);
+        if self.keep_inputs {
+            let jobs: Vec<Job> = owned.unwrap_or_else(|| self.jobs.clone());
+            let left_out = self
+                .jobs
+                .iter()
+                .filter(|j| waiting_for_room.contains(&j.id))
+                .cloned()
+                .collect();
+            self.last_inputs = Some(Arc::new(DecisionInputs {
+                at_s: now,
+                policy: self.config.policy,
+                cluster,
+                capacity,
+                settings: self.config.settings,
+                allowed: self.allowed.clone(),
+                shape: self.config.shape,
+                capped: capped_at
+                    .into_iter()
+                    .filter(|(id, _)| jobs.iter().any(|j| &j.id == id))
+                    .collect(),
+                jobs,
+                decision,
+                holds,
+                left_out,
+                leaving: leaving.into_iter().collect(),
+            }));
+        }
     }
 }
 

@@ -29,6 +29,7 @@ mod observe;
 pub use decide::{describe, equal_batch};
 
 use crate::config::AutoscalerConfig;
+use crate::explain::DecisionInputs;
 use crate::input::{Input, ModelSource, Outcome, Submission};
 use crate::lifecycle::settle;
 use crate::output::{Action, Event, Next, Refusal, Shape, Step, StopReason, Trigger};
@@ -108,6 +109,10 @@ pub struct Autoscaler {
     awaiting_observation: bool,
     /// Live launches that are not their job's current one (being killed).
     stale: BTreeSet<(String, u32)>,
+    /// Whether decisions keep their inputs for explanations ([`Autoscaler::keep_inputs`]).
+    keep_inputs: bool,
+    /// What the last decision was made from, when kept.
+    last_inputs: Option<Arc<DecisionInputs>>,
 }
 
 /// How long a job waits before launch `failures + 1` after `failures` failures in a row: 1 s,
@@ -159,6 +164,8 @@ impl Autoscaler {
             last_decision: None,
             awaiting_observation: false,
             stale: BTreeSet::new(),
+            keep_inputs: false,
+            last_inputs: None,
         };
         a.set_topology(topology);
         a
@@ -223,6 +230,22 @@ impl Autoscaler {
     /// The last decision.
     pub fn last_decision(&self) -> Option<&DecisionRecord> {
         self.last_decision.as_ref()
+    }
+
+    /// Makes every decision from now on keep what it was made from, so that it can be
+    /// explained ([`Autoscaler::last_inputs`]): a copy of the jobs as the policy saw them, per
+    /// decision. Off by default (a simulation has no one to explain to).
+    pub fn keep_inputs(&mut self, keep: bool) {
+        self.keep_inputs = keep;
+        if !keep {
+            self.last_inputs = None;
+        }
+    }
+
+    /// What the last decision was made from, if kept ([`Autoscaler::keep_inputs`]): explain
+    /// it with [`DecisionInputs::explain`].
+    pub fn last_inputs(&self) -> Option<&Arc<DecisionInputs>> {
+        self.last_inputs.as_ref()
     }
 
     /// The next arrival number.

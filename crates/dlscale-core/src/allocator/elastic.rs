@@ -172,25 +172,7 @@ impl Knapsack {
                 let table = self
                     .tables
                     .table(job, request.cluster, settings.utility, choice);
-                let restart = &settings.restart;
-                let mut options = match (job.hold, job.current) {
-                    (Hold::Keep, Some(_)) => table
-                        .current_option(job, request.cluster, restart)
-                        .into_iter()
-                        .collect(),
-                    (Hold::ShrinkOnly, Some(c)) => {
-                        let mut options: Vec<ConfigOption> = table
-                            .options(job, request.cluster, restart)
-                            .into_iter()
-                            .filter(|o| o.gpus < c.gpus)
-                            .collect();
-                        options.extend(table.current_option(job, request.cluster, restart));
-                        options
-                    }
-                    _ => table.options(job, request.cluster, restart),
-                };
-                options.retain(|o| request.allows(job, o.gpus));
-                options
+                held_options(table, job, request)
             })
             .collect();
         decide_knapsack(
@@ -201,6 +183,35 @@ impl Knapsack {
             settings,
         )
     }
+}
+
+/// The options the knapsack policies offer `job` from its value `table`: what its
+/// [`Job::hold`] leaves of them (only its current configuration when it must keep it; only
+/// fewer GPUs or its current configuration in a cooldown), at GPU counts the shape rule allows.
+pub fn held_options(
+    table: &OptionTable,
+    job: &Job,
+    request: &DecisionRequest<'_>,
+) -> Vec<ConfigOption> {
+    let restart = &request.settings.restart;
+    let mut options = match (job.hold, job.current) {
+        (Hold::Keep, Some(_)) => table
+            .current_option(job, request.cluster, restart)
+            .into_iter()
+            .collect(),
+        (Hold::ShrinkOnly, Some(c)) => {
+            let mut options: Vec<ConfigOption> = table
+                .options(job, request.cluster, restart)
+                .into_iter()
+                .filter(|o| o.gpus < c.gpus)
+                .collect();
+            options.extend(table.current_option(job, request.cluster, restart));
+            options
+        }
+        _ => table.options(job, request.cluster, restart),
+    };
+    options.retain(|o| request.allows(job, o.gpus));
+    options
 }
 
 impl TableCache {

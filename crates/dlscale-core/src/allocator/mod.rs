@@ -15,7 +15,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-pub use elastic::{ElasticBatch, ElasticGpu, ELASTIC_BATCH, ELASTIC_GPU};
+pub use elastic::{held_options, ElasticBatch, ElasticGpu, ELASTIC_BATCH, ELASTIC_GPU};
 pub use optimus::{Optimus, OPTIMUS};
 pub use static_fifo::{StaticFifo, STATIC};
 pub use tiresias::{Tiresias, TIRESIAS};

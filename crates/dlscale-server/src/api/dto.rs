@@ -5,12 +5,16 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use dlscale_autoscaler::{Event, JobRecord, ModelSource, Outcome, Status, Target, Waiting};
+use dlscale_autoscaler::{
+    DecidedJob, DecisionRecord, Event, Explanation, JobRecord, ModelSource, Outcome, Status,
+    Target, Waiting,
+};
 use dlscale_core::placement::Share;
 use dlscale_core::JobState;
 use serde::{Deserialize, Serialize};
 
 use crate::executor::Handle;
+use crate::service::RecentDecision;
 use crate::spec::JobSpec;
 use crate::store::StoredEvent;
 
@@ -72,6 +76,13 @@ pub struct JobView {
     pub loss: Option<f64>,
     /// Last reported samples per second.
     pub samples_per_s: Option<f64>,
+    /// What its model predicts for the launch it holds, samples per second.
+    #[serde(default)]
+    pub predicted_samples_per_s: Option<f64>,
+    /// Its statistical efficiency at the batch of the launch it holds (1: every sample counts
+    /// fully), where its gradient statistics are known.
+    #[serde(default)]
+    pub efficiency: Option<f64>,
     /// Exit code of the last launch, when it exited.
     pub exit_code: Option<i32>,
     /// Where it stands, in plain words.
@@ -197,6 +208,8 @@ impl JobView {
             samples_seen: record.progress.samples_seen,
             loss: record.progress.loss,
             samples_per_s: record.progress.samples_per_s,
+            predicted_samples_per_s: None,
+            efficiency: None,
             exit_code: match &record.last_outcome {
                 Some(Outcome::Exited(c)) => Some(*c),
                 _ => None,
@@ -221,6 +234,8 @@ pub struct AllocationView {
     pub attempt: u32,
     /// When it was handed to the executor.
     pub at: f64,
+    /// When it ended (or failed to start); `None` while it lasts.
+    pub ended_at: Option<f64>,
     /// Workers.
     pub gpus: u32,
     /// Global batch.
@@ -232,19 +247,34 @@ pub struct AllocationView {
 }
 
 impl AllocationView {
-    /// The allocation of a launch event, if `e` is one.
-    pub fn of(e: &StoredEvent) -> Option<Self> {
-        match &e.event {
-            Event::Launching { attempt, shape, .. } => Some(AllocationView {
-                attempt: *attempt,
-                at: e.at,
-                gpus: shape.gpus,
-                batch_size: shape.batch_size,
-                local_batch_size: shape.local_batch_size,
-                nodes: shape.shares.clone(),
-            }),
-            _ => None,
+    /// A job's launches from its events, oldest first: each launch event opens one, the end
+    /// (or failed start) of the same attempt closes it.
+    pub fn timeline(events: &[StoredEvent]) -> Vec<Self> {
+        let mut launches: Vec<AllocationView> = Vec::new();
+        for e in events {
+            match &e.event {
+                Event::Launching { attempt, shape, .. } => launches.push(AllocationView {
+                    attempt: *attempt,
+                    at: e.at,
+                    ended_at: None,
+                    gpus: shape.gpus,
+                    batch_size: shape.batch_size,
+                    local_batch_size: shape.local_batch_size,
+                    nodes: shape.shares.clone(),
+                }),
+                Event::Ended { attempt, .. } | Event::LaunchFailed { attempt, .. } => {
+                    if let Some(l) = launches
+                        .iter_mut()
+                        .rev()
+                        .find(|l| l.attempt == *attempt && l.ended_at.is_none())
+                    {
+                        l.ended_at = Some(e.at);
+                    }
+                }
+                _ => {}
+            }
         }
+        launches
     }
 }
 
@@ -333,4 +363,141 @@ pub struct ClusterView {
     pub last_decision: Option<DecisionView>,
     /// Why the database cannot be written, while it cannot.
     pub storage_error: Option<String>,
+}
+
+/// One decision of `GET /v1/decisions`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionEntry {
+    /// When (seconds since the epoch).
+    pub at: f64,
+    /// Why, in plain words.
+    pub trigger: String,
+    /// GPUs it could hand out.
+    pub capacity: u32,
+    /// GPUs it handed out.
+    pub gpus: u32,
+    /// The policy's objective.
+    pub objective: f64,
+    /// What it changed against the decision before, in plain words (`a: 2 → 1 GPUs`).
+    pub changes: Vec<String>,
+    /// How many decisions after it changed nothing.
+    pub unchanged_after: u32,
+    /// When the last of those was made (`at` when there was none).
+    pub until: f64,
+    /// Per job, in arrival order.
+    pub jobs: Vec<DecidedJob>,
+}
+
+impl DecisionEntry {
+    /// The entry of `recent`, whose changes are against `before` (the decision before it,
+    /// when known).
+    pub fn new(recent: &RecentDecision, before: Option<&DecisionRecord>) -> Self {
+        let decision = &recent.record;
+        DecisionEntry {
+            at: decision.at_s,
+            trigger: decision.trigger.to_string(),
+            capacity: decision.capacity,
+            gpus: decision
+                .jobs
+                .iter()
+                .filter(|j| j.state == JobState::Running)
+                .map(|j| j.gpus)
+                .sum(),
+            objective: decision.objective,
+            changes: changes(decision, before),
+            unchanged_after: recent.unchanged_after,
+            until: recent.until_s,
+            jobs: decision.jobs.clone(),
+        }
+    }
+}
+
+/// `4 GPUs`, `1 GPU`.
+fn gpus(n: u32) -> String {
+    if n == 1 {
+        "1 GPU".to_string()
+    } else {
+        format!("{n} GPUs")
+    }
+}
+
+/// What `decision` changed against `before`, job by job, in plain words.
+pub fn changes(decision: &DecisionRecord, before: Option<&DecisionRecord>) -> Vec<String> {
+    let previous = |id: &str| before.and_then(|b| b.jobs.iter().find(|j| j.id == id));
+    let mut out = Vec::new();
+    for j in &decision.jobs {
+        let was = previous(&j.id).filter(|p| p.state == JobState::Running);
+        let line = match (was, j.state) {
+            (Some(p), JobState::Running) if p.gpus != j.gpus => Some(format!(
+                "{}: {} → {} (batch {} → {})",
+                j.id,
+                p.gpus,
+                gpus(j.gpus),
+                p.batch_size,
+                j.batch_size
+            )),
+            (Some(p), JobState::Running) if p.batch_size != j.batch_size => Some(format!(
+                "{}: batch {} → {} on {}",
+                j.id,
+                p.batch_size,
+                j.batch_size,
+                gpus(j.gpus)
+            )),
+            (Some(_), JobState::Running) => None,
+            (None, JobState::Running) => Some(format!(
+                "{}: starts on {} (batch {})",
+                j.id,
+                gpus(j.gpus),
+                j.batch_size
+            )),
+            (Some(p), JobState::Queued) => {
+                Some(format!("{}: preempted from {}, waits", j.id, gpus(p.gpus)))
+            }
+            (None, JobState::Queued) => {
+                let waited = previous(&j.id).is_some_and(|p| p.state == JobState::Queued);
+                (!waited).then(|| format!("{}: waits", j.id))
+            }
+            (_, JobState::Dropped) => Some(format!("{}: dropped", j.id)),
+        };
+        out.extend(line);
+    }
+    if out.is_empty() {
+        out.push("no change".to_string());
+    }
+    out
+}
+
+/// `GET /v1/decisions`: the recent decisions and why each job has what the last one gave it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionsView {
+    /// The recent decisions, newest first.
+    pub decisions: Vec<DecisionEntry>,
+    /// Why each job has what the newest decision gave it.
+    pub explanations: Vec<ExplainView>,
+}
+
+/// `GET /v1/jobs/{id}/explain`: why a job has what the last decision gave it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExplainView {
+    /// Job id.
+    pub id: String,
+    /// When the decision it explains was made (seconds since the epoch); `None` when no
+    /// decision explains the job (it ended, or arrived after the last one).
+    pub decided_at: Option<f64>,
+    /// In plain words.
+    pub summary: String,
+    /// The reasons as data.
+    pub explanation: Option<Explanation>,
+}
+
+impl ExplainView {
+    /// The view of an explanation.
+    pub fn new(e: &Explanation) -> Self {
+        ExplainView {
+            id: e.id.clone(),
+            decided_at: Some(e.at_s),
+            summary: e.to_string(),
+            explanation: Some(e.clone()),
+        }
+    }
 }

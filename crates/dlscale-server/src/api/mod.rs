@@ -12,7 +12,9 @@
 //! database and hand state changes to the driver ([`Service::request`]); none waits on an
 //! executor command.
 
+mod dashboard;
 pub mod dto;
+pub mod insight;
 pub mod openapi;
 
 use std::collections::BTreeMap;
@@ -39,7 +41,7 @@ use crate::config::MetricsAccess;
 use crate::error::ApiError;
 use crate::executor::{log_path, random_hex, Handle};
 use crate::metrics::RouteLabels;
-use crate::service::{Service, Unavailable};
+use crate::service::{LiveJob, Service, Unavailable, View};
 use crate::spec::{validate_id, JobSpec};
 use crate::store::{now, Profile, Received, StoredJob};
 use dto::{
@@ -52,6 +54,9 @@ pub const MAX_BODY: usize = 1 << 20;
 
 /// Most jobs one submission may carry.
 pub const MAX_JOBS_PER_SUBMISSION: usize = 1000;
+
+/// `GET /v1/jobs/{id}/allocations` answers with about this many of the last launches.
+pub const MAX_ALLOCATIONS: u32 = 200;
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +116,27 @@ pub struct Route {
 
 /// Every route of the API.
 pub const ROUTES: &[Route] = &[
+    Route {
+        verb: Verb::Get,
+        path: "/",
+        access: Access::Open,
+        summary: "The dashboard: a live page of the nodes, the jobs, their allocations over time and the decisions with their reasons (it asks for the token; its data comes from the /v1 routes)",
+        handler: || get(dashboard::index),
+    },
+    Route {
+        verb: Verb::Get,
+        path: "/dashboard.js",
+        access: Access::Open,
+        summary: "The dashboard's script",
+        handler: || get(dashboard::script),
+    },
+    Route {
+        verb: Verb::Get,
+        path: "/dashboard.css",
+        access: Access::Open,
+        summary: "The dashboard's style sheet",
+        handler: || get(dashboard::style),
+    },
     Route {
         verb: Verb::Get,
         path: "/healthz",
@@ -178,8 +204,22 @@ pub const ROUTES: &[Route] = &[
         verb: Verb::Get,
         path: "/v1/jobs/{id}/allocations",
         access: Access::Admin,
-        summary: "The job's launches: GPUs, batch and nodes of each",
+        summary: "The job's last launches, oldest first: GPUs, batch and nodes of each, when it began and ended",
         handler: || get(allocations),
+    },
+    Route {
+        verb: Verb::Get,
+        path: "/v1/jobs/{id}/explain",
+        access: Access::Admin,
+        summary: "Why the job has what the last decision gave it: the value of one GPU more and one fewer, the job that would lose the GPU, and what held it back, in plain words and as data",
+        handler: || get(insight::explain),
+    },
+    Route {
+        verb: Verb::Get,
+        path: "/v1/decisions",
+        access: Access::Admin,
+        summary: "The recent decisions, newest first, with what each changed, and why each job has what the last one gave it",
+        handler: || get(insight::decisions),
     },
     Route {
         verb: Verb::Post,
@@ -400,15 +440,44 @@ struct FoundJob {
     spec: Arc<JobSpec>,
     record: JobRecord,
     target: Option<Target>,
+    /// Predicted samples/s and statistical efficiency of its launch (live jobs).
+    estimates: (Option<f64>, Option<f64>),
+}
+
+impl FoundJob {
+    fn live(j: &LiveJob) -> Self {
+        FoundJob {
+            spec: Arc::clone(&j.spec),
+            record: j.record.clone(),
+            target: j.target.clone(),
+            estimates: (j.predicted_samples_per_s, j.efficiency),
+        }
+    }
+
+    /// A stored job, with what the view holds of it while it is live.
+    fn stored(j: StoredJob, view: &View) -> Self {
+        match view
+            .jobs
+            .get(&j.spec.id)
+            .filter(|l| l.record.seq == j.record.seq)
+        {
+            Some(live) => FoundJob {
+                record: j.record,
+                ..FoundJob::live(live)
+            },
+            None => FoundJob {
+                spec: Arc::new(j.spec),
+                record: j.record,
+                target: None,
+                estimates: (None, None),
+            },
+        }
+    }
 }
 
 async fn find_job(s: &Service, id: &str) -> Result<FoundJob, ApiError> {
     if let Some(j) = s.view().jobs.get(id) {
-        return Ok(FoundJob {
-            spec: Arc::clone(&j.spec),
-            record: j.record.clone(),
-            target: j.target.clone(),
-        });
+        return Ok(FoundJob::live(j));
     }
     match s
         .store
@@ -416,24 +485,22 @@ async fn find_job(s: &Service, id: &str) -> Result<FoundJob, ApiError> {
         .await
         .map_err(ApiError::internal)?
     {
-        Some(StoredJob { spec, record, .. }) => Ok(FoundJob {
-            spec: Arc::new(spec),
-            record,
-            target: None,
-        }),
+        Some(stored) => Ok(FoundJob::stored(stored, &s.view())),
         None => Err(ApiError::not_found(format!("no job '{id}'"))),
     }
 }
 
 fn job_view(s: &Service, job: &FoundJob, handles: &BTreeMap<(String, u32), Handle>) -> JobView {
     let handle = handles.get(&(job.record.id.clone(), job.record.attempt));
-    JobView::new(
+    let mut view = JobView::new(
         &job.spec,
         &job.record,
         job.target.as_ref(),
         handle,
         log_path(&s.config.data_dir, &job.record.id),
-    )
+    );
+    (view.predicted_samples_per_s, view.efficiency) = job.estimates;
+    view
 }
 
 async fn healthz(State(s): State<AppState>) -> Json<Value> {
@@ -586,24 +653,13 @@ async fn list_jobs(
             .await
             .map_err(ApiError::internal)?
             .into_iter()
-            .map(|j| {
-                let target = view.jobs.get(&j.spec.id).and_then(|l| l.target.clone());
-                FoundJob {
-                    spec: Arc::new(j.spec),
-                    record: j.record,
-                    target,
-                }
-            })
+            .map(|j| FoundJob::stored(j, &view))
             .collect()
     } else {
         s.view()
             .ordered()
             .into_iter()
-            .map(|j| FoundJob {
-                spec: Arc::clone(&j.spec),
-                record: j.record.clone(),
-                target: j.target.clone(),
-            })
+            .map(|j| FoundJob::live(j))
             .collect()
     };
     Ok(Json(
@@ -878,10 +934,10 @@ async fn allocations(
     let job = find_job(&s, &id).await?;
     let events = s
         .store
-        .events(job.record.seq, u32::MAX)
+        .launch_events(job.record.seq, 2 * MAX_ALLOCATIONS)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(events.iter().filter_map(AllocationView::of).collect()))
+    Ok(Json(AllocationView::timeline(&events)))
 }
 
 /// The fields of a metrics report ([`MetricsReport`]).

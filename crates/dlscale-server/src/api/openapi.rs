@@ -30,6 +30,10 @@ fn path_param(name: &str) -> Value {
     json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}})
 }
 
+fn text(description: &str, media_type: &str) -> Value {
+    json!({"description": description, "content": {media_type: {"schema": {"type": "string"}}}})
+}
+
 fn query_param(name: &str, schema: Value, description: &str) -> Value {
     json!({"name": name, "in": "query", "required": false, "schema": schema, "description": description})
 }
@@ -38,6 +42,19 @@ fn query_param(name: &str, schema: Value, description: &str) -> Value {
 fn details(route: &Route) -> Value {
     let id = path_param("id");
     match (route.verb, route.path) {
+        (Verb::Get, "/") => json!({"responses": {"200": text("the dashboard page", "text/html")}}),
+        (Verb::Get, "/dashboard.js") => {
+            json!({"responses": {"200": text("the dashboard's script", "text/javascript")}})
+        }
+        (Verb::Get, "/dashboard.css") => {
+            json!({"responses": {"200": text("the dashboard's style sheet", "text/css")}})
+        }
+        (Verb::Get, "/v1/decisions") => json!({
+            "parameters": [query_param("limit", json!({"type": "integer", "minimum": 0, "maximum": 50, "default": 20}),
+                "at most this many decisions, newest first")],
+            "responses": {"200": ok("decisions", schema_ref("Decisions")), "400": error("invalid query")}}),
+        (Verb::Get, "/v1/jobs/{id}/explain") => json!({"parameters": [id],
+            "responses": {"200": ok("the explanation", schema_ref("Explain")), "404": error("unknown job")}}),
         (Verb::Get, "/healthz") => json!({"responses": {"200": ok("alive",
             json!({"type": "object", "properties": {"status": {"type": "string", "enum": ["ok", "degraded"]},
                 "storage_error": {"type": "string"}}}))}}),
@@ -172,12 +189,14 @@ pub fn schemas() -> Value {
             "batch_size": int, "local_batch_size": int, "restarts": int, "failures": int, "attempt": int,
             "step": nullable(int.clone()), "samples_seen": nullable(int.clone()),
             "loss": nullable(num.clone()), "samples_per_s": nullable(num.clone()),
+            "predicted_samples_per_s": nullable(num.clone()), "efficiency": nullable(num.clone()),
             "exit_code": nullable(json!({"type": "integer"})), "message": string,
             "waiting": nullable(string.clone()), "pgid": nullable(json!({"type": "integer"})),
             "submitted_at": num, "started_at": nullable(num.clone()), "finished_at": nullable(num.clone()),
             "log": string, "command": {"type": "array", "items": string},
             "events": array_of("Event")})),
-        "Allocation": object(&["attempt", "gpus"], json!({"attempt": int, "at": num, "gpus": int,
+        "Allocation": object(&["attempt", "gpus"], json!({"attempt": int, "at": num,
+            "ended_at": nullable(num.clone()), "gpus": int,
             "batch_size": int, "local_batch_size": int, "nodes": shares})),
         "Node": object(&["name", "gpus"], json!({"name": string, "gpus": int, "total_gpus": int,
             "jobs": {"type": "object", "additionalProperties": {"type": "integer"}}})),
@@ -186,6 +205,38 @@ pub fn schemas() -> Value {
             "gpus": int, "batch_size": int, "nodes": shares, "predicted_samples_per_s": num})),
         "Decision": object(&["at", "trigger"], json!({"at": num, "trigger": string, "capacity": int,
             "objective": num, "jobs": array_of("DecidedJob")})),
+        "DecisionJob": object(&["id", "state"], json!({"id": string,
+            "state": {"type": "string", "enum": ["running", "queued", "dropped"]},
+            "gpus": int, "batch_size": int, "predicted_samples_per_s": num})),
+        "DecisionEntry": object(&["at", "trigger", "changes"], json!({"at": num, "trigger": string,
+            "capacity": int, "gpus": int, "objective": num,
+            "changes": {"type": "array", "items": string, "description": "what it changed, in plain words"},
+            "unchanged_after": {"type": "integer", "minimum": 0, "description": "decisions after it that changed nothing"},
+            "until": {"type": "number", "description": "when the last of those was made"},
+            "jobs": array_of("DecisionJob")})),
+        "Decisions": object(&["decisions", "explanations"], json!({"decisions": array_of("DecisionEntry"),
+            "explanations": array_of("Explain")})),
+        "Explain": object(&["id", "summary"], json!({"id": string, "decided_at": nullable(num.clone()),
+            "summary": {"type": "string", "description": "in plain words"},
+            "explanation": nullable(schema_ref("Explanation"))})),
+        "Explanation": object(&["id", "at_s", "limit"], json!({"id": string, "at_s": num,
+            "state": nullable(json!({"type": "string", "enum": ["running", "queued", "dropped"]})),
+            "gpus": int, "batch_size": int, "value": nullable(num.clone()), "free_gpus": int,
+            "more": nullable(schema_ref("Alternative")), "fewer": nullable(schema_ref("Alternative")),
+            "donor": nullable(schema_ref("Donor")), "limit": schema_ref("Limit")})),
+        "Alternative": object(&["gpus", "value_change"], json!({"gpus": int, "batch_size": int,
+            "samples_per_s": num, "gain": nullable(json!({"type": "number", "description": "relative change of the job's metric: 0.03 is 3 % more"})),
+            "value_change": num})),
+        "Donor": object(&["id", "gpus", "to_gpus"], json!({"id": string, "gpus": int, "to_gpus": int,
+            "value_change": num})),
+        "Limit": {"type": "object", "required": ["limit"],
+            "description": "what keeps the job from more GPUs (or from starting); the fields besides `limit` depend on it",
+            "properties": {
+                "limit": {"type": "string", "enum": ["largest", "cooldown", "finishing", "shape", "room",
+                    "no-gain", "min-gain", "restart-cost", "capacity", "admission", "fifo", "dropped",
+                    "unrunnable", "leaving", "policy"]},
+                "until_s": num, "min_gain": num, "cost_s": num, "rule": string,
+                "need": int, "free": int, "policy": string}},
         "Policy": object(&["name", "about"], json!({"name": string, "about": string})),
         "Cluster": object(&["executor", "capacity"], json!({
             "executor": {"type": "string", "enum": ["local", "slurm"]},

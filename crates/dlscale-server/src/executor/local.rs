@@ -122,19 +122,34 @@ impl LocalExecutor {
         self.live().clone()
     }
 
-    /// The first `gpus` slots no live launch holds.
-    fn pick_slots(&self, gpus: u32) -> Vec<u32> {
-        let live = self.live();
+    /// Takes the first `gpus` slots no live launch holds for launch `key`, under one lock: of
+    /// launches dispatched at once, each gets slots of its own. When fewer are free, nothing is
+    /// taken and the error says how many are.
+    fn reserve_slots(&self, key: &(String, u32), gpus: u32) -> Result<Vec<u32>, usize> {
+        let mut live = self.live();
         let busy: Vec<u32> = live
             .values()
             .flat_map(|h| h.slots.iter().copied())
             .collect();
-        self.slots
+        let free: Vec<u32> = self
+            .slots
             .iter()
             .copied()
             .filter(|s| !busy.contains(s))
-            .take(gpus as usize)
-            .collect()
+            .collect();
+        if free.len() < gpus as usize {
+            return Err(free.len());
+        }
+        let slots: Vec<u32> = free[..gpus as usize].to_vec();
+        live.insert(
+            key.clone(),
+            Handle {
+                pgid: None,
+                slots: slots.clone(),
+                slurm_job_id: None,
+            },
+        );
+        Ok(slots)
     }
 
     /// Sends SIGTERM to launch `attempt` of `id`; `false` when it is not known here (yet: the
@@ -174,16 +189,20 @@ impl LocalExecutor {
 
     /// Starts a launch on free slots; a waiter reports its end.
     pub async fn launch(&self, l: &LaunchSpec, job: &LaunchJob) -> Result<()> {
-        let slots = self.pick_slots(l.shape.gpus);
-        if slots.len() < l.shape.gpus as usize {
-            anyhow::bail!("{} slot(s) asked for, {} free", l.shape.gpus, slots.len());
-        }
+        // Before the spawn: an observation taken meanwhile must not report it ended (nor drop
+        // the slots it holds).
+        let key = (l.id.clone(), l.attempt);
+        lock(&self.waited).insert(key.clone());
+        let slots = match self.reserve_slots(&key, l.shape.gpus) {
+            Ok(slots) => slots,
+            Err(free) => {
+                lock(&self.waited).remove(&key);
+                anyhow::bail!("{} slot(s) asked for, {free} free", l.shape.gpus);
+            }
+        };
         let plan = plan(
             &job.spec, l.attempt, &l.shape, &slots, &job.token, &self.ctx,
         );
-        // Before the spawn: an observation taken meanwhile must not report it ended.
-        let key = (l.id.clone(), l.attempt);
-        lock(&self.waited).insert(key.clone());
         let header = format!(
             "dlscale-server: launch {} of {}: {} workers, batch {} ({} per worker), slots {slots:?}: {:?}",
             l.attempt, l.id, l.shape.gpus, l.shape.batch_size, l.shape.local_batch_size, plan.argv
@@ -192,15 +211,19 @@ impl LocalExecutor {
             .await
             .context("launch task failed")
             .and_then(|r| r);
+        let unreserve = || {
+            self.live().remove(&key);
+            lock(&self.waited).remove(&key);
+        };
         let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
-                lock(&self.waited).remove(&key);
+                unreserve();
                 return Err(e);
             }
         };
         let Some(pid) = child.id() else {
-            lock(&self.waited).remove(&key);
+            unreserve();
             anyhow::bail!("the launched process has no pid");
         };
         let pgid = pid as i32;
@@ -294,6 +317,9 @@ impl LocalExecutor {
         // A launch spawned after the scan is not in it: keep those this process still waits for
         // (their waiter removes them when they end).
         let mut tracked = self.live();
+        // Waited for now (not when the scan began): a launch reserving its slots meanwhile
+        // keeps them.
+        let waited = lock(&self.waited).clone();
         tracked.retain(|k, _| found.contains_key(k) || waited.contains(k));
         tracked.extend(live);
         drop(tracked);
@@ -661,6 +687,20 @@ mod tests {
                 gpus,
             }],
         }
+    }
+
+    #[test]
+    fn launches_dispatched_at_once_get_slots_of_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let (reports, _) = tokio::sync::mpsc::unbounded_channel();
+        let e = LocalExecutor::new(ctx(dir.path()), vec![0, 1, 2, 3], false, reports);
+        let key = |id: &str| (id.to_string(), 1);
+        assert_eq!(e.reserve_slots(&key("a"), 2), Ok(vec![0, 1]));
+        assert_eq!(e.reserve_slots(&key("b"), 1), Ok(vec![2]));
+        assert_eq!(e.reserve_slots(&key("c"), 2), Err(1), "one slot is left");
+        assert_eq!(e.reserve_slots(&key("c"), 1), Ok(vec![3]));
+        let held: Vec<Vec<u32>> = e.handles().values().map(|h| h.slots.clone()).collect();
+        assert_eq!(held, [vec![0, 1], vec![2], vec![3]]);
     }
 
     #[test]

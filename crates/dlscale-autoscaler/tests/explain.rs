@@ -1,0 +1,307 @@
+//! Explanations of real decisions on cases small enough to check by hand: the value of one GPU
+//! more and one fewer, the job that would lose it, and what held a job back (capacity, minimum
+//! gain, cooldown, admission, the shape rule, its own limits).
+//!
+//! The models are analytic with a fixed batch and no base compute, so throughputs are round:
+//! step time = 0.001 s × per-GPU batch (+ the in-node sync on two or more GPUs). The utility is
+//! raw throughput, so values are samples per second.
+
+use dlscale_autoscaler::{
+    Autoscaler, AutoscalerConfig, Explanation, Input, Limit, ModelSource, Outcome, Step, Submission,
+};
+use dlscale_core::jobfile::{parse_jobs, FileFormat};
+use dlscale_core::placement::{ShapeRule, Topology};
+use dlscale_core::{Admission, Job, JobState, Settings, Utility};
+
+/// A job with a fixed batch of `batch` (all of it fits one GPU) and in-node sync `sync_s`.
+fn job(id: &str, batch: u32, sync_s: f64, min_gpus: u32, max_gpus: u32) -> Job {
+    let text = format!(
+        r#"{{"jobs": [{{"id": "{id}", "model": {{"compute_base_s": 0, "compute_per_sample_s": 0.001,
+            "sync_intra_base_s": {sync_s}}},
+            "min_batch": {batch}, "max_batch": {batch}, "max_local_batch": {batch},
+            "min_gpus": {min_gpus}, "max_gpus": {max_gpus}}}]}}"#
+    );
+    parse_jobs(&text, FileFormat::Json, "test")
+        .unwrap()
+        .remove(0)
+}
+
+fn submit(job: Job) -> Input {
+    Input::Submit {
+        job: Box::new(Submission {
+            job,
+            model: ModelSource::Given,
+            max_retries: None,
+        }),
+    }
+}
+
+fn autoscaler(topology: Topology, tune: impl FnOnce(&mut AutoscalerConfig)) -> Autoscaler {
+    let mut config = AutoscalerConfig {
+        settings: Settings {
+            utility: Utility::Throughput,
+            admission: Admission::Queue,
+            ..Settings::default()
+        },
+        interval_s: None,
+        ..AutoscalerConfig::default()
+    };
+    tune(&mut config);
+    let mut a = Autoscaler::new(config, topology);
+    a.keep_inputs(true);
+    a
+}
+
+/// Confirms every launch of `step`.
+fn started(step: &Step) -> Vec<Input> {
+    step.actions
+        .iter()
+        .filter_map(|a| match a {
+            dlscale_autoscaler::Action::Launch(l) => Some(Input::LaunchStarted {
+                id: l.id.clone(),
+                attempt: l.attempt,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+fn explain(a: &Autoscaler, id: &str) -> Explanation {
+    a.last_inputs()
+        .expect("the decision kept its inputs")
+        .explain(id)
+        .unwrap_or_else(|| panic!("the last decision did not know {id}"))
+}
+
+fn close(x: f64, want: f64) -> bool {
+    (x - want).abs() < 1e-9 * want.abs().max(1.0)
+}
+
+#[test]
+fn a_job_short_of_gpus_names_the_job_that_would_lose_one() {
+    // On 4 GPUs: a scales sub-linearly (sync 0.01 s on 2+ GPUs, batch 60): 1000, 1500, 2000,
+    // 2400 samples/s on 1..4 GPUs; b linearly: 1000, 2000, 3000, 4000. The best split is a on
+    // 1, b on 3 (4000, against 3500 for 2 + 2 and 3000 for 3 + 1).
+    let mut a = autoscaler(Topology::uniform(1, 4), |_| {});
+    a.handle(
+        0.0,
+        vec![
+            submit(job("a", 60, 0.01, 1, 4)),
+            submit(job("b", 60, 0.0, 1, 4)),
+        ],
+    );
+    let ea = explain(&a, "a");
+    assert_eq!(
+        (ea.state, ea.gpus, ea.batch_size),
+        (Some(JobState::Running), 1, 60)
+    );
+    assert_eq!(ea.limit, Limit::Capacity);
+    assert_eq!(ea.free_gpus, 0);
+    let more = ea.more.as_ref().unwrap();
+    assert_eq!(more.gpus, 2);
+    assert!(close(more.samples_per_s, 1500.0), "{more:?}");
+    assert!(close(more.gain.unwrap(), 0.5), "{more:?}");
+    assert!(close(more.value_change, 500.0), "{more:?}");
+    assert!(ea.fewer.is_none(), "a is at its minimum");
+    let donor = ea.donor.as_ref().unwrap();
+    assert_eq!((donor.id.as_str(), donor.gpus, donor.to_gpus), ("b", 3, 2));
+    assert!(close(donor.value_change, -1000.0), "{donor:?}");
+    assert_eq!(
+        ea.to_string(),
+        "at 1 GPU: a 2nd would add 50 % (value +500.000), but b would lose it, which costs more (value -1000.000)"
+    );
+
+    // b would gain a third from a 4th GPU, but a cannot give one up; one fewer costs a third.
+    let eb = explain(&a, "b");
+    assert_eq!((eb.gpus, eb.limit.clone()), (3, Limit::Capacity));
+    assert!(close(eb.more.as_ref().unwrap().gain.unwrap(), 1.0 / 3.0));
+    assert!(eb.donor.is_none());
+    let fewer = eb.fewer.as_ref().unwrap();
+    assert_eq!(fewer.gpus, 2);
+    assert!(close(fewer.gain.unwrap(), -1.0 / 3.0));
+    assert!(close(fewer.value_change, -1000.0));
+    assert_eq!(
+        eb.to_string(),
+        "at 3 GPUs: a 4th would add 33 % (value +1000.000), but no GPU is free and no other job \
+         can give one up; one fewer would cost 33 %"
+    );
+    assert_eq!(
+        a.last_inputs().unwrap().explain_all(),
+        vec![ea, eb],
+        "explain_all explains each job as explain does"
+    );
+}
+
+/// Two jobs of batch 100 with sync 0.03 s on 1 × 2 GPUs: 1000 samples/s on one GPU, 1250 on two.
+/// Both start on one GPU; when b ends, a could take its GPU.
+fn after_b_ends(tune: impl FnOnce(&mut AutoscalerConfig)) -> Autoscaler {
+    let mut a = autoscaler(Topology::uniform(1, 2), tune);
+    let s = a.handle(
+        0.0,
+        vec![
+            submit(job("a", 100, 0.03, 1, 2)),
+            submit(job("b", 100, 0.03, 1, 2)),
+        ],
+    );
+    a.handle(0.0, started(&s));
+    a.handle(
+        5.0,
+        vec![Input::Exited {
+            id: "b".into(),
+            attempt: 1,
+            outcome: Outcome::Exited(0),
+        }],
+    );
+    a
+}
+
+#[test]
+fn a_gain_below_the_minimum_gain_holds_a_job() {
+    // A second GPU adds 25 %; a rescale must gain more than 30 %: a keeps its one GPU (kept,
+    // it is worth 1000 × 1.3 = 1300 to the policy, against 1250 on two).
+    let a = after_b_ends(|c| c.settings.restart.min_gain = 0.3);
+    let e = explain(&a, "a");
+    assert_eq!(e.limit, Limit::MinGain { min_gain: 0.3 });
+    assert_eq!((e.gpus, e.free_gpus), (1, 1));
+    let more = e.more.as_ref().unwrap();
+    assert!(close(more.gain.unwrap(), 0.25), "{more:?}");
+    assert!(close(more.value_change, 1250.0 - 1300.0), "{more:?}");
+    assert!(close(e.value.unwrap(), 1300.0));
+    assert!(e.donor.is_none(), "a GPU is free");
+    assert_eq!(
+        e.to_string(),
+        "held at 1 GPU: a 2nd would add 25 % (minimum gain 30 %)"
+    );
+}
+
+#[test]
+fn a_job_in_its_cooldown_is_held() {
+    let a = after_b_ends(|c| c.cooldown_s = 100.0);
+    let e = explain(&a, "a");
+    assert_eq!(e.limit, Limit::Cooldown { until_s: 100.0 });
+    assert!(close(e.more.as_ref().unwrap().gain.unwrap(), 0.25));
+    assert_eq!(
+        e.to_string(),
+        "held at 1 GPU: in its cooldown for 95 s more; a 2nd would add 25 %"
+    );
+    // Without minimum gain and cooldown, a grows at once: nothing holds it.
+    let a = after_b_ends(|_| {});
+    let e = explain(&a, "a");
+    assert_eq!((e.gpus, e.limit.clone()), (2, Limit::Largest));
+    assert_eq!(
+        e.to_string(),
+        "at 2 GPUs, the most it can use here (its GPU and batch ranges, memory and model allow \
+         no more); one fewer would cost 20 %"
+    );
+}
+
+#[test]
+fn a_job_whose_minimum_does_not_fit_waits_for_admission() {
+    // a needs both GPUs and runs; b's one GPU does not fit beside a's minimum of two.
+    let mut a = autoscaler(Topology::uniform(1, 2), |_| {});
+    let s = a.handle(0.0, vec![submit(job("a", 60, 0.0, 2, 2))]);
+    a.handle(0.0, started(&s));
+    a.handle(1.0, vec![submit(job("b", 60, 0.0, 1, 2))]);
+    let e = explain(&a, "b");
+    assert_eq!(e.state, Some(JobState::Queued));
+    assert_eq!(e.limit, Limit::Admission { need: 1, free: 0 });
+    assert_eq!(e.more.as_ref().unwrap().gpus, 1);
+    assert_eq!(
+        e.to_string(),
+        "queued: its minimum of 1 GPU does not fit (0 GPUs left beside the minimums of the jobs \
+         served first)"
+    );
+}
+
+#[test]
+fn behind_a_waiting_job_a_later_one_waits_without_backfill_or_is_dropped() {
+    // On 3 GPUs a needs and holds 2; b's minimum of 2 does not fit; c's 1 would, but b waits
+    // first (no backfill). Under admit-or-drop, b is turned away instead and c starts.
+    for admission in [Admission::Queue, Admission::Drop] {
+        let mut a = autoscaler(Topology::uniform(1, 3), |c| {
+            c.settings.admission = admission
+        });
+        let s = a.handle(0.0, vec![submit(job("a", 60, 0.0, 2, 2))]);
+        a.handle(0.0, started(&s));
+        a.handle(
+            1.0,
+            vec![
+                submit(job("b", 60, 0.0, 2, 2)),
+                submit(job("c", 60, 0.0, 1, 1)),
+            ],
+        );
+        let (b, c) = (explain(&a, "b"), explain(&a, "c"));
+        if admission == Admission::Queue {
+            assert_eq!(b.limit, Limit::Admission { need: 2, free: 1 });
+            assert_eq!(
+                (c.state, c.limit.clone()),
+                (Some(JobState::Queued), Limit::Fifo)
+            );
+            assert_eq!(
+                c.to_string(),
+                "queued: an earlier job waits, and without backfill the queue is first come, \
+                 first served"
+            );
+        } else {
+            assert_eq!(b.limit, Limit::Dropped { need: 2 });
+            assert_eq!(
+                b.to_string(),
+                "dropped: its minimum of 2 GPUs did not fit (admit-or-drop)"
+            );
+            assert_eq!(
+                (c.state, c.gpus, c.limit),
+                (Some(JobState::Running), 1, Limit::Largest)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_gpu_that_adds_nothing_is_not_taken() {
+    // Batch 60 with sync 0.03 s: 0.06 s a step on one GPU and on two (0.03 + 0.03): 1000
+    // samples/s either way, so a stays on one GPU of two.
+    let mut a = autoscaler(Topology::uniform(1, 2), |_| {});
+    a.handle(0.0, vec![submit(job("a", 60, 0.03, 1, 2))]);
+    let e = explain(&a, "a");
+    assert_eq!(
+        (e.gpus, e.free_gpus, e.limit.clone()),
+        (1, 1, Limit::NoGain)
+    );
+    let more = e.more.as_ref().unwrap();
+    assert!(
+        close(more.samples_per_s, 1000.0) && close(more.gain.unwrap(), 0.0),
+        "{more:?}"
+    );
+    assert_eq!(e.to_string(), "at 1 GPU: a 2nd would add 0 %, no speed-up");
+}
+
+#[test]
+fn a_count_the_shape_rule_cannot_place_holds_a_job() {
+    // On 2 × 2 GPUs with equal GPUs per node, 3 GPUs cannot be placed: a, allowed 3, gets 2.
+    let mut a = autoscaler(Topology::uniform(2, 2), |c| {
+        c.shape = ShapeRule::EqualPerNode
+    });
+    a.handle(0.0, vec![submit(job("a", 60, 0.0, 1, 3))]);
+    let e = explain(&a, "a");
+    assert_eq!(e.gpus, 2);
+    assert_eq!(
+        e.limit,
+        Limit::Shape {
+            rule: ShapeRule::EqualPerNode
+        }
+    );
+    assert_eq!(e.more.as_ref().unwrap().gpus, 3);
+    assert_eq!(
+        e.to_string(),
+        "held at 2 GPUs: 3 GPUs cannot be placed under the shape rule (equal-per-node); one \
+         fewer would cost 50 %"
+    );
+}
+
+#[test]
+fn inputs_are_kept_only_when_asked() {
+    let mut a = autoscaler(Topology::uniform(1, 2), |_| {});
+    a.keep_inputs(false);
+    a.handle(0.0, vec![submit(job("a", 60, 0.0, 1, 2))]);
+    assert!(a.last_decision().is_some() && a.last_inputs().is_none());
+}

@@ -1,0 +1,83 @@
+//! What the autoscaler decided and why: the recent decisions (`GET /v1/decisions`) and the
+//! explanation of one job (`GET /v1/jobs/{id}/explain`), computed from the last decision's
+//! inputs ([`Service::explanations`]).
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use serde::Deserialize;
+
+use super::dto::{DecisionEntry, DecisionsView, ExplainView};
+use super::{find_job, query, AppState};
+use crate::error::ApiError;
+use crate::service::{Service, RECENT_DECISIONS};
+
+/// Query of `GET /v1/decisions`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionsQuery {
+    /// At most this many decisions, newest first (default 20, at most 50).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// How many decisions `GET /v1/decisions` answers with by default.
+pub const DEFAULT_DECISIONS: usize = 20;
+
+pub(super) async fn decisions(
+    State(s): State<AppState>,
+    q: Result<Query<DecisionsQuery>, QueryRejection>,
+) -> Result<Json<DecisionsView>, ApiError> {
+    let limit = query(q)?
+        .limit
+        .unwrap_or(DEFAULT_DECISIONS)
+        .min(RECENT_DECISIONS);
+    let view = s.view();
+    let recent = &view.decisions;
+    let decisions = (0..recent.len())
+        .rev()
+        .take(limit)
+        .map(|k| DecisionEntry::new(&recent[k], k.checked_sub(1).map(|b| &*recent[b].record)))
+        .collect();
+    let explanations = match s.explanations().await {
+        Some((_, all)) => all.iter().map(ExplainView::new).collect(),
+        None => Vec::new(),
+    };
+    Ok(Json(DecisionsView {
+        decisions,
+        explanations,
+    }))
+}
+
+pub(super) async fn explain(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<ExplainView>, ApiError> {
+    let job = find_job(&s, &id).await?;
+    let status = job.record.status;
+    if status.is_terminal() {
+        return Ok(Json(unexplained(&id, format!("it has ended ({status})"))));
+    }
+    Ok(Json(match explained(&s, &id).await {
+        Some(e) => e,
+        None => unexplained(
+            &id,
+            "no decision has included it yet: it waits for the next one".to_string(),
+        ),
+    }))
+}
+
+/// The explanation of live job `id` by the last decision, if it included the job.
+async fn explained(s: &Service, id: &str) -> Option<ExplainView> {
+    let (_, all) = s.explanations().await?;
+    all.iter().find(|e| e.id == id).map(ExplainView::new)
+}
+
+fn unexplained(id: &str, summary: String) -> ExplainView {
+    ExplainView {
+        id: id.to_string(),
+        decided_at: None,
+        summary,
+        explanation: None,
+    }
+}
