@@ -9,7 +9,7 @@ use dlscale_sim::workload::{
     model_job, with_fixed_batch_accumulation, with_gpu_cap, with_memory_cap, with_single_gpu_split,
     SimJob, Work,
 };
-use dlscale_sim::{simulate, Outcome, SimConfig, Workload};
+use dlscale_sim::{simulate, Knowledge, Outcome, SimConfig, Workload};
 
 #[derive(Default)]
 struct Collect(Vec<JobRecord>);
@@ -104,10 +104,12 @@ fn optimus_gives_the_spare_gpus_to_the_job_that_saves_the_most_time() {
     long.job.id = "long".into();
     long.work = Work::RequestedDuration { duration_s: 2400.0 };
     w = Workload::new("two", vec![w.jobs[0].clone(), long], 0);
+    // Optimus+Oracle's rule needs each job's remaining work: an oracle by definition.
     let cfg = SimConfig {
         cluster: Cluster::new(1, 3).unwrap(),
         interval_s: None,
         schedule_on_events: true,
+        knowledge: Knowledge::Oracle,
         ..SimConfig::default()
     };
     let mut out = Collect::default();
