@@ -115,6 +115,10 @@ pub enum Trigger {
     Cancelled(String),
     /// A job's model or gradient statistics changed.
     Model(String),
+    /// A job's reports measured something new (a configuration, a noise scale that moved):
+    /// decided at the next periodic decision, not at once (reports come all the time, and what
+    /// they teach is not urgent).
+    Measured(String),
     /// A launch ended unexpectedly and its job waits again.
     Lost(String),
     /// A job's cooldown ended.
@@ -134,6 +138,7 @@ impl fmt::Display for Trigger {
             Trigger::Departure(id) => write!(f, "{id} ended"),
             Trigger::Cancelled(id) => write!(f, "{id} was cancelled"),
             Trigger::Model(id) => write!(f, "{id}'s model changed"),
+            Trigger::Measured(id) => write!(f, "{id}'s reports measured something new"),
             Trigger::Lost(id) => write!(f, "{id} lost its launch"),
             Trigger::CooldownEnded(id) => write!(f, "{id}'s cooldown ended"),
             Trigger::Capacity => f.write_str("the usable GPUs changed"),

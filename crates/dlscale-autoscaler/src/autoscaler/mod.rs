@@ -322,6 +322,7 @@ impl Autoscaler {
             }
         }
         let decide = match &self.due {
+            Some(Trigger::Measured(_)) => tick || self.config.interval_s.is_none(),
             Some(_) => self.config.decide_on_events || tick,
             None => tick && self.policy_wants(now),
         };
@@ -371,8 +372,16 @@ impl Autoscaler {
         self.topology = topology;
     }
 
+    /// Marks a decision due, for `trigger` (the first one wins, except that an event that
+    /// decides at once replaces a measurement that waits for the interval).
     fn due(&mut self, trigger: Trigger) {
-        self.due.get_or_insert(trigger);
+        match &self.due {
+            Some(Trigger::Measured(_)) if !matches!(trigger, Trigger::Measured(_)) => {
+                self.due = Some(trigger)
+            }
+            Some(_) => {}
+            None => self.due = Some(trigger),
+        }
     }
 
     /// One input; what was refused.
@@ -612,6 +621,7 @@ impl Autoscaler {
         if let Some(work) = self.work.get(&id) {
             job.remaining_samples = Some((work - report.samples_seen as f64).max(1.0));
         }
+        let mut measured = false;
         if let Some(noise) = report.grad.and_then(|g| r.measurements.add_grad(g)) {
             let init_batch = job.efficiency.map_or(job.requested.batch, |e| e.init_batch);
             job.efficiency = Some(JobEfficiency { noise, init_batch });
@@ -624,7 +634,7 @@ impl Autoscaler {
                 .is_none_or(|was| (scale - was).abs() > 0.1 * was.abs());
             if moved && self.config.settings.utility.uses_goodput() {
                 r.measurements.grad_decided_scale = Some(scale);
-                self.due.get_or_insert(Trigger::Model(id.clone()));
+                measured = true;
             }
         }
         if new_point && r.model == ModelSource::Learned {
@@ -636,7 +646,10 @@ impl Autoscaler {
                     points: r.measurements.points.len(),
                 });
             }
-            self.due.get_or_insert(Trigger::Model(id.clone()));
+            measured = true;
+        }
+        if measured {
+            self.due(Trigger::Measured(id.clone()));
         }
         out.touched.insert(id);
         None
