@@ -520,3 +520,34 @@ async fn rescales_running_jobs_and_survives_kill_9() {
     assert!(log.contains("dlscale: done step=80"), "{log}");
     service_support::assert_replays(&server);
 }
+
+/// A job that finishes while the server is down: the restarted server finds its launch ended
+/// with exit 0 and shows the final step its workers logged (`dlscale: done step=N`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_that_finished_while_the_server_was_down_shows_its_final_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), CONFIG).await;
+    let mut a = job("a", WORKER);
+    a["env"] = json!({"TOTAL": "15"});
+    server.submit(a).await;
+    let running = server
+        .wait_job("a", 20.0, "a running", |j| {
+            j.state == JobStatus::Running && j.pgid.is_some()
+        })
+        .await;
+    server.kill9();
+    // The job finishes (1.5 s of steps) with nobody watching.
+    let log = std::path::PathBuf::from(&running.log);
+    service_support::wait_until(30.0, "a's done line", || async {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("dlscale: done step=15"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.restart().await;
+    let done = server
+        .wait_job("a", 30.0, "the end", |j| j.state.is_terminal())
+        .await;
+    assert_eq!(done.state, JobStatus::Succeeded, "{done:?}");
+    assert_eq!(done.step, Some(15), "{done:?}");
+    service_support::assert_replays(&server);
+}

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use dlscale_autoscaler::{
     Action, Autoscaler, DecisionInputs, DecisionRecord, Event, Explanation, Input, JobRecord,
-    ModelSource, Refusal, Step, Target,
+    LaunchState, ModelSource, Observation, Outcome, Refusal, Step, Target,
 };
 use dlscale_core::placement::Topology;
 use dlscale_core::throughput::{throughput_samples_per_s, AnalyticModel};
@@ -29,7 +29,7 @@ use dlscale_core::Job;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::ServerConfig;
-use crate::executor::{Capacity, Executor, LaunchJob, NodeInfo};
+use crate::executor::{self, Capacity, Executor, LaunchJob, NodeInfo};
 use crate::fault;
 use crate::metrics::Metrics;
 use crate::spec::JobSpec;
@@ -405,6 +405,39 @@ pub fn report_channel() -> ReportChannel {
     mpsc::unbounded_channel()
 }
 
+/// For each launch an observation finds ended with exit 0: the completion its workers logged
+/// (see [`executor::logged_completion`]), so that a job that finished while the server was down
+/// shows its final step. Handed in before the observation; the autoscaler ignores completions of
+/// launches that are not current.
+fn logged_completions(service: &Service, obs: &Observation) -> Vec<RecordedInput> {
+    let view = service.view();
+    obs.launches
+        .iter()
+        .filter(|l| {
+            matches!(
+                l.state,
+                LaunchState::Ended {
+                    outcome: Outcome::Exited(0)
+                }
+            )
+        })
+        .filter_map(|l| {
+            let job = view.jobs.get(&l.id)?;
+            if job.record.completed_attempt == Some(l.attempt) {
+                return None;
+            }
+            let tail = executor::log_tail(&service.executor.ctx().data_dir, &l.id, 64 * 1024)?;
+            let (step, samples) = executor::logged_completion(&tail, l.attempt)?;
+            Some(Input::Completed {
+                id: l.id.clone(),
+                attempt: l.attempt,
+                step,
+                samples_seen: samples.or(job.record.progress.samples_seen).unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
 /// The observation and capacity pollers: level-triggered snapshots of the executor.
 fn spawn_pollers(service: Arc<Service>) {
     let every = service.executor.poll_interval();
@@ -416,7 +449,11 @@ fn spawn_pollers(service: Arc<Service>) {
             tick.tick().await;
             let believed = s.view().launches();
             match s.executor.observe(&believed).await {
-                Ok(obs) => s.tell(vec![Input::Observed(obs)]),
+                Ok(obs) => {
+                    let mut inputs = logged_completions(&s, &obs);
+                    inputs.push(Input::Observed(obs));
+                    s.tell(inputs)
+                }
                 Err(e) => {
                     tracing::warn!("cannot observe the {} executor: {e:#}", s.executor.name())
                 }

@@ -97,6 +97,44 @@ pub fn parse_launch_marker(marker: &str) -> Option<(&str, &str, u32)> {
     Some((instance, id, attempt.parse().ok()?))
 }
 
+/// What the workers of launch `attempt` logged as their completion: the worker library's
+/// `dlscale: done step=N samples_seen=M` line after that launch's header, as (step, samples
+/// seen). A server that was down when they finished, and so missed their completion report,
+/// learns it from the log: `log_tail` is the end of the job's log.
+pub fn logged_completion(log_tail: &str, attempt: u32) -> Option<(u64, Option<u64>)> {
+    let header = format!("dlscale-server: launch {attempt} of ");
+    let after = &log_tail[log_tail.rfind(&header)?..];
+    let line = after
+        .lines()
+        .rev()
+        .find(|l| l.contains("dlscale: done step="))?;
+    let field = |name: &str| -> Option<u64> {
+        let rest = &line[line.find(name)? + name.len()..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    };
+    Some((field("done step=")?, field("samples_seen=")))
+}
+
+/// The end of a job's log (at most `max_bytes`, from a line start where it is cut), or `None`
+/// when it cannot be read.
+pub fn log_tail(data_dir: &Path, id: &str, max_bytes: u64) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(log_path(data_dir, id)).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(max_bytes)))
+        .ok()?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    Some(if len > max_bytes {
+        text.split_once('\n')
+            .map_or(String::new(), |(_, rest)| rest.to_string())
+    } else {
+        text
+    })
+}
+
 /// One line in the job's log where dlscale stopped a launch, so that what follows it (a
 /// `SignalException` traceback from torchrun, a checkpoint message) reads as expected rather than
 /// as a crash. Best effort: the log is the job's, and a failed write loses only the mark.
@@ -356,5 +394,25 @@ impl Executor {
             Executor::Local(l) => l.handles(),
             Executor::Slurm(s) => s.handles(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_completion_a_launch_logged_is_found_after_its_own_header() {
+        let log = "dlscale-server: launch 1 of a: 2 workers\n\
+                   [rank0]: dlscale: done step=40 samples_seen=1280\n\
+                   dlscale-server: launch 2 of a: 4 workers\n\
+                   dlscale: step=50 loss=1\n\
+                   [rank0]: dlscale: done step=80 samples_seen=2560\n\
+                   trailing output\n";
+        assert_eq!(super::logged_completion(log, 2), Some((80, Some(2560))));
+        assert_eq!(super::logged_completion(log, 1), Some((40, Some(1280))));
+        assert_eq!(super::logged_completion(log, 3), None, "no such launch");
+        let unfinished = "dlscale-server: launch 3 of a: 1 workers\ndlscale: step=9\n";
+        assert_eq!(super::logged_completion(unfinished, 3), None);
+        let plain = "dlscale-server: launch 1 of b: 1 workers\ndlscale: done step=7\n";
+        assert_eq!(super::logged_completion(plain, 1), Some((7, None)));
     }
 }
