@@ -285,3 +285,36 @@ async fn an_id_is_free_again_once_its_job_ended_and_the_history_keeps_both() {
     let (status, _) = call(&app, "DELETE", "/v1/jobs/a", None).await;
     assert_eq!(status, StatusCode::ACCEPTED);
 }
+
+/// A job the last decision left without GPUs says why, and until when at the latest.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_job_says_why_and_until_when() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = service(dir.path()).await;
+    let job = |id: &str| {
+        json!({"id": id, "min_batch": 8, "max_batch": 16, "max_local_batch": 8, "min_gpus": 2,
+               "max_gpus": 2, "command": ["sleep", "60"], "workdir": "/tmp", "launcher": "plain"})
+    };
+    let (status, a) = call(&app, "POST", "/v1/jobs", Some(job("a"))).await;
+    assert_eq!(status, StatusCode::CREATED, "{a}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while call(&app, "GET", "/v1/jobs/a", None).await.1["state"] != "running" {
+        assert!(std::time::Instant::now() < deadline, "a never ran");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (status, b) = call(&app, "POST", "/v1/jobs", Some(job("b"))).await;
+    assert_eq!(status, StatusCode::CREATED, "{b}");
+    let (_, b) = call(&app, "GET", "/v1/jobs/b", None).await;
+    let waiting = b["waiting"].as_str().unwrap_or_default();
+    assert!(
+        waiting.starts_with(
+            "the last decision gave it no GPUs; decided for again when a job \
+                             arrives or ends, at the latest when a's cooldown ends at "
+        ),
+        "{b}"
+    );
+    assert!(waiting.ends_with(" UTC"), "{waiting}");
+    for id in ["a", "b"] {
+        call(&app, "DELETE", &format!("/v1/jobs/{id}"), None).await;
+    }
+}

@@ -121,14 +121,39 @@ pub fn waiting_words(w: &Waiting) -> String {
         Waiting::ForStaleLaunch => "an older launch of it is still being ended".to_string(),
         Waiting::ForDecision => "it waits for the next decision".to_string(),
         Waiting::ForRetry { at_s } => {
-            let day_s = at_s.rem_euclid(86_400.0) as u64;
             format!(
-                "its last launch failed; it is retried at {:02}:{:02}:{:02} UTC",
-                day_s / 3600,
-                day_s % 3600 / 60,
-                day_s % 60
+                "its last launch failed; it is retried at {}",
+                utc_clock(*at_s)
             )
         }
+    }
+}
+
+/// A time of day, `HH:MM:SS UTC`, of `at_s` seconds since the epoch.
+pub fn utc_clock(at_s: f64) -> String {
+    let day_s = at_s.rem_euclid(86_400.0) as u64;
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        day_s / 3600,
+        day_s % 3600 / 60,
+        day_s % 60
+    )
+}
+
+/// Until when a job the last decision gave no GPUs waits at the latest: the next decision that
+/// comes by itself is the end of the earliest cooldown of a running job (`cooldowns`: job id and
+/// when its cooldown ends); otherwise only an arrival or an end decides again.
+pub fn not_chosen_until(now_s: f64, cooldowns: impl Iterator<Item = (String, f64)>) -> String {
+    let next = cooldowns
+        .filter(|&(_, end_s)| end_s > now_s)
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    match next {
+        Some((id, end_s)) => format!(
+            "decided for again when a job arrives or ends, at the latest when {id}'s cooldown \
+             ends at {}",
+            utc_clock(end_s)
+        ),
+        None => "decided for again when a job arrives or ends".to_string(),
     }
 }
 
@@ -499,5 +524,24 @@ impl ExplainView {
             summary: e.to_string(),
             explanation: Some(e.clone()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_job_left_without_gpus_is_told_the_earliest_cooldown_end() {
+        let cooldowns = vec![("a".to_string(), 3_661.0), ("b".to_string(), 7_322.0)];
+        assert_eq!(
+            super::not_chosen_until(0.0, cooldowns.clone().into_iter()),
+            "decided for again when a job arrives or ends, at the latest when a's cooldown ends \
+             at 01:01:01 UTC"
+        );
+        // Cooldowns already over do not count.
+        assert!(super::not_chosen_until(5_000.0, cooldowns.clone().into_iter()).contains("b's"));
+        assert_eq!(
+            super::not_chosen_until(9_000.0, cooldowns.into_iter()),
+            "decided for again when a job arrives or ends"
+        );
     }
 }

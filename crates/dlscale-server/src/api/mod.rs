@@ -30,7 +30,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::{Json, Router};
 use bytes::Bytes;
-use dlscale_autoscaler::{Input, JobRecord, MetricsReport, Refusal, Target};
+use dlscale_autoscaler::{Input, JobRecord, MetricsReport, Refusal, Status, Target, Waiting};
 use dlscale_core::jobfile::UniqueKeys;
 use dlscale_core::placement::{Node, Topology};
 use serde::{Deserialize, Serialize};
@@ -500,6 +500,18 @@ fn job_view(s: &Service, job: &FoundJob, handles: &BTreeMap<(String, u32), Handl
         log_path(&s.config.data_dir, &job.record.id),
     );
     (view.predicted_samples_per_s, view.efficiency) = job.estimates;
+    if job.record.status == Status::Queued && job.record.waiting == Some(Waiting::NotChosen) {
+        let live = s.view();
+        let cooldown_s = s.config.cooldown_s;
+        let cooldowns = live.jobs.values().filter_map(|j| {
+            let launch = j.record.launch.as_ref()?;
+            let running = j.record.status == Status::Running && launch.stop.is_none();
+            running.then(|| (j.record.id.clone(), launch.launched_s + cooldown_s))
+        });
+        let until = dto::not_chosen_until(crate::store::now(), cooldowns);
+        view.waiting = view.waiting.map(|w| format!("{w}; {until}"));
+        view.message = format!("{}; {until}", view.message);
+    }
     view
 }
 

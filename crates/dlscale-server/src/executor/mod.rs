@@ -103,8 +103,10 @@ pub fn parse_launch_marker(marker: &str) -> Option<(&str, &str, u32)> {
 /// learns it from the log: `log_tail` is the end of the job's log.
 pub fn logged_completion(log_tail: &str, attempt: u32) -> Option<(u64, Option<u64>)> {
     let header = format!("dlscale-server: launch {attempt} of ");
-    let after = &log_tail[log_tail.rfind(&header)?..];
-    let line = after
+    let after = &log_tail[log_tail.rfind(&header)? + header.len()..];
+    // Up to the next launch's header: what that launch logged is not this one's.
+    let own = &after[..after.find("dlscale-server: launch ").unwrap_or(after.len())];
+    let line = own
         .lines()
         .rev()
         .find(|l| l.contains("dlscale: done step="))?;
