@@ -1,0 +1,13 @@
+//! Reproductions: the paper's arrival-rate sweep and Pollux's simulator yardstick. Each writes a
+//! `report.md` with tables and plots into its output directory.
+mod paper;
+mod pollux;
+mod pollux_report;
+mod words;
+
+pub use paper::{paper_report, reproduce_paper, AblationRow, PaperOptions, SweepPoint};
+pub use pollux::{
+    pollux_config, pollux_runs, reproduce_pollux, ArtifactRules, PolluxOptions, PolluxPart,
+    PolluxRow, PolluxRun, Published,
+};
+pub use pollux_report::pollux_report;
