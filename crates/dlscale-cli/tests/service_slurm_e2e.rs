@@ -18,8 +18,6 @@ mod service_support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlscale_autoscaler::Status as JobStatus;
@@ -30,56 +28,22 @@ use service_support::slurm::{
     clear_queue, instance, ours, required, run, slurm_ready, CancelOnDrop, KeepOnFailure, Queued,
     PARTITION, SLURM,
 };
-use service_support::{assert_trained, cli, repo_root, venv, wait_until, Server};
+use service_support::{assert_trained, cli, repo_root, venv, wait_until, Server, Watch};
 
 /// Per dlscale job: the most Slurm jobs active at once, and those jobs.
 type MostActive = BTreeMap<String, (usize, Vec<Queued>)>;
 
 /// Watches `squeue` in the background and records, per dlscale job, the most Slurm jobs that
 /// were active at once (completing ones included).
-struct QueueWatch {
-    stop: Arc<AtomicBool>,
-    most: Arc<Mutex<MostActive>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl QueueWatch {
-    fn start(instance: String) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let most = Arc::new(Mutex::new(BTreeMap::new()));
-        let (s, m) = (Arc::clone(&stop), Arc::clone(&most));
-        let thread = std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                for (id, active) in ours(&instance) {
-                    let mut most = m.lock().unwrap();
-                    let e = most.entry(id).or_insert((0, Vec::new()));
-                    if active.len() > e.0 {
-                        *e = (active.len(), active);
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(300));
+fn watch_queue(instance: String) -> Watch<MostActive> {
+    Watch::start(Duration::from_millis(300), move |most: &mut MostActive| {
+        for (id, active) in ours(&instance) {
+            let e = most.entry(id).or_insert((0, Vec::new()));
+            if active.len() > e.0 {
+                *e = (active.len(), active);
             }
-        });
-        QueueWatch {
-            stop,
-            most,
-            thread: Some(thread),
         }
-    }
-
-    fn finish(mut self) -> MostActive {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        self.most.lock().unwrap().clone()
-    }
-}
-
-impl Drop for QueueWatch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
+    })
 }
 
 /// A train_digits job; at most 32 samples per worker, so its batch follows its GPUs.
@@ -139,7 +103,7 @@ async fn torch_jobs_span_nodes_rescale_and_are_adopted_after_a_server_kill() {
     let _cleanup = CancelOnDrop(dir.0.clone());
     let mut server = Server::start(&dir.0, &config).await;
     let inst = instance(&dir.0);
-    let watch = QueueWatch::start(inst.clone());
+    let watch = watch_queue(inst.clone());
     let traces = dir.0.join("traces");
     std::fs::create_dir_all(&traces).unwrap();
     let trace = |id: &str| traces.join(format!("{id}.trace"));

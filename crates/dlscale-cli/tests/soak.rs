@@ -26,8 +26,6 @@ mod service_support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlscale_autoscaler::Status as JobStatus;
@@ -35,7 +33,7 @@ use dlscale_server::api::dto::JobView;
 use dlscale_server::client::Method;
 use serde_json::{json, Value};
 use service_support::slurm::{self, clear_queue, ours, slurm_ready, CancelOnDrop, PARTITION};
-use service_support::{launch_processes, read_trace, repo_root, wait_until, Server};
+use service_support::{launch_processes, read_trace, repo_root, wait_until, Server, Watch};
 
 /// The soak's tests load the machine: one at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -147,75 +145,42 @@ fn step_counts(trace: &Path) -> BTreeMap<u64, u64> {
 
 /// Watches the launches of a server: per job, the most launches alive at once (processes that
 /// carry a launch marker; on Slurm, also Slurm jobs under the server's name).
-struct LaunchWatch {
-    stop: Arc<AtomicBool>,
-    most: Arc<Mutex<BTreeMap<String, usize>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl LaunchWatch {
-    fn start(instance: String, executor: Executor) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let most = Arc::new(Mutex::new(BTreeMap::new()));
-        let (s, m) = (Arc::clone(&stop), Arc::clone(&most));
-        let thread = std::thread::spawn(move || {
-            let prefix = format!("dlscale:{instance}:");
-            while !s.load(Ordering::Relaxed) {
-                let mut live: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-                for (pid, _) in launch_processes(&prefix) {
-                    if let Some(marker) = marker_of(pid) {
-                        if let Some((id, attempt)) = marker
-                            .strip_prefix(&prefix)
-                            .and_then(|r| r.rsplit_once(':'))
-                        {
-                            live.entry(id.to_string())
-                                .or_default()
-                                .insert(attempt.to_string());
-                        }
+fn watch_launches(instance: String, executor: Executor) -> Watch<BTreeMap<String, usize>> {
+    let prefix = format!("dlscale:{instance}:");
+    Watch::start(
+        Duration::from_millis(50),
+        move |most: &mut BTreeMap<String, usize>| {
+            let mut live: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            for (pid, _) in launch_processes(&prefix) {
+                if let Some(marker) = marker_of(pid) {
+                    if let Some((id, attempt)) = marker
+                        .strip_prefix(&prefix)
+                        .and_then(|r| r.rsplit_once(':'))
+                    {
+                        live.entry(id.to_string())
+                            .or_default()
+                            .insert(attempt.to_string());
                     }
                 }
-                if executor == Executor::Slurm {
-                    for (id, queued) in ours(&instance) {
-                        let e = live.entry(id).or_default();
-                        for q in queued {
-                            e.insert(format!("slurm-{}", q.slurm_id));
-                        }
-                    }
-                }
-                let mut most: std::sync::MutexGuard<'_, BTreeMap<String, usize>> =
-                    m.lock().unwrap();
-                for (id, launches) in live {
-                    // A Slurm job and its processes are one launch: count each kind apart.
-                    let procs = launches.iter().filter(|l| !l.starts_with("slurm-")).count();
-                    let jobs = launches.len() - procs;
-                    let n = procs.max(jobs);
-                    let e = most.entry(id).or_default();
-                    *e = (*e).max(n);
-                }
-                drop(most);
-                std::thread::sleep(Duration::from_millis(50));
             }
-        });
-        LaunchWatch {
-            stop,
-            most,
-            thread: Some(thread),
-        }
-    }
-
-    fn finish(mut self) -> BTreeMap<String, usize> {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        self.most.lock().unwrap().clone()
-    }
-}
-
-impl Drop for LaunchWatch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
+            if executor == Executor::Slurm {
+                for (id, queued) in ours(&instance) {
+                    let e = live.entry(id).or_default();
+                    for q in queued {
+                        e.insert(format!("slurm-{}", q.slurm_id));
+                    }
+                }
+            }
+            for (id, launches) in live {
+                // A Slurm job and its processes are one launch: count each kind apart.
+                let procs = launches.iter().filter(|l| !l.starts_with("slurm-")).count();
+                let jobs = launches.len() - procs;
+                let n = procs.max(jobs);
+                let e = most.entry(id).or_default();
+                *e = (*e).max(n);
+            }
+        },
+    )
 }
 
 fn marker_of(pid: i32) -> Option<String> {
@@ -312,7 +277,7 @@ async fn trial(executor: Executor, seed: u64) -> TrialReport {
     .await;
     report.server_starts = 1;
     let instance = slurm::instance(dir.path());
-    let watch = LaunchWatch::start(instance.clone(), executor);
+    let watch = watch_launches(instance.clone(), executor);
     let t0 = Instant::now();
     let mut submitted = vec![false; n];
     let mut cancel_sent = vec![false; n];

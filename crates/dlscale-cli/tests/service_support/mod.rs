@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlscale_autoscaler::Status as JobStatus;
@@ -424,5 +426,48 @@ where
     while !cond().await {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A background thread that samples something every `every` until the watch is finished (or
+/// dropped), folding each sample into its state: what a test watches while the system runs.
+pub struct Watch<T> {
+    stop: Arc<AtomicBool>,
+    state: Arc<Mutex<T>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl<T: Clone + Default + Send + 'static> Watch<T> {
+    /// Starts sampling: `sample` folds what it sees into the state.
+    pub fn start(every: Duration, mut sample: impl FnMut(&mut T) + Send + 'static) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(Mutex::new(T::default()));
+        let (s, m) = (Arc::clone(&stop), Arc::clone(&state));
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                sample(&mut m.lock().unwrap_or_else(|e| e.into_inner()));
+                std::thread::sleep(every);
+            }
+        });
+        Watch {
+            stop,
+            state,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops sampling; the state.
+    pub fn finish(mut self) -> T {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl<T> Drop for Watch<T> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
