@@ -5,47 +5,23 @@
 
 use std::collections::BTreeSet;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use dlscale_server::api::{self, openapi, ROUTES};
-use dlscale_server::{ConfigFile, ServerConfig};
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
-const TOKEN: &str = "api-test-token";
+mod router;
 
-async fn service(dir: &std::path::Path) -> axum::Router {
-    let file = ConfigFile {
-        slots: Some(2),
-        data_dir: Some(dir.to_path_buf()),
-        interval_s: Some(0.5),
-        ..ConfigFile::default()
-    };
-    let config = ServerConfig::resolve(file, Some(TOKEN.to_string())).unwrap();
-    api::router(dlscale_server::start(config).await.unwrap())
-}
+use router::service;
 
+/// [`router::call`] with an optional JSON value as the body.
 async fn call(
     app: &axum::Router,
     method: &str,
     path: &str,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("authorization", format!("Bearer {TOKEN}"))
-        .header("content-type", "application/json")
-        .body(Body::from(body.map(|b| b.to_string()).unwrap_or_default()))
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+    router::call(app, method, path, bytes).await
 }
 
 fn keys(v: &Value) -> BTreeSet<String> {

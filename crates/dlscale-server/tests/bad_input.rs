@@ -4,11 +4,12 @@
 //! --json` / `sinfo --json` the Slurm executor reads. Never a panic nor a 5xx; a rejection names
 //! the file, line or field; a rejected request changes nothing (no job, no profile, no progress).
 
+mod router;
+
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use dlscale_core::jobfile::{JOB_FIELDS, RUN_FIELDS};
 use dlscale_server::api;
 use dlscale_server::executor::squeue::{
@@ -16,11 +17,10 @@ use dlscale_server::executor::squeue::{
 };
 use dlscale_server::spec::JobSpec;
 use dlscale_server::{ConfigFile, ServerConfig};
-use http_body_util::BodyExt;
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
+use router::call;
 use serde_json::{json, Map, Value};
-use tower::ServiceExt;
 
 /// Values of every JSON type, the edges of the number types among them.
 fn wrong_value() -> impl Strategy<Value = Value> {
@@ -431,25 +431,6 @@ proptest! {
 // ---------------------------------------------------------------------------------------------
 // The API, with a real service behind it.
 
-const TOKEN: &str = "fuzz-token";
-
-async fn call(app: &axum::Router, method: &str, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("authorization", format!("Bearer {TOKEN}"))
-        .header("content-type", "application/json")
-        .body(Body::from(body))
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
-}
-
 /// The ids of every job the service has (live and ended).
 async fn stored_ids(app: &axum::Router) -> BTreeSet<String> {
     let (status, jobs) = call(app, "GET", "/v1/jobs?all=true", Vec::new()).await;
@@ -502,16 +483,7 @@ fn api_bodies_never_half_apply() {
     let workdir = dir.path().join("work");
     std::fs::create_dir(&workdir).unwrap();
     let workdir = workdir.display().to_string();
-    let app = runtime.block_on(async {
-        let file = ConfigFile {
-            slots: Some(2),
-            data_dir: Some(dir.path().join("data")),
-            interval_s: Some(0.5),
-            ..ConfigFile::default()
-        };
-        let config = ServerConfig::resolve(file, Some(TOKEN.to_string())).unwrap();
-        api::router(dlscale_server::start(config).await.unwrap())
-    });
+    let app = runtime.block_on(async { router::service(&dir.path().join("data")).await });
     // A live job for the reports.
     let live = runtime.block_on(async {
         let mut job = valid_job("live", &workdir);
