@@ -6,12 +6,13 @@
 //! step time = 0.001 s × per-GPU batch (+ the in-node sync on two or more GPUs). The utility is
 //! raw throughput, so values are samples per second.
 
-use dlscale_autoscaler::{
-    Autoscaler, AutoscalerConfig, Explanation, Input, Limit, ModelSource, Outcome, Step, Submission,
-};
+mod steps;
+
+use dlscale_autoscaler::{Autoscaler, AutoscalerConfig, Explanation, Input, Limit, Outcome};
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::{ShapeRule, Topology};
 use dlscale_core::{Admission, Job, JobState, Settings, Utility};
+use steps::{started, submit};
 
 /// A job with a fixed batch of `batch` (all of it fits one GPU) and in-node sync `sync_s`.
 fn job(id: &str, batch: u32, sync_s: f64, min_gpus: u32, max_gpus: u32) -> Job {
@@ -24,16 +25,6 @@ fn job(id: &str, batch: u32, sync_s: f64, min_gpus: u32, max_gpus: u32) -> Job {
     parse_jobs(&text, FileFormat::Json, "test")
         .unwrap()
         .remove(0)
-}
-
-fn submit(job: Job) -> Input {
-    Input::Submit {
-        job: Box::new(Submission {
-            job,
-            model: ModelSource::Given,
-            max_retries: None,
-        }),
-    }
 }
 
 fn autoscaler(topology: Topology, tune: impl FnOnce(&mut AutoscalerConfig)) -> Autoscaler {
@@ -53,19 +44,6 @@ fn autoscaler(topology: Topology, tune: impl FnOnce(&mut AutoscalerConfig)) -> A
 }
 
 /// Confirms every launch of `step`.
-fn started(step: &Step) -> Vec<Input> {
-    step.actions
-        .iter()
-        .filter_map(|a| match a {
-            dlscale_autoscaler::Action::Launch(l) => Some(Input::LaunchStarted {
-                id: l.id.clone(),
-                attempt: l.attempt,
-            }),
-            _ => None,
-        })
-        .collect()
-}
-
 fn explain(a: &Autoscaler, id: &str) -> Explanation {
     a.last_inputs()
         .expect("the decision kept its inputs")

@@ -3,13 +3,16 @@
 //! (an exit after a stop is a stop), cancels, grace periods, retries, cooldowns, restarts with
 //! adoption and stale launches, pending launches, and jobs too close to their end to restart.
 
+mod steps;
+
 use dlscale_autoscaler::{
-    Action, Autoscaler, AutoscalerConfig, Input, JobRecord, LaunchState, ModelSource, Next,
-    Observation, ObservedLaunch, Outcome, Refusal, Status, Step, StopReason, Submission, Waiting,
+    Action, Autoscaler, AutoscalerConfig, Input, JobRecord, LaunchState, Next, Observation,
+    ObservedLaunch, Outcome, Refusal, Status, Step, StopReason, Waiting,
 };
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::{ShapeRule, Topology};
 use dlscale_core::{Admission, Job, Settings};
+use steps::{started, submit};
 
 /// A job that speeds up well to `max_gpus` (batch 32 to 512, 64 per GPU).
 fn job(id: &str, max_gpus: u32) -> Job {
@@ -22,16 +25,6 @@ fn job(id: &str, max_gpus: u32) -> Job {
     parse_jobs(&text, FileFormat::Json, "test")
         .unwrap()
         .remove(0)
-}
-
-fn submit(job: Job) -> Input {
-    Input::Submit {
-        job: Box::new(Submission {
-            job,
-            model: ModelSource::Given,
-            max_retries: None,
-        }),
-    }
 }
 
 fn config() -> AutoscalerConfig {
@@ -78,14 +71,6 @@ fn kills(step: &Step) -> Vec<(String, u32)> {
             Action::Kill { id, attempt } => Some((id.clone(), *attempt)),
             _ => None,
         })
-        .collect()
-}
-
-/// An executor that confirms every launch at once.
-fn started(step: &Step) -> Vec<Input> {
-    launches(step)
-        .into_iter()
-        .map(|(id, attempt, ..)| Input::LaunchStarted { id, attempt })
         .collect()
 }
 
