@@ -34,11 +34,20 @@ p.add_argument("--log-every", type=int, default=int(os.environ.get("DLSCALE_LOG_
                help="steps per 'dlscale: step=' line / metrics report (env DLSCALE_LOG_EVERY, default 10)")
 p.add_argument("--checkpoint-every", type=int, default=int(os.environ.get("DLSCALE_CHECKPOINT_EVERY", "100")),
                help="periodic checkpoint every N steps, 0 = only on stop/finish (env DLSCALE_CHECKPOINT_EVERY)")
+p.add_argument("--measure-noise", action="store_true",
+               default=os.environ.get("DLSCALE_MEASURE_NOISE", "0") == "1",
+               help="measure the gradient noise scale and report it (env DLSCALE_MEASURE_NOISE=1); on one "
+                    "worker each step is then two micro-batches")
+p.add_argument("--init-batch", type=int, default=int(os.environ.get("DLSCALE_TEST_INIT_BATCH", "32")),
+               help="the batch the server counts progress in: the submission's batch_size, else min_batch "
+                    "(default 32)")
+p.add_argument("--noise-window-samples", type=float, default=None,
+               help="smoothing time constant of the noise estimate, samples (default: the library's)")
 p.add_argument("--trace", default=os.environ.get("DLSCALE_TRACE"),
                help="append one JSON line per step and rank (step, stream offset, count) to TRACE.rank<R> (tests)")
 args = p.parse_args()
-if args.total_steps < 0 or args.step_sleep < 0:
-    p.error("--total-steps and --step-sleep must be >= 0")
+if args.total_steps < 0 or args.step_sleep < 0 or args.init_batch < 1:
+    p.error("--total-steps and --step-sleep must be >= 0, --init-batch >= 1")
 
 # Env first: installs the SIGTERM handler before the (slow) torch import.
 job = dlscale.init(log_every=args.log_every, checkpoint_every=args.checkpoint_every)
@@ -74,14 +83,21 @@ if job.is_chief:
           f"total_steps={args.total_steps}", flush=True)
 ddp = nn.parallel.DistributedDataParallel(model) if distributed else model
 loss_fn = nn.CrossEntropyLoss()
+# One worker measures noise from two micro-batches per step, several from DDP's all-reduce.
+micro_batches = 2 if args.measure_noise and not distributed and job.local_batch_size % 2 == 0 else 1
+if args.measure_noise:
+    job.measure_grad_noise(ddp, init_batch_size=args.init_batch, window_samples=args.noise_window_samples)
 
 trace = open(f"{args.trace}.rank{job.rank}", "a") if args.trace else None
 while job.step < args.total_steps:
     offset = job.samples_seen + job.rank * job.local_batch_size
     idx = torch.tensor(sampler.local_indices(job.samples_seen, job.local_batch_size, job.rank))
     optimizer.zero_grad(set_to_none=True)
-    loss = loss_fn(ddp(X[idx]), y[idx])
-    loss.backward()
+    loss = 0.0
+    for part in idx.chunk(micro_batches):
+        part_loss = loss_fn(ddp(X[part]), y[part]) * (len(part) / len(idx))
+        part_loss.backward()
+        loss = loss + part_loss.detach()
     optimizer.step()
     if trace:
         trace.write(json.dumps({"step": job.step + 1, "rank": job.rank, "world_size": job.world_size,

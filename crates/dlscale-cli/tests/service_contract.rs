@@ -11,7 +11,7 @@ use std::time::Duration;
 use dlscale_autoscaler::Status as JobStatus;
 use dlscale_server::api::dto::JobView;
 use serde_json::{json, Value};
-use service_support::{launch_processes, read_trace, repo_root, venv, Server};
+use service_support::{launch_processes, read_trace, repo_root, Server};
 
 const CONFIG: &str =
     "slots = 2\ncooldown_s = 1\ninterval_s = 0.5\ngrace_s = 3\nmin_gain = 0.05\nmax_retries = 1\n";
@@ -87,15 +87,9 @@ async fn a_program_that_exits_0_on_sigterm_is_relaunched_not_finished() {
 /// the job is marked ended only once none is left.
 #[tokio::test(flavor = "multi_thread")]
 async fn no_process_of_a_launch_outlives_it() {
-    let venv = match venv() {
-        Ok(v) => v,
-        Err(why) if std::env::var("DLSCALE_REQUIRE_TORCH").as_deref() == Ok("1") => {
-            panic!("DLSCALE_REQUIRE_TORCH=1 but the torch venv is unusable: {why}")
-        }
-        Err(why) => {
-            eprintln!("SKIP no_process_of_a_launch_outlives_it: {why}");
-            return;
-        }
+    let Some(venv) = service_support::torch_venv_or_skip("no_process_of_a_launch_outlives_it")
+    else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let config = format!(

@@ -1,6 +1,7 @@
-//! End to end with real torchrun workers on CPU: `dlscale serve` with 4 slots, three
-//! `examples/train_digits.py` jobs arriving at different times, a rescale, a `kill -9` of the
-//! server and a restart. Skips (passes with a message) when the torch venv is missing, unless
+//! End to end with real torch workers on CPU (`examples/train_digits.py`): `dlscale serve` with
+//! 4 slots, three torchrun jobs arriving at different times, a rescale, a `kill -9` of the
+//! server and a restart; and a job whose batch follows the gradient noise scale its worker
+//! measures. Skips (passes with a message) when the torch venv is missing, unless
 //! `DLSCALE_REQUIRE_TORCH=1`.
 
 mod service_support;
@@ -11,7 +12,7 @@ use dlscale_autoscaler::Status as JobStatus;
 use dlscale_server::api::dto::JobView;
 use dlscale_server::client::Method;
 use serde_json::{json, Value};
-use service_support::{assert_trained, cli, repo_root, venv, Server};
+use service_support::{assert_trained, cli, repo_root, torch_venv_or_skip, Server};
 
 fn job(id: &str, max_gpus: u32, total_steps: u32, trace: &Path) -> Value {
     json!({"id": id, "min_batch": 32, "max_batch": 256, "max_local_batch": 64, "max_gpus": max_gpus,
@@ -29,15 +30,10 @@ fn running(j: &JobView) -> bool {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn three_torchrun_jobs_rescale_resume_and_survive_a_server_kill() {
-    let venv = match venv() {
-        Ok(v) => v,
-        Err(why) if std::env::var("DLSCALE_REQUIRE_TORCH").as_deref() == Ok("1") => {
-            panic!("DLSCALE_REQUIRE_TORCH=1 but the torch venv is unusable: {why} (run scripts/setup-python.sh)")
-        }
-        Err(why) => {
-            eprintln!("SKIP three_torchrun_jobs_rescale_resume_and_survive_a_server_kill: {why}; run scripts/setup-python.sh (set DLSCALE_REQUIRE_TORCH=1 to fail instead)");
-            return;
-        }
+    let Some(venv) =
+        torch_venv_or_skip("three_torchrun_jobs_rescale_resume_and_survive_a_server_kill")
+    else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
@@ -160,4 +156,82 @@ async fn three_torchrun_jobs_rescale_resume_and_survive_a_server_kill() {
         "stopped {stopped:?} resumed {resumed:?}"
     );
     service_support::assert_replays(&server);
+}
+
+/// What the service showed of one launch of a job, the first time it saw it running.
+#[derive(Debug, Clone, Copy)]
+struct SeenLaunch {
+    attempt: u32,
+    batch_size: u32,
+    /// The job's smoothed noise scale at that moment, if its workers had reported one.
+    noise_scale: Option<f64>,
+}
+
+/// Goodput with measured statistical efficiency, for real: the worker estimates the gradient
+/// noise scale from two micro-batches per step and reports it; the service smooths it into the
+/// job's efficiency and re-decides the batch. While a model trains its gradient shrinks and the
+/// noise scale grows, so larger batches waste fewer samples: on its one GPU the job is relaunched
+/// with a larger batch once the noise scale it measured has grown. It still trains to the end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_jobs_batch_grows_as_its_measured_noise_scale_grows() {
+    let Some(venv) = torch_venv_or_skip("a_jobs_batch_grows_as_its_measured_noise_scale_grows")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = "slots = 1\ncooldown_s = 2\ninterval_s = 1\ngrace_s = 30\nmin_gain = 0.05\nutility = \"goodput\"\n";
+    let server = Server::start(dir.path(), config).await;
+    let trace = dir.path().join("noisy.trace");
+    let total_steps = 5000u64;
+    // The analytic model fixes throughput, so only the measured noise moves the batch. B0 = 32
+    // (`batch_size`): the batch the server counts progress in, and the worker's `--init-batch`.
+    server
+        .submit(json!({"id": "noisy", "min_batch": 16, "max_batch": 512, "batch_size": 32,
+            "max_local_batch": 512, "max_gpus": 1, "powers_of_two": true,
+            "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.0005},
+            "command": [venv.join("bin/python").display().to_string(), "examples/train_digits.py",
+                        "--total-steps", total_steps.to_string(), "--step-sleep", "0.004", "--measure-noise", "--init-batch", "32",
+                        "--noise-window-samples", "3200", "--lr-rule", "sqrt",
+                        "--trace", trace.display().to_string()],
+            "workdir": repo_root().display().to_string(), "launcher": "plain",
+            "env": {"DLSCALE_METRICS_INTERVAL": "1", "DLSCALE_LOG_EVERY": "20"}}))
+        .await;
+
+    let mut seen: Vec<SeenLaunch> = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let j = server.job("noisy").await;
+        if j.state.is_terminal() {
+            break;
+        }
+        if running(&j) && seen.last().is_none_or(|l| l.attempt != j.attempt) {
+            seen.push(SeenLaunch {
+                attempt: j.attempt,
+                batch_size: j.batch_size,
+                noise_scale: j.noise_scale,
+            });
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "noisy did not finish: {j:?}\nlaunches {seen:?}\n{}",
+            server.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Two launches decided on a measured noise scale, the later with more noise and a larger
+    // batch.
+    let measured: Vec<(f64, u32)> = seen
+        .iter()
+        .filter_map(|l| Some((l.noise_scale?, l.batch_size)))
+        .collect();
+    let grew = measured.iter().enumerate().any(|(i, &(noise, batch))| {
+        measured[i + 1..]
+            .iter()
+            .any(|&(later_noise, later_batch)| later_noise > noise && later_batch > batch)
+    });
+    assert!(
+        grew,
+        "no launch with a larger batch after the noise scale grew: {seen:?}"
+    );
+    assert_trained(&server, "noisy", total_steps, &trace, 60.0).await;
 }

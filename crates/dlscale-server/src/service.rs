@@ -48,10 +48,22 @@ pub struct LiveJob {
     pub target: Option<Target>,
     /// Name of its model (a bundled profile, `analytic`, or `learned`).
     pub model_name: String,
-    /// What its model predicts, samples/s, for the launch it holds.
+    /// What its models say of the launch it holds.
+    pub estimates: Estimates,
+}
+
+/// What a job's models say of the launch it holds: refreshed after every decision and every
+/// change of its record, read by the API.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Estimates {
+    /// What its throughput model predicts, samples/s.
     pub predicted_samples_per_s: Option<f64>,
-    /// Its statistical efficiency at the batch of the launch it holds, where known.
+    /// Its statistical efficiency at the launch's batch (1: every sample counts fully), where
+    /// its gradient statistics are known.
     pub efficiency: Option<f64>,
+    /// Its gradient noise scale, samples: the smoothed statistics its workers reported (or its
+    /// submission's), at the batch its progress is counted in.
+    pub noise_scale: Option<f64>,
 }
 
 /// The state API reads answer from: what the last committed batch left.
@@ -352,8 +364,7 @@ pub async fn start(
                     record: r.clone(),
                     target: None,
                     model_name,
-                    predicted_samples_per_s: None,
-                    efficiency: None,
+                    estimates: Estimates::default(),
                 }),
             );
         }
@@ -610,8 +621,7 @@ impl Driver {
                         .expect("a new job's record is in its step"),
                     target: None,
                     model_name,
-                    predicted_samples_per_s: None,
-                    efficiency: None,
+                    estimates: Estimates::default(),
                 }),
             );
         }
@@ -630,14 +640,12 @@ impl Driver {
         // follows): every job after a decision, the changed ones otherwise.
         let autoscaler = &self.autoscaler;
         let refresh = |id: &str, j: &mut Arc<LiveJob>| {
-            let (predicted, efficiency) = match autoscaler.job(id) {
-                Some((record, job)) => estimate(record, job),
-                None => (None, None),
-            };
-            if (j.predicted_samples_per_s, j.efficiency) != (predicted, efficiency) {
-                let j = Arc::make_mut(j);
-                j.predicted_samples_per_s = predicted;
-                j.efficiency = efficiency;
+            let estimates = autoscaler
+                .job(id)
+                .map(|(record, job)| estimate(record, job))
+                .unwrap_or_default();
+            if j.estimates != estimates {
+                Arc::make_mut(j).estimates = estimates;
             }
         };
         if decided {
@@ -716,20 +724,32 @@ impl Driver {
     }
 }
 
-/// What `job`'s model predicts for the launch its `record` holds (samples/s), and its
-/// statistical efficiency at that launch's batch where its gradient statistics are known.
-fn estimate(record: &JobRecord, job: &Job) -> (Option<f64>, Option<f64>) {
+/// What `job`'s models say of the launch its `record` holds.
+fn estimate(record: &JobRecord, job: &Job) -> Estimates {
+    let noise_scale = job
+        .efficiency
+        .map(|e| e.noise.noise_scale(e.init_batch))
+        .filter(|s| s.is_finite());
     let Some(shape) = record.shape() else {
-        return (None, None);
+        return Estimates {
+            noise_scale,
+            ..Estimates::default()
+        };
     };
     let nodes = shape.shares.len().max(1) as u32;
-    let predicted =
-        throughput_samples_per_s(job.throughput.as_ref(), shape.gpus, nodes, shape.batch_size);
-    let efficiency = job.efficiency.map(|e| {
-        e.noise
-            .efficiency(f64::from(shape.batch_size), e.init_batch)
-    });
-    (predicted, efficiency)
+    Estimates {
+        predicted_samples_per_s: throughput_samples_per_s(
+            job.throughput.as_ref(),
+            shape.gpus,
+            nodes,
+            shape.batch_size,
+        ),
+        efficiency: job.efficiency.map(|e| {
+            e.noise
+                .efficiency(f64::from(shape.batch_size), e.init_batch)
+        }),
+        noise_scale,
+    }
 }
 
 /// Commits a batch, retrying while the database cannot be written.

@@ -160,7 +160,8 @@ class Job:
         * ``None``: feed ``job.grad_noise.update(...)`` yourself, on every rank.
 
         ``init_batch_size``: the job's initial batch ``B0``, in which the server counts progress
-        (its submission's ``init_batch``, else ``min_batch``); the reported ``grad_var`` is the
+        (its submission's ``batch_size``, else ``min_batch``; with an analytic ``model`` that
+        gives a ``noise_scale``, that model's ``init_batch``, by default ``min_batch``); the reported ``grad_var`` is the
         gradient variance at that batch. It stays the same across relaunches at other batches.
 
         ``step_done()`` closes each step's measurement; every log window the ranks average their

@@ -270,6 +270,21 @@ pub fn venv() -> Result<PathBuf, String> {
     Ok(venv)
 }
 
+/// The torch venv for test `test`, or `None` (after printing why the test is skipped) when it is
+/// unusable; with `DLSCALE_REQUIRE_TORCH=1` an unusable venv fails the test instead.
+pub fn torch_venv_or_skip(test: &str) -> Option<PathBuf> {
+    match venv() {
+        Ok(v) => Some(v),
+        Err(why) if std::env::var("DLSCALE_REQUIRE_TORCH").as_deref() == Ok("1") => {
+            panic!("DLSCALE_REQUIRE_TORCH=1 but the torch venv is unusable: {why} (run scripts/setup-python.sh)")
+        }
+        Err(why) => {
+            eprintln!("SKIP {test}: {why}; run scripts/setup-python.sh (set DLSCALE_REQUIRE_TORCH=1 to fail instead)");
+            None
+        }
+    }
+}
+
 /// Runs the real `dlscale` CLI against `server` from the repository root (relative paths, as
 /// the README gives them), asserting success; returns its stdout.
 pub fn cli(server: &Server, args: &[&str]) -> String {

@@ -83,6 +83,10 @@ pub struct JobView {
     /// fully), where its gradient statistics are known.
     #[serde(default)]
     pub efficiency: Option<f64>,
+    /// Its gradient noise scale in samples (the batch at which gradient noise equals its
+    /// signal), from what its workers reported or its submission gave, where known.
+    #[serde(default)]
+    pub noise_scale: Option<f64>,
     /// Exit code of the last launch, when it exited.
     pub exit_code: Option<i32>,
     /// Where it stands, in plain words.
@@ -235,6 +239,7 @@ impl JobView {
             samples_per_s: record.progress.samples_per_s,
             predicted_samples_per_s: None,
             efficiency: None,
+            noise_scale: None,
             exit_code: match &record.last_outcome {
                 Some(Outcome::Exited(c)) => Some(*c),
                 _ => None,

@@ -41,7 +41,7 @@ use crate::config::MetricsAccess;
 use crate::error::ApiError;
 use crate::executor::{log_path, random_hex, Handle};
 use crate::metrics::RouteLabels;
-use crate::service::{LiveJob, Service, Unavailable, View};
+use crate::service::{Estimates, LiveJob, Service, Unavailable, View};
 use crate::spec::{validate_id, JobSpec};
 use crate::store::{now, Profile, Received, StoredJob};
 use dto::{
@@ -440,8 +440,8 @@ struct FoundJob {
     spec: Arc<JobSpec>,
     record: JobRecord,
     target: Option<Target>,
-    /// Predicted samples/s and statistical efficiency of its launch (live jobs).
-    estimates: (Option<f64>, Option<f64>),
+    /// What its models say of its launch (live jobs).
+    estimates: Estimates,
 }
 
 impl FoundJob {
@@ -450,7 +450,7 @@ impl FoundJob {
             spec: Arc::clone(&j.spec),
             record: j.record.clone(),
             target: j.target.clone(),
-            estimates: (j.predicted_samples_per_s, j.efficiency),
+            estimates: j.estimates,
         }
     }
 
@@ -469,7 +469,7 @@ impl FoundJob {
                 spec: Arc::new(j.spec),
                 record: j.record,
                 target: None,
-                estimates: (None, None),
+                estimates: Estimates::default(),
             },
         }
     }
@@ -499,7 +499,12 @@ fn job_view(s: &Service, job: &FoundJob, handles: &BTreeMap<(String, u32), Handl
         handle,
         log_path(&s.config.data_dir, &job.record.id),
     );
-    (view.predicted_samples_per_s, view.efficiency) = job.estimates;
+    let e = job.estimates;
+    (
+        view.predicted_samples_per_s,
+        view.efficiency,
+        view.noise_scale,
+    ) = (e.predicted_samples_per_s, e.efficiency, e.noise_scale);
     if job.record.status == Status::Queued && job.record.waiting == Some(Waiting::NotChosen) {
         let live = s.view();
         let cooldown_s = s.config.cooldown_s;

@@ -226,13 +226,14 @@ function renderJobs(jobs, why, now) {
         el("td", { class: "num" }, rate(j.predicted_samples_per_s)),
         el("td", { class: "num" }, rate(j.samples_per_s)),
         el("td", { class: "num" }, percent(j.efficiency)),
+        el("td", { class: "num" }, j.noise_scale == null ? "–" : Math.round(j.noise_scale)),
         el("td", { class: "num" }, j.restarts),
         el("td", { class: "num" }, age((j.finished_at ?? now) - j.submitted_at)),
         el("td", { class: "why", title: e ? e.summary : j.message }, reason),
       ),
     );
   }
-  if (jobs.length === 0) body.append(el("tr", {}, el("td", { colspan: 11, class: "hint" }, "no jobs yet")));
+  if (jobs.length === 0) body.append(el("tr", {}, el("td", { colspan: 12, class: "hint" }, "no jobs yet")));
 }
 
 /**
