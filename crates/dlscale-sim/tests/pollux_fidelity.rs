@@ -50,3 +50,53 @@ fn tiresias_matches_the_artifact_per_workload() {
 fn optimus_oracle_matches_the_artifact_per_workload() {
     check(OPTIMUS, Published::OptimusOracle, &[1, 3, 6]);
 }
+
+/// All 64 cells (8 workloads × 4 loads × 2 policies), printed as a table: minutes in a release
+/// build (`cargo test --release -p dlscale-sim --test pollux_fidelity -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn every_cell_at_every_load_is_within_three_percent() {
+    let mut outside = Vec::new();
+    for load in Load::ALL {
+        for (policy, published) in [
+            (TIRESIAS, Published::Tiresias),
+            (OPTIMUS, Published::OptimusOracle),
+        ] {
+            let config = SimConfig {
+                knowledge: Knowledge::Oracle,
+                ..SimConfig::pollux()
+            };
+            let (mut worst, mut within) = (0.0f64, 0);
+            for n in 1..=8 {
+                let workload = pollux_workload(load, n).unwrap();
+                let ours = simulate(&workload, &config, policy, &mut ())
+                    .unwrap()
+                    .summary;
+                let theirs = published_avg_jct_s(published, load, n).unwrap();
+                let deviation = ours.avg_jct_s / theirs - 1.0;
+                println!(
+                    "| {load} | {} | {n} | {:.1} | {theirs:.1} | {:+.3} % |",
+                    policy.name,
+                    ours.avg_jct_s,
+                    100.0 * deviation
+                );
+                if deviation.abs() <= 0.03 {
+                    within += 1;
+                } else {
+                    outside.push((load, policy.name, n, deviation));
+                }
+                worst = if deviation.abs() > worst.abs() {
+                    deviation
+                } else {
+                    worst
+                };
+            }
+            println!(
+                "{load} {}: {within}/8 within ±3 %, worst {:+.3} %",
+                policy.name,
+                100.0 * worst
+            );
+        }
+    }
+    assert!(outside.is_empty(), "outside ±3 %: {outside:?}");
+}
