@@ -61,7 +61,7 @@ pub struct SimulateArgs {
     #[arg(long, value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<ShapeRule>()))]
     pub shape: Option<ShapeRule>,
     /// Defragmenting repack: most unchanged jobs moved per job it consolidates (0: off)
-    /// [default: 4; the Pollux preset: 0].
+    /// [default: 4; the most-free rule never moves a job].
     #[arg(long)]
     pub defragment_moves: Option<u32>,
     /// Also decide when a job arrives or completes (true), or only every interval (false)

@@ -16,7 +16,8 @@
 //! - [`ShapeRule::MostFree`]: Pollux's artifact simulator's rule for its baselines: chunk by
 //!   chunk, as many GPUs as are still needed from the node with the most free GPUs (lowest index
 //!   on ties); jobs are placed in the order given (the policy's), not largest first, and the
-//!   shares keep the order they were taken in (the artifact's placement tuple, e.g. `3+1`).
+//!   shares keep the order they were taken in (the artifact's placement tuple, e.g. `3+1`); no
+//!   defragmenting repack (the artifact never moves a job whose count is unchanged).
 //!
 //! A count a rule cannot place even on the idle cluster is not *allowed*
 //! ([`Topology::allowed_counts`]); callers offer policies only allowed counts, so that every
@@ -230,7 +231,8 @@ pub fn place<'a>(
     defragment_moves_per_job: u32,
 ) -> Placed {
     let mut placed = place_keeping(topology, rule, previous, wanted);
-    if defragment_moves_per_job == 0 {
+    // Pollux's artifact never moves a job whose count is unchanged: its rule has no repack.
+    if defragment_moves_per_job == 0 || rule == ShapeRule::MostFree {
         return placed;
     }
     // The packed node count of each count wanted, computed once.

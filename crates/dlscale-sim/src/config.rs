@@ -201,11 +201,12 @@ impl Default for SimConfig {
 
 impl SimConfig {
     /// Pollux's artifact simulator: 16 nodes × 4 GPUs, decisions every 60 s only, 30 s
-    /// restarts (the first start too), goodput progress, no defragmenting repack, Tiresias at the
-    /// artifact's 57,600 GPU-s threshold, its world ([`World::PolluxArtifact`]) and, for its
-    /// baselines, its placement ([`ShapeRule::MostFree`]); dlscale's own policies keep
-    /// dlscale's placement and the elastic settings of `reproduce pollux` (fair, p = −1, queue
-    /// admission with backfill, restart-aware with a 5 % minimum gain).
+    /// restarts (the first start too), goodput progress, Tiresias at the artifact's 57,600 GPU-s
+    /// threshold, its world ([`World::PolluxArtifact`]) and, for its baselines, its placement
+    /// ([`ShapeRule::MostFree`]: most-free-node chunks, no job ever moved, so no defragmenting
+    /// repack); dlscale's own policies keep dlscale's placement (with its repack) and the
+    /// elastic settings of `reproduce pollux` (fair, p = −1, queue admission with backfill,
+    /// restart-aware with a 5 % minimum gain).
     pub fn pollux() -> SimConfig {
         SimConfig {
             cluster: Cluster {
@@ -229,7 +230,6 @@ impl SimConfig {
             policy_options: PolicyOptions {
                 tiresias_threshold_gpu_s: 57_600.0,
             },
-            defragment_moves_per_job: 0,
             world: World::PolluxArtifact,
             baseline_shape: Some(ShapeRule::MostFree),
             ..SimConfig::default()

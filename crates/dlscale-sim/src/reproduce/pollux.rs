@@ -167,6 +167,11 @@ impl Published {
     }
 }
 
+/// The file name (without extension) of the plot of `load`: `avg_jct_by_workload_1_5`.
+pub(super) fn plot_name(load: Load) -> String {
+    format!("avg_jct_by_workload_{}", load.name().replace('.', "_"))
+}
+
 /// Pollux's yardstick: the bundled workloads at each load of `options` under the Pollux preset,
 /// for Tiresias and Optimus+Oracle (against the artifact) and elastic-batch (against Pollux).
 /// Writes `report.md`, `pollux.json` and a plot per load into `out_dir`.
@@ -217,7 +222,7 @@ pub fn reproduce_pollux(
             .collect();
         let title = format!("Average JCT per Pollux workload, {load} load");
         line_chart(
-            &out_dir.join(format!("avg_jct_by_workload_{}", load.name())),
+            &out_dir.join(plot_name(load)),
             &Chart {
                 title: &title,
                 x_label: "workload",

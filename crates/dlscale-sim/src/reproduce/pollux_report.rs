@@ -105,11 +105,12 @@ pub fn pollux_report(options: &PolluxOptions, rows: &[PolluxRow]) -> String {
         "Workloads {:?} of Pollux's OSDI'21 artifact (bundled) at loads {} under \
          `--preset pollux`: {} nodes × {} GPUs (T4 profiles), decisions every {} only (not on \
          events, as in Pollux's simulator) unless a row says event-driven, {} without progress \
-         at every (re)start, goodput progress, no defragmenting repack, Tiresias demoting at {} \
-         GPU-s, and the artifact's world: step times by exact placement shape with its batch \
-         and accumulation rule, progress in chunks of {} with epoch ends rounded to whole seconds; Tiresias and \
-         Optimus+Oracle placed by its most-free-node rule with its job rules, dlscale's own \
-         policies by dlscale's placement. Elastic-batch learns each job's model from its \
+         at every (re)start, goodput progress, Tiresias demoting at {} GPU-s, and the \
+         artifact's world: step times by exact placement shape with its batch and accumulation \
+         rule, progress in chunks of {} with epoch ends rounded to whole seconds; Tiresias and \
+         Optimus+Oracle placed by its most-free-node rule (no job moved) with its job rules, \
+         dlscale's own policies by dlscale's placement (with its defragmenting repack, up to {} \
+         moves per consolidated job). Elastic-batch learns each job's model from its \
          simulated reports unless a row says oracle. Published numbers are the artifact's \
          `results-jobload` averages.\n",
         options.workloads,
@@ -120,6 +121,7 @@ pub fn pollux_report(options: &PolluxOptions, rows: &[PolluxRow]) -> String {
         secs(config.restart_delay_s),
         int(config.policy_options.tiresias_threshold_gpu_s),
         secs(config.interval_s.unwrap_or(0.0)),
+        config.defragment_moves_per_job,
     );
     let mut all_cells: Vec<(Load, &str, (usize, f64, f64))> = Vec::new();
     for &load in &options.loads {
@@ -131,6 +133,11 @@ pub fn pollux_report(options: &PolluxOptions, rows: &[PolluxRow]) -> String {
         let _ = writeln!(md, "## {load} load\n");
         md.push_str(&fidelity_section(&r));
         md.push_str(&elastic_section(&r));
+        let _ = writeln!(
+            md,
+            "![average JCT per workload, {load} load]({}.svg)\n",
+            plot_name(load)
+        );
         for id in [PolluxRun::Tiresias, PolluxRun::OptimusOracle] {
             if let Some(cells) = r.against_published(id) {
                 all_cells.extend(
