@@ -61,6 +61,9 @@ struct Epoch {
     grad_var: f64,
 }
 
+/// A validated batch with its epochs.
+type Validated<'a> = (BatchSize, &'a [Epoch]);
+
 /// How a batch runs on some GPUs: micro-batch per GPU and extra accumulation steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MicroBatches {
@@ -386,7 +389,7 @@ impl ArtifactProfile {
     }
 
     /// The validated batches at or below and at or above `b` (within the range), with rows.
-    fn around(&self, b: BatchSize) -> ((BatchSize, &[Epoch]), (BatchSize, &[Epoch])) {
+    fn around(&self, b: BatchSize) -> (Validated<'_>, Validated<'_>) {
         let first = &self.validation[0];
         let mut lo = (first.0, first.1.as_slice());
         let mut up = lo;
@@ -453,7 +456,7 @@ impl ArtifactView {
     fn shape(&self, gpus: GpuCount, nodes: u32) -> Vec<u32> {
         let per = self.gpus_per_node.max(1);
         let mut shape = vec![per; (gpus / per) as usize];
-        if gpus % per > 0 {
+        if !gpus.is_multiple_of(per) {
             shape.push(gpus % per);
         }
         if nodes > 0 && shape.len() != nodes as usize && nodes <= gpus {
