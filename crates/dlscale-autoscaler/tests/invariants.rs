@@ -200,7 +200,7 @@ proptest! {
     #[test]
     fn gpus_are_never_promised_twice_and_every_job_ends(
         specs in prop::collection::vec(spec(), 1..10),
-        shape in prop::sample::select(vec![ShapeRule::Any, ShapeRule::EqualPerNode]),
+        shape in prop::sample::select(vec![ShapeRule::Any, ShapeRule::EqualPerNode, ShapeRule::MostFree]),
         cooldown_s in prop::sample::select(vec![0.0, 20.0]),
     ) {
         let first = run(&specs, shape, cooldown_s);

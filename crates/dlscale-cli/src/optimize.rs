@@ -24,74 +24,93 @@ pub enum OutputFormat {
     Json,
 }
 
-/// Allocator settings shared by every command that runs an allocator.
+/// Allocator settings shared by every command that runs an allocator. A flag left out keeps
+/// the base settings' value (the core's defaults, or a simulation preset's).
 #[derive(Debug, Clone, Args)]
 pub struct PolicyArgs {
-    /// What to maximise: speedup, throughput, goodput, fair (p = −1) or fair:P with P < 0.
-    #[arg(long, default_value = "speedup", value_parser = clap::builder::ValueParser::new(parse_utility))]
-    pub utility: Utility,
-    /// What happens to a job whose minimum does not fit: drop (the paper) or queue.
-    #[arg(long, default_value = "drop", value_parser = clap::builder::ValueParser::new(parse_admission))]
-    pub admission: Admission,
+    /// What to maximise: speedup, throughput, goodput, fair (p = −1) or fair:P with P < 0
+    /// [default: speedup].
+    #[arg(long, value_parser = clap::builder::ValueParser::new(parse_utility))]
+    pub utility: Option<Utility>,
+    /// What happens to a job whose minimum does not fit: drop (the paper) or queue [default:
+    /// drop].
+    #[arg(long, value_parser = clap::builder::ValueParser::new(parse_admission))]
+    pub admission: Option<Admission>,
     /// With queue admission, let later jobs start while an earlier one waits.
     #[arg(long)]
     pub backfill: bool,
-    /// A running job changes only if its own metric improves by more than this fraction.
-    #[arg(long, default_value_t = 0.0)]
-    pub min_gain: f64,
-    /// Seconds of progress a restart costs, for Pollux's restart penalty (0: off).
-    #[arg(long, default_value_t = 0.0)]
-    pub restart_cost_s: f64,
-    /// Candidate per-GPU batch sizes tried per GPU count.
-    #[arg(long, default_value_t = 32)]
-    pub batch_candidates: usize,
-    /// Tiresias: attained GPU-seconds after which a job drops to the low-priority queue.
-    #[arg(long, default_value_t = PolicyOptions::default().tiresias_threshold_gpu_s)]
-    pub tiresias_threshold_gpu_s: f64,
+    /// A running job changes only if its own metric improves by more than this fraction
+    /// [default: 0].
+    #[arg(long)]
+    pub min_gain: Option<f64>,
+    /// Seconds of progress a restart costs, for Pollux's restart penalty (0: off) [default: 0].
+    #[arg(long)]
+    pub restart_cost_s: Option<f64>,
+    /// Candidate per-GPU batch sizes tried per GPU count [default: 32].
+    #[arg(long)]
+    pub batch_candidates: Option<usize>,
+    /// Tiresias: attained GPU-seconds after which a job drops to the low-priority queue
+    /// [default: 3200; the Pollux preset: 57600].
+    #[arg(long)]
+    pub tiresias_threshold_gpu_s: Option<f64>,
 }
 
 impl PolicyArgs {
     /// The core's settings, validated.
     pub fn settings(&self) -> Result<Settings> {
-        if !(self.min_gain.is_finite() && self.min_gain >= 0.0) {
+        self.settings_over(Settings::default())
+    }
+
+    /// `base` with the flags given, validated.
+    pub fn settings_over(&self, base: Settings) -> Result<Settings> {
+        let min_gain = self.min_gain.unwrap_or(base.restart.min_gain);
+        if !(min_gain.is_finite() && min_gain >= 0.0) {
             return Err(input_error(anyhow::anyhow!(
-                "--min-gain must be a number ≥ 0, got {}",
-                self.min_gain
+                "--min-gain must be a number ≥ 0, got {min_gain}"
             )));
         }
-        if !(self.restart_cost_s.is_finite() && self.restart_cost_s >= 0.0) {
+        let restart_cost_s = self.restart_cost_s.unwrap_or(base.restart.cost_s);
+        if !(restart_cost_s.is_finite() && restart_cost_s >= 0.0) {
             return Err(input_error(anyhow::anyhow!(
-                "--restart-cost-s must be a number ≥ 0, got {}",
-                self.restart_cost_s
+                "--restart-cost-s must be a number ≥ 0, got {restart_cost_s}"
             )));
         }
-        if self.batch_candidates < 2 {
+        let batch_candidates = self.batch_candidates.unwrap_or(base.batch_candidates);
+        if batch_candidates < 2 {
             return Err(input_error(anyhow::anyhow!(
                 "--batch-candidates must be at least 2"
             )));
         }
-        if !(self.tiresias_threshold_gpu_s.is_finite() && self.tiresias_threshold_gpu_s > 0.0) {
-            return Err(input_error(anyhow::anyhow!(
-                "--tiresias-threshold-gpu-s must be a positive number, got {}",
-                self.tiresias_threshold_gpu_s
-            )));
+        if let Some(t) = self.tiresias_threshold_gpu_s {
+            if !(t.is_finite() && t > 0.0) {
+                return Err(input_error(anyhow::anyhow!(
+                    "--tiresias-threshold-gpu-s must be a positive number, got {t}"
+                )));
+            }
         }
         Ok(Settings {
-            utility: self.utility,
-            admission: self.admission,
-            backfill: self.backfill,
+            utility: self.utility.unwrap_or(base.utility),
+            admission: self.admission.unwrap_or(base.admission),
+            backfill: self.backfill || base.backfill,
             restart: RestartAwareness {
-                min_gain: self.min_gain,
-                cost_s: self.restart_cost_s,
+                min_gain,
+                cost_s: restart_cost_s,
             },
-            batch_candidates: self.batch_candidates,
+            batch_candidates,
         })
     }
 
     /// Options of individual policies.
     pub fn policy_options(&self) -> PolicyOptions {
+        self.policy_options_over(PolicyOptions::default())
+    }
+
+    /// `base` with the flags given.
+    pub fn policy_options_over(&self, base: PolicyOptions) -> PolicyOptions {
         PolicyOptions {
-            tiresias_threshold_gpu_s: self.tiresias_threshold_gpu_s,
+            tiresias_threshold_gpu_s: self
+                .tiresias_threshold_gpu_s
+                .unwrap_or(base.tiresias_threshold_gpu_s),
         }
     }
 }

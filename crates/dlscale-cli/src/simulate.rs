@@ -8,10 +8,12 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::PolicyInfo;
+use dlscale_sim::reproduce::Load;
 use dlscale_sim::workload::bundled_pollux_workload;
 use dlscale_sim::{
     read_workload, reproduce_paper, reproduce_pollux, run_to_dir, Knowledge, PaperOptions,
-    PolluxOptions, ProgressMode, ReadOptions, Reporting, SimConfig, SimError, WorkloadFormat,
+    PolluxOptions, Preset, ProgressMode, ReadOptions, Reporting, SimConfig, SimError,
+    WorkloadFormat,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -27,36 +29,50 @@ pub struct SimulateArgs {
     /// Format of the workload file (detected from its header when omitted).
     #[arg(long, value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<WorkloadFormat>()))]
     pub workload_format: Option<WorkloadFormat>,
-    /// Number of nodes.
-    #[arg(long, default_value_t = 16)]
-    pub nodes: u32,
-    /// GPUs per node.
-    #[arg(long, default_value_t = 4)]
-    pub gpus_per_node: u32,
+    /// Number of nodes [default: 16].
+    #[arg(long)]
+    pub nodes: Option<u32>,
+    /// GPUs per node [default: 4].
+    #[arg(long)]
+    pub gpus_per_node: Option<u32>,
     /// Policies to simulate; repeat or comma-separate to compare.
     #[arg(long, required = true, value_delimiter = ',', value_parser = policy_parser())]
     pub policy: Vec<PolicyInfo>,
-    /// Run the allocator every this many seconds (0: only on arrivals and completions).
-    #[arg(long, default_value_t = 60.0)]
-    pub interval: f64,
-    /// Seconds a restarted job makes no progress.
-    #[arg(long, default_value_t = 30.0)]
-    pub restart_s: f64,
-    /// How jobs advance: samples (throughput) or goodput (Pollux's statistical-efficiency progress).
-    #[arg(long, default_value = "samples", value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<ProgressMode>()))]
-    pub progress: ProgressMode,
+    /// Run the allocator every this many seconds (0: only on arrivals and completions)
+    /// [default: 60].
+    #[arg(long)]
+    pub interval: Option<f64>,
+    /// Seconds a restarted job makes no progress [default: 30].
+    #[arg(long)]
+    pub restart_s: Option<f64>,
+    /// How jobs advance: samples (throughput) or goodput (Pollux's statistical-efficiency progress)
+    /// [default: samples; the Pollux preset: goodput].
+    #[arg(long, value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<ProgressMode>()))]
+    pub progress: Option<ProgressMode>,
     /// Seed of the trace mapping rules.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Skip malformed trace rows (counted in summary.json) instead of failing.
     #[arg(long)]
     pub skip_bad_rows: bool,
-    /// How a job's GPUs may be split over nodes: any, equal-per-node (as on Slurm) or whole-nodes.
-    #[arg(long, default_value = "any", value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<ShapeRule>()))]
-    pub shape: ShapeRule,
-    /// Defragmenting repack: most unchanged jobs moved per job it consolidates (0: off).
-    #[arg(long, default_value_t = 4)]
-    pub defragment_moves: u32,
+    /// How a job's GPUs may be split over nodes: any, equal-per-node (as on Slurm), whole-nodes or
+    /// most-free (Pollux's artifact) [default: any; the Pollux preset: most-free for Tiresias and
+    /// Optimus, any for the others].
+    #[arg(long, value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<ShapeRule>()))]
+    pub shape: Option<ShapeRule>,
+    /// Defragmenting repack: most unchanged jobs moved per job it consolidates (0: off)
+    /// [default: 4; the most-free rule never moves a job].
+    #[arg(long)]
+    pub defragment_moves: Option<u32>,
+    /// Also decide when a job arrives or completes (true), or only every interval (false)
+    /// [default: true; the Pollux preset: false].
+    #[arg(long)]
+    pub schedule_on_events: Option<bool>,
+    /// Start from a preset that the other flags override: `pollux` (Pollux's artifact
+    /// simulator: 16 × 4 GPUs, rounds every 60 s only, 30 s restarts, goodput progress, no
+    /// repack, Tiresias at 57,600 GPU-s, the artifact's world and its baselines' rules).
+    #[arg(long, value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<Preset>()))]
+    pub preset: Option<Preset>,
     /// Let policies see every job's true throughput model, gradient statistics and remaining
     /// work from its arrival (an oracle: a labelled baseline). By default they learn each job's
     /// model from its simulated metric reports, as the service does.
@@ -101,7 +117,8 @@ pub enum Experiment {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
-    /// Pollux's yardstick: its 8 workloads on 16 × 4 GPUs against the published numbers.
+    /// Pollux's yardstick: its 8 workloads at its 4 loads under `--preset pollux`: Tiresias and
+    /// Optimus+Oracle against the artifact (fidelity), elastic-batch against Pollux.
     Pollux {
         /// Output directory.
         #[arg(long)]
@@ -109,6 +126,9 @@ pub enum Experiment {
         /// Only these workloads (1 to 8), comma-separated.
         #[arg(long, value_delimiter = ',')]
         workloads: Vec<usize>,
+        /// Which of the artifact's loads, comma-separated: 0.5, 1, 1.5, 2 [default: all four].
+        #[arg(long, value_delimiter = ',', value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<Load>()))]
+        loads: Vec<Load>,
     },
 }
 
@@ -137,19 +157,23 @@ fn progress_bar(total: u64, what: &str) -> ProgressBar {
 
 /// Runs `dlscale simulate`.
 pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
-    let settings = args.policy_args.settings()?;
-    let cluster =
-        dlscale_core::Cluster::new(args.nodes, args.gpus_per_node).map_err(input_error)?;
-    if !(args.interval.is_finite() && args.interval >= 0.0) {
+    let base = args.preset.map_or_else(SimConfig::default, Preset::config);
+    let settings = args.policy_args.settings_over(base.settings)?;
+    let cluster = dlscale_core::Cluster::new(
+        args.nodes.unwrap_or(base.cluster.nodes),
+        args.gpus_per_node.unwrap_or(base.cluster.gpus_per_node),
+    )
+    .map_err(input_error)?;
+    let interval = args.interval.unwrap_or(base.interval_s.unwrap_or(0.0));
+    if !(interval.is_finite() && interval >= 0.0) {
         return Err(input_error(anyhow::anyhow!(
-            "--interval must be a number ≥ 0, got {}",
-            args.interval
+            "--interval must be a number ≥ 0, got {interval}"
         )));
     }
-    if !(args.restart_s.is_finite() && args.restart_s >= 0.0) {
+    let restart_s = args.restart_s.unwrap_or(base.restart_delay_s);
+    if !(restart_s.is_finite() && restart_s >= 0.0) {
         return Err(input_error(anyhow::anyhow!(
-            "--restart-s must be a number ≥ 0, got {}",
-            args.restart_s
+            "--restart-s must be a number ≥ 0, got {restart_s}"
         )));
     }
     let options = ReadOptions {
@@ -171,13 +195,18 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
     };
     let config = SimConfig {
         cluster,
-        interval_s: (args.interval > 0.0).then_some(args.interval),
-        restart_delay_s: args.restart_s,
-        progress: args.progress,
+        interval_s: (interval > 0.0).then_some(interval),
+        schedule_on_events: args.schedule_on_events.unwrap_or(base.schedule_on_events),
+        restart_delay_s: restart_s,
+        progress: args.progress.unwrap_or(base.progress),
         settings,
-        defragment_moves_per_job: args.defragment_moves,
-        shape: args.shape,
-        policy_options: args.policy_args.policy_options(),
+        defragment_moves_per_job: args
+            .defragment_moves
+            .unwrap_or(base.defragment_moves_per_job),
+        // An explicit shape rule holds for every policy, the preset's baselines included.
+        shape: args.shape.unwrap_or(base.shape),
+        baseline_shape: args.shape.map_or(base.baseline_shape, |_| None),
+        policy_options: args.policy_args.policy_options_over(base.policy_options),
         knowledge: if args.oracle {
             Knowledge::Oracle
         } else {
@@ -187,7 +216,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
                 seed: args.noise_seed,
             })
         },
-        ..SimConfig::default()
+        ..base
     };
     config.validate().map_err(sim_error)?;
     let total = workload.jobs.len() as u64;
@@ -234,13 +263,23 @@ pub fn run_reproduce(args: &ReproduceArgs) -> Result<()> {
             })?;
             out
         }
-        Experiment::Pollux { out, workloads } => {
-            let options = if workloads.is_empty() {
-                PolluxOptions::default()
-            } else {
-                PolluxOptions {
-                    workloads: workloads.clone(),
-                }
+        Experiment::Pollux {
+            out,
+            workloads,
+            loads,
+        } => {
+            let defaults = PolluxOptions::default();
+            let options = PolluxOptions {
+                workloads: if workloads.is_empty() {
+                    defaults.workloads
+                } else {
+                    workloads.clone()
+                },
+                loads: if loads.is_empty() {
+                    defaults.loads
+                } else {
+                    loads.clone()
+                },
             };
             with_progress("pollux", |progress| {
                 reproduce_pollux(out, &options, progress).map(drop)

@@ -134,3 +134,44 @@ fn reproduce_paper_writes_a_report() {
             && report.contains("static")
     );
 }
+
+#[test]
+fn the_pollux_preset_reproduces_the_artifact_and_other_flags_override_it() {
+    let published = |n: usize| -> f64 {
+        let csv = include_str!("../../dlscale-sim/data/pollux-published/avg-jct.csv");
+        csv.lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                (f[..3] == ["tiresias", "1.0", &n.to_string()]).then(|| f[3].parse().unwrap())
+            })
+            .unwrap()
+    };
+    let run = |extra: &[&str]| {
+        let out = tempfile::tempdir().unwrap();
+        let mut args = vec![
+            "simulate",
+            "--preset",
+            "pollux",
+            "--workload",
+            "pollux:3",
+            "--policy",
+            "tiresias",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--out", out.path().to_str().unwrap()]);
+        let result = dlscale(&args);
+        assert!(
+            result.status.success(),
+            "{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        summary(&out.path().join("summary.json"))
+    };
+    let preset = run(&[]);
+    let jct = preset["avg_jct_s"].as_f64().unwrap();
+    assert!((jct / published(3) - 1.0).abs() < 1e-3, "{jct} s");
+    let smaller = run(&["--nodes", "8", "--schedule-on-events", "true"]);
+    assert_eq!(smaller["nodes"], 8);
+    assert_eq!(smaller["gpus_per_node"], 4);
+    assert_ne!(smaller["avg_jct_s"], preset["avg_jct_s"]);
+}

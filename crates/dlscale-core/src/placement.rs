@@ -13,6 +13,11 @@
 //!   per-node GRES is one number per job, and torchrun's workers per node follow it — never on
 //!   more nodes than the count takes on the idle cluster (the node count its value assumed).
 //! - [`ShapeRule::WholeNodes`]: whole nodes only (a count is a sum of whole nodes' GPUs).
+//! - [`ShapeRule::MostFree`]: Pollux's artifact simulator's rule for its baselines: chunk by
+//!   chunk, as many GPUs as are still needed from the node with the most free GPUs (lowest index
+//!   on ties); jobs are placed in the order given (the policy's), not largest first, and the
+//!   shares keep the order they were taken in (the artifact's placement tuple, e.g. `3+1`); no
+//!   defragmenting repack (the artifact never moves a job whose count is unchanged).
 //!
 //! A count a rule cannot place even on the idle cluster is not *allowed*
 //! ([`Topology::allowed_counts`]); callers offer policies only allowed counts, so that every
@@ -38,14 +43,18 @@ pub enum ShapeRule {
     EqualPerNode,
     /// Whole nodes only.
     WholeNodes,
+    /// The node with the most free GPUs first, chunk by chunk, in the policy's order (Pollux's
+    /// artifact simulator).
+    MostFree,
 }
 
 impl ShapeRule {
     /// Every rule.
-    pub const ALL: [ShapeRule; 3] = [
+    pub const ALL: [ShapeRule; 4] = [
         ShapeRule::Any,
         ShapeRule::EqualPerNode,
         ShapeRule::WholeNodes,
+        ShapeRule::MostFree,
     ];
 
     /// Its name (command line, configuration).
@@ -54,6 +63,7 @@ impl ShapeRule {
             ShapeRule::Any => "any",
             ShapeRule::EqualPerNode => "equal-per-node",
             ShapeRule::WholeNodes => "whole-nodes",
+            ShapeRule::MostFree => "most-free",
         }
     }
 }
@@ -71,7 +81,9 @@ impl FromStr for ShapeRule {
             .into_iter()
             .find(|r| r.name() == s)
             .ok_or_else(|| {
-                format!("unknown shape rule '{s}' (expected any, equal-per-node or whole-nodes)")
+                format!(
+                    "unknown shape rule '{s}' (expected any, equal-per-node, whole-nodes or most-free)"
+                )
             })
     }
 }
@@ -219,7 +231,8 @@ pub fn place<'a>(
     defragment_moves_per_job: u32,
 ) -> Placed {
     let mut placed = place_keeping(topology, rule, previous, wanted);
-    if defragment_moves_per_job == 0 {
+    // Pollux's artifact never moves a job whose count is unchanged: its rule has no repack.
+    if defragment_moves_per_job == 0 || rule == ShapeRule::MostFree {
         return placed;
     }
     // The packed node count of each count wanted, computed once.
@@ -310,8 +323,11 @@ fn place_keeping<'a>(
             None => to_place.push((id.clone(), *gpus)),
         }
     }
-    // Largest first: big jobs need whole nodes, small ones fill the gaps. Ties by id.
-    to_place.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    // Largest first: big jobs need whole nodes, small ones fill the gaps. Ties by id. The
+    // artifact's rule places in the order it is given.
+    if rule != ShapeRule::MostFree {
+        to_place.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    }
     for (id, gpus) in to_place {
         let widest = match rule {
             ShapeRule::EqualPerNode => topology.packed_nodes(rule, gpus).unwrap_or(0),
@@ -358,12 +374,15 @@ fn place_one(
         ShapeRule::Any => place_any(free, topology, gpus)?,
         ShapeRule::EqualPerNode => place_equal(free, gpus, max_nodes)?,
         ShapeRule::WholeNodes => place_whole(free, topology, gpus)?,
+        ShapeRule::MostFree => place_most_free(free, gpus)?,
     };
     if picked.len() as u32 > max_nodes {
         return None;
     }
     let mut picked = picked;
-    picked.sort_by_key(|&(i, _)| i);
+    if rule != ShapeRule::MostFree {
+        picked.sort_by_key(|&(i, _)| i);
+    }
     Some(
         picked
             .into_iter()
@@ -407,6 +426,25 @@ fn place_any(
                 (i, free[i])
             }
         };
+        free[i] -= take;
+        picked.push((i, take));
+        left -= take;
+    }
+    Some(picked)
+}
+
+/// Pollux's artifact: as many GPUs as still needed from the node with the most free GPUs (the
+/// lowest index on ties), until the job has all; chunks in the order taken.
+fn place_most_free(free: &[GpuCount], gpus: GpuCount) -> Option<Vec<(usize, GpuCount)>> {
+    let mut free = free.to_vec();
+    let mut left = gpus;
+    let mut picked = Vec::new();
+    while left > 0 {
+        let i = (0..free.len()).fold(0, |best, i| if free[i] > free[best] { i } else { best });
+        let take = free.get(i).copied().unwrap_or(0).min(left);
+        if take == 0 {
+            return None;
+        }
         free[i] -= take;
         picked.push((i, take));
         left -= take;
@@ -636,6 +674,41 @@ mod tests {
         );
         assert_eq!(shape(&p.placement["a"]), [("n1", 4), ("n2", 4)]);
         assert_eq!(shape(&p.placement["b"]), [("n3", 4)]);
+    }
+
+    #[test]
+    fn most_free_takes_chunks_from_the_emptiest_node_in_the_given_order() {
+        let t = Topology::uniform(3, 4);
+        // In the order given, not largest first: a takes n1 (all tie at 4: lowest index), b the
+        // emptiest node then (n2), c the next one (n3), d 2 of n2's then 1 of n1's.
+        let p = place(
+            &t,
+            ShapeRule::MostFree,
+            &|_| None,
+            &wanted(&[("a", 3), ("b", 2), ("c", 4), ("d", 3)]),
+            0,
+        );
+        assert!(p.unplaced.is_empty());
+        assert_eq!(shape(&p.placement["a"]), [("n1", 3)]);
+        assert_eq!(shape(&p.placement["b"]), [("n2", 2)]);
+        assert_eq!(shape(&p.placement["c"]), [("n3", 4)]);
+        // The chunks keep the order taken (the artifact's placement tuple 2+1, not node order).
+        assert_eq!(shape(&p.placement["d"]), [("n2", 2), ("n1", 1)]);
+        // Unchanged jobs stay; a job wider than any node spreads over the emptiest ones.
+        let q = place(
+            &t,
+            ShapeRule::MostFree,
+            &lookup(&p.placement),
+            &wanted(&[("c", 4), ("e", 6)]),
+            0,
+        );
+        assert_eq!(q.placement["c"], p.placement["c"]);
+        assert_eq!(shape(&q.placement["e"]), [("n1", 4), ("n2", 2)]);
+        // On the idle cluster it packs, so every count is allowed.
+        assert_eq!(t.packed_nodes(ShapeRule::MostFree, 9), Some(3));
+        assert!(t.allowed_counts(ShapeRule::MostFree)[1..]
+            .iter()
+            .all(|&a| a));
     }
 
     #[test]

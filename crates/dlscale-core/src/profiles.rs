@@ -49,6 +49,33 @@ const BUNDLED: [BundledFiles; 6] = [
     pollux!("yolov3", [8, 16, 32, 64, 128, 256, 512]),
 ];
 
+/// The raw files of a bundled Pollux profile (`data/pollux/<name>/`), for simulators that read
+/// more of them than [`ModelProfile`] keeps (the `iteration` column, `sync_time`, exact shapes).
+#[derive(Debug, Clone, Copy)]
+pub struct PolluxFiles {
+    /// `placements.csv`: `placement,local_bsz,step_time,sync_time`.
+    pub placements: &'static str,
+    /// Each `validation-<B>.csv` with its batch `B`, ascending.
+    pub validation: &'static [(u32, &'static str)],
+}
+
+/// The raw files of bundled Pollux model `name`, if there is one.
+pub fn pollux_files(name: &str) -> Option<PolluxFiles> {
+    BUNDLED
+        .iter()
+        .find(|f| f.name == name)
+        .map(|f| PolluxFiles {
+            placements: f.placements,
+            validation: f.validation,
+        })
+}
+
+/// Step and sync times of Pollux's artifact simulator for placements over 5 or more nodes,
+/// `model,nodes,replicas,local_bsz,step_time,sync_time`: the artifact's own point evaluations
+/// of its interpolation (`data/pollux/artifact-large-placements.md` says how they were made).
+pub const POLLUX_ARTIFACT_LARGE_PLACEMENTS: &str =
+    include_str!("../data/pollux/artifact-large-placements.csv");
+
 const GAVEL_CSV: &str = include_str!("../data/gavel/throughputs_isolated_flat.csv");
 
 fn load(files: &BundledFiles) -> Result<ModelProfile> {

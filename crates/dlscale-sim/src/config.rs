@@ -7,7 +7,9 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use dlscale_core::placement::ShapeRule;
-use dlscale_core::{Cluster, PolicyOptions, Settings};
+use dlscale_core::{
+    Admission, Cluster, PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility,
+};
 
 use crate::error::{Result, SimError};
 
@@ -96,6 +98,46 @@ impl Default for Reporting {
     }
 }
 
+/// Whose rules the simulated jobs follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum World {
+    /// dlscale's: continuous time, throughput by GPU and node count of the job's model.
+    #[default]
+    Dlscale,
+    /// Pollux's artifact simulator's ([`crate::pollux_artifact`]): step times by exact
+    /// placement shape with its batch and accumulation rule, progress in 60 s chunks aligned to
+    /// the rounds with epoch ends rounded to whole seconds, GPUs released at the end of the chunk
+    /// that found the completion; its baselines (Tiresias, Optimus+Oracle) placed by its
+    /// most-free-node rule with its job rules.
+    PolluxArtifact,
+}
+
+/// A named set of settings that other settings override.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// Pollux's artifact simulator ([`SimConfig::pollux`]).
+    Pollux,
+}
+
+impl FromStr for Preset {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        match s {
+            "pollux" => Ok(Preset::Pollux),
+            _ => Err(format!("unknown preset '{s}' (expected pollux)")),
+        }
+    }
+}
+
+impl Preset {
+    /// Its settings.
+    pub fn config(self) -> SimConfig {
+        match self {
+            Preset::Pollux => SimConfig::pollux(),
+        }
+    }
+}
+
 /// Everything a simulation needs besides the workload and the policy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
@@ -124,6 +166,11 @@ pub struct SimConfig {
     pub defragment_moves_per_job: u32,
     /// What policies know of each job: learned from reports (the default), or an oracle.
     pub knowledge: Knowledge,
+    /// Whose rules the jobs follow.
+    pub world: World,
+    /// The shape rule of Pollux's own baselines (Tiresias, Optimus), where it differs from
+    /// `shape` (the Pollux preset: [`ShapeRule::MostFree`]).
+    pub baseline_shape: Option<ShapeRule>,
 }
 
 impl Default for SimConfig {
@@ -146,11 +193,57 @@ impl Default for SimConfig {
             shape: ShapeRule::Any,
             defragment_moves_per_job: 4,
             knowledge: Knowledge::default(),
+            world: World::Dlscale,
+            baseline_shape: None,
         }
     }
 }
 
 impl SimConfig {
+    /// Pollux's artifact simulator: 16 nodes × 4 GPUs, decisions every 60 s only, 30 s
+    /// restarts (the first start too), goodput progress, Tiresias at the artifact's 57,600 GPU-s
+    /// threshold, its world ([`World::PolluxArtifact`]) and, for its baselines, its placement
+    /// ([`ShapeRule::MostFree`]: most-free-node chunks, no job ever moved, so no defragmenting
+    /// repack); dlscale's own policies keep dlscale's placement (with its repack) and the
+    /// elastic settings of `reproduce pollux` (fair, p = −1, queue admission with backfill,
+    /// restart-aware with a 5 % minimum gain).
+    pub fn pollux() -> SimConfig {
+        SimConfig {
+            cluster: Cluster {
+                nodes: 16,
+                gpus_per_node: 4,
+            },
+            interval_s: Some(60.0),
+            schedule_on_events: false,
+            restart_delay_s: 30.0,
+            progress: ProgressMode::Goodput,
+            settings: Settings {
+                utility: Utility::Fair { p: -1.0 },
+                admission: Admission::Queue,
+                backfill: true,
+                restart: RestartAwareness {
+                    min_gain: 0.05,
+                    cost_s: 30.0,
+                },
+                ..Settings::default()
+            },
+            policy_options: PolicyOptions {
+                tiresias_threshold_gpu_s: 57_600.0,
+            },
+            world: World::PolluxArtifact,
+            baseline_shape: Some(ShapeRule::MostFree),
+            ..SimConfig::default()
+        }
+    }
+
+    /// The shape rule `policy` runs under.
+    pub fn shape_for(&self, policy: PolicyInfo) -> ShapeRule {
+        match self.baseline_shape {
+            Some(rule) if crate::pollux_artifact::is_artifact_baseline(policy) => rule,
+            _ => self.shape,
+        }
+    }
+
     /// Checks every setting.
     pub fn validate(&self) -> Result<()> {
         self.cluster.validate()?;

@@ -35,9 +35,12 @@ use dlscale_core::placement::Topology;
 use dlscale_core::throughput::throughput_samples_per_s;
 use dlscale_core::{BatchSize, GpuCount, PolicyInfo};
 
-use crate::config::{Knowledge, ProgressMode, Reporting, SimConfig};
+use crate::config::{Knowledge, ProgressMode, Reporting, SimConfig, World};
 use crate::error::{Result, SimError};
 use crate::metrics::{percentile, JobRecord, Outcome, SimObserver, Summary, Timeline};
+use crate::pollux_artifact::{
+    is_artifact_baseline, ArtifactProfile, ArtifactRemaining, ArtifactView, PolluxArtifact,
+};
 use crate::workload::{SimJob, Work, Workload};
 
 /// What a simulation returns (per-job rows went to the observer).
@@ -71,7 +74,7 @@ pub fn autoscaler_config(config: &SimConfig, policy: PolicyInfo) -> AutoscalerCo
         policy,
         policy_options: config.policy_options,
         settings: config.settings,
-        shape: config.shape,
+        shape: config.shape_for(policy),
         defragment_moves_per_job: config.defragment_moves_per_job,
         interval_s: config.interval_s,
         decide_on_events: config.schedule_on_events,
@@ -92,6 +95,8 @@ struct Run {
     gpus: GpuCount,
     batch: BatchSize,
     nodes: u32,
+    /// GPUs per node, in the order the placement gave them.
+    shape: Vec<u32>,
     restart_until_s: f64,
 }
 
@@ -99,14 +104,21 @@ struct Run {
 #[derive(Debug)]
 struct SimState<'w> {
     spec: &'w SimJob,
-    /// Progress target, in samples (efficiency-weighted with goodput progress).
+    /// Its model in Pollux's artifact's world, under [`World::PolluxArtifact`].
+    profile: Option<Arc<ArtifactProfile>>,
+    /// Progress target, in samples (efficiency-weighted with goodput progress; steps at the
+    /// initial batch in Pollux's artifact's world).
     total: f64,
     progress: f64,
     /// Time up to which `progress` is accounted.
     anchor_s: f64,
     epoch: usize,
     run: Option<Run>,
+    /// When it exits, freeing its GPUs (Pollux's world: the end of the chunk that found its
+    /// completion).
     finish_at_s: f64,
+    /// When it completed, once its run has found that (before or at `finish_at_s`).
+    completed_s: Option<f64>,
     first_start_s: Option<f64>,
     starts: u32,
     gpu_s: f64,
@@ -123,6 +135,8 @@ struct Engine<'w, 'o> {
     autoscaler: Autoscaler,
     observer: &'o mut dyn SimObserver,
     goodput: bool,
+    /// Pollux's artifact's world, under [`World::PolluxArtifact`].
+    artifact: Option<&'static PolluxArtifact>,
     /// One per workload job, in workload order.
     jobs: Vec<SimState<'w>>,
     /// Workload index of each job id.
@@ -166,18 +180,37 @@ impl<'w, 'o> Engine<'w, 'o> {
             }
         }
         let goodput = config.progress == ProgressMode::Goodput;
+        let artifact = match config.world {
+            World::Dlscale => None,
+            World::PolluxArtifact => Some(PolluxArtifact::bundled()?),
+        };
+        let profiles = workload
+            .jobs
+            .iter()
+            .map(|spec| {
+                artifact
+                    .map(|a| a.model(&spec.job.model_name).cloned())
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
         let jobs = workload
             .jobs
             .iter()
             .enumerate()
-            .map(|(i, spec)| SimState {
+            .zip(profiles)
+            .map(|((i, spec), profile)| SimState {
                 spec,
-                total: work_total(spec, config, goodput),
+                total: match &profile {
+                    Some(p) => p.total(),
+                    None => work_total(spec, config, goodput),
+                },
+                profile,
                 progress: 0.0,
                 anchor_s: spec.arrival_s,
                 epoch: 0,
                 run: None,
                 finish_at_s: f64::INFINITY,
+                completed_s: None,
                 first_start_s: None,
                 starts: 0,
                 gpu_s: 0.0,
@@ -195,6 +228,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             ),
             observer,
             goodput,
+            artifact,
             jobs,
             by_id,
             active: Vec::new(),
@@ -294,6 +328,21 @@ impl<'w, 'o> Engine<'w, 'o> {
     /// initial batch, which its user knows, is kept).
     fn submission(&self, job: &dlscale_core::Job) -> Submission {
         let mut job = job.clone();
+        if let Some(world) = self.artifact.filter(|_| is_artifact_baseline(self.info)) {
+            // The artifact's baselines: any GPU count runs the fixed batch (accumulation), step
+            // times as the artifact's Optimus predicts them, Optimus's GPU cap.
+            if let Ok(profile) = world.model(&job.model_name) {
+                job.max_local_batch = job.max_local_batch.max(job.requested.batch);
+                if self.info.name == dlscale_core::allocator::OPTIMUS.name {
+                    job.gpus.min = 1;
+                    job.gpus.max = profile.max_replicas(job.requested.batch).max(1);
+                }
+                job.throughput = Arc::new(ArtifactView {
+                    profile: profile.clone(),
+                    gpus_per_node: self.config.cluster.gpus_per_node,
+                });
+            }
+        }
         let model = match self.config.knowledge {
             Knowledge::Oracle => ModelSource::Given,
             Knowledge::Learned(_) => {
@@ -333,15 +382,24 @@ impl<'w, 'o> Engine<'w, 'o> {
             while s.next_report_s <= t {
                 s.next_report_s += reporting.interval_s;
             }
-            let truth = throughput_samples_per_s(
-                s.spec.job.throughput.as_ref(),
-                run.gpus,
-                run.nodes,
-                run.batch,
-            )
-            .unwrap_or(0.0);
+            let truth = match &s.profile {
+                Some(p) => p
+                    .step(&run.shape, run.batch)
+                    .map_or(0.0, |x| f64::from(x.samples) / x.seconds),
+                None => throughput_samples_per_s(
+                    s.spec.job.throughput.as_ref(),
+                    run.gpus,
+                    run.nodes,
+                    run.batch,
+                )
+                .unwrap_or(0.0),
+            };
             let measured = truth * (1.0 + reporting.noise * s.noise.gaussian()).max(0.05);
-            let samples = s.progress.max(0.0) as u64;
+            let unit = s
+                .profile
+                .as_ref()
+                .map_or(1.0, |p| f64::from(p.init_batch()));
+            let samples = (s.progress.max(0.0) * unit) as u64;
             out.push(Input::Metrics {
                 id: s.spec.job.id.clone(),
                 report: MetricsReport {
@@ -384,12 +442,18 @@ impl<'w, 'o> Engine<'w, 'o> {
                 id: s.spec.job.id.clone(),
                 oracle: Oracle {
                     efficiency: efficiency.or(s.spec.job.efficiency),
-                    remaining_work: Some(Arc::new(Remaining {
-                        efficiency: s.spec.efficiency.clone().filter(|_| goodput),
-                        progress: s.progress,
-                        epoch: s.epoch,
-                        total: s.total,
-                    }) as Arc<dyn RemainingWork>),
+                    remaining_work: Some(match &s.profile {
+                        Some(profile) => Arc::new(ArtifactRemaining {
+                            profile: profile.clone(),
+                            epoch: s.epoch,
+                        }) as Arc<dyn RemainingWork>,
+                        None => Arc::new(Remaining {
+                            efficiency: s.spec.efficiency.clone().filter(|_| goodput),
+                            progress: s.progress,
+                            epoch: s.epoch,
+                            total: s.total,
+                        }),
+                    }),
                 },
             });
         }
@@ -414,6 +478,7 @@ impl<'w, 'o> Engine<'w, 'o> {
                         gpus: l.shape.gpus,
                         batch: l.shape.batch_size,
                         nodes: (l.shape.shares.len() as u32).max(1),
+                        shape: l.shape.shares.iter().map(|x| x.gpus).collect(),
                         restart_until_s: t + delay,
                     });
                     s.starts += 1;
@@ -424,7 +489,9 @@ impl<'w, 'o> Engine<'w, 'o> {
                         s.next_report_s = t + delay;
                     }
                     self.gpus_in_use += l.shape.gpus;
-                    self.jobs[i].finish_at_s = self.predict_finish(i);
+                    let (completed, exits) = self.predict_finish(i);
+                    self.jobs[i].finish_at_s = exits;
+                    self.jobs[i].completed_s = completed.filter(|_| self.artifact.is_some());
                     if self.gpus_in_use > self.config.cluster.total_gpus() {
                         return Err(SimError::Config(format!(
                             "policy {} holds {} GPUs of {} at t = {t} s",
@@ -462,7 +529,8 @@ impl<'w, 'o> Engine<'w, 'o> {
                 Status::Dropped => Outcome::Dropped,
                 _ => Outcome::Unfinished,
             };
-            let finish = (outcome == Outcome::Completed).then_some(t);
+            let finish =
+                (outcome == Outcome::Completed).then(|| self.jobs[i].completed_s.unwrap_or(t));
             self.leave(i, outcome, finish)?;
         }
         Ok(answers)
@@ -482,6 +550,7 @@ impl<'w, 'o> Engine<'w, 'o> {
         if let Some(run) = s.run.take() {
             self.gpus_in_use -= run.gpus;
             s.finish_at_s = f64::INFINITY;
+            s.completed_s = None;
         }
         s.next_report_s = f64::INFINITY;
     }
@@ -508,24 +577,94 @@ impl<'w, 'o> Engine<'w, 'o> {
         self.now_s = t;
     }
 
-    /// Progress per second of `spec` on `gpus` GPUs over `nodes` nodes at `batch` in `epoch`.
-    fn rate(
-        &self,
-        spec: &SimJob,
-        gpus: GpuCount,
-        nodes: u32,
-        batch: BatchSize,
-        epoch: usize,
-    ) -> f64 {
-        rate(spec, self.goodput, gpus, nodes, batch, epoch)
+    /// Progress per second of job `s` on its run `run` in `epoch`.
+    fn rate(&self, s: &SimState<'_>, run: &Run, epoch: usize) -> f64 {
+        match &s.profile {
+            // Pollux's world: steps at B0 per second, at the actual batch on the exact shape.
+            Some(p) => p
+                .step(&run.shape, run.batch)
+                .map_or(0.0, |x| p.gain(x.samples, epoch) / x.seconds),
+            None => rate(s.spec, self.goodput, run.gpus, run.nodes, run.batch, epoch),
+        }
     }
 
-    /// Where the current rate of a job stops holding: its next epoch boundary or its end.
-    fn next_boundary(&self, spec: &SimJob, epoch: usize, total: f64) -> f64 {
-        match (&spec.efficiency, self.goodput) {
-            (Some(eff), true) => epoch_boundary(eff, epoch, total),
-            _ => total,
+    /// Where the current rate of job `s` stops holding: its next epoch boundary or its end.
+    fn next_boundary(&self, s: &SimState<'_>, epoch: usize) -> f64 {
+        match (&s.profile, &s.spec.efficiency, self.goodput) {
+            (Some(p), _, _) => p.boundary(epoch).min(s.total),
+            (None, Some(eff), true) => epoch_boundary(eff, epoch, s.total),
+            _ => s.total,
         }
+    }
+
+    /// Walks job `s`'s run `run` from `from` (progress `progress` in `epoch`) up to `until`.
+    /// In dlscale's world time is continuous; in Pollux's it goes in chunks between rounds,
+    /// and the last piece of an epoch is rounded to whole seconds (Python's `round`, half to
+    /// even), as the artifact's `Job.step` does.
+    fn walk(
+        &self,
+        s: &SimState<'_>,
+        run: &Run,
+        from: f64,
+        until: f64,
+        progress: f64,
+        epoch: usize,
+    ) -> Walk {
+        let mut w = Walk {
+            at_s: from,
+            progress,
+            epoch,
+            completed_s: None,
+            chunk_end_s: from,
+        };
+        let chunk = match (&s.profile, self.config.interval_s) {
+            (Some(_), Some(i)) => i,
+            _ => f64::INFINITY,
+        };
+        while w.at_s < until && w.progress < s.total {
+            let chunk_end = if chunk.is_finite() {
+                ((w.at_s / chunk).floor() + 1.0) * chunk
+            } else {
+                f64::INFINITY
+            };
+            w.chunk_end_s = chunk_end;
+            let mut secs = chunk_end.min(until) - w.at_s;
+            while secs > 0.0 {
+                let r = self.rate(s, run, w.epoch);
+                if r <= 0.0 {
+                    w.at_s = until;
+                    return w;
+                }
+                let boundary = self.next_boundary(s, w.epoch);
+                let need = (boundary - w.progress).max(0.0) / r;
+                // The artifact's test in its chunks; in continuous time, whether the boundary
+                // comes by `until`.
+                let short = if chunk.is_finite() {
+                    w.progress + r * secs < boundary
+                } else {
+                    w.at_s + need > until
+                };
+                if short {
+                    w.progress += r * secs;
+                    w.at_s += secs;
+                    break;
+                }
+                let delta = if chunk.is_finite() {
+                    need.round_ties_even()
+                } else {
+                    need
+                };
+                w.progress = boundary;
+                w.at_s += delta;
+                secs -= delta;
+                if boundary >= s.total {
+                    w.completed_s = Some(w.at_s);
+                    return w;
+                }
+                w.epoch += 1;
+            }
+        }
+        w
     }
 
     /// Accounts progress of job `i` up to `t`.
@@ -535,54 +674,39 @@ impl<'w, 'o> Engine<'w, 'o> {
             self.jobs[i].anchor_s = t;
             return;
         };
-        let mut from = s.anchor_s.max(run.restart_until_s);
+        let from = s.anchor_s.max(run.restart_until_s);
         let gpu_s = f64::from(run.gpus) * (t - s.anchor_s).max(0.0);
-        let (mut progress, mut epoch) = (s.progress, s.epoch);
-        while from < t && progress < s.total {
-            let r = self.rate(s.spec, run.gpus, run.nodes, run.batch, epoch);
-            if r <= 0.0 {
-                break;
+        let w = if from < t {
+            self.walk(s, &run, from, t, s.progress, s.epoch)
+        } else {
+            Walk {
+                at_s: t,
+                progress: s.progress,
+                epoch: s.epoch,
+                completed_s: None,
+                chunk_end_s: t,
             }
-            let boundary = self.next_boundary(s.spec, epoch, s.total);
-            let need = (boundary - progress) / r;
-            if from + need <= t {
-                progress = boundary;
-                from += need;
-                if boundary < s.total {
-                    epoch += 1;
-                }
-            } else {
-                progress += r * (t - from);
-                from = t;
-            }
-        }
+        };
         let s = &mut self.jobs[i];
-        s.progress = progress.min(s.total);
-        s.epoch = epoch;
+        s.progress = w.progress.min(s.total);
+        s.epoch = w.epoch;
         s.gpu_s += gpu_s;
         s.anchor_s = t;
     }
 
-    /// When job `i`, just (re)started, will complete.
-    fn predict_finish(&self, i: usize) -> f64 {
+    /// When job `i`, just (re)started, will complete, and when it exits (`INFINITY`: never). In
+    /// Pollux's world it exits at the end of the chunk whose step found the completion.
+    fn predict_finish(&self, i: usize) -> (Option<f64>, f64) {
         let s = &self.jobs[i];
         let Some(run) = &s.run else {
-            return f64::INFINITY;
+            return (None, f64::INFINITY);
         };
-        let mut t = s.anchor_s.max(run.restart_until_s);
-        let (mut progress, mut epoch) = (s.progress, s.epoch);
-        loop {
-            let r = self.rate(s.spec, run.gpus, run.nodes, run.batch, epoch);
-            if r <= 0.0 {
-                return f64::INFINITY;
-            }
-            let boundary = self.next_boundary(s.spec, epoch, s.total);
-            t += (boundary - progress).max(0.0) / r;
-            if boundary >= s.total {
-                return t;
-            }
-            progress = boundary;
-            epoch += 1;
+        let from = s.anchor_s.max(run.restart_until_s);
+        let w = self.walk(s, run, from, f64::INFINITY, s.progress, s.epoch);
+        match w.completed_s {
+            Some(done) if s.profile.is_some() => (Some(done), w.chunk_end_s.max(done)),
+            Some(done) => (Some(done), done),
+            None => (None, f64::INFINITY),
         }
     }
 
@@ -729,6 +853,19 @@ impl<'w, 'o> Engine<'w, 'o> {
             timeline: self.timeline,
         }
     }
+}
+
+/// Where a walk of a job's run got to.
+#[derive(Debug, Clone, Copy)]
+struct Walk {
+    /// The time reached.
+    at_s: f64,
+    progress: f64,
+    epoch: usize,
+    /// When it completed, if it did.
+    completed_s: Option<f64>,
+    /// The end of the chunk the walk was in last.
+    chunk_end_s: f64,
 }
 
 /// The progress target of a job, in this run's progress unit.

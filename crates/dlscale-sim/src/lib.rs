@@ -15,11 +15,12 @@ pub mod engine;
 pub mod error;
 pub mod metrics;
 pub mod plot;
+pub mod pollux_artifact;
 pub mod report;
 pub mod reproduce;
 pub mod workload;
 
-pub use config::{Knowledge, ProgressMode, Reporting, SimConfig};
+pub use config::{Knowledge, Preset, ProgressMode, Reporting, SimConfig, World};
 pub use engine::{simulate, SimResult};
 pub use error::{Result, SimError};
 pub use metrics::{CsvJobWriter, JobRecord, Outcome, SimObserver, Summary, Timeline};

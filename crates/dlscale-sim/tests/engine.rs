@@ -208,7 +208,7 @@ fn run_csv(workload: &Workload, cfg: &SimConfig, policy: PolicyInfo) -> (Vec<u8>
 #[test]
 fn same_seed_same_results() {
     let workload = dlscale_sim::workload::bundled_pollux_workload(3).unwrap();
-    let cfg = dlscale_sim::reproduce::pollux_config();
+    let cfg = dlscale_sim::SimConfig::pollux();
     for &policy in REGISTRY {
         let a = run_csv(&workload, &cfg, policy);
         let b = run_csv(&workload, &cfg, policy);

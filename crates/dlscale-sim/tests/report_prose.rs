@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use dlscale_sim::reproduce::{
-    paper_report, pollux_report, pollux_runs, AblationRow, PaperOptions, PolluxOptions, PolluxRow,
+    paper_report, pollux_report, AblationRow, Load, PaperOptions, PolluxOptions, PolluxRow,
     PolluxRun, Published, SweepPoint,
 };
 use dlscale_sim::Summary;
@@ -58,30 +58,30 @@ fn int(x: f64) -> String {
     }
 }
 
-/// One row per run, each workload's average JCT and reallocations from `value`.
-fn pollux_rows(workloads: &[usize], value: &dyn Fn(usize, usize) -> (f64, u64)) -> Vec<PolluxRow> {
-    pollux_runs()
-        .into_iter()
-        .enumerate()
-        .map(|(i, (id, label, part))| PolluxRow {
-            id,
-            label,
-            published_s: None,
-            published_as: String::new(),
-            part,
-            summaries: workloads
-                .iter()
-                .map(|&n| {
-                    let (jct, realloc) = value(i, n);
-                    summary("p", jct, 100, 0, realloc)
-                })
-                .collect(),
-        })
-        .collect()
+/// One row per run and load, each workload's average JCT from `value(run index, load, n)`.
+fn pollux_rows(
+    options: &PolluxOptions,
+    value: &dyn Fn(usize, Load, usize) -> f64,
+) -> Vec<PolluxRow> {
+    let mut rows = Vec::new();
+    for &load in &options.loads {
+        for (i, id) in PolluxRun::ALL.into_iter().enumerate() {
+            rows.push(PolluxRow {
+                id,
+                load,
+                summaries: options
+                    .workloads
+                    .iter()
+                    .map(|&n| summary("p", value(i, load, n), 100, 0, 10))
+                    .collect(),
+            });
+        }
+    }
+    rows
 }
 
-fn mean_of(rows: &[PolluxRow], id: PolluxRun) -> f64 {
-    let r = rows.iter().find(|r| r.id == id).unwrap();
+fn mean_of(rows: &[PolluxRow], id: PolluxRun, load: Load) -> f64 {
+    let r = rows.iter().find(|r| r.id == id && r.load == load).unwrap();
     r.summaries.iter().map(|s| s.avg_jct_s).sum::<f64>() / r.summaries.len() as f64
 }
 
@@ -166,93 +166,119 @@ fn from<'a>(report: &'a str, heading: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {heading}"))..]
 }
 
-#[test]
-fn the_pollux_headline_is_computed_from_the_rows() {
-    let options = PolluxOptions::default();
-    // The oracle row (the second) below the learned one (the first).
-    let value = |i: usize, n: usize| {
-        let jct = if i == 1 {
-            2600.0 + 7.0 * n as f64
-        } else {
-            3000.0 + 97.0 * i as f64 + 11.0 * n as f64
-        };
-        (jct, 50 + i as u64)
-    };
-    let rows = pollux_rows(&options.workloads, &value);
-    let report = pollux_report(&options, &rows);
-    let eb = mean_of(&rows, PolluxRun::ElasticBatch);
-    let oracle = mean_of(&rows, PolluxRun::ElasticBatchOracle);
-    let pollux = Published::Pollux.mean_over(&options.workloads).unwrap();
-    let headline = line_with(&report, "Learned elastic-batch against Pollux");
-    assert!(
-        headline.contains(&format!("averages {} s over workloads 1–8", int(eb))),
-        "{headline}"
-    );
-    let up = (eb / pollux - 1.0) * 100.0;
-    assert!(
-        headline.contains(&format!(
-            "{up:.0} % higher than Pollux's published {} s",
-            int(pollux)
-        )),
-        "{headline}"
-    );
-    assert!(
-        headline.contains(&format!("({:.2}×)", eb / pollux)),
-        "{headline}"
-    );
-    let gap = line_with(&report, "Learned against oracle");
-    assert!(
-        gap.contains(&format!("averages {} s", int(oracle))),
-        "{gap}"
-    );
-    assert!(gap.contains(&format!("{:.2}×", eb / oracle)), "{gap}");
-    assert!(
-        gap.contains(&format!("+{} s on the mean", int(eb - oracle))),
-        "{gap}"
-    );
-
-    // Elastic-batch below Pollux's published mean: the numbers and the direction word follow.
-    let faster = |i: usize, n: usize| {
-        let (jct, realloc) = value(i, n);
-        (if i == 0 { 2000.0 + n as f64 } else { jct }, realloc)
-    };
-    let rows = pollux_rows(&options.workloads, &faster);
-    let report2 = pollux_report(&options, &rows);
-    let eb2 = mean_of(&rows, PolluxRun::ElasticBatch);
-    let headline2 = line_with(&report2, "Learned elastic-batch against Pollux");
-    assert_ne!(headline, headline2);
-    let down = (1.0 - eb2 / pollux) * 100.0;
-    assert!(
-        headline2.contains(&format!(
-            "averages {} s over workloads 1–8, {down:.0} % lower than Pollux's published",
-            int(eb2)
-        )),
-        "{headline2}"
-    );
-    assert!(!headline2.contains(&int(eb)), "{headline2}");
+/// Fabricated rows: the fidelity runs at the published value times `1 + dev(load, n)` (a
+/// deviation), elastic-batch at a multiple of Pollux's.
+fn fabricated(
+    options: &PolluxOptions,
+    dev: &dyn Fn(Load, usize) -> f64,
+    eb: &dyn Fn(usize, usize) -> f64,
+) -> Vec<PolluxRow> {
+    pollux_rows(options, &|i, load, n| {
+        let id = PolluxRun::ALL[i];
+        let published = id.compared_with().on(load, n).unwrap();
+        match id {
+            PolluxRun::Tiresias | PolluxRun::OptimusOracle => {
+                published * (1.0 + dev(load, n) * (i + 1) as f64)
+            }
+            _ => published * eb(i, n),
+        }
+    })
 }
 
 #[test]
-fn the_pollux_report_compares_with_published_results_on_the_same_workloads() {
+fn the_pollux_fidelity_table_is_computed_from_the_rows() {
     let options = PolluxOptions {
-        workloads: vec![2, 5],
+        workloads: vec![2, 5, 7],
+        loads: vec![Load::One, Load::Two],
     };
-    let rows = pollux_rows(&options.workloads, &|i, n| {
-        (4000.0 + 31.0 * i as f64 + n as f64, 10)
-    });
+    // Tiresias +1 % except +4 % on workload 5 at 2× load; Optimus twice that.
+    let dev = |load: Load, n: usize| {
+        if load == Load::Two && n == 5 {
+            0.04
+        } else {
+            0.01
+        }
+    };
+    let rows = fabricated(&options, &dev, &|_, _| 0.9);
     let report = pollux_report(&options, &rows);
-    let pollux = (3323.0 + 2674.0) / 2.0;
-    assert_eq!(
-        Published::Pollux.mean_over(&options.workloads),
-        Some(pollux)
-    );
-    let headline = line_with(&report, "Learned elastic-batch against Pollux");
-    assert!(headline.contains("over workloads 2 and 5"), "{headline}");
+    let one = line_with(&report, "Fidelity at 1× load");
     assert!(
-        headline.contains(&format!("published {} s", int(pollux))),
-        "{headline}"
+        one.contains("Tiresias is within ±3.0 % of the artifact on 3 of 3 workloads"),
+        "{one}"
     );
-    assert!(report.contains("| *Pollux artifact, Pollux (published)* | 2998 | 3323, 2674 | — |"));
+    // Optimus at +2 % everywhere at 1×.
+    assert!(
+        one.contains("Optimus+Oracle is within ±3.0 % of the artifact on 3 of 3"),
+        "{one}"
+    );
+    let two = line_with(&report, "Fidelity at 2× load");
+    assert!(
+        two.contains("on 2 of 3 workloads (the largest deviation +4.00 % on workload 5"),
+        "{two}"
+    );
+    assert!(
+        two.contains("Optimus+Oracle is within ±3.0 % of the artifact on 2 of 3"),
+        "{two}"
+    );
+    let all = line_with(&report, "**Fidelity.**");
+    assert!(all.contains("10 of 12 cells"), "{all}");
+    assert!(
+        all.contains("+8.00 % (Optimus+Oracle, workload 5, 2× load"),
+        "{all}"
+    );
+    let t5 = Published::Tiresias.on(Load::Two, 5).unwrap();
+    assert!(report.contains(&format!(
+        "| 5 | {:.1} | {t5:.1} | +4.00 % | **no** |",
+        t5 * 1.04
+    )));
+}
+
+#[test]
+fn the_pollux_elastic_batch_rows_are_computed_from_the_rows() {
+    let options = PolluxOptions {
+        workloads: vec![1, 3],
+        loads: vec![Load::Half],
+    };
+    // Interval-only 0.95× Pollux on workload 1 and 1.05× on 3; event-driven 0.8× on both.
+    let eb = |i: usize, n: usize| match (PolluxRun::ALL[i], n) {
+        (PolluxRun::ElasticBatchInterval, 1) => 0.95,
+        (PolluxRun::ElasticBatchInterval, _) => 1.05,
+        (PolluxRun::ElasticBatchEvents, _) => 0.8,
+        _ => 0.7,
+    };
+    let rows = fabricated(&options, &|_, _| 0.0, &eb);
+    let report = pollux_report(&options, &rows);
+    let pollux = Published::Pollux
+        .mean_over(Load::Half, &options.workloads)
+        .unwrap();
+    let interval = mean_of(&rows, PolluxRun::ElasticBatchInterval, Load::Half);
+    let line = line_with(
+        &report,
+        "Learned elastic-batch, interval-only, at 0.5× load",
+    );
+    assert!(
+        line.contains(&format!("averages {} s", int(interval))),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("({:.2}×", interval / pollux)),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("Pollux's published {} s", int(pollux))),
+        "{line}"
+    );
+    assert!(
+        line.contains("lower than Pollux on 1 of 2 workloads"),
+        "{line}"
+    );
+    let events = line_with(&report, "Learned elastic-batch, event-driven");
+    assert!(events.contains("20 % lower than Pollux's"), "{events}");
+    assert!(
+        events.contains("lower than Pollux on 2 of 2 workloads"),
+        "{events}"
+    );
+    assert!(line_with(&report, "true models from the start averages").contains("not a result"));
 }
 
 #[test]
@@ -260,21 +286,21 @@ fn no_pollux_prose_figure_survives_a_change_of_the_rows() {
     let options = PolluxOptions::default();
     let a = pollux_report(
         &options,
-        &pollux_rows(&options.workloads, &|i, n| {
-            (
-                2500.0 + 173.0 * i as f64 + 41.0 * n as f64,
-                40 + 3 * i as u64 + n as u64,
-            )
-        }),
+        &fabricated(
+            &options,
+            &|load, n| 0.001 * (n as f64) + if load == Load::Two { 0.013 } else { 0.002 },
+            &|i, n| 0.8 + 0.03 * i as f64 + 0.01 * n as f64,
+        ),
     );
     let b = pollux_report(
         &options,
-        &pollux_rows(&options.workloads, &|i, n| {
-            (
-                2711.0 + 151.0 * i as f64 + 67.0 * ((n * 5 + i) % 8) as f64,
-                61 + 2 * i as u64 + 3 * n as u64,
-            )
-        }),
+        &fabricated(
+            &options,
+            &|load, n| {
+                -0.0017 * (((n * 3) % 8) as f64) - if load == Load::Half { 0.021 } else { 0.004 }
+            },
+            &|i, n| 0.85 + 0.02 * i as f64 + 0.013 * ((n * 5 + i) % 8) as f64,
+        ),
     );
     // The check itself sees a typed-in figure, signed or not, and skips table rows.
     assert_eq!(
@@ -284,21 +310,25 @@ fn no_pollux_prose_figure_survives_a_change_of_the_rows() {
         ),
         ["2,830 s", "+4.5 %"].map(String::from).into()
     );
-    let heading = "## Headline";
-    let same = unchanged(from(&a, heading), from(&b, heading));
-    // What may stay: Pollux's published results and the settings the prose explains.
-    let mut allowed: BTreeSet<String> = ["30 s", "60 s"].map(String::from).into();
+    let same = unchanged(&a, &b);
+    // What may stay: Pollux's published results, the settings the prose explains, the bound
+    // and the loads' names.
+    let mut allowed: BTreeSet<String> = ["30 s", "60 s", "±3.0 %", "0.5×", "1×", "1.5×", "2×"]
+        .map(String::from)
+        .into();
     for p in [
         Published::OptimusOracle,
         Published::Tiresias,
         Published::Pollux,
     ] {
-        allowed.insert(format!(
-            "{} s",
-            int(p.mean_over(&options.workloads).unwrap())
-        ));
-        for v in p.per_workload() {
-            allowed.insert(format!("{} s", int(*v)));
+        for load in Load::ALL {
+            allowed.insert(format!(
+                "{} s",
+                int(p.mean_over(load, &options.workloads).unwrap())
+            ));
+            for &n in &options.workloads {
+                allowed.insert(format!("{} s", int(p.on(load, n).unwrap())));
+            }
         }
     }
     let typed: Vec<&String> = same.difference(&allowed).collect();

@@ -157,10 +157,13 @@ impl Autoscaler {
                 allowed_counts: self.allowed.as_deref(),
             };
             let decision = self.policy.decide(&request);
-            let wanted: Vec<Wanted> = decision
-                .jobs
+            let order = self
+                .policy
+                .placement_order(&request, &decision)
+                .unwrap_or_else(|| (0..jobs.len()).collect());
+            let wanted: Vec<Wanted> = order
                 .iter()
-                .zip(jobs)
+                .filter_map(|&i| Some((decision.jobs.get(i)?, jobs.get(i)?)))
                 .filter(|(d, _)| d.state == JobState::Running)
                 .map(|(d, job)| {
                     let same = job

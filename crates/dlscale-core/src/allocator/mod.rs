@@ -248,6 +248,17 @@ pub trait Policy: fmt::Debug + Send {
         Some(request.now_s)
     }
 
+    /// The order in which `decision`'s running jobs are to be placed, as indices into
+    /// `request.jobs` (the order of placement matters to [`crate::placement::ShapeRule::MostFree`],
+    /// Pollux's artifact's rule, which places in the policy's own order); `None`: request order.
+    fn placement_order(
+        &self,
+        _request: &DecisionRequest<'_>,
+        _decision: &Decision,
+    ) -> Option<Vec<usize>> {
+        None
+    }
+
     /// `id` has left: forget what is kept for it.
     fn forget(&mut self, _id: &str) {}
 }

@@ -102,6 +102,17 @@ impl Policy for Optimus {
         }
     }
 
+    /// Fewest GPUs first, ties in arrival order (`simulator/optimus.py` sorts by replicas).
+    fn placement_order(
+        &self,
+        _request: &DecisionRequest<'_>,
+        decision: &Decision,
+    ) -> Option<Vec<usize>> {
+        let mut order: Vec<usize> = (0..decision.jobs.len()).collect();
+        order.sort_by_key(|&i| decision.jobs[i].gpus);
+        Some(order)
+    }
+
     fn feasible_counts(&self, job: &Job, cluster: &Cluster) -> Vec<GpuCount> {
         super::elastic::counts(job, cluster, BatchChoice::Fixed)
     }

@@ -30,12 +30,10 @@ impl Tiresias {
     }
 }
 
-impl Policy for Tiresias {
-    fn name(&self) -> &'static str {
-        "tiresias"
-    }
-
-    fn decide(&mut self, request: &DecisionRequest<'_>) -> Decision {
+impl Tiresias {
+    /// The jobs of `request` in priority order: held jobs first, then the high queue by
+    /// arrival, then the low queue by when each job entered it.
+    fn order(&self, request: &DecisionRequest<'_>) -> Vec<usize> {
         let now = request.now_s;
         // (held, queue, in it since, arrival index): held jobs first, then the high queue by
         // arrival, then the low queue by when each job entered it.
@@ -58,6 +56,17 @@ impl Policy for Tiresias {
                 .then(x.2.total_cmp(&y.2))
                 .then(x.3.cmp(&y.3))
         });
+        order
+    }
+}
+
+impl Policy for Tiresias {
+    fn name(&self) -> &'static str {
+        "tiresias"
+    }
+
+    fn decide(&mut self, request: &DecisionRequest<'_>) -> Decision {
+        let order = self.order(request);
         let mut free = request.capacity;
         let mut decisions: Vec<JobDecision> = request
             .jobs
@@ -94,6 +103,15 @@ impl Policy for Tiresias {
 
     fn feasible_counts(&self, job: &Job, cluster: &Cluster) -> Vec<GpuCount> {
         requested_count(job, cluster)
+    }
+
+    /// Its priority order (Pollux's artifact places queue by queue, in queue order).
+    fn placement_order(
+        &self,
+        request: &DecisionRequest<'_>,
+        _decision: &Decision,
+    ) -> Option<Vec<usize>> {
+        Some(self.order(request))
     }
 
     /// When the next running job of the high queue reaches the threshold.

@@ -2,12 +2,11 @@
 //! `report.md` with tables and plots into its output directory.
 mod paper;
 mod pollux;
+mod pollux_loads;
 mod pollux_report;
 mod words;
 
 pub use paper::{paper_report, reproduce_paper, AblationRow, PaperOptions, SweepPoint};
-pub use pollux::{
-    pollux_config, pollux_runs, reproduce_pollux, ArtifactRules, PolluxOptions, PolluxPart,
-    PolluxRow, PolluxRun, Published,
-};
-pub use pollux_report::pollux_report;
+pub use pollux::{reproduce_pollux, PolluxOptions, PolluxRow, PolluxRun, Published};
+pub use pollux_loads::{pollux_workload, published_avg_jct_s, Load};
+pub use pollux_report::{pollux_report, FIDELITY_BOUND};

@@ -26,15 +26,6 @@ pub(super) fn secs(x: f64) -> String {
     format!("{} s", int(x))
 }
 
-/// A signed difference in seconds: "+47 s", "−3 s", "±0 s".
-pub(super) fn signed_secs(d: f64) -> String {
-    match int(d).as_str() {
-        "0" => "±0 s".to_string(),
-        s if s.starts_with('−') => format!("{s} s"),
-        s => format!("+{s} s"),
-    }
-}
-
 /// A percentage's magnitude: one decimal below 10 %, none above ("2.7 %", "62 %").
 pub(super) fn pct(p: f64) -> String {
     let p = p.abs();
@@ -42,19 +33,6 @@ pub(super) fn pct(p: f64) -> String {
         format!("{p:.1} %")
     } else {
         format!("{p:.0} %")
-    }
-}
-
-/// The relative change from `from` to `to`, signed: "+2.7 %", "−62 %", "±0.0 %".
-pub(super) fn signed_pct(from: f64, to: f64) -> String {
-    let p = (to / from - 1.0) * 100.0;
-    let magnitude = pct(p);
-    if magnitude == "0.0 %" {
-        "±0.0 %".to_string()
-    } else if p > 0.0 {
-        format!("+{magnitude}")
-    } else {
-        format!("−{magnitude}")
     }
 }
 
@@ -73,32 +51,6 @@ pub(super) fn compared(a: f64, b: f64) -> String {
         format!("{} higher than", pct(p))
     } else {
         format!("{} lower than", pct(p))
-    }
-}
-
-/// How a value moves from `from` to `to`: "rises from 2,614 s to 2,685 s (+2.7 %)", "falls from
-/// …", or "stays at 3,740 s" when both round alike.
-pub(super) fn change(from: f64, to: f64) -> String {
-    if int(from) == int(to) {
-        format!("stays at {}", secs(from))
-    } else {
-        format!(
-            "{} from {} to {} ({})",
-            if to > from { "rises" } else { "falls" },
-            secs(from),
-            secs(to),
-            signed_pct(from, to)
-        )
-    }
-}
-
-/// The range of `values` in seconds: "11,493–21,324 s" (one value: "3,249 s").
-pub(super) fn range_secs(values: &[f64]) -> String {
-    let (lo, hi) = min_max(values);
-    if int(lo) == int(hi) {
-        secs(lo)
-    } else {
-        format!("{}–{}", int(lo), secs(hi))
     }
 }
 
