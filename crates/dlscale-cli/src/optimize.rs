@@ -85,6 +85,7 @@ impl PolicyArgs {
                 cost_s: self.restart_cost_s,
             },
             batch_candidates: self.batch_candidates,
+            weighing: Default::default(),
         })
     }
 

@@ -29,7 +29,7 @@ pub type BatchSize = u32;
 
 pub use allocator::{
     build_policy, policy_info, policy_names, Admission, Decision, DecisionRequest, JobDecision,
-    JobState, Policy, PolicyInfo, PolicyOptions, Settings, REGISTRY,
+    JobState, Policy, PolicyInfo, PolicyOptions, Settings, Weighing, REGISTRY,
 };
 pub use cluster::Cluster;
 pub use error::{CoreError, Result};

@@ -73,6 +73,44 @@ pub struct Settings {
     pub restart: RestartAwareness,
     /// Candidate per-GPU batches tried per GPU count by batch-adaptive policies.
     pub batch_candidates: usize,
+    /// How the knapsack policies weigh jobs against each other beyond their own weights.
+    #[serde(default)]
+    pub weighing: Weighing,
+}
+
+/// How the knapsack policies weigh jobs against each other, beyond each job's own weight. Every
+/// factor is per job, so the objective stays a separable sum and the knapsack stays exact.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct Weighing {
+    /// Normalise a job's speedup by its metric at its fair share of the GPUs (capacity over the
+    /// jobs, rounded up; Pollux's reference) instead of at its smallest count: jobs that scale
+    /// well then count for more while there are few jobs.
+    #[serde(default)]
+    pub fair_share_reference: bool,
+    /// Least attained service: a job that has held `a` GPU-seconds is weighed
+    /// `(1 + a / service_scale_gpu_s)^(−service_exponent)`, so that young jobs (most of them
+    /// short) get GPUs first. 0 (or a zero scale): off.
+    #[serde(default)]
+    pub service_exponent: f64,
+    /// The GPU-seconds at which attained service starts to weigh (see `service_exponent`).
+    #[serde(default)]
+    pub service_scale_gpu_s: f64,
+}
+
+impl Weighing {
+    /// Whether any factor depends on time (attained service grows while a job runs).
+    pub fn changes_over_time(&self) -> bool {
+        self.service_exponent > 0.0 && self.service_scale_gpu_s > 0.0
+    }
+
+    /// The attained-service factor of a job that has held `attained_gpu_s` GPU-seconds.
+    pub fn service_factor(&self, attained_gpu_s: f64) -> f64 {
+        if self.changes_over_time() {
+            (1.0 + attained_gpu_s.max(0.0) / self.service_scale_gpu_s).powf(-self.service_exponent)
+        } else {
+            1.0
+        }
+    }
 }
 
 impl Default for Settings {
@@ -83,6 +121,7 @@ impl Default for Settings {
             backfill: false,
             restart: RestartAwareness::default(),
             batch_candidates: 32,
+            weighing: Weighing::default(),
         }
     }
 }

@@ -154,6 +154,7 @@ fn settings() -> impl Strategy<Value = Settings> {
             restart: RestartAwareness { min_gain, cost_s },
             // Small ranges: every per-GPU share is a candidate, so the DP is exact over all batches.
             batch_candidates: 64,
+            weighing: Weighing::default(),
         })
 }
 
