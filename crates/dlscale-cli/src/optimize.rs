@@ -86,6 +86,7 @@ impl PolicyArgs {
             },
             batch_candidates: self.batch_candidates,
             weighing: Default::default(),
+            consolidate: false,
         })
     }
 

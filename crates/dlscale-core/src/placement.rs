@@ -278,6 +278,39 @@ pub fn place<'a>(
     placed
 }
 
+/// The largest count up to `gpus` that `rule` can place on the GPUs `placement` leaves free
+/// besides job `id`'s own, on no more nodes than the count takes on the idle topology (0: none).
+/// What a job that `placement` spreads could get consolidated instead.
+pub fn largest_packed_fit(
+    topology: &Topology,
+    rule: ShapeRule,
+    placement: &Placement,
+    id: &str,
+    gpus: GpuCount,
+) -> GpuCount {
+    let mut free = topology.idle();
+    let index = topology.indices();
+    for (job, shares) in placement.iter().filter(|(job, _)| job.as_str() != id) {
+        for s in shares {
+            if let Some(&i) = index.get(s.node.as_str()) {
+                free[i] = free[i].saturating_sub(s.gpus);
+            }
+            debug_assert!(
+                index.contains_key(s.node.as_str()),
+                "{job} on an unknown node"
+            );
+        }
+    }
+    (1..=gpus)
+        .rev()
+        .find(|&g| {
+            topology
+                .packed_nodes(rule, g)
+                .is_some_and(|packed| place_one(topology, rule, &free, g, packed).is_some())
+        })
+        .unwrap_or(0)
+}
+
 /// [`place`] without the repack.
 fn place_keeping<'a>(
     topology: &Topology,

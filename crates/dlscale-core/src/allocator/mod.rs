@@ -76,6 +76,11 @@ pub struct Settings {
     /// How the knapsack policies weigh jobs against each other beyond their own weights.
     #[serde(default)]
     pub weighing: Weighing,
+    /// Placement-aware counts: a job that restarts anyway and would be spread over more nodes
+    /// than its count takes (values assume the fewest) is capped at the largest count that fits
+    /// on fewest nodes, and the policy decides again.
+    #[serde(default)]
+    pub consolidate: bool,
 }
 
 /// How the knapsack policies weigh jobs against each other, beyond each job's own weight. Every
@@ -122,6 +127,7 @@ impl Default for Settings {
             restart: RestartAwareness::default(),
             batch_candidates: 32,
             weighing: Weighing::default(),
+            consolidate: false,
         }
     }
 }

@@ -155,6 +155,7 @@ fn settings() -> impl Strategy<Value = Settings> {
             // Small ranges: every per-GPU share is a candidate, so the DP is exact over all batches.
             batch_candidates: 64,
             weighing: Weighing::default(),
+            consolidate: false,
         })
 }
 
