@@ -87,6 +87,7 @@ impl PolicyArgs {
             batch_candidates: self.batch_candidates,
             weighing: Default::default(),
             consolidate: false,
+            counts: Default::default(),
         })
     }
 

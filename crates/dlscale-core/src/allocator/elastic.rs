@@ -229,7 +229,15 @@ pub fn held_options(
             o.utility *= factor;
         }
     }
-    options.retain(|o| request.allows(job, o.gpus));
+    let smallest = options.first().map(|o| o.gpus);
+    let counts = request.settings.counts;
+    let per_node = request.cluster.gpus_per_node;
+    options.retain(|o| {
+        request.allows(job, o.gpus)
+            && (Some(o.gpus) == smallest
+                || job.current.is_some_and(|c| c.gpus == o.gpus)
+                || counts.allows(o.gpus, per_node))
+    });
     options
 }
 

@@ -81,6 +81,50 @@ pub struct Settings {
     /// on fewest nodes, and the policy decides again.
     #[serde(default)]
     pub consolidate: bool,
+    /// The GPU counts the knapsack policies offer a job besides its smallest and its current.
+    #[serde(default)]
+    pub counts: CountRule,
+}
+
+/// Which GPU counts the knapsack policies offer jobs (besides each job's smallest and current
+/// count). Fewer counts mean fewer small rescales and shapes that tile the nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum CountRule {
+    /// Every count the job allows.
+    #[default]
+    Any,
+    /// Powers of two.
+    PowersOfTwo,
+    /// Any count within one node, whole nodes beyond.
+    WholeNodesBeyondOne,
+}
+
+impl CountRule {
+    /// Whether `gpus` is offered on nodes of `per_node` GPUs.
+    pub fn allows(self, gpus: GpuCount, per_node: GpuCount) -> bool {
+        match self {
+            CountRule::Any => true,
+            CountRule::PowersOfTwo => gpus.is_power_of_two(),
+            CountRule::WholeNodesBeyondOne => {
+                gpus <= per_node || gpus.is_multiple_of(per_node.max(1))
+            }
+        }
+    }
+}
+
+impl FromStr for CountRule {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "any" => Ok(CountRule::Any),
+            "powers-of-two" => Ok(CountRule::PowersOfTwo),
+            "whole-nodes-beyond-one" => Ok(CountRule::WholeNodesBeyondOne),
+            _ => Err(format!(
+                "unknown count rule '{s}' (expected any, powers-of-two or whole-nodes-beyond-one)"
+            )),
+        }
+    }
 }
 
 /// How the knapsack policies weigh jobs against each other, beyond each job's own weight. Every
@@ -128,6 +172,7 @@ impl Default for Settings {
             batch_candidates: 32,
             weighing: Weighing::default(),
             consolidate: false,
+            counts: CountRule::Any,
         }
     }
 }

@@ -156,6 +156,7 @@ fn settings() -> impl Strategy<Value = Settings> {
             batch_candidates: 64,
             weighing: Weighing::default(),
             consolidate: false,
+            counts: Default::default(),
         })
 }
 
