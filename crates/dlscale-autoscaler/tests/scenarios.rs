@@ -594,3 +594,44 @@ fn a_job_on_a_node_that_left_is_moved_even_in_its_cooldown() {
     let s = a.handle(6.0, vec![exited("a", 1, 0)]);
     assert_eq!(launches(&s), [("a".into(), 2, 4, 256)], "{s:?}");
 }
+
+#[test]
+fn consolidate_caps_a_job_that_would_be_spread_at_what_fits_on_one_node() {
+    // a and c hold 3 GPUs each, one on each node, and keep them (a change must gain 10×): b
+    // finds one free GPU on each node.
+    let run = |consolidate: bool| {
+        let cfg = AutoscalerConfig {
+            settings: Settings {
+                restart: dlscale_core::RestartAwareness {
+                    min_gain: 10.0,
+                    cost_s: 0.0,
+                },
+                consolidate,
+                ..config().settings
+            },
+            ..config()
+        };
+        let mut a = Autoscaler::new(cfg, Topology::uniform(2, 4));
+        let s = a.handle(0.0, vec![submit(job("a", 3))]);
+        a.handle(0.0, started(&s));
+        let s = a.handle(1.0, vec![submit(job("c", 3))]);
+        a.handle(1.0, started(&s));
+        let s = a.handle(2.0, vec![submit(job("b", 2))]);
+        assert!(stops(&s).is_empty(), "a and c keep their GPUs: {s:?}");
+        s.actions
+            .iter()
+            .find_map(|action| match action {
+                Action::Launch(l) if l.id == "b" => Some(l.shape.clone()),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let spread = run(false);
+    assert_eq!((spread.gpus, spread.shares.len()), (2, 2), "{spread:?}");
+    let consolidated = run(true);
+    assert_eq!(
+        (consolidated.gpus, consolidated.shares.len()),
+        (1, 1),
+        "{consolidated:?}"
+    );
+}

@@ -643,3 +643,49 @@ fn fair_share_reference_is_a_reweighing_by_the_fair_share_speedup() {
     }
     assert!(changed, "the reference changes some decision");
 }
+
+#[test]
+fn count_rules_offer_only_their_counts_besides_the_smallest_and_the_current() {
+    let cluster = Cluster::new(4, 4).unwrap();
+    let mut running = analytic_job("running", 0.002, 0.001);
+    running.current = Some(CurrentAllocation {
+        gpus: 5,
+        batch: 640,
+        age_s: 100.0,
+        restarts: 0,
+    });
+    let mut from_three = analytic_job("from-three", 0.002, 0.001);
+    from_three.gpus.min = 3;
+    let jobs = [running, from_three];
+    for (rule, allowed) in [
+        (CountRule::Any, (1..=16).collect::<Vec<GpuCount>>()),
+        (CountRule::PowersOfTwo, vec![1, 2, 4, 8, 16]),
+        (CountRule::WholeNodesBeyondOne, vec![1, 2, 3, 4, 8, 12, 16]),
+    ] {
+        assert!((1..=16).all(|g| rule.allows(g, 4) == allowed.contains(&g)));
+        let settings = Settings {
+            counts: rule,
+            ..Settings::default()
+        };
+        let request = DecisionRequest::new(&cluster, &jobs, &settings);
+        let mut cache = elastic::TableCache::default();
+        for job in &jobs {
+            let table = cache.table(
+                job,
+                &cluster,
+                settings.utility,
+                BatchChoice::Free { max_candidates: 32 },
+            );
+            let offered: Vec<GpuCount> = held_options(table, job, &request)
+                .iter()
+                .map(|o| o.gpus)
+                .collect();
+            let smallest = job.gpus.min;
+            let current = job.current.map(|c| c.gpus);
+            let want: Vec<GpuCount> = (smallest..=16)
+                .filter(|&g| g == smallest || Some(g) == current || allowed.contains(&g))
+                .collect();
+            assert_eq!(offered, want, "{rule:?} {}", job.id);
+        }
+    }
+}
