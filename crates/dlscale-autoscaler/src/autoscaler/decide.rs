@@ -176,7 +176,7 @@ impl Autoscaler {
                 &wanted,
                 self.config.defragment_moves_per_job,
             );
-            let spread = if self.config.settings.consolidate {
+            let spread = if self.policy.consolidates(&self.config.settings) {
                 self.spread(&wanted, &placed.placement)
             } else {
                 Vec::new()

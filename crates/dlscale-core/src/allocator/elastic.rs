@@ -50,6 +50,10 @@ impl Policy for ElasticBatch {
         ages_matter(request)
     }
 
+    fn consolidates(&self, settings: &Settings) -> bool {
+        settings.consolidate
+    }
+
     fn name(&self) -> &'static str {
         "elastic-batch"
     }
@@ -73,6 +77,10 @@ impl Policy for ElasticBatch {
 impl Policy for ElasticGpu {
     fn next_change_s(&self, request: &DecisionRequest<'_>) -> Option<f64> {
         ages_matter(request)
+    }
+
+    fn consolidates(&self, settings: &Settings) -> bool {
+        settings.consolidate
     }
 
     fn name(&self) -> &'static str {

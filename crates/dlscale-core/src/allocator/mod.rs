@@ -76,9 +76,9 @@ pub struct Settings {
     /// How the knapsack policies weigh jobs against each other beyond their own weights.
     #[serde(default)]
     pub weighing: Weighing,
-    /// Placement-aware counts: a job that restarts anyway and would be spread over more nodes
-    /// than its count takes (values assume the fewest) is capped at the largest count that fits
-    /// on fewest nodes, and the policy decides again.
+    /// Placement-aware counts for the knapsack policies: a job that restarts anyway and would be
+    /// spread over more nodes than its count takes (values assume the fewest) is capped at the
+    /// largest count that fits on fewest nodes, and the policy decides again.
     #[serde(default)]
     pub consolidate: bool,
     /// The GPU counts the knapsack policies offer a job besides its smallest and its current.
@@ -340,6 +340,14 @@ pub trait Policy: fmt::Debug + Send {
 
     /// `id` has left: forget what is kept for it.
     fn forget(&mut self, _id: &str) {}
+
+    /// Whether a job this policy would spread over more nodes than its count takes may be
+    /// capped at what fits on fewest nodes ([`Settings::consolidate`]): only for policies that
+    /// choose GPU counts by value; a policy that runs jobs at the counts they asked for is not
+    /// capped below them.
+    fn consolidates(&self, _settings: &Settings) -> bool {
+        false
+    }
 }
 
 /// Options of individual policies (with their defaults).
