@@ -9,6 +9,7 @@ use dlscale_autoscaler::{
     Action, Autoscaler, AutoscalerConfig, Input, JobRecord, LaunchState, Next, Observation,
     ObservedLaunch, Outcome, Refusal, Status, Step, StopReason, Waiting,
 };
+use dlscale_core::allocator::{ELASTIC_BATCH, STATIC};
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::{ShapeRule, Topology};
 use dlscale_core::{Admission, Job, Settings};
@@ -593,4 +594,57 @@ fn a_job_on_a_node_that_left_is_moved_even_in_its_cooldown() {
     assert_eq!(stops(&s), [("a".into(), 1, StopReason::Rescale)], "{s:?}");
     let s = a.handle(6.0, vec![exited("a", 1, 0)]);
     assert_eq!(launches(&s), [("a".into(), 2, 4, 256)], "{s:?}");
+}
+
+#[test]
+fn consolidate_caps_a_job_that_would_be_spread_at_what_fits_on_one_node() {
+    // a and c hold 3 GPUs each, one on each node, and keep them (a change must gain 10×): b
+    // finds one free GPU on each node.
+    let run = |consolidate: bool, policy| {
+        let cfg = AutoscalerConfig {
+            policy,
+            settings: Settings {
+                restart: dlscale_core::RestartAwareness {
+                    min_gain: 10.0,
+                    cost_s: 0.0,
+                },
+                consolidate,
+                ..config().settings
+            },
+            ..config()
+        };
+        let mut a = Autoscaler::new(cfg, Topology::uniform(2, 4));
+        // Requests for the policy that runs them as asked.
+        let asking = |id: &str, gpus: u32| Job {
+            requested: dlscale_core::Requested {
+                gpus,
+                batch: 64 * gpus,
+            },
+            ..job(id, gpus)
+        };
+        let s = a.handle(0.0, vec![submit(asking("a", 3))]);
+        a.handle(0.0, started(&s));
+        let s = a.handle(1.0, vec![submit(asking("c", 3))]);
+        a.handle(1.0, started(&s));
+        let s = a.handle(2.0, vec![submit(asking("b", 2))]);
+        assert!(stops(&s).is_empty(), "a and c keep their GPUs: {s:?}");
+        s.actions
+            .iter()
+            .find_map(|action| match action {
+                Action::Launch(l) if l.id == "b" => Some(l.shape.clone()),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let spread = run(false, ELASTIC_BATCH);
+    assert_eq!((spread.gpus, spread.shares.len()), (2, 2), "{spread:?}");
+    let consolidated = run(true, ELASTIC_BATCH);
+    assert_eq!(
+        (consolidated.gpus, consolidated.shares.len()),
+        (1, 1),
+        "{consolidated:?}"
+    );
+    // A policy that runs jobs at the count they asked for is not capped below it.
+    let asked = run(true, STATIC);
+    assert_eq!((asked.gpus, asked.shares.len()), (2, 2), "{asked:?}");
 }

@@ -97,6 +97,8 @@ impl PolicyArgs {
                 cost_s: restart_cost_s,
             },
             batch_candidates,
+            // What no flag sets stays as the base (a preset) has it.
+            ..base
         })
     }
 

@@ -28,8 +28,8 @@ pub type GpuCount = u32;
 pub type BatchSize = u32;
 
 pub use allocator::{
-    build_policy, policy_info, policy_names, Admission, Decision, DecisionRequest, JobDecision,
-    JobState, Policy, PolicyInfo, PolicyOptions, Settings, REGISTRY,
+    build_policy, policy_info, policy_names, Admission, CountRule, Decision, DecisionRequest,
+    JobDecision, JobState, Policy, PolicyInfo, PolicyOptions, Settings, Weighing, REGISTRY,
 };
 pub use cluster::Cluster;
 pub use error::{CoreError, Result};

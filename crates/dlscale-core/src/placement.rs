@@ -291,6 +291,39 @@ pub fn place<'a>(
     placed
 }
 
+/// The largest count up to `gpus` that `rule` can place on the GPUs `placement` leaves free
+/// besides job `id`'s own, on no more nodes than the count takes on the idle topology (0: none).
+/// What a job that `placement` spreads could get consolidated instead.
+pub fn largest_packed_fit(
+    topology: &Topology,
+    rule: ShapeRule,
+    placement: &Placement,
+    id: &str,
+    gpus: GpuCount,
+) -> GpuCount {
+    let mut free = topology.idle();
+    let index = topology.indices();
+    for (job, shares) in placement.iter().filter(|(job, _)| job.as_str() != id) {
+        for s in shares {
+            if let Some(&i) = index.get(s.node.as_str()) {
+                free[i] = free[i].saturating_sub(s.gpus);
+            }
+            debug_assert!(
+                index.contains_key(s.node.as_str()),
+                "{job} on an unknown node"
+            );
+        }
+    }
+    (1..=gpus)
+        .rev()
+        .find(|&g| {
+            topology
+                .packed_nodes(rule, g)
+                .is_some_and(|packed| place_one(topology, rule, &free, g, packed).is_some())
+        })
+        .unwrap_or(0)
+}
+
 /// [`place`] without the repack.
 fn place_keeping<'a>(
     topology: &Topology,
@@ -740,5 +773,46 @@ mod tests {
         for s in yes.placement.values() {
             assert!(s.len() == 1);
         }
+    }
+
+    #[test]
+    fn largest_packed_fit_counts_what_the_others_leave_on_fewest_nodes() {
+        let topology = Topology::uniform(3, 4);
+        let share = |node: &str, gpus| Share {
+            node: node.into(),
+            gpus,
+        };
+        // a: 3 on n1; c: 3 on n2; b spread over n1, n2 and n3.
+        let placement: Placement = [
+            ("a".to_string(), vec![share("n1", 3)]),
+            ("c".to_string(), vec![share("n2", 3)]),
+            (
+                "b".to_string(),
+                vec![share("n1", 1), share("n2", 1), share("n3", 2)],
+            ),
+        ]
+        .into_iter()
+        .collect();
+        // Without b: n1 and n2 have 1 free, n3 all 4: 4 fit on one node, 5 on two (4 + 1).
+        for (gpus, fits) in [(1, 1), (3, 3), (4, 4), (5, 5), (6, 5)] {
+            assert_eq!(
+                largest_packed_fit(&topology, ShapeRule::Any, &placement, "b", gpus),
+                fits,
+                "{gpus}"
+            );
+        }
+        // Seen from a (b's shares count): n1 has 3 free, n2 none, n3 2: 3 on one node, 5 on two.
+        assert_eq!(
+            largest_packed_fit(&topology, ShapeRule::Any, &placement, "a", 6),
+            5
+        );
+        assert_eq!(
+            largest_packed_fit(&topology, ShapeRule::Any, &placement, "a", 4),
+            3
+        );
+        assert_eq!(
+            largest_packed_fit(&topology, ShapeRule::WholeNodes, &placement, "b", 8),
+            4
+        );
     }
 }

@@ -179,7 +179,12 @@ impl Autoscaler {
                 &wanted,
                 self.config.defragment_moves_per_job,
             );
-            if placed.unplaced.is_empty() || rounds >= 3 {
+            let spread = if self.policy.consolidates(&self.config.settings) {
+                self.spread(&wanted, &placed.placement)
+            } else {
+                Vec::new()
+            };
+            if (placed.unplaced.is_empty() && spread.is_empty()) || rounds >= 3 {
                 break (decision, placed);
             }
             // Fragmentation: a job that does not fit now is capped at what fits, or waits, and
@@ -193,6 +198,17 @@ impl Autoscaler {
                     } else {
                         waiting_for_room.insert(id.clone());
                         capped.remove(k);
+                    }
+                }
+            }
+            // A job that would be spread over more nodes than its count takes is capped at what
+            // fits on fewest nodes (never below what it runs on now, which it may keep).
+            for (id, fits) in spread {
+                if let Some(k) = capped.iter().position(|j| j.id == id) {
+                    let cap = fits.max(capped[k].current.map_or(0, |c| c.gpus));
+                    if cap >= capped[k].gpus.min.max(1) && cap < capped[k].gpus.max {
+                        capped_at.entry(id).or_insert(capped[k].gpus.max);
+                        capped[k].gpus.max = cap;
                     }
                 }
             }
@@ -284,6 +300,32 @@ impl Autoscaler {
                 leaving: leaving.into_iter().collect(),
             }));
         }
+    }
+}
+
+impl Autoscaler {
+    /// The jobs `placement` puts on more nodes than their count takes on the idle topology among
+    /// those that restart anyway, each with the largest smaller count that would fit on fewest
+    /// nodes where the others are placed.
+    fn spread(
+        &self,
+        wanted: &[Wanted],
+        placement: &placement::Placement,
+    ) -> Vec<(String, GpuCount)> {
+        let (topology, rule) = (&self.topology, self.config.shape);
+        wanted
+            .iter()
+            .filter(|w| w.restarts && w.gpus > 1)
+            .filter_map(|w| {
+                let nodes = placement.get(&w.id)?.len() as u32;
+                let packed = topology.packed_nodes(rule, w.gpus)?;
+                (nodes > packed).then(|| {
+                    let fits =
+                        placement::largest_packed_fit(topology, rule, placement, &w.id, w.gpus - 1);
+                    (w.id.clone(), fits)
+                })
+            })
+            .collect()
     }
 }
 

@@ -73,6 +73,93 @@ pub struct Settings {
     pub restart: RestartAwareness,
     /// Candidate per-GPU batches tried per GPU count by batch-adaptive policies.
     pub batch_candidates: usize,
+    /// How the knapsack policies weigh jobs against each other beyond their own weights.
+    #[serde(default)]
+    pub weighing: Weighing,
+    /// Placement-aware counts for the knapsack policies: a job that restarts anyway and would be
+    /// spread over more nodes than its count takes (values assume the fewest) is capped at the
+    /// largest count that fits on fewest nodes, and the policy decides again.
+    #[serde(default)]
+    pub consolidate: bool,
+    /// The GPU counts the knapsack policies offer a job besides its smallest and its current.
+    #[serde(default)]
+    pub counts: CountRule,
+}
+
+/// Which GPU counts the knapsack policies offer jobs (besides each job's smallest and current
+/// count). Fewer counts mean fewer small rescales and shapes that tile the nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum CountRule {
+    /// Every count the job allows.
+    #[default]
+    Any,
+    /// Powers of two.
+    PowersOfTwo,
+    /// Any count within one node, whole nodes beyond.
+    WholeNodesBeyondOne,
+}
+
+impl CountRule {
+    /// Whether `gpus` is offered on nodes of `per_node` GPUs.
+    pub fn allows(self, gpus: GpuCount, per_node: GpuCount) -> bool {
+        match self {
+            CountRule::Any => true,
+            CountRule::PowersOfTwo => gpus.is_power_of_two(),
+            CountRule::WholeNodesBeyondOne => {
+                gpus <= per_node || gpus.is_multiple_of(per_node.max(1))
+            }
+        }
+    }
+}
+
+impl FromStr for CountRule {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "any" => Ok(CountRule::Any),
+            "powers-of-two" => Ok(CountRule::PowersOfTwo),
+            "whole-nodes-beyond-one" => Ok(CountRule::WholeNodesBeyondOne),
+            _ => Err(format!(
+                "unknown count rule '{s}' (expected any, powers-of-two or whole-nodes-beyond-one)"
+            )),
+        }
+    }
+}
+
+/// How the knapsack policies weigh jobs against each other, beyond each job's own weight. Every
+/// factor is per job, so the objective stays a separable sum and the knapsack stays exact.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct Weighing {
+    /// Normalise a job's speedup by its metric at its fair share of the GPUs (capacity over the
+    /// jobs, rounded up; Pollux's reference) instead of at its smallest count: jobs that scale
+    /// well then count for more while there are few jobs.
+    #[serde(default)]
+    pub fair_share_reference: bool,
+    /// Least attained service: a job that has held `a` GPU-seconds is weighed
+    /// `(1 + a / service_scale_gpu_s)^(−service_exponent)`, so that young jobs (most of them
+    /// short) get GPUs first. 0 (or a zero scale): off.
+    #[serde(default)]
+    pub service_exponent: f64,
+    /// The GPU-seconds at which attained service starts to weigh (see `service_exponent`).
+    #[serde(default)]
+    pub service_scale_gpu_s: f64,
+}
+
+impl Weighing {
+    /// Whether any factor depends on time (attained service grows while a job runs).
+    pub fn changes_over_time(&self) -> bool {
+        self.service_exponent > 0.0 && self.service_scale_gpu_s > 0.0
+    }
+
+    /// The attained-service factor of a job that has held `attained_gpu_s` GPU-seconds.
+    pub fn service_factor(&self, attained_gpu_s: f64) -> f64 {
+        if self.changes_over_time() {
+            (1.0 + attained_gpu_s.max(0.0) / self.service_scale_gpu_s).powf(-self.service_exponent)
+        } else {
+            1.0
+        }
+    }
 }
 
 impl Default for Settings {
@@ -83,6 +170,9 @@ impl Default for Settings {
             backfill: false,
             restart: RestartAwareness::default(),
             batch_candidates: 32,
+            weighing: Weighing::default(),
+            consolidate: false,
+            counts: CountRule::Any,
         }
     }
 }
@@ -261,6 +351,14 @@ pub trait Policy: fmt::Debug + Send {
 
     /// `id` has left: forget what is kept for it.
     fn forget(&mut self, _id: &str) {}
+
+    /// Whether a job this policy would spread over more nodes than its count takes may be
+    /// capped at what fits on fewest nodes ([`Settings::consolidate`]): only for policies that
+    /// choose GPU counts by value; a policy that runs jobs at the counts they asked for is not
+    /// capped below them.
+    fn consolidates(&self, _settings: &Settings) -> bool {
+        false
+    }
 }
 
 /// Options of individual policies (with their defaults).

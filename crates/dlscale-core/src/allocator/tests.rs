@@ -154,6 +154,9 @@ fn settings() -> impl Strategy<Value = Settings> {
             restart: RestartAwareness { min_gain, cost_s },
             // Small ranges: every per-GPU share is a candidate, so the DP is exact over all batches.
             batch_candidates: 64,
+            weighing: Weighing::default(),
+            consolidate: false,
+            counts: Default::default(),
         })
 }
 
@@ -527,4 +530,162 @@ fn restart_threshold_keeps_a_running_job_in_place() {
         &sticky,
     );
     assert_eq!((kept.jobs[0].gpus, kept.jobs[0].batch_size), (3, 384));
+}
+
+/// `jobs` decided by elastic-batch at `now_s` on `cluster`.
+fn decide_at(cluster: &Cluster, jobs: &[Job], settings: &Settings, now_s: f64) -> Decision {
+    let request = DecisionRequest {
+        now_s,
+        ..DecisionRequest::new(cluster, jobs, settings)
+    };
+    ElasticBatch::default().decide(&request)
+}
+
+fn gpus_and_batches(decision: &Decision) -> Vec<(GpuCount, BatchSize)> {
+    decision
+        .jobs
+        .iter()
+        .map(|d| (d.gpus, d.batch_size))
+        .collect()
+}
+
+#[test]
+fn attained_service_weighs_young_jobs_first() {
+    let cluster = Cluster::new(2, 4).unwrap();
+    let young = analytic_job("young", 0.001, 0.02);
+    let mut old = analytic_job("old", 0.001, 0.02);
+    // 4 GPUs for 10,000 s: 40,000 GPU-s.
+    old.history.runs.push(crate::job::RunSpan {
+        start_s: 0.0,
+        end_s: None,
+        gpus: 4,
+    });
+    let jobs = vec![young.clone(), old.clone()];
+    let plain = Settings {
+        utility: Utility::Fair { p: -1.0 },
+        ..Settings::default()
+    };
+    let even = decide_at(&cluster, &jobs, &plain, 10_000.0);
+    assert_eq!(even.jobs[0].gpus, even.jobs[1].gpus, "{even:?}");
+    let weighing = Weighing {
+        service_exponent: 1.0,
+        service_scale_gpu_s: 10_000.0,
+        ..Weighing::default()
+    };
+    let las = Settings { weighing, ..plain };
+    let tilted = decide_at(&cluster, &jobs, &las, 10_000.0);
+    assert!(tilted.jobs[0].gpus > tilted.jobs[1].gpus, "{tilted:?}");
+    // Exactly the decision with the old job's weight at its factor, 1 / (1 + 4).
+    assert_eq!(weighing.service_factor(40_000.0), 0.2);
+    let reweighed = vec![young, Job { weight: 0.2, ..old }];
+    let by_weight = decide_at(&cluster, &reweighed, &plain, 10_000.0);
+    assert_eq!(gpus_and_batches(&tilted), gpus_and_batches(&by_weight));
+}
+
+#[test]
+fn fair_share_reference_is_a_reweighing_by_the_fair_share_speedup() {
+    let cluster = Cluster::new(4, 4).unwrap();
+    // A job that scales well, one that does not, one in between.
+    let jobs = vec![
+        analytic_job("scales", 0.004, 0.002),
+        analytic_job("flat", 0.0005, 0.05),
+        analytic_job("middle", 0.002, 0.01),
+    ];
+    let mut changed = false;
+    for utility in [
+        Utility::Fair { p: -1.0 },
+        Utility::Fair { p: -2.0 },
+        Utility::Speedup,
+    ] {
+        let plain = Settings {
+            utility,
+            ..Settings::default()
+        };
+        let fair_share = Settings {
+            weighing: Weighing {
+                fair_share_reference: true,
+                ..Weighing::default()
+            },
+            ..plain
+        };
+        // Independently: each job's metric at its fair share (16 / 3 GPUs, rounded up: 6) over
+        // its metric on one GPU, to the power of the utility's exponent.
+        let p = match utility {
+            Utility::Fair { p } => p,
+            _ => 1.0,
+        };
+        let reweighed: Vec<Job> = jobs
+            .iter()
+            .map(|job| {
+                let options = crate::options::job_options(
+                    job,
+                    &cluster,
+                    utility,
+                    BatchChoice::Free { max_candidates: 32 },
+                    &RestartAwareness::default(),
+                );
+                let metric = |g: GpuCount| {
+                    let o = options.iter().find(|o| o.gpus == g).unwrap();
+                    o.throughput_samples_per_s
+                };
+                Job {
+                    weight: (metric(1) / metric(6)).powf(p),
+                    ..job.clone()
+                }
+            })
+            .collect();
+        assert!(reweighed[0].weight != reweighed[1].weight);
+        let got = decide_at(&cluster, &jobs, &fair_share, 0.0);
+        let want = decide_at(&cluster, &reweighed, &plain, 0.0);
+        assert_eq!(gpus_and_batches(&got), gpus_and_batches(&want), "{utility}");
+        changed |=
+            gpus_and_batches(&got) != gpus_and_batches(&decide_at(&cluster, &jobs, &plain, 0.0));
+    }
+    assert!(changed, "the reference changes some decision");
+}
+
+#[test]
+fn count_rules_offer_only_their_counts_besides_the_smallest_and_the_current() {
+    let cluster = Cluster::new(4, 4).unwrap();
+    let mut running = analytic_job("running", 0.002, 0.001);
+    running.current = Some(CurrentAllocation {
+        gpus: 5,
+        batch: 640,
+        age_s: 100.0,
+        restarts: 0,
+    });
+    let mut from_three = analytic_job("from-three", 0.002, 0.001);
+    from_three.gpus.min = 3;
+    let jobs = [running, from_three];
+    for (rule, allowed) in [
+        (CountRule::Any, (1..=16).collect::<Vec<GpuCount>>()),
+        (CountRule::PowersOfTwo, vec![1, 2, 4, 8, 16]),
+        (CountRule::WholeNodesBeyondOne, vec![1, 2, 3, 4, 8, 12, 16]),
+    ] {
+        assert!((1..=16).all(|g| rule.allows(g, 4) == allowed.contains(&g)));
+        let settings = Settings {
+            counts: rule,
+            ..Settings::default()
+        };
+        let request = DecisionRequest::new(&cluster, &jobs, &settings);
+        let mut cache = elastic::TableCache::default();
+        for job in &jobs {
+            let table = cache.table(
+                job,
+                &cluster,
+                settings.utility,
+                BatchChoice::Free { max_candidates: 32 },
+            );
+            let offered: Vec<GpuCount> = held_options(table, job, &request)
+                .iter()
+                .map(|o| o.gpus)
+                .collect();
+            let smallest = job.gpus.min;
+            let current = job.current.map(|c| c.gpus);
+            let want: Vec<GpuCount> = (smallest..=16)
+                .filter(|&g| g == smallest || Some(g) == current || allowed.contains(&g))
+                .collect();
+            assert_eq!(offered, want, "{rule:?} {}", job.id);
+        }
+    }
 }
