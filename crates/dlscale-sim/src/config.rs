@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::{
-    Admission, Cluster, PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility,
+    Admission, Cluster, CountRule, PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility,
 };
 
 use crate::error::{Result, SimError};
@@ -225,6 +225,11 @@ impl SimConfig {
                     min_gain: 0.05,
                     cost_s: 30.0,
                 },
+                // dlscale's own policies: counts that tile 4-GPU nodes, and no restart into a
+                // spread shape (spread shapes are slow in the artifact's world); the baselines
+                // run at the counts they choose.
+                consolidate: true,
+                counts: CountRule::PowersOfTwo,
                 ..Settings::default()
             },
             policy_options: PolicyOptions {

@@ -128,6 +128,18 @@ struct SimState<'w> {
     noise: SplitMix64,
 }
 
+impl SimState<'_> {
+    /// Samples its workers have seen: progress in samples (in Pollux's world, in steps at the
+    /// initial batch).
+    fn samples_seen(&self) -> u64 {
+        let unit = self
+            .profile
+            .as_ref()
+            .map_or(1.0, |p| f64::from(p.init_batch()));
+        (self.progress.max(0.0) * unit) as u64
+    }
+}
+
 struct Engine<'w, 'o> {
     workload: &'w Workload,
     config: &'w SimConfig,
@@ -395,11 +407,7 @@ impl<'w, 'o> Engine<'w, 'o> {
                 .unwrap_or(0.0),
             };
             let measured = truth * (1.0 + reporting.noise * s.noise.gaussian()).max(0.05);
-            let unit = s
-                .profile
-                .as_ref()
-                .map_or(1.0, |p| f64::from(p.init_batch()));
-            let samples = (s.progress.max(0.0) * unit) as u64;
+            let samples = s.samples_seen();
             out.push(Input::Metrics {
                 id: s.spec.job.id.clone(),
                 report: MetricsReport {
@@ -512,7 +520,15 @@ impl<'w, 'o> Engine<'w, 'o> {
                         .as_ref()
                         .is_some_and(|r| r.attempt == attempt)
                     {
+                        // In Pollux's world a job whose walk found its completion holds its
+                        // GPUs to the end of that chunk; stopped before then (a decision on an
+                        // event), it has finished: it says so, then exits.
+                        let done_s = self.jobs[i].completed_s.filter(|&c| c <= t);
+                        if done_s.is_some() {
+                            answers.push(self.completion(i, attempt));
+                        }
                         self.stop_run(i, t);
+                        self.jobs[i].completed_s = done_s;
                         answers.push(Input::Exited {
                             id,
                             attempt,
@@ -534,6 +550,21 @@ impl<'w, 'o> Engine<'w, 'o> {
             self.leave(i, outcome, finish)?;
         }
         Ok(answers)
+    }
+
+    /// What the workers of job `i`'s launch `attempt` say when training is complete.
+    fn completion(&self, i: usize, attempt: u32) -> Input {
+        let s = &self.jobs[i];
+        let samples_seen = s.samples_seen();
+        Input::Completed {
+            id: s.spec.job.id.clone(),
+            attempt,
+            step: s
+                .run
+                .as_ref()
+                .map_or(0, |r| samples_seen / u64::from(r.batch.max(1))),
+            samples_seen,
+        }
     }
 
     fn index(&self, id: &str) -> Result<usize> {

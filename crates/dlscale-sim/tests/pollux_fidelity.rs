@@ -169,3 +169,28 @@ fn every_cell_at_every_load_is_within_three_percent() {
     }
     assert!(outside.is_empty(), "outside ±3 %: {outside:?}");
 }
+
+/// Deciding on events too in Pollux's world: a decision between two rounds may stop a job whose
+/// walk already found its completion (it holds its GPUs to the end of the chunk). That job has
+/// finished, at its completion time; it is not relaunched and left without work to do.
+#[test]
+fn event_driven_decisions_in_pollux_world_finish_every_job() {
+    let config = SimConfig {
+        schedule_on_events: true,
+        ..SimConfig::pollux()
+    };
+    let policy = *dlscale_core::policy_info("elastic-batch").unwrap();
+    let workload = pollux_workload(Load::One, 3).unwrap();
+    let mut records = Records::default();
+    let summary = simulate(&workload, &config, policy, &mut records)
+        .unwrap()
+        .summary;
+    assert_eq!(
+        (summary.completed, summary.unfinished),
+        (workload.jobs.len(), 0)
+    );
+    for r in &records.0 {
+        let (arrival, finish) = (r.arrival_s, r.finish_s.unwrap());
+        assert!(finish > arrival, "{r:?}");
+    }
+}
