@@ -278,7 +278,7 @@ fn the_pollux_elastic_batch_rows_are_computed_from_the_rows() {
         events.contains("lower than Pollux on 2 of 2 workloads"),
         "{events}"
     );
-    assert!(line_with(&report, "true models from the start averages").contains("not a result"));
+    assert!(line_with(&report, "bundled models from the start averages").contains("not a result"));
 }
 
 #[test]

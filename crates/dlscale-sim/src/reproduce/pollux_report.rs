@@ -300,8 +300,8 @@ fn elastic_section(r: &LoadRows) -> String {
     }
     if let Some(oracle) = r.get(R::ElasticBatchOracle) {
         bullets.push(format!(
-            "- Elastic-batch with the true models from the start averages {}: a bound, not a \
-             result.",
+            "- Elastic-batch given the bundled models from the start averages {}: an oracle \
+             baseline with knowledge the service lacks, not a result.",
             secs(oracle.mean_avg_jct_s())
         ));
     }
