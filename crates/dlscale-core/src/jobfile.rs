@@ -157,10 +157,17 @@ pub struct AnalyticSpec {
     /// See [`AnalyticModel::sync_inter_per_gpu_s`].
     #[serde(default)]
     pub sync_inter_per_gpu_s: f64,
+    /// See [`AnalyticModel::overlap_gamma`] (default 1: no overlap).
+    #[serde(default = "no_overlap")]
+    pub overlap_gamma: f64,
     /// Gradient noise scale φ, for goodput.
     pub noise_scale: Option<f64>,
     /// Initial batch for the noise scale (default `min_batch`).
     pub init_batch: Option<BatchSize>,
+}
+
+fn no_overlap() -> f64 {
+    1.0
 }
 
 /// The fields of a job that the allocator reads: those of [`JobEntry`].
@@ -618,6 +625,7 @@ impl JobEntry {
                     sync_intra_per_gpu_s: spec.sync_intra_per_gpu_s,
                     sync_inter_base_s: spec.sync_inter_base_s,
                     sync_inter_per_gpu_s: spec.sync_inter_per_gpu_s,
+                    overlap_gamma: spec.overlap_gamma,
                     max_local_batch: None,
                 };
                 model.validate(&id)?;

@@ -639,6 +639,7 @@ mod tests {
                 sync_intra_per_gpu_s: 0.001,
                 sync_inter_base_s: 0.1,
                 sync_inter_per_gpu_s: 0.01,
+                overlap_gamma: 1.0,
                 max_local_batch: None,
             }),
             efficiency: Some(JobEfficiency {
