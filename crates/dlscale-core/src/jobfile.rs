@@ -26,7 +26,7 @@ use crate::job::{
     BatchRange, CurrentAllocation, GpuRange, Hold, Job, JobEfficiency, JobHistory, Requested,
 };
 use crate::profiles;
-use crate::throughput::{AnalyticModel, ThroughputModel};
+use crate::throughput::{Accumulating, AnalyticModel, ThroughputModel};
 use crate::{BatchSize, GpuCount};
 
 /// Syntax of a job or cluster file.
@@ -64,6 +64,10 @@ pub struct JobEntry {
     pub max_batch: BatchSize,
     /// Largest per-GPU batch; defaults to the model's memory limit when it has one.
     pub max_local_batch: Option<BatchSize>,
+    /// Most micro-steps per step (gradient accumulation, default 1: none): a per-GPU batch up to
+    /// `max_accum_steps × max_local_batch` runs as `ceil(batch / max_local_batch)` micro-steps,
+    /// which the launch passes to the workers as `DLSCALE_ACCUM_STEPS`.
+    pub max_accum_steps: Option<u32>,
     /// Fewest GPUs (default 1).
     #[serde(default = "one")]
     pub min_gpus: GpuCount,
@@ -166,17 +170,21 @@ pub struct AnalyticSpec {
     pub init_batch: Option<BatchSize>,
 }
 
+/// The most micro-steps a job may accumulate over.
+pub const MAX_ACCUM_STEPS: u32 = 1024;
+
 fn no_overlap() -> f64 {
     1.0
 }
 
 /// The fields of a job that the allocator reads: those of [`JobEntry`].
-pub const JOB_FIELDS: [&str; 17] = [
+pub const JOB_FIELDS: [&str; 18] = [
     "id",
     "model",
     "min_batch",
     "max_batch",
     "max_local_batch",
+    "max_accum_steps",
     "min_gpus",
     "max_gpus",
     "powers_of_two",
@@ -661,6 +669,25 @@ impl JobEntry {
                 ))
             }
         };
+        let (throughput, max_local_batch) = match self.max_accum_steps {
+            None | Some(1) => (throughput, max_local_batch),
+            Some(steps) if (2..=MAX_ACCUM_STEPS).contains(&steps) => {
+                let max_local = max_local_batch.saturating_mul(steps);
+                let accumulating: Arc<dyn ThroughputModel> = Arc::new(Accumulating {
+                    inner: throughput,
+                    memory_local: max_local_batch,
+                    max_local,
+                });
+                (accumulating, max_local)
+            }
+            Some(steps) => {
+                return Err(CoreError::job(
+                    &id,
+                    "max_accum_steps",
+                    format!("must be between 1 and {MAX_ACCUM_STEPS}, got {steps}"),
+                ))
+            }
+        };
         let remaining_samples = match (self.work_samples, self.epochs) {
             (Some(_), Some(_)) => {
                 return Err(CoreError::job(
@@ -761,6 +788,41 @@ mod tests {
 
     fn parse(text: &str) -> Result<Vec<Job>> {
         parse_jobs(text, FileFormat::Json, "jobs.json")
+    }
+
+    #[test]
+    fn accumulation_runs_batches_beyond_memory_in_micro_steps() {
+        let text = |steps: &str| {
+            format!(
+                r#"{{"id": "a", "model": {{"compute_per_sample_s": 0.001, "sync_intra_base_s": 0.05,
+                "overlap_gamma": 2}}, "min_batch": 16, "max_batch": 512, "max_local_batch": 32{steps}}}"#
+            )
+        };
+        let job = parse(&text(r#", "max_accum_steps": 4"#)).unwrap().remove(0);
+        assert_eq!(job.max_local_batch, 128);
+        let model = &job.throughput;
+        assert_eq!(model.memory_local_batch(), Some(32));
+        assert_eq!(
+            (
+                model.micro_steps(32),
+                model.micro_steps(33),
+                model.micro_steps(128)
+            ),
+            (1, 2, 4)
+        );
+        // 4 micro-steps of 25 samples on 2 GPUs: 3 compute-only, one overlapped with the sync.
+        let expected = 3.0 * 0.025 + (0.025f64.powi(2) + 0.05f64.powi(2)).sqrt();
+        assert!((model.step_time_s(2, 1, 100).unwrap() - expected).abs() < 1e-12);
+        assert!(model.step_time_s(2, 1, 129).is_none());
+        let plain = parse(&text("")).unwrap().remove(0);
+        assert_eq!(
+            (plain.max_local_batch, plain.throughput.micro_steps(32)),
+            (32, 1)
+        );
+        let err = parse(&text(r#", "max_accum_steps": 0"#))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_accum_steps"), "{err}");
     }
 
     #[test]
