@@ -6,7 +6,7 @@
 //! parameters come from a projected Levenberg–Marquardt on the relative residuals, started both
 //! from the neighbouring γ's answer and from the compute terms of the γ = 1 fit with the sync
 //! terms solved for that γ. γ itself is a one-dimensional search: a grid over
-//! `[1, MAX_OVERLAP_GAMMA]`, then a golden-section refinement around the grid's best. Near ties go
+//! `[1, MAX_OVERLAP_GAMMA]`, then a golden-section refinement around the grid's best (warm-started only). Near ties go
 //! to the smaller γ (the conservative reading: less overlap predicts slower steps off the
 //! measured configurations).
 
@@ -31,7 +31,7 @@ const GAMMA_GRID: [f64; 11] = [
     MAX_OVERLAP_GAMMA,
 ];
 /// Golden-section steps after the grid (the bracket shrinks by 0.618 per step).
-const GOLDEN_STEPS: usize = 18;
+const GOLDEN_STEPS: usize = 20;
 /// Levenberg–Marquardt iterations per γ at most.
 const LM_ITERATIONS: usize = 100;
 /// Costs (sums of squared relative errors) within this much per sample are ties.
@@ -312,21 +312,20 @@ fn sync_for_gamma(
     out
 }
 
-/// The best parameters at a fixed `gamma` from two starts, with their cost.
+/// The best parameters at a fixed `gamma` from the warm start and, on the grid, also from the
+/// compute terms of the γ = 1 fit with the sync terms solved for `gamma` (a sync term at 0 has no
+/// gradient for γ > 1, so a warm start alone could not leave it).
 fn fit_at(
     rows: &[Row],
     usable: &[bool; PARAMS],
     gamma: f64,
     warm: [f64; PARAMS],
-    linear: [f64; PARAMS],
+    linear: Option<[f64; PARAMS]>,
 ) -> ([f64; PARAMS], f64) {
     let a = levenberg_marquardt(rows, usable, gamma, warm);
-    let b = levenberg_marquardt(
-        rows,
-        usable,
-        gamma,
-        sync_for_gamma(rows, usable, linear, gamma),
-    );
+    let Some(linear) = linear else { return a };
+    let start = sync_for_gamma(rows, usable, linear, gamma);
+    let b = levenberg_marquardt(rows, usable, gamma, start);
     if b.1 < a.1 {
         b
     } else {
@@ -340,14 +339,18 @@ fn search_gamma(
     usable: &[bool; PARAMS],
     linear: [f64; PARAMS],
 ) -> ([f64; PARAMS], f64) {
+    let tie = TIE_PER_SAMPLE * rows.len() as f64;
     let mut at: Vec<(f64, [f64; PARAMS], f64)> = Vec::with_capacity(GAMMA_GRID.len());
     at.push((1.0, linear, cost(rows, &linear, 1.0)));
+    if at[0].2 <= tie {
+        // The sum fits exactly: nothing to gain, and near ties go to the smaller γ.
+        return (linear, 1.0);
+    }
     for &gamma in &GAMMA_GRID[1..] {
         let warm = at.last().map_or(linear, |a| a.1);
-        let (p, c) = fit_at(rows, usable, gamma, warm, linear);
+        let (p, c) = fit_at(rows, usable, gamma, warm, Some(linear));
         at.push((gamma, p, c));
     }
-    let tie = TIE_PER_SAMPLE * rows.len() as f64;
     let lowest = at.iter().map(|a| a.2).fold(f64::INFINITY, f64::min);
     // The smallest γ within a tie of the lowest cost.
     let k = at.iter().position(|a| a.2 <= lowest + tie).unwrap_or(0);
@@ -361,7 +364,7 @@ fn search_gamma(
     );
     let ratio = (5f64.sqrt() - 1.0) / 2.0;
     let probe = |gamma: f64, best: &mut (f64, [f64; PARAMS], f64)| {
-        let (p, c) = fit_at(rows, usable, gamma, best.1, linear);
+        let (p, c) = fit_at(rows, usable, gamma, best.1, None);
         if c < best.2 - tie {
             *best = (gamma, p, c);
         }
@@ -454,31 +457,49 @@ fn levenberg_marquardt(
 }
 
 /// Exact non-negative least squares for a handful of columns: the optimum is the unconstrained
-/// least-squares solution on some subset of columns, with every coefficient ≥ 0.
+/// least-squares solution on some subset of columns, with every coefficient ≥ 0. Every subset is
+/// solved from the Gram matrix of the columns scaled to unit norm (formed once: the fit runs on
+/// every new measurement, and 63 small solves cost less than one pass over the rows each).
 fn nnls_by_subsets(
     design: &DMatrix<f64>,
     target: &DVector<f64>,
     usable: &[bool; PARAMS],
 ) -> Result<[f64; PARAMS]> {
-    let columns: Vec<usize> = (0..PARAMS).filter(|&c| usable[c]).collect();
+    let columns: Vec<usize> = (0..PARAMS)
+        .filter(|&c| usable[c] && design.column(c).norm() > 0.0)
+        .collect();
+    let scale: Vec<f64> = columns.iter().map(|&c| design.column(c).norm()).collect();
+    let scaled = DMatrix::from_fn(design.nrows(), columns.len(), |r, k| {
+        design[(r, columns[k])] / scale[k]
+    });
+    let gram = scaled.transpose() * &scaled;
+    let moment = scaled.transpose() * target;
+    let target_sq = target.norm_squared();
     let mut best: Option<(f64, [f64; PARAMS])> = None;
     for mask in 1u32..(1 << columns.len()) {
         let chosen: Vec<usize> = (0..columns.len())
             .filter(|bit| mask & (1 << bit) != 0)
-            .map(|bit| columns[bit])
             .collect();
-        let sub = design.select_columns(chosen.iter());
-        let Ok(solution) = sub.clone().svd(true, true).solve(target, 1e-12) else {
+        let sub = gram
+            .select_rows(chosen.iter())
+            .select_columns(chosen.iter());
+        let rhs = moment.select_rows(chosen.iter());
+        let Some(chol) = sub.clone().cholesky() else {
             continue;
         };
+        let solution = chol.solve(&rhs);
         if solution.iter().any(|&x| !x.is_finite() || x < 0.0) {
             continue;
         }
-        let residual = (&sub * &solution - target).norm_squared();
-        if best.as_ref().is_none_or(|(r, _)| residual < *r - 1e-18) {
+        // ‖Ax − b‖² = ‖b‖² − 2 xᵀAᵀb + xᵀ(AᵀA)x.
+        let residual = target_sq - 2.0 * solution.dot(&rhs) + solution.dot(&(&sub * &solution));
+        if best
+            .as_ref()
+            .is_none_or(|(r, _)| residual < *r - 1e-15 * target_sq)
+        {
             let mut params = [0.0; PARAMS];
-            for (k, &c) in chosen.iter().enumerate() {
-                params[c] = solution[k];
+            for (k, &bit) in chosen.iter().enumerate() {
+                params[columns[bit]] = solution[k] / scale[bit];
             }
             best = Some((residual, params));
         }
