@@ -87,3 +87,9 @@ def test_example_exits_2_with_one_line_on_bad_env():
                        env=clean_env(DLSCALE_LOCAL_BATCH_SIZE="lots"))
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == "dlscale: error: DLSCALE_LOCAL_BATCH_SIZE='lots' is not an integer"
+
+
+def test_accumulation_steps():
+    assert alloc().accum_steps == 1
+    a = alloc(DLSCALE_LOCAL_BATCH_SIZE=100, DLSCALE_ACCUM_STEPS=3)
+    assert (a.accum_steps, a.micro_batch_size, a.local_batch_size) == (3, 34, 100)

@@ -1,9 +1,13 @@
 //! Learning a job's throughput model online, from what its workers report: every report is a
-//! measured step time at the launch's GPUs, nodes and per-GPU batch.
+//! measured step time at the launch's GPUs, nodes, per-GPU batch and micro-steps.
 
 use dlscale_core::efficiency::GradNoise;
-use dlscale_core::throughput::{AnalyticModel, FitQuality, StepTimeSample};
-use dlscale_core::{BatchSize, GpuCount};
+use std::sync::Arc;
+
+use dlscale_core::throughput::{
+    Accumulating, AnalyticModel, FitQuality, StepTimeSample, ThroughputModel,
+};
+use dlscale_core::{BatchSize, GpuCount, Job};
 use serde::{Deserialize, Serialize};
 
 /// One measured configuration: the mean step time of its reports.
@@ -13,12 +17,23 @@ pub struct Point {
     pub gpus: GpuCount,
     /// Nodes spanned.
     pub nodes: u32,
-    /// Per-GPU batch.
+    /// Per-GPU batch (over all its micro-steps).
     pub local_batch: BatchSize,
+    /// Micro-steps per step (gradient accumulation); 1 in records stored before accumulation.
+    #[serde(default = "one_step")]
+    pub micro_steps: u32,
     /// Mean seconds per step.
     pub step_time_s: f64,
     /// Reports averaged.
     pub reports: u32,
+    /// The mean when the model was last fitted to it: a refit is due when the mean moves
+    /// materially ([`Measurements::MATERIAL_CHANGE`]); 0 in records stored before.
+    #[serde(default)]
+    pub fitted_step_time_s: f64,
+}
+
+fn one_step() -> u32 {
+    1
 }
 
 /// What a job's reports measured.
@@ -49,8 +64,24 @@ pub const PRIOR: AnalyticModel = AnalyticModel {
     sync_intra_per_gpu_s: 0.0,
     sync_inter_base_s: 0.0,
     sync_inter_per_gpu_s: 0.0,
+    overlap_gamma: 1.0,
     max_local_batch: None,
 };
+
+/// A learned `model` as `job` runs it: with gradient accumulation beyond the memory of its
+/// current model ([`ThroughputModel::memory_local_batch`], kept from its submission) up to its
+/// per-GPU batch limit, else as it is. A refit replaces the step-time model, never how the job
+/// runs its batches.
+pub fn learned_model(model: AnalyticModel, job: &Job) -> Arc<dyn ThroughputModel> {
+    match job.throughput.memory_local_batch() {
+        Some(memory) if memory < job.max_local_batch => Arc::new(Accumulating {
+            inner: Arc::new(model),
+            memory_local: memory,
+            max_local: job.max_local_batch,
+        }),
+        _ => Arc::new(model),
+    }
+}
 
 /// Reported gradient statistics, an exponential moving average over reports with the start-up
 /// bias corrected (each report already averages its window; the noise scale grows as training
@@ -77,14 +108,21 @@ impl SmoothedGrad {
 }
 
 impl Measurements {
+    /// A configuration's mean step time moved this much (relative) since the last fit: the model
+    /// is fitted again. Smaller moves are measurement noise, and refitting on each would be waste.
+    pub const MATERIAL_CHANGE: f64 = 0.1;
+
     /// Records a report of launch `attempt` at `samples_per_s` for `batch` samples over `gpus`
-    /// GPUs on `nodes` nodes. Returns whether it measured a configuration not seen before.
+    /// GPUs on `nodes` nodes in `micro_steps` micro-steps. Returns whether the model should be
+    /// fitted again: a configuration not seen before was measured, or a known one's mean moved
+    /// materially since the last fit (which the caller is then taken to do).
     pub fn add(
         &mut self,
         attempt: u32,
         gpus: GpuCount,
         nodes: u32,
         batch: BatchSize,
+        micro_steps: u32,
         samples_per_s: f64,
     ) -> bool {
         if self.warmed_attempt != Some(attempt) {
@@ -95,24 +133,33 @@ impl Measurements {
             return false;
         }
         let local_batch = batch.div_ceil(gpus);
+        let micro_steps = micro_steps.max(1);
         let step_time_s = f64::from(batch) / samples_per_s;
+        let key = (gpus, nodes.max(1), local_batch, micro_steps);
         match self
             .points
             .iter_mut()
-            .find(|p| (p.gpus, p.nodes, p.local_batch) == (gpus, nodes, local_batch))
+            .find(|p| (p.gpus, p.nodes, p.local_batch, p.micro_steps) == key)
         {
             Some(p) => {
                 p.reports += 1;
                 p.step_time_s += (step_time_s - p.step_time_s) / f64::from(p.reports);
-                false
+                let moved = (p.step_time_s - p.fitted_step_time_s).abs()
+                    > Self::MATERIAL_CHANGE * p.fitted_step_time_s;
+                if moved {
+                    p.fitted_step_time_s = p.step_time_s;
+                }
+                moved
             }
             None => {
                 self.points.push(Point {
                     gpus,
-                    nodes,
+                    nodes: key.1,
                     local_batch,
+                    micro_steps,
                     step_time_s,
                     reports: 1,
+                    fitted_step_time_s: step_time_s,
                 });
                 true
             }
@@ -157,7 +204,10 @@ impl Measurements {
         }
         let p = self.points.first()?;
         Some(AnalyticModel {
-            compute_per_sample_s: p.step_time_s / f64::from(p.local_batch.max(1)),
+            // Every micro-step computes its share: the step is micro_steps × compute(micro).
+            compute_per_sample_s: p.step_time_s
+                / f64::from(p.local_batch.div_ceil(p.micro_steps).max(1))
+                / f64::from(p.micro_steps.max(1)),
             ..PRIOR
         })
     }
@@ -172,6 +222,7 @@ impl Measurements {
                 gpus: p.gpus,
                 nodes: p.nodes,
                 local_batch: p.local_batch,
+                micro_steps: p.micro_steps,
                 step_time_s: p.step_time_s,
             })
             .collect();
@@ -189,12 +240,12 @@ mod tests {
     fn skips_warm_up_and_averages_each_configuration() {
         let mut m = Measurements::default();
         // Launch 1 on 1 GPU: 0.01 s per 32 samples.
-        assert!(!m.add(1, 1, 1, 32, 1.0), "the first report is warm-up");
-        assert!(m.add(1, 1, 1, 32, 3200.0));
-        assert!(!m.add(1, 1, 1, 32, 3200.0));
+        assert!(!m.add(1, 1, 1, 32, 1, 1.0), "the first report is warm-up");
+        assert!(m.add(1, 1, 1, 32, 1, 3200.0));
+        assert!(!m.add(1, 1, 1, 32, 1, 3200.0));
         // Launch 2 on 2 GPUs of one node: 0.01 + 0.005 sync per 64 samples.
-        assert!(!m.add(2, 2, 1, 64, 1.0));
-        assert!(m.add(2, 2, 1, 64, 64.0 / 0.015));
+        assert!(!m.add(2, 2, 1, 64, 1, 1.0));
+        assert!(m.add(2, 2, 1, 64, 1, 64.0 / 0.015));
         assert_eq!(m.points.len(), 2);
         assert_eq!(m.points[0].reports, 2);
         let (model, quality) = m.fit().unwrap();
@@ -204,8 +255,8 @@ mod tests {
         assert!(Measurements::default().model().is_none());
         // One configuration: linear scaling at its speed.
         let mut one = Measurements::default();
-        one.add(1, 2, 1, 64, 1.0);
-        one.add(1, 2, 1, 64, 6400.0);
+        one.add(1, 2, 1, 64, 1, 1.0);
+        one.add(1, 2, 1, 64, 1, 6400.0);
         assert!(one.fit().is_none());
         let model = one.model().unwrap();
         assert!(
@@ -243,12 +294,64 @@ mod tests {
     }
 
     #[test]
+    fn reports_carry_nodes_and_micro_steps_into_the_fit() {
+        use dlscale_core::throughput::ThroughputModel;
+        let truth = AnalyticModel {
+            compute_base_s: 0.01,
+            compute_per_sample_s: 0.001,
+            sync_intra_base_s: 0.02,
+            sync_intra_per_gpu_s: 0.002,
+            sync_inter_base_s: 0.1,
+            sync_inter_per_gpu_s: 0.005,
+            overlap_gamma: 3.0,
+            max_local_batch: None,
+        };
+        let mut m = Measurements::default();
+        let configs = [(1, 1, 32, 1), (1, 1, 64, 2), (2, 1, 64, 1), (4, 1, 32, 1)]
+            .into_iter()
+            .chain([(4, 1, 128, 2), (4, 2, 64, 1), (8, 2, 32, 1), (8, 4, 256, 4)]);
+        for (attempt, (gpus, nodes, local, steps)) in (1..).zip(configs) {
+            let step_s = dlscale_core::throughput::accumulated_step_time_s(
+                &truth, gpus, nodes, local, steps,
+            )
+            .unwrap();
+            let batch = local * gpus;
+            assert!(!m.add(attempt, gpus, nodes, batch, steps, 1.0), "warm-up");
+            assert!(m.add(
+                attempt,
+                gpus,
+                nodes,
+                batch,
+                steps,
+                f64::from(batch) / step_s
+            ));
+        }
+        assert!(m.points.iter().any(|p| p.nodes == 4 && p.micro_steps == 4));
+        let model = m.model().unwrap();
+        assert!((model.overlap_gamma - 3.0).abs() < 1e-3, "{model:?}");
+        for (gpus, nodes, local) in [(16, 4, 48), (3, 1, 20)] {
+            let (a, b) = (
+                model.step_time_s(gpus, nodes, local).unwrap(),
+                truth.step_time_s(gpus, nodes, local).unwrap(),
+            );
+            assert!((a - b).abs() < 1e-4 * b, "{a} vs {b}");
+        }
+        // The same configuration again: a refit only when its mean moves by a tenth.
+        let last = 9;
+        let step_s = m.points.last().unwrap().step_time_s;
+        let (batch, speed) = (256 * 8, f64::from(256 * 8) / step_s);
+        assert!(!m.add(last - 1, 8, 4, batch, 4, speed * 1.05));
+        assert!(!m.add(last - 1, 8, 4, batch, 4, speed / 1.05));
+        assert!(m.add(last - 1, 8, 4, batch, 4, speed * 0.5));
+    }
+
+    #[test]
     fn exploration_doubles_the_most_gpus_measured() {
         let mut m = Measurements::default();
         assert_eq!(m.explore_cap(4), 4);
         assert_eq!(m.explore_cap(0), 1);
-        m.add(1, 3, 1, 48, 1.0);
-        m.add(1, 3, 1, 48, 100.0);
+        m.add(1, 3, 1, 48, 1, 1.0);
+        m.add(1, 3, 1, 48, 1, 100.0);
         assert_eq!(m.explore_cap(1), 6);
         assert_eq!(m.explore_cap(8), 8, "never below what it asked for");
     }

@@ -17,10 +17,19 @@ pub struct Shape {
     pub gpus: GpuCount,
     /// Global batch.
     pub batch_size: BatchSize,
-    /// Per-worker batch.
+    /// Per-worker batch (over all its micro-steps).
     pub local_batch_size: BatchSize,
+    /// Micro-steps per step: with gradient accumulation, each worker runs its batch as this many
+    /// micro-batches of `ceil(local_batch_size / micro_steps)` and synchronises once; 1 (the
+    /// default, and in records stored before accumulation) without.
+    #[serde(default = "one_step")]
+    pub micro_steps: u32,
     /// Nodes and GPUs on each.
     pub shares: Vec<Share>,
+}
+
+fn one_step() -> u32 {
+    1
 }
 
 impl fmt::Display for Shape {

@@ -647,4 +647,63 @@ fn consolidate_caps_a_job_that_would_be_spread_at_what_fits_on_one_node() {
     // A policy that runs jobs at the count they asked for is not capped below it.
     let asked = run(true, STATIC);
     assert_eq!((asked.gpus, asked.shares.len()), (2, 2), "{asked:?}");
+
+fn a_launch_carries_its_micro_steps_and_reports_are_recorded_at_its_placement() {
+    // 256 samples on 2 GPUs of 32 each in memory: 128 per GPU, 4 micro-steps, on two nodes.
+    let text = r#"{"jobs": [{"id": "a", "model": {"compute_per_sample_s": 0.001},
+        "min_batch": 256, "max_batch": 256, "max_local_batch": 32, "max_accum_steps": 4,
+        "work_samples": 1e7}]}"#;
+    let job = parse_jobs(text, FileFormat::Json, "test")
+        .unwrap()
+        .remove(0);
+    let mut a = Autoscaler::new(config(), Topology::uniform(2, 1));
+    let learned = Input::Submit {
+        job: Box::new(dlscale_autoscaler::Submission {
+            job,
+            model: dlscale_autoscaler::ModelSource::Learned,
+            max_retries: None,
+        }),
+    };
+    let s = a.handle(0.0, vec![learned]);
+    let shape = s
+        .actions
+        .iter()
+        .find_map(|act| match act {
+            Action::Launch(l) => Some(l.shape.clone()),
+            _ => None,
+        })
+        .expect("a launch");
+    assert_eq!(
+        (
+            shape.gpus,
+            shape.local_batch_size,
+            shape.micro_steps,
+            shape.shares.len()
+        ),
+        (2, 128, 4, 2)
+    );
+    a.handle(0.0, started(&s));
+    let report = |step| Input::Metrics {
+        id: "a".into(),
+        report: dlscale_autoscaler::MetricsReport {
+            step,
+            samples_per_s: 500.0,
+            batch_size: 256,
+            world_size: 2,
+            loss: None,
+            samples_seen: 1000 * step,
+            attempt: Some(1),
+            grad: None,
+        },
+    };
+    a.handle(60.0, vec![report(1), report(2)]);
+    let (record, job) = a.job("a").unwrap();
+    let p = record.measurements.points[0];
+    assert_eq!(
+        (p.gpus, p.nodes, p.local_batch, p.micro_steps),
+        (2, 2, 128, 4)
+    );
+    // The model learned from it still accumulates beyond memory.
+    assert_eq!(job.throughput.micro_steps(128), 4);
+    assert_eq!(job.throughput.memory_local_batch(), Some(32));
 }

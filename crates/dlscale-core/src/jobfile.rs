@@ -26,7 +26,7 @@ use crate::job::{
     BatchRange, CurrentAllocation, GpuRange, Hold, Job, JobEfficiency, JobHistory, Requested,
 };
 use crate::profiles;
-use crate::throughput::{AnalyticModel, ThroughputModel};
+use crate::throughput::{Accumulating, AnalyticModel, ThroughputModel};
 use crate::{BatchSize, GpuCount};
 
 /// Syntax of a job or cluster file.
@@ -64,6 +64,10 @@ pub struct JobEntry {
     pub max_batch: BatchSize,
     /// Largest per-GPU batch; defaults to the model's memory limit when it has one.
     pub max_local_batch: Option<BatchSize>,
+    /// Most micro-steps per step (gradient accumulation, default 1: none): a per-GPU batch up to
+    /// `max_accum_steps × max_local_batch` runs as `ceil(batch / max_local_batch)` micro-steps,
+    /// which the launch passes to the workers as `DLSCALE_ACCUM_STEPS`.
+    pub max_accum_steps: Option<u32>,
     /// Fewest GPUs (default 1).
     #[serde(default = "one")]
     pub min_gpus: GpuCount,
@@ -157,19 +161,30 @@ pub struct AnalyticSpec {
     /// See [`AnalyticModel::sync_inter_per_gpu_s`].
     #[serde(default)]
     pub sync_inter_per_gpu_s: f64,
+    /// See [`AnalyticModel::overlap_gamma`] (default 1: no overlap).
+    #[serde(default = "no_overlap")]
+    pub overlap_gamma: f64,
     /// Gradient noise scale φ, for goodput.
     pub noise_scale: Option<f64>,
     /// Initial batch for the noise scale (default `min_batch`).
     pub init_batch: Option<BatchSize>,
 }
 
+/// The most micro-steps a job may accumulate over.
+pub const MAX_ACCUM_STEPS: u32 = 1024;
+
+fn no_overlap() -> f64 {
+    1.0
+}
+
 /// The fields of a job that the allocator reads: those of [`JobEntry`].
-pub const JOB_FIELDS: [&str; 17] = [
+pub const JOB_FIELDS: [&str; 18] = [
     "id",
     "model",
     "min_batch",
     "max_batch",
     "max_local_batch",
+    "max_accum_steps",
     "min_gpus",
     "max_gpus",
     "powers_of_two",
@@ -618,6 +633,7 @@ impl JobEntry {
                     sync_intra_per_gpu_s: spec.sync_intra_per_gpu_s,
                     sync_inter_base_s: spec.sync_inter_base_s,
                     sync_inter_per_gpu_s: spec.sync_inter_per_gpu_s,
+                    overlap_gamma: spec.overlap_gamma,
                     max_local_batch: None,
                 };
                 model.validate(&id)?;
@@ -650,6 +666,25 @@ impl JobEntry {
                     &id,
                     "max_local_batch",
                     "required: the model has no known memory limit",
+                ))
+            }
+        };
+        let (throughput, max_local_batch) = match self.max_accum_steps {
+            None | Some(1) => (throughput, max_local_batch),
+            Some(steps) if (2..=MAX_ACCUM_STEPS).contains(&steps) => {
+                let max_local = max_local_batch.saturating_mul(steps);
+                let accumulating: Arc<dyn ThroughputModel> = Arc::new(Accumulating {
+                    inner: throughput,
+                    memory_local: max_local_batch,
+                    max_local,
+                });
+                (accumulating, max_local)
+            }
+            Some(steps) => {
+                return Err(CoreError::job(
+                    &id,
+                    "max_accum_steps",
+                    format!("must be between 1 and {MAX_ACCUM_STEPS}, got {steps}"),
                 ))
             }
         };
@@ -753,6 +788,41 @@ mod tests {
 
     fn parse(text: &str) -> Result<Vec<Job>> {
         parse_jobs(text, FileFormat::Json, "jobs.json")
+    }
+
+    #[test]
+    fn accumulation_runs_batches_beyond_memory_in_micro_steps() {
+        let text = |steps: &str| {
+            format!(
+                r#"{{"id": "a", "model": {{"compute_per_sample_s": 0.001, "sync_intra_base_s": 0.05,
+                "overlap_gamma": 2}}, "min_batch": 16, "max_batch": 512, "max_local_batch": 32{steps}}}"#
+            )
+        };
+        let job = parse(&text(r#", "max_accum_steps": 4"#)).unwrap().remove(0);
+        assert_eq!(job.max_local_batch, 128);
+        let model = &job.throughput;
+        assert_eq!(model.memory_local_batch(), Some(32));
+        assert_eq!(
+            (
+                model.micro_steps(32),
+                model.micro_steps(33),
+                model.micro_steps(128)
+            ),
+            (1, 2, 4)
+        );
+        // 4 micro-steps of 25 samples on 2 GPUs: 3 compute-only, one overlapped with the sync.
+        let expected = 3.0 * 0.025 + (0.025f64.powi(2) + 0.05f64.powi(2)).sqrt();
+        assert!((model.step_time_s(2, 1, 100).unwrap() - expected).abs() < 1e-12);
+        assert!(model.step_time_s(2, 1, 129).is_none());
+        let plain = parse(&text("")).unwrap().remove(0);
+        assert_eq!(
+            (plain.max_local_batch, plain.throughput.micro_steps(32)),
+            (32, 1)
+        );
+        let err = parse(&text(r#", "max_accum_steps": 0"#))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_accum_steps"), "{err}");
     }
 
     #[test]

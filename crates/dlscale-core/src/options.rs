@@ -639,6 +639,7 @@ mod tests {
                 sync_intra_per_gpu_s: 0.001,
                 sync_inter_base_s: 0.1,
                 sync_inter_per_gpu_s: 0.01,
+                overlap_gamma: 1.0,
                 max_local_batch: None,
             }),
             efficiency: Some(JobEfficiency {
@@ -684,5 +685,98 @@ mod tests {
             table.options(&job, &cluster, &restart),
             job_options(&job, &cluster, utility, choice, &restart)
         );
+    }
+
+    /// With gradient accumulation the table may pick a per-GPU batch beyond memory, valued at
+    /// the accumulated step time; it does so only when that is worth more: the best of every
+    /// candidate batch, accumulated or not, computed here by brute force.
+    #[test]
+    fn accumulation_is_chosen_only_when_it_pays() {
+        use crate::throughput::{accumulated_step_time_s, micro_steps_for, Accumulating};
+        let inner = Arc::new(AnalyticModel {
+            compute_base_s: 0.002,
+            compute_per_sample_s: 0.001,
+            sync_intra_base_s: 0.2,
+            sync_intra_per_gpu_s: 0.0,
+            sync_inter_base_s: 0.4,
+            sync_inter_per_gpu_s: 0.0,
+            overlap_gamma: 1.5,
+            max_local_batch: None,
+        });
+        let cluster = Cluster::new(2, 4).unwrap();
+        let choice = BatchChoice::Free {
+            max_candidates: 1000,
+        };
+        let mut accumulated_somewhere = [false; 2];
+        for (k, noise_scale) in [20.0, 1e6].into_iter().enumerate() {
+            let job = Job {
+                id: "a".into(),
+                model_name: "analytic".into(),
+                throughput: Arc::new(Accumulating {
+                    inner: inner.clone(),
+                    memory_local: 32,
+                    max_local: 128,
+                }),
+                efficiency: Some(JobEfficiency {
+                    noise: GradNoise::from_noise_scale(noise_scale, 16),
+                    init_batch: 16,
+                }),
+                batch: BatchRange { min: 16, max: 1024 },
+                max_local_batch: 128,
+                gpus: GpuRange {
+                    min: 1,
+                    max: 8,
+                    powers_of_two: false,
+                },
+                requested: Requested { gpus: 1, batch: 16 },
+                remaining_samples: None,
+                weight: 1.0,
+                current: None,
+                history: Default::default(),
+                hold: Default::default(),
+                remaining_work: None,
+            };
+            let options = job_options(
+                &job,
+                &cluster,
+                Utility::Goodput,
+                choice,
+                &RestartAwareness::default(),
+            );
+            assert_eq!(options.len(), 8);
+            for o in &options {
+                let goodput = |b: u32| {
+                    let l = b.div_ceil(o.gpus);
+                    let step = accumulated_step_time_s(
+                        inner.as_ref(),
+                        o.gpus,
+                        o.nodes,
+                        l,
+                        micro_steps_for(l, 32),
+                    )?;
+                    let phi = noise_scale;
+                    Some(f64::from(b) / step * (phi + 16.0) / (phi + f64::from(b)))
+                };
+                let best = (o.gpus.max(16)..=(128 * o.gpus).min(1024))
+                    .filter_map(goodput)
+                    .fold(0.0, f64::max);
+                let chosen = goodput(o.batch).unwrap();
+                assert!(
+                    (chosen - best).abs() <= 1e-9 * best,
+                    "{o:?}: {chosen} vs {best}"
+                );
+                assert!(
+                    (o.throughput_samples_per_s * (noise_scale + 16.0)
+                        / (noise_scale + f64::from(o.batch))
+                        - chosen)
+                        .abs()
+                        <= 1e-9 * chosen
+                );
+                accumulated_somewhere[k] |= job.throughput.micro_steps(o.local_batch) > 1;
+            }
+        }
+        // A small noise scale: large batches are not worth it, no micro-steps; a large one with a
+        // slow all-reduce: accumulation amortises it.
+        assert_eq!(accumulated_somewhere, [false, true]);
     }
 }

@@ -63,6 +63,7 @@ pub fn analytic_jobs(count: usize, max_gpus: GpuCount, seed: u64) -> Vec<Job> {
                 sync_intra_per_gpu_s: rng.range(0.0, 0.005),
                 sync_inter_base_s: rng.range(0.02, 0.2),
                 sync_inter_per_gpu_s: rng.range(0.0, 0.01),
+                overlap_gamma: 1.0,
                 max_local_batch: None,
             };
             Job {

@@ -76,7 +76,8 @@ proptest! {
                         sync_intra_per_gpu_s: 0.0,
                         sync_inter_base_s: 0.05,
                         sync_inter_per_gpu_s: 0.0,
-                        max_local_batch: None,
+                        overlap_gamma: 1.0,
+            max_local_batch: None,
                     })
                 }
                 _ => job.weight = 2.0,

@@ -134,6 +134,7 @@ pub async fn measure(
         gpus: point.workers,
         batch_size: point.batch_size,
         local_batch_size: point.batch_size / point.workers,
+        micro_steps: 1,
         shares: vec![Share {
             node: local::NODE.to_string(),
             gpus: point.workers,
@@ -249,6 +250,7 @@ pub async fn run_profile(
             gpus: r.point.workers,
             nodes: 1,
             local_batch: r.point.batch_size / r.point.workers,
+            micro_steps: 1,
             step_time_s: r.step_time_s,
         })
         .collect();

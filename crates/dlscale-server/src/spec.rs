@@ -80,11 +80,12 @@ pub struct JobSpec {
 }
 
 /// Environment variables the server sets itself; a submission may not override them.
-pub const RESERVED_ENV: [&str; 19] = [
+pub const RESERVED_ENV: [&str; 20] = [
     "DLSCALE_JOB_ID",
     "DLSCALE_WORLD_SIZE",
     "DLSCALE_BATCH_SIZE",
     "DLSCALE_LOCAL_BATCH_SIZE",
+    "DLSCALE_ACCUM_STEPS",
     "DLSCALE_CHECKPOINT_DIR",
     "DLSCALE_API",
     "DLSCALE_TOKEN",

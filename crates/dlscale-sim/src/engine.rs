@@ -358,7 +358,12 @@ impl<'w, 'o> Engine<'w, 'o> {
         let model = match self.config.knowledge {
             Knowledge::Oracle => ModelSource::Given,
             Knowledge::Learned(_) => {
-                job.throughput = Arc::new(dlscale_autoscaler::learn::PRIOR);
+                // Its user knows how it runs batches beyond memory: the prior accumulates as the
+                // job does.
+                job.throughput = dlscale_autoscaler::learn::learned_model(
+                    dlscale_autoscaler::learn::PRIOR,
+                    &job,
+                );
                 job.efficiency = job.efficiency.map(|e| JobEfficiency {
                     noise: GradNoise {
                         grad_sqr: 0.0,

@@ -44,7 +44,7 @@ use dlscale_core::fieldline::field_line;
 use dlscale_core::job::JobEfficiency;
 use dlscale_core::jobfile::{self, FileFormat};
 use dlscale_core::profiles;
-use dlscale_core::throughput::ThroughputModel;
+use dlscale_core::throughput::{Accumulating, ThroughputModel};
 use dlscale_core::CoreError;
 use dlscale_core::{BatchRange, BatchSize, GpuCount, GpuRange, Job, Requested};
 
@@ -677,45 +677,6 @@ fn trace_job(
         work: Work::RequestedDuration { duration_s },
         efficiency,
     })
-}
-
-/// Gradient accumulation over a throughput model: a per-GPU batch above the memory limit runs as
-/// `k = ceil(local / memory)` micro-batches of `ceil(local / k)`; the step takes one synchronised
-/// step of a micro-batch plus `k − 1` compute-only micro-steps, each estimated by the model's
-/// single-GPU step (which has no gradient exchange). Pollux's simulator runs fixed large batches
-/// the same way.
-#[derive(Debug, Clone)]
-pub struct Accumulating {
-    /// The model without accumulation.
-    pub inner: Arc<dyn ThroughputModel>,
-    /// Largest per-GPU micro-batch that fits in memory.
-    pub memory_local: BatchSize,
-    /// Largest per-GPU batch allowed with accumulation.
-    pub max_local: BatchSize,
-}
-
-impl ThroughputModel for Accumulating {
-    fn step_time_s(&self, gpus: GpuCount, nodes: u32, local_batch: u32) -> Option<f64> {
-        if local_batch > self.max_local {
-            return None;
-        }
-        if local_batch <= self.memory_local {
-            return self.inner.step_time_s(gpus, nodes, local_batch);
-        }
-        let micro_steps = local_batch.div_ceil(self.memory_local.max(1));
-        let micro = local_batch.div_ceil(micro_steps);
-        let synced = self.inner.step_time_s(gpus, nodes, micro)?;
-        let compute = self.inner.step_time_s(1, 1, micro)?;
-        Some(synced + f64::from(micro_steps - 1) * compute)
-    }
-
-    fn max_local_batch(&self) -> Option<u32> {
-        Some(self.max_local)
-    }
-
-    fn max_gpus(&self) -> Option<GpuCount> {
-        self.inner.max_gpus()
-    }
 }
 
 /// Gradient accumulation down to one GPU, as Pollux's artifact simulator runs its fixed-batch

@@ -55,10 +55,19 @@ class Allocation:
     # The launch number dlscale gave this run (``DLSCALE_ATTEMPT``): sent with every report so
     # the server can tell an old launch still exiting from the current one.
     attempt: Optional[int] = None
+    # Gradient accumulation (``DLSCALE_ACCUM_STEPS``, default 1): run each step's
+    # ``local_batch_size`` samples as this many micro-batches (``micro_batch_size`` each, the last
+    # possibly smaller), backward on each, and step the optimizer (all-reduce) once.
+    accum_steps: int = 1
 
     @property
     def is_chief(self) -> bool:
         return self.rank == 0
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Samples per micro-batch: ``ceil(local_batch_size / accum_steps)``."""
+        return -(-self.local_batch_size // self.accum_steps)
 
     @classmethod
     def from_env(
@@ -151,4 +160,5 @@ class Allocation:
             token=token,
             requested_world_size=dl_world,
             attempt=_int(env, "DLSCALE_ATTEMPT", minimum=0),
+            accum_steps=_int(env, "DLSCALE_ACCUM_STEPS", minimum=1) or 1,
         )

@@ -237,6 +237,9 @@ impl Autoscaler {
                         gpus: d.gpus,
                         batch_size,
                         local_batch_size,
+                        // What the job's model was valued at: a per-GPU batch beyond memory
+                        // runs by gradient accumulation.
+                        micro_steps: job.throughput.micro_steps(local_batch_size),
                         shares: shares.clone(),
                     })
                 }

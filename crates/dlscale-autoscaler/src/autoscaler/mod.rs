@@ -599,7 +599,9 @@ impl Autoscaler {
         if !current {
             return Some(Refusal::NotCurrent { attempt: r.attempt });
         }
+        // The launch's own placement and micro-steps: what the reported step time was measured at.
         let (gpus, nodes) = (launch.shape.gpus, launch.shape.shares.len().max(1) as u32);
+        let micro_steps = launch.shape.micro_steps;
         let p = &mut r.progress;
         if p.reported_s.is_none_or(|t| t < launch.launched_s) {
             p.startup_s = Some((now - launch.launched_s).max(0.0));
@@ -615,6 +617,7 @@ impl Autoscaler {
             gpus,
             nodes,
             report.batch_size,
+            micro_steps,
             report.samples_per_s,
         );
         let job = &mut self.jobs[i];
@@ -640,7 +643,7 @@ impl Autoscaler {
         if new_point && r.model == ModelSource::Learned {
             // A new configuration measured: a better model, and a wider exploration cap.
             if let Some(model) = r.measurements.model() {
-                job.throughput = Arc::new(model);
+                job.throughput = crate::learn::learned_model(model, job);
                 out.event(Event::ModelFitted {
                     id: id.clone(),
                     points: r.measurements.points.len(),

@@ -5,13 +5,16 @@
 //! where the step time is that of the largest per-GPU share, `ceil(global_batch / gpus)` (with an
 //! uneven split, the most loaded worker sets the pace).
 
+mod accumulate;
 mod analytic;
+mod fit;
 pub(crate) mod table;
 
-pub use analytic::{AnalyticModel, FitQuality, StepTimeSample};
+pub use accumulate::{accumulated_step_time_s, micro_steps_for, Accumulating};
+pub use analytic::{AnalyticModel, FitQuality, StepTimeSample, MAX_OVERLAP_GAMMA};
 pub use table::MeasuredTable;
 
-use crate::GpuCount;
+use crate::{BatchSize, GpuCount};
 
 /// Predicts the time of one synchronous data-parallel training step.
 pub trait ThroughputModel: std::fmt::Debug + Send + Sync {
@@ -25,6 +28,18 @@ pub trait ThroughputModel: std::fmt::Debug + Send + Sync {
 
     /// The largest GPU count the model can predict, if it is bounded.
     fn max_gpus(&self) -> Option<GpuCount>;
+
+    /// Micro-steps the model runs a per-GPU batch of `local_batch` with: more than 1 when it
+    /// accumulates gradients over batches beyond memory ([`Accumulating`]).
+    fn micro_steps(&self, _local_batch: BatchSize) -> u32 {
+        1
+    }
+
+    /// The largest per-GPU batch one micro-step holds, when the model accumulates larger ones
+    /// ([`Accumulating`]); `None` for models that run every batch in one step.
+    fn memory_local_batch(&self) -> Option<BatchSize> {
+        None
+    }
 
     /// [`ThroughputModel::step_time_s`] for many per-GPU batches at one placement, written to
     /// `out` (same length as `local_batches`). Allocators call this in their hot loop; models

@@ -682,6 +682,7 @@ mod tests {
             gpus,
             batch_size: batch,
             local_batch_size: batch / gpus,
+            micro_steps: 1,
             shares: vec![Share {
                 node: NODE.into(),
                 gpus,
@@ -729,6 +730,7 @@ mod tests {
         assert_eq!(p.env["CUDA_VISIBLE_DEVICES"], "2,3");
         assert_eq!(p.env["DLSCALE_WORLD_SIZE"], "2");
         assert_eq!(p.env["DLSCALE_LOCAL_BATCH_SIZE"], "32");
+        assert_eq!(p.env["DLSCALE_ACCUM_STEPS"], "1");
         assert_eq!(p.env["OMP_NUM_THREADS"], "2");
         assert_eq!(p.env["DLSCALE_TOKEN"], "job-token");
         assert_eq!(p.env["DLSCALE_LAUNCH"], "dlscale:test:j:3");

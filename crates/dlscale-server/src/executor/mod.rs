@@ -212,6 +212,8 @@ pub fn worker_env(
             "DLSCALE_LOCAL_BATCH_SIZE",
             shape.local_batch_size.to_string(),
         ),
+        // Micro-steps per step: the worker accumulates gradients over this many micro-batches.
+        ("DLSCALE_ACCUM_STEPS", shape.micro_steps.max(1).to_string()),
         ("DLSCALE_CHECKPOINT_DIR", ckpt.display().to_string()),
         ("DLSCALE_STOP_EXIT_CODE", STOP_EXIT_CODE.to_string()),
         ("DLSCALE_ATTEMPT", attempt.to_string()),

@@ -635,6 +635,7 @@ mod tests {
                 gpus: 4,
                 batch_size: 64,
                 local_batch_size: 16,
+                micro_steps: 2,
                 shares,
             },
         };
@@ -650,6 +651,7 @@ mod tests {
             s.batch
         );
         assert!(s.batch.contains("export DLSCALE_LOCAL_BATCH_SIZE=16\n"));
+        assert!(s.batch.contains("export DLSCALE_ACCUM_STEPS=2\n"));
         assert!(s.batch.contains("export DLSCALE_TOKEN='t'\\''k'\n"));
         assert!(s.batch.contains("export DLSCALE_NODE_LIST=n1,n2\n"));
         assert!(s.batch.contains("DLSCALE_RDZV_ENDPOINT=\"$addr:29501\""));

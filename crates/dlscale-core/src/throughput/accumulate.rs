@@ -1,0 +1,76 @@
+//! Gradient accumulation: a per-GPU batch larger than memory holds, run as several micro-steps of
+//! which only the last synchronises.
+
+use std::sync::Arc;
+
+use super::ThroughputModel;
+use crate::{BatchSize, GpuCount};
+
+/// Seconds per step of `local_batch` samples per GPU run as `micro_steps` micro-steps of
+/// `m = ceil(local_batch / micro_steps)` samples: `micro_steps − 1` compute-only micro-steps
+/// (each as long as a one-GPU step of `m`: one GPU does not synchronise) and one step of `m` at
+/// the placement, which overlaps its compute with the all-reduce as the model does.
+///
+/// For an [`AnalyticModel`](super::AnalyticModel) this is exactly
+/// `(s − 1) · compute(m) + combine(compute(m), sync(g, n))`; for a measured table, the measured
+/// one-GPU and placement step times. `None` when the model cannot run a micro-step of `m`.
+pub fn accumulated_step_time_s(
+    model: &dyn ThroughputModel,
+    gpus: GpuCount,
+    nodes: u32,
+    local_batch: BatchSize,
+    micro_steps: u32,
+) -> Option<f64> {
+    let s = micro_steps.max(1);
+    let micro = local_batch.div_ceil(s);
+    let synced = model.step_time_s(gpus, nodes, micro)?;
+    if s == 1 {
+        return Some(synced);
+    }
+    Some(synced + f64::from(s - 1) * model.step_time_s(1, 1, micro)?)
+}
+
+/// The fewest micro-steps that keep each micro-batch of a `local_batch` per GPU within
+/// `memory_local` samples.
+pub fn micro_steps_for(local_batch: BatchSize, memory_local: BatchSize) -> u32 {
+    local_batch.div_ceil(memory_local.max(1)).max(1)
+}
+
+/// A model that runs per-GPU batches beyond `memory_local` by gradient accumulation: a per-GPU
+/// batch `l ≤ max_local` runs as [`micro_steps_for`]`(l, memory_local)` micro-steps
+/// ([`accumulated_step_time_s`]); within memory it is the inner model unchanged.
+#[derive(Debug, Clone)]
+pub struct Accumulating {
+    /// The model without accumulation.
+    pub inner: Arc<dyn ThroughputModel>,
+    /// Largest per-GPU micro-batch that fits in memory.
+    pub memory_local: BatchSize,
+    /// Largest per-GPU batch allowed with accumulation.
+    pub max_local: BatchSize,
+}
+
+impl ThroughputModel for Accumulating {
+    fn step_time_s(&self, gpus: GpuCount, nodes: u32, local_batch: u32) -> Option<f64> {
+        if local_batch > self.max_local {
+            return None;
+        }
+        let steps = self.micro_steps(local_batch);
+        accumulated_step_time_s(self.inner.as_ref(), gpus, nodes, local_batch, steps)
+    }
+
+    fn max_local_batch(&self) -> Option<u32> {
+        Some(self.max_local)
+    }
+
+    fn max_gpus(&self) -> Option<GpuCount> {
+        self.inner.max_gpus()
+    }
+
+    fn micro_steps(&self, local_batch: BatchSize) -> u32 {
+        micro_steps_for(local_batch, self.memory_local)
+    }
+
+    fn memory_local_batch(&self) -> Option<BatchSize> {
+        Some(self.memory_local)
+    }
+}

@@ -1,0 +1,267 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::throughput::ThroughputModel;
+
+fn truth(gamma: f64) -> AnalyticModel {
+    AnalyticModel {
+        compute_base_s: 0.01,
+        compute_per_sample_s: 0.002,
+        sync_intra_base_s: 0.02,
+        sync_intra_per_gpu_s: 0.001,
+        sync_inter_base_s: 0.08,
+        sync_inter_per_gpu_s: 0.004,
+        overlap_gamma: gamma,
+        max_local_batch: None,
+    }
+}
+
+const PLACEMENTS: [(u32, u32); 6] = [(1, 1), (2, 1), (4, 1), (4, 2), (8, 2), (16, 4)];
+
+fn grid(model: &AnalyticModel, micro_steps: u32) -> Vec<StepTimeSample> {
+    let mut samples = Vec::new();
+    for (gpus, nodes) in PLACEMENTS {
+        for local_batch in [16, 32, 64] {
+            samples.push(StepTimeSample {
+                gpus,
+                nodes,
+                local_batch: local_batch * micro_steps,
+                micro_steps,
+                step_time_s: model.predict(gpus, nodes, local_batch * micro_steps, micro_steps),
+            });
+        }
+    }
+    samples
+}
+
+#[test]
+fn fit_recovers_exact_parameters_without_overlap() {
+    let truth = truth(1.0);
+    let (fitted, quality) = AnalyticModel::fit(&grid(&truth, 1)).unwrap();
+    for (a, b) in fitted.as_params().iter().zip(truth.as_params()) {
+        assert!((a - b).abs() < 1e-9, "{fitted:?} vs {truth:?}");
+    }
+    assert_eq!(fitted.overlap_gamma, 1.0);
+    assert!(quality.r_squared > 0.999_999);
+    assert!(quality.assumptions.is_empty());
+}
+
+#[test]
+fn fit_recovers_overlap_and_accumulation() {
+    // Pollux's cifar10 overlap, measured with two micro-steps per step.
+    let truth = truth(5.3);
+    let (fitted, quality) = AnalyticModel::fit(&grid(&truth, 2)).unwrap();
+    assert!((fitted.overlap_gamma - 5.3).abs() < 1e-3, "{fitted:?}");
+    assert!(quality.max_relative_error < 1e-6, "{quality:?}");
+    // Predictions at configurations never measured, with and without accumulation.
+    for (gpus, nodes, l, s) in [(32, 8, 48, 1), (3, 1, 100, 4), (12, 3, 8, 1)] {
+        let (a, b) = (
+            fitted.predict(gpus, nodes, l, s),
+            truth.predict(gpus, nodes, l, s),
+        );
+        assert!(
+            (a - b).abs() < 1e-4 * b,
+            "{gpus} {nodes} {l} {s}: {a} vs {b}"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// A fit to samples the model generates recovers the model: its γ, and its step times
+    /// everywhere (the parameters themselves where the samples determine them).
+    #[test]
+    fn fit_recovers_known_parameters(
+        compute_base_s in 0.001f64..0.05,
+        compute_per_sample_s in 1e-4f64..2e-3,
+        intra in (0.005f64..0.1, 0.0f64..0.01),
+        inter in (0.02f64..0.3, 0.0f64..0.02),
+        gamma in 1.0f64..8.0,
+    ) {
+        let truth = AnalyticModel {
+            compute_base_s,
+            compute_per_sample_s,
+            sync_intra_base_s: intra.0,
+            sync_intra_per_gpu_s: intra.1,
+            sync_inter_base_s: inter.0,
+            sync_inter_per_gpu_s: inter.1,
+            overlap_gamma: gamma,
+            max_local_batch: None,
+        };
+        let (fitted, quality) = AnalyticModel::fit(&grid(&truth, 1)).unwrap();
+        // Not exactly 0: with a large γ a sync well below the compute adds only about
+        // (y/c)^γ / γ to a step, too little to pin down; the fit may leave such a term at 0 (a
+        // sync term at 0 has no slope for γ > 1), within a few 1e-4 of the truth.
+        prop_assert!(quality.max_relative_error < 1e-3, "{:?} {:?}", fitted, quality);
+        prop_assert!((fitted.overlap_gamma - gamma).abs() < 0.02 * gamma, "{:?}", fitted);
+        for (a, b) in fitted.as_params().iter().zip(truth.as_params()).take(2) {
+            prop_assert!((a - b).abs() < 1e-3 * b.max(1e-3), "{:?} vs {:?}", fitted, truth);
+        }
+        for (gpus, nodes, l) in [(3, 1, 24), (32, 8, 100), (6, 2, 8)] {
+            let (a, b) = (fitted.predict(gpus, nodes, l, 1), truth.predict(gpus, nodes, l, 1));
+            prop_assert!((a - b).abs() < 1e-3 * b, "{} {} {}: {} vs {}", gpus, nodes, l, a, b);
+        }
+    }
+}
+
+#[test]
+fn fit_keeps_parameters_non_negative() {
+    // Sync that *shrinks* with more GPUs would need a negative slope; it is clamped to 0.
+    let samples = [(2, 0.30), (4, 0.25), (8, 0.20)]
+        .into_iter()
+        .flat_map(|(gpus, step)| {
+            [8u32, 16].map(|local_batch| StepTimeSample {
+                gpus,
+                nodes: 1,
+                local_batch,
+                micro_steps: 1,
+                step_time_s: step + 0.01 * f64::from(local_batch),
+            })
+        })
+        .chain([StepTimeSample {
+            gpus: 1,
+            nodes: 1,
+            local_batch: 8,
+            micro_steps: 1,
+            step_time_s: 0.08,
+        }])
+        .collect::<Vec<_>>();
+    let (fitted, quality) = AnalyticModel::fit(&samples).unwrap();
+    assert!(fitted.as_params().iter().all(|&p| p >= 0.0));
+    assert!(fitted.validate("fit").is_ok());
+    assert!(quality.r_squared < 1.0);
+    assert!(quality.assumptions.iter().any(|a| a.contains("multi-node")));
+}
+
+#[test]
+fn fit_without_sync_assumes_no_overlap_and_rejects_bad_measurements() {
+    let one_gpu: Vec<StepTimeSample> = [8, 16]
+        .map(|local_batch| StepTimeSample {
+            gpus: 1,
+            nodes: 1,
+            local_batch,
+            micro_steps: 1,
+            step_time_s: 0.01 + 0.001 * f64::from(local_batch),
+        })
+        .to_vec();
+    let (fitted, quality) = AnalyticModel::fit(&one_gpu).unwrap();
+    assert_eq!(fitted.overlap_gamma, 1.0);
+    assert!(quality.assumptions.iter().any(|a| a.contains("γ = 1")));
+    let bad = [StepTimeSample {
+        gpus: 1,
+        nodes: 1,
+        local_batch: 4,
+        micro_steps: 1,
+        step_time_s: -1.0,
+    }; 3];
+    assert!(AnalyticModel::fit(&bad).is_err());
+    assert!(AnalyticModel::fit(&bad[..1]).is_err());
+    let no_steps = [StepTimeSample {
+        micro_steps: 0,
+        step_time_s: 1.0,
+        ..bad[0]
+    }; 2];
+    assert!(AnalyticModel::fit(&no_steps).is_err());
+}
+
+#[test]
+fn accumulated_steps_follow_the_formula() {
+    let model = truth(2.0);
+    let (g, n, l, s) = (8, 2, 96, 3);
+    let c = model.compute_s(32.0);
+    let expected = 2.0 * c + combine(c, model.sync_s(g, n), 2.0);
+    assert!((model.predict(g, n, l, s) - expected).abs() < 1e-15);
+    let generic = crate::throughput::accumulated_step_time_s(&model, g, n, l, s).unwrap();
+    assert!((generic - expected).abs() < 1e-15);
+}
+
+/// A bundled Pollux placements table as samples: `placement` digits are GPUs per node.
+fn pollux_samples(csv: &str) -> Vec<StepTimeSample> {
+    csv.lines()
+        .skip(1)
+        .map(|line| {
+            let fields: Vec<&str> = line.split(',').collect();
+            let digits: Vec<u32> = fields[0].chars().filter_map(|c| c.to_digit(10)).collect();
+            StepTimeSample {
+                gpus: digits.iter().sum(),
+                nodes: digits.len() as u32,
+                local_batch: fields[1].parse().unwrap(),
+                micro_steps: 1,
+                step_time_s: fields[2].parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// Mean and largest relative error of `model` on `samples`.
+fn errors(model: &AnalyticModel, samples: &[StepTimeSample]) -> (f64, f64) {
+    let rel: Vec<f64> = samples
+        .iter()
+        .map(|s| {
+            let p = model.step_time_s(s.gpus, s.nodes, s.local_batch).unwrap();
+            (p - s.step_time_s).abs() / s.step_time_s
+        })
+        .collect();
+    let mean = rel.iter().sum::<f64>() / rel.len() as f64;
+    (mean, rel.iter().copied().fold(0.0, f64::max))
+}
+
+/// On every bundled Pollux profile, a fit to three quarters of its placements table predicts
+/// the held-out quarter within a bounded error (mean and largest relative error; the largest are
+/// uneven placements such as 2 + 4 GPUs, which no model of this family, Pollux's included,
+/// tells from 3 + 3), and on cifar10 it beats the family without overlap (γ = 1) by far. Run with
+/// `--nocapture` to see the errors.
+#[test]
+fn fits_to_pollux_tables_predict_held_out_configurations() {
+    let tables = [
+        (
+            "bert",
+            include_str!("../../../data/pollux/bert/placements.csv"),
+        ),
+        (
+            "cifar10",
+            include_str!("../../../data/pollux/cifar10/placements.csv"),
+        ),
+        (
+            "deepspeech2",
+            include_str!("../../../data/pollux/deepspeech2/placements.csv"),
+        ),
+        (
+            "imagenet",
+            include_str!("../../../data/pollux/imagenet/placements.csv"),
+        ),
+        (
+            "ncf",
+            include_str!("../../../data/pollux/ncf/placements.csv"),
+        ),
+        (
+            "yolov3",
+            include_str!("../../../data/pollux/yolov3/placements.csv"),
+        ),
+    ];
+    for (name, csv) in tables {
+        let samples = pollux_samples(csv);
+        let (train, held): (Vec<_>, Vec<_>) =
+            samples.iter().enumerate().partition(|(i, _)| i % 4 != 0);
+        let train: Vec<StepTimeSample> = train.into_iter().map(|(_, s)| *s).collect();
+        let held: Vec<StepTimeSample> = held.into_iter().map(|(_, s)| *s).collect();
+        let (model, _) = AnalyticModel::fit(&train).unwrap();
+        let (mean, max) = errors(&model, &held);
+        let coverage = Coverage::of(&train);
+        let rows: Vec<Row> = train.iter().map(Row::of).collect();
+        let sum = AnalyticModel::from_params(linear_fit(&rows, &coverage.usable).unwrap(), 1.0);
+        let (sum_mean, sum_max) = errors(&sum, &held);
+        eprintln!(
+            "{name}: γ = {:.2}, held-out error mean {:.4} max {:.4}; γ = 1: mean {:.4} max {:.4}",
+            model.overlap_gamma, mean, max, sum_mean, sum_max
+        );
+        assert!(mean <= 0.10 && max <= 0.55, "{name}: {mean} {max}");
+        // No worse than without overlap on held-out configurations either.
+        assert!(mean <= sum_mean * 1.001, "{name}: {mean} vs {sum_mean}");
+        if name == "cifar10" {
+            assert!(mean <= 0.7 * sum_mean, "{mean} vs {sum_mean}");
+            assert!(model.overlap_gamma > 2.0, "{model:?}");
+        }
+    }
+}
