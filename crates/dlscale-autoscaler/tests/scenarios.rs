@@ -647,7 +647,9 @@ fn consolidate_caps_a_job_that_would_be_spread_at_what_fits_on_one_node() {
     // A policy that runs jobs at the count they asked for is not capped below it.
     let asked = run(true, STATIC);
     assert_eq!((asked.gpus, asked.shares.len()), (2, 2), "{asked:?}");
+}
 
+#[test]
 fn a_launch_carries_its_micro_steps_and_reports_are_recorded_at_its_placement() {
     // 256 samples on 2 GPUs of 32 each in memory: 128 per GPU, 4 micro-steps, on two nodes.
     let text = r#"{"jobs": [{"id": "a", "model": {"compute_per_sample_s": 0.001},
