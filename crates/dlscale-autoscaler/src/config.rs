@@ -37,6 +37,10 @@ pub struct AutoscalerConfig {
     /// Every worker gets the same per-worker batch: decided batches are rounded to a multiple
     /// of the GPU count (within the job's range) before launch.
     pub equal_local_batches: bool,
+    /// Learned models may fit an overlap of compute and all-reduce (γ > 1); off, they fit the
+    /// plain sum (γ = 1). The overlapping fit reproduces measured tables better, but online it
+    /// has extrapolated to larger GPU counts worse (BENCHMARKS.md, "Learning the overlap").
+    pub learn_overlap: bool,
 }
 
 impl Default for AutoscalerConfig {
@@ -57,6 +61,7 @@ impl Default for AutoscalerConfig {
             start_timeout_s: None,
             restart_cost_s: 0.0,
             equal_local_batches: false,
+            learn_overlap: false,
         }
     }
 }
@@ -96,6 +101,8 @@ struct Stored {
     start_timeout_s: Option<f64>,
     restart_cost_s: f64,
     equal_local_batches: bool,
+    #[serde(default)]
+    learn_overlap: bool,
 }
 
 impl serde::Serialize for AutoscalerConfig {
@@ -114,6 +121,7 @@ impl serde::Serialize for AutoscalerConfig {
             start_timeout_s: self.start_timeout_s,
             restart_cost_s: self.restart_cost_s,
             equal_local_batches: self.equal_local_batches,
+            learn_overlap: self.learn_overlap,
         }
         .serialize(s)
     }
@@ -137,6 +145,7 @@ impl<'de> serde::Deserialize<'de> for AutoscalerConfig {
             start_timeout_s: s.start_timeout_s,
             restart_cost_s: s.restart_cost_s,
             equal_local_batches: s.equal_local_batches,
+            learn_overlap: s.learn_overlap,
         })
     }
 }

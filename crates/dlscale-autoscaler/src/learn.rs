@@ -198,8 +198,8 @@ impl Measurements {
 
     /// The model to decide with: the fit of the measured configurations, or from a single one
     /// the prior's linear scaling at the measured speed; `None` before any measurement.
-    pub fn model(&self) -> Option<AnalyticModel> {
-        if let Some((model, _)) = self.fit() {
+    pub fn model(&self, overlap: bool) -> Option<AnalyticModel> {
+        if let Some((model, _)) = self.fit(overlap) {
             return Some(model);
         }
         let p = self.points.first()?;
@@ -214,7 +214,7 @@ impl Measurements {
 
     /// The analytic model fitted to the measured configurations, with its quality; `None`
     /// without a measurement, or when the fit is not a valid model.
-    pub fn fit(&self) -> Option<(AnalyticModel, FitQuality)> {
+    pub fn fit(&self, overlap: bool) -> Option<(AnalyticModel, FitQuality)> {
         let samples: Vec<StepTimeSample> = self
             .points
             .iter()
@@ -226,7 +226,12 @@ impl Measurements {
                 step_time_s: p.step_time_s,
             })
             .collect();
-        let (model, quality) = AnalyticModel::fit(&samples).ok()?;
+        let (model, quality) = if overlap {
+            AnalyticModel::fit(&samples)
+        } else {
+            AnalyticModel::fit_sum(&samples)
+        }
+        .ok()?;
         model.validate("fit").ok()?;
         Some((model, quality))
     }
@@ -248,17 +253,17 @@ mod tests {
         assert!(m.add(2, 2, 1, 64, 1, 64.0 / 0.015));
         assert_eq!(m.points.len(), 2);
         assert_eq!(m.points[0].reports, 2);
-        let (model, quality) = m.fit().unwrap();
+        let (model, quality) = m.fit(true).unwrap();
         assert_eq!(quality.samples, 2);
         assert!((model.sync_intra_base_s - 0.005).abs() < 1e-9, "{model:?}");
-        assert!(Measurements::default().fit().is_none());
-        assert!(Measurements::default().model().is_none());
+        assert!(Measurements::default().fit(true).is_none());
+        assert!(Measurements::default().model(true).is_none());
         // One configuration: linear scaling at its speed.
         let mut one = Measurements::default();
         one.add(1, 2, 1, 64, 1, 1.0);
         one.add(1, 2, 1, 64, 1, 6400.0);
-        assert!(one.fit().is_none());
-        let model = one.model().unwrap();
+        assert!(one.fit(true).is_none());
+        let model = one.model(true).unwrap();
         assert!(
             (model.compute_per_sample_s - 0.01 / 32.0).abs() < 1e-15,
             "{model:?}"
@@ -327,7 +332,7 @@ mod tests {
             ));
         }
         assert!(m.points.iter().any(|p| p.nodes == 4 && p.micro_steps == 4));
-        let model = m.model().unwrap();
+        let model = m.model(true).unwrap();
         assert!((model.overlap_gamma - 3.0).abs() < 1e-3, "{model:?}");
         for (gpus, nodes, local) in [(16, 4, 48), (3, 1, 20)] {
             let (a, b) = (

@@ -8,8 +8,8 @@ use clap::Args;
 use dlscale_core::allocator::knapsack::SolverPath;
 use dlscale_core::jobfile::{parse_document, parse_jobs, FileFormat};
 use dlscale_core::{
-    policy_info, Admission, Cluster, Decision, DecisionRequest, Job, JobState, PolicyInfo,
-    PolicyOptions, RestartAwareness, Settings, Utility, REGISTRY,
+    policy_info, Admission, Cluster, CountRule, Decision, DecisionRequest, Job, JobState,
+    PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility, REGISTRY,
 };
 use serde::Serialize;
 
@@ -53,6 +53,16 @@ pub struct PolicyArgs {
     /// [default: 3200; the Pollux preset: 57600].
     #[arg(long)]
     pub tiresias_threshold_gpu_s: Option<f64>,
+    /// GPU counts elastic-batch and elastic-gpu offer a job besides its smallest and current
+    /// one: any, powers-of-two or whole-nodes-beyond-one [default: any; the Pollux preset:
+    /// powers-of-two].
+    #[arg(long, value_parser = clap::builder::ValueParser::new(parse_counts))]
+    pub counts: Option<CountRule>,
+    /// Elastic-batch and elastic-gpu: a restarting job that would be spread over more nodes
+    /// than its count needs is capped at the largest count that fits on the fewest nodes
+    /// [default: false; the Pollux preset: true].
+    #[arg(long)]
+    pub consolidate: Option<bool>,
 }
 
 impl PolicyArgs {
@@ -97,6 +107,8 @@ impl PolicyArgs {
                 cost_s: restart_cost_s,
             },
             batch_candidates,
+            counts: self.counts.unwrap_or(base.counts),
+            consolidate: self.consolidate.unwrap_or(base.consolidate),
             // What no flag sets stays as the base (a preset) has it.
             ..base
         })
@@ -133,6 +145,10 @@ fn parse_utility(s: &str) -> Result<Utility, String> {
 }
 
 fn parse_admission(s: &str) -> Result<Admission, String> {
+    s.parse()
+}
+
+fn parse_counts(s: &str) -> Result<CountRule, String> {
     s.parse()
 }
 

@@ -87,6 +87,9 @@ pub struct SimulateArgs {
     /// Seed of the measurement noise (learned runs).
     #[arg(long, default_value_t = dlscale_sim::Reporting::default().seed)]
     pub noise_seed: u64,
+    /// Learned models may fit an overlap of compute and all-reduce (γ > 1) [default: false].
+    #[arg(long)]
+    pub learn_overlap: Option<bool>,
     #[command(flatten)]
     pub policy_args: PolicyArgs,
     /// Output directory (created).
@@ -216,6 +219,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
                 seed: args.noise_seed,
             })
         },
+        learn_overlap: args.learn_overlap.unwrap_or(base.learn_overlap),
         ..base
     };
     config.validate().map_err(sim_error)?;

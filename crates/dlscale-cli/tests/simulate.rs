@@ -175,3 +175,44 @@ fn the_pollux_preset_reproduces_the_artifact_and_other_flags_override_it() {
     assert_eq!(smaller["gpus_per_node"], 4);
     assert_ne!(smaller["avg_jct_s"], preset["avg_jct_s"]);
 }
+
+/// The preset's count rule and consolidation for dlscale's own policies are flags too: turned
+/// off they change the run, and a count rule that does not exist is named.
+#[test]
+fn count_rule_and_consolidation_flags_override_the_preset() {
+    let run = |extra: &[&str]| {
+        let out = tempfile::tempdir().unwrap();
+        let mut args = vec![
+            "simulate",
+            "--preset",
+            "pollux",
+            "--workload",
+            "pollux:3",
+            "--policy",
+            "elastic-batch",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--out", out.path().to_str().unwrap()]);
+        let result = dlscale(&args);
+        (
+            result.status.success(),
+            String::from_utf8_lossy(&result.stderr).to_string(),
+            out.path()
+                .join("summary.json")
+                .exists()
+                .then(|| summary(&out.path().join("summary.json"))),
+        )
+    };
+    let (ok, err, preset) = run(&[]);
+    assert!(ok, "{err}");
+    let (ok, err, any) = run(&["--counts", "any", "--consolidate", "false"]);
+    assert!(ok, "{err}");
+    let (preset, any) = (preset.unwrap(), any.unwrap());
+    assert_eq!(any["completed"], preset["completed"]);
+    assert_ne!(any["avg_jct_s"], preset["avg_jct_s"]);
+    let (ok, err, _) = run(&["--counts", "odd"]);
+    assert!(
+        !ok && err.contains("--counts") && err.contains("powers-of-two"),
+        "{err}"
+    );
+}

@@ -11,6 +11,9 @@
 //! backfill = false
 //! min_gain = 0.05             # a running job is rescaled only for > 5 % predicted gain
 //! restart_cost_s = 0          # Pollux-style restart penalty (0: off)
+//! counts = "any"              # GPU counts offered: any | powers-of-two | whole-nodes-beyond-one
+//! consolidate = false         # cap a restart that would spread a job at what packs it
+//! learn_overlap = false       # learned models may fit compute/all-reduce overlap (γ > 1)
 //! cooldown_s = 60             # no rescale within this many seconds of a (re)start
 //! interval_s = 30             # periodic re-optimisation
 //! grace_s = 30                # SIGTERM → SIGKILL grace period
@@ -39,7 +42,8 @@ use dlscale_core::allocator::ELASTIC_BATCH;
 use dlscale_core::jobfile::{parse_document, FileFormat};
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::{
-    policy_info, Admission, PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility,
+    policy_info, Admission, CountRule, PolicyInfo, PolicyOptions, RestartAwareness, Settings,
+    Utility,
 };
 use serde::Deserialize;
 use serde::Serialize;
@@ -72,6 +76,13 @@ pub struct ConfigFile {
     pub min_gain: Option<f64>,
     /// Seconds of progress a restart costs (restart penalty of the optimizer).
     pub restart_cost_s: Option<f64>,
+    /// GPU counts the knapsack policies offer: `any`, `powers-of-two`,
+    /// `whole-nodes-beyond-one`.
+    pub counts: Option<String>,
+    /// Cap a restarting job that would be spread over more nodes than it needs.
+    pub consolidate: Option<bool>,
+    /// Learned models may fit an overlap of compute and all-reduce.
+    pub learn_overlap: Option<bool>,
     /// Per-job cooldown after a (re)start, seconds.
     pub cooldown_s: Option<f64>,
     /// Seconds between periodic re-optimisations.
@@ -172,6 +183,8 @@ pub struct ServerConfig {
     pub policy_options: PolicyOptions,
     /// Allocator settings (utility, admission, min gain, restart cost).
     pub settings: Settings,
+    /// Learned models may fit an overlap of compute and all-reduce.
+    pub learn_overlap: bool,
     /// Cooldown after a (re)start before a job may be rescaled, seconds.
     pub cooldown_s: f64,
     /// Seconds between periodic re-optimisations.
@@ -248,6 +261,7 @@ impl ServerConfig {
             start_timeout_s,
             restart_cost_s: self.settings.restart.cost_s,
             equal_local_batches: true,
+            learn_overlap: self.learn_overlap,
         }
     }
 
@@ -289,6 +303,11 @@ impl ServerConfig {
                 min_gain: non_negative("min_gain", file.min_gain.unwrap_or(0.05))?,
                 cost_s: non_negative("restart_cost_s", file.restart_cost_s.unwrap_or(0.0))?,
             },
+            counts: match file.counts.as_deref() {
+                Some(c) => CountRule::from_str(c).map_err(|e| anyhow!("counts: {e}"))?,
+                None => CountRule::Any,
+            },
+            consolidate: file.consolidate.unwrap_or(false),
             ..Settings::default()
         };
         if file.slots == Some(0) {
@@ -361,6 +380,7 @@ impl ServerConfig {
                 )?,
             },
             settings,
+            learn_overlap: file.learn_overlap.unwrap_or(false),
             cooldown_s: duration_s("cooldown_s", file.cooldown_s.unwrap_or(60.0))?,
             interval_s,
             grace_s: duration_s("grace_s", file.grace_s.unwrap_or(30.0))?,
@@ -440,6 +460,17 @@ mod tests {
         assert_eq!(c.token.as_deref(), Some("env"));
         assert_eq!(c.policy.name, "static");
         assert_eq!(c.settings.restart.min_gain, 0.2);
+        assert_eq!(
+            (c.settings.counts, c.settings.consolidate),
+            (CountRule::Any, false)
+        );
+        let file: ConfigFile =
+            toml::from_str("counts = \"powers-of-two\"\nconsolidate = true\n").unwrap();
+        let c = ServerConfig::resolve(file, None).unwrap();
+        assert_eq!(
+            (c.settings.counts, c.settings.consolidate),
+            (CountRule::PowersOfTwo, true)
+        );
     }
 
     #[test]
@@ -452,6 +483,7 @@ mod tests {
             ("interval_s = 1e20", "interval_s must be at most"),
             ("grace_s = 1e20", "grace_s must be at most"),
             ("cooldown_s = 1e20", "cooldown_s must be at most"),
+            ("counts = \"odd\"", "counts: unknown count rule 'odd'"),
         ] {
             let file: ConfigFile = toml::from_str(text).unwrap();
             let err = ServerConfig::resolve(file, None).unwrap_err().to_string();

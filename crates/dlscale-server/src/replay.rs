@@ -94,7 +94,8 @@ pub fn replay_history(history: &History) -> Result<ReplayReport> {
                         .iter()
                         .filter_map(|r| {
                             let spec = specs.get(&r.id)?;
-                            Some((r.clone(), restored_job(spec, r, &profiles).ok()?))
+                            let learned = a.config().learn_overlap;
+                            Some((r.clone(), restored_job(spec, r, &profiles, learned).ok()?))
                         })
                         .collect();
                     (jobs, a.next_seq())

@@ -322,7 +322,7 @@ pub async fn start(
         .map(|p| (p.name, p.model))
         .collect();
     for s in stored {
-        let job = match restored_job(&s.spec, &s.record, &profiles) {
+        let job = match restored_job(&s.spec, &s.record, &profiles, config.learn_overlap) {
             Ok(job) => job,
             Err(e) => {
                 tracing::error!(
@@ -829,17 +829,21 @@ pub fn build_inputs(recorded: &[RecordedInput]) -> Built {
 }
 
 /// A stored live job as the autoscaler is restored with it: rebuilt from its submission with
-/// the stored profile it names (`profiles`: name → model), and its model learned so far.
+/// the stored profile it names (`profiles`: name → model), and its model learned so far, as
+/// the autoscaler learns it (`learn_overlap`: [`AutoscalerConfig::learn_overlap`]).
+///
+/// [`AutoscalerConfig::learn_overlap`]: dlscale_autoscaler::AutoscalerConfig::learn_overlap
 pub fn restored_job(
     spec: &JobSpec,
     record: &JobRecord,
     profiles: &BTreeMap<String, AnalyticModel>,
+    learn_overlap: bool,
 ) -> Result<Job, crate::error::ApiError> {
     let profile = spec.profile.as_ref().and_then(|p| profiles.get(p));
     let mut job = spec.submission(profile)?.job;
     if record.model == ModelSource::Learned {
-        if let Some((model, _)) = record.measurements.fit() {
-            job.throughput = Arc::new(model);
+        if let Some(model) = record.measurements.model(learn_overlap) {
+            job.throughput = dlscale_autoscaler::learn::learned_model(model, &job);
         }
     }
     Ok(job)

@@ -166,6 +166,9 @@ pub struct SimConfig {
     pub defragment_moves_per_job: u32,
     /// What policies know of each job: learned from reports (the default), or an oracle.
     pub knowledge: Knowledge,
+    /// Learned models may fit an overlap of compute and all-reduce (the autoscaler's
+    /// `learn_overlap`).
+    pub learn_overlap: bool,
     /// Whose rules the jobs follow.
     pub world: World,
     /// The shape rule of Pollux's own baselines (Tiresias, Optimus), where it differs from
@@ -193,6 +196,7 @@ impl Default for SimConfig {
             shape: ShapeRule::Any,
             defragment_moves_per_job: 4,
             knowledge: Knowledge::default(),
+            learn_overlap: false,
             world: World::Dlscale,
             baseline_shape: None,
         }

@@ -85,6 +85,7 @@ pub fn autoscaler_config(config: &SimConfig, policy: PolicyInfo) -> AutoscalerCo
         start_timeout_s: None,
         restart_cost_s: 0.0,
         equal_local_batches: false,
+        learn_overlap: config.learn_overlap,
     }
 }
 

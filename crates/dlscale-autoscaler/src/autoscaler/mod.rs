@@ -642,7 +642,7 @@ impl Autoscaler {
         }
         if new_point && r.model == ModelSource::Learned {
             // A new configuration measured: a better model, and a wider exploration cap.
-            if let Some(model) = r.measurements.model() {
+            if let Some(model) = r.measurements.model(self.config.learn_overlap) {
                 job.throughput = crate::learn::learned_model(model, job);
                 out.event(Event::ModelFitted {
                     id: id.clone(),

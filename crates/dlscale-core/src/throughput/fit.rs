@@ -182,6 +182,16 @@ impl AnalyticModel {
     /// that a later measurement replaces); without multi-GPU samples there is no sync to overlap
     /// and γ is 1.
     pub fn fit(samples: &[StepTimeSample]) -> Result<(AnalyticModel, FitQuality)> {
+        Self::fit_with(samples, true)
+    }
+
+    /// [`AnalyticModel::fit`] with γ fixed at 1: compute and all-reduce add up.
+    pub fn fit_sum(samples: &[StepTimeSample]) -> Result<(AnalyticModel, FitQuality)> {
+        Self::fit_with(samples, false)
+    }
+
+    /// [`AnalyticModel::fit`], with γ fixed at 1 unless `overlap`.
+    fn fit_with(samples: &[StepTimeSample], overlap: bool) -> Result<(AnalyticModel, FitQuality)> {
         if samples.len() < 2 {
             return Err(CoreError::Model(format!(
                 "fitting a throughput model needs at least 2 measurements, got {}",
@@ -210,7 +220,7 @@ impl AnalyticModel {
         let coverage = Coverage::of(samples);
         let rows: Vec<Row> = samples.iter().map(Row::of).collect();
         let linear = linear_fit(&rows, &coverage.usable)?;
-        let (params, gamma) = if coverage.has_sync {
+        let (params, gamma) = if coverage.has_sync && overlap {
             search_gamma(&rows, &coverage.usable, linear)
         } else {
             (linear, 1.0)

@@ -161,6 +161,8 @@ pub fn schemas() -> Value {
             "compute_base_s": {"type": "number", "minimum": 0}, "compute_per_sample_s": {"type": "number", "minimum": 0},
             "sync_intra_base_s": {"type": "number", "minimum": 0}, "sync_intra_per_gpu_s": {"type": "number", "minimum": 0},
             "sync_inter_base_s": {"type": "number", "minimum": 0}, "sync_inter_per_gpu_s": {"type": "number", "minimum": 0},
+            "overlap_gamma": {"type": "number", "minimum": 1, "default": 1,
+                "description": "overlap of compute and all-reduce: step = (compute^γ + sync^γ)^(1/γ)"},
             "max_local_batch": nullable(json!({"type": "integer", "minimum": 1}))})),
         "FitQuality": {"type": "object", "description": "how well a fitted model matches its measurements"},
         "JobSubmission": {"type": "object", "required": ["id", "min_batch", "max_batch", "command", "workdir"],

@@ -66,6 +66,19 @@ fn fit_recovers_overlap_and_accumulation() {
     }
 }
 
+#[test]
+fn the_sum_fit_keeps_gamma_at_one_and_fits_overlap_worse() {
+    let samples = grid(&truth(5.3), 1);
+    let (sum, sum_quality) = AnalyticModel::fit_sum(&samples).unwrap();
+    let (overlap, overlap_quality) = AnalyticModel::fit(&samples).unwrap();
+    assert_eq!(sum.overlap_gamma, 1.0);
+    assert!(overlap.overlap_gamma > 1.0, "{overlap:?}");
+    assert!(
+        overlap_quality.max_relative_error < sum_quality.max_relative_error,
+        "{overlap_quality:?} vs {sum_quality:?}"
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -94,7 +107,16 @@ proptest! {
         // (y/c)^γ / γ to a step, too little to pin down; the fit may leave such a term at 0 (a
         // sync term at 0 has no slope for γ > 1), within a few 1e-4 of the truth.
         prop_assert!(quality.max_relative_error < 1e-3, "{:?} {:?}", fitted, quality);
-        prop_assert!((fitted.overlap_gamma - gamma).abs() < 0.02 * gamma, "{:?}", fitted);
+        // γ where the samples pin it: where the truth's parameters at the fitted γ would not
+        // reproduce them (a sync far below or far above the compute hides γ).
+        let at_fitted_gamma = AnalyticModel { overlap_gamma: fitted.overlap_gamma, ..truth };
+        let pinned = grid(&truth, 1).iter().any(|s| {
+            let p = at_fitted_gamma.predict(s.gpus, s.nodes, s.local_batch, 1);
+            (p - s.step_time_s).abs() > 1e-3 * s.step_time_s
+        });
+        if pinned {
+            prop_assert!((fitted.overlap_gamma - gamma).abs() < 0.02 * gamma, "{:?}", fitted);
+        }
         for (a, b) in fitted.as_params().iter().zip(truth.as_params()).take(2) {
             prop_assert!((a - b).abs() < 1e-3 * b.max(1e-3), "{:?} vs {:?}", fitted, truth);
         }
