@@ -135,6 +135,30 @@ fn reproduce_paper_writes_a_report() {
     );
 }
 
+/// `dlscale simulate --preset pollux` on Pollux's workload 3 for `policy`, with `extra` flags:
+/// whether it succeeded, its stderr, and its summary if it wrote one.
+fn preset_on_workload_3(policy: &str, extra: &[&str]) -> (bool, String, Option<serde_json::Value>) {
+    let out = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "simulate",
+        "--preset",
+        "pollux",
+        "--workload",
+        "pollux:3",
+        "--policy",
+        policy,
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--out", out.path().to_str().unwrap()]);
+    let result = dlscale(&args);
+    let written = out.path().join("summary.json");
+    (
+        result.status.success(),
+        String::from_utf8_lossy(&result.stderr).to_string(),
+        written.exists().then(|| summary(&written)),
+    )
+}
+
 #[test]
 fn the_pollux_preset_reproduces_the_artifact_and_other_flags_override_it() {
     let published = |n: usize| -> f64 {
@@ -147,25 +171,9 @@ fn the_pollux_preset_reproduces_the_artifact_and_other_flags_override_it() {
             .unwrap()
     };
     let run = |extra: &[&str]| {
-        let out = tempfile::tempdir().unwrap();
-        let mut args = vec![
-            "simulate",
-            "--preset",
-            "pollux",
-            "--workload",
-            "pollux:3",
-            "--policy",
-            "tiresias",
-        ];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--out", out.path().to_str().unwrap()]);
-        let result = dlscale(&args);
-        assert!(
-            result.status.success(),
-            "{}",
-            String::from_utf8_lossy(&result.stderr)
-        );
-        summary(&out.path().join("summary.json"))
+        let (ok, err, summary) = preset_on_workload_3("tiresias", extra);
+        assert!(ok, "{err}");
+        summary.unwrap()
     };
     let preset = run(&[]);
     let jct = preset["avg_jct_s"].as_f64().unwrap();
@@ -180,29 +188,7 @@ fn the_pollux_preset_reproduces_the_artifact_and_other_flags_override_it() {
 /// off they change the run, and a count rule that does not exist is named.
 #[test]
 fn count_rule_and_consolidation_flags_override_the_preset() {
-    let run = |extra: &[&str]| {
-        let out = tempfile::tempdir().unwrap();
-        let mut args = vec![
-            "simulate",
-            "--preset",
-            "pollux",
-            "--workload",
-            "pollux:3",
-            "--policy",
-            "elastic-batch",
-        ];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--out", out.path().to_str().unwrap()]);
-        let result = dlscale(&args);
-        (
-            result.status.success(),
-            String::from_utf8_lossy(&result.stderr).to_string(),
-            out.path()
-                .join("summary.json")
-                .exists()
-                .then(|| summary(&out.path().join("summary.json"))),
-        )
-    };
+    let run = |extra: &[&str]| preset_on_workload_3("elastic-batch", extra);
     let (ok, err, preset) = run(&[]);
     assert!(ok, "{err}");
     let (ok, err, any) = run(&["--counts", "any", "--consolidate", "false"]);
