@@ -31,6 +31,9 @@ pub struct Submission {
     pub model: ModelSource,
     /// Failed launches retried before the job fails (`None`: the configured default).
     pub max_retries: Option<u32>,
+    /// The model family it names, for a learned model: jobs of one family step alike on the
+    /// same GPUs, so each starts from, and adds to, what the family's jobs have measured.
+    pub family: Option<String>,
 }
 
 /// How a launch ended, as far as its executor can tell.

@@ -194,6 +194,9 @@ pub struct JobRecord {
     /// this was kept (the job's own range then applies).
     #[serde(default)]
     pub max_gpus: dlscale_core::GpuCount,
+    /// The model family it named ([`crate::Submission::family`]).
+    #[serde(default)]
+    pub family: Option<String>,
 }
 
 impl JobRecord {

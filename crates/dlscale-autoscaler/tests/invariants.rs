@@ -174,6 +174,7 @@ fn run(specs: &[Spec], shape: ShapeRule, cooldown_s: f64) -> Vec<(f64, Action)> 
                     job,
                     model: ModelSource::Given,
                     max_retries: Some(1),
+                    family: None,
                 }),
             });
             next_arrival += 1;

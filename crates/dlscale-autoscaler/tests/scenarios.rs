@@ -664,6 +664,7 @@ fn a_launch_carries_its_micro_steps_and_reports_are_recorded_at_its_placement() 
             job,
             model: dlscale_autoscaler::ModelSource::Learned,
             max_retries: None,
+            family: None,
         }),
     };
     let s = a.handle(0.0, vec![learned]);

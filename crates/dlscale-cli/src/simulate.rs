@@ -90,6 +90,10 @@ pub struct SimulateArgs {
     /// Learned models may fit an overlap of compute and all-reduce (γ > 1) [default: false].
     #[arg(long)]
     pub learn_overlap: Option<bool>,
+    /// Learned runs: each job names its model as its family, and learns from what all the
+    /// family's jobs measured (false: from its own reports alone).
+    #[arg(long, default_value_t = dlscale_sim::Reporting::default().families, action = clap::ArgAction::Set)]
+    pub families: bool,
     #[command(flatten)]
     pub policy_args: PolicyArgs,
     /// Output directory (created).
@@ -217,6 +221,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
                 interval_s: args.report_interval,
                 noise: args.measurement_noise,
                 seed: args.noise_seed,
+                families: args.families,
             })
         },
         learn_overlap: args.learn_overlap.unwrap_or(base.learn_overlap),

@@ -226,6 +226,9 @@ pub struct Job {
     pub batch: BatchRange,
     /// Largest per-GPU batch (memory), already capped by the model's own limit.
     pub max_local_batch: BatchSize,
+    /// Smallest per-GPU batch (1: no bound): below it a GPU computes too little per step to be
+    /// worth its synchronisation, as adaptdl's `local_bsz_bounds` declares.
+    pub min_local_batch: BatchSize,
     /// Allowed GPU counts.
     pub gpus: GpuRange,
     /// The user's own choice, used by the fixed-batch baselines.
@@ -258,7 +261,7 @@ impl Job {
     /// ignoring the throughput model.
     pub fn batch_fits(&self, gpus: GpuCount, batch: BatchSize) -> bool {
         gpus > 0
-            && batch >= gpus
+            && batch >= gpus.saturating_mul(self.min_local_batch.max(1))
             && batch >= self.batch.min
             && batch <= self.batch.max
             && batch.div_ceil(gpus) <= self.max_local_batch
@@ -285,6 +288,26 @@ impl Job {
         }
         if self.max_local_batch == 0 {
             return Err(CoreError::job(id, "max_local_batch", "must be at least 1"));
+        }
+        if self.min_local_batch == 0 || self.min_local_batch > self.max_local_batch {
+            return Err(CoreError::job(
+                id,
+                "min_local_batch",
+                format!(
+                    "must be between 1 and max_local_batch {}, got {}",
+                    self.max_local_batch, self.min_local_batch
+                ),
+            ));
+        }
+        if self.min_local_batch > self.batch.max {
+            return Err(CoreError::job(
+                id,
+                "min_local_batch",
+                format!(
+                    "{} is larger than max_batch {}: not even one GPU could run",
+                    self.min_local_batch, self.batch.max
+                ),
+            ));
         }
         if self.gpus.min == 0 {
             return Err(CoreError::job(id, "min_gpus", "must be at least 1"));

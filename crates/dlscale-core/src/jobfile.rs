@@ -64,6 +64,9 @@ pub struct JobEntry {
     pub max_batch: BatchSize,
     /// Largest per-GPU batch; defaults to the model's memory limit when it has one.
     pub max_local_batch: Option<BatchSize>,
+    /// Smallest per-GPU batch (default 1: no bound).
+    #[serde(default = "one")]
+    pub min_local_batch: BatchSize,
     /// Most micro-steps per step (gradient accumulation, default 1: none): a per-GPU batch up to
     /// `max_accum_steps × max_local_batch` runs as `ceil(batch / max_local_batch)` micro-steps,
     /// which the launch passes to the workers as `DLSCALE_ACCUM_STEPS`.
@@ -178,12 +181,13 @@ fn no_overlap() -> f64 {
 }
 
 /// The fields of a job that the allocator reads: those of [`JobEntry`].
-pub const JOB_FIELDS: [&str; 18] = [
+pub const JOB_FIELDS: [&str; 19] = [
     "id",
     "model",
     "min_batch",
     "max_batch",
     "max_local_batch",
+    "min_local_batch",
     "max_accum_steps",
     "min_gpus",
     "max_gpus",
@@ -749,6 +753,7 @@ impl JobEntry {
                 max: self.max_batch,
             },
             max_local_batch,
+            min_local_batch: self.min_local_batch,
             gpus: gpu_range,
             requested: Requested {
                 gpus: requested_gpus,

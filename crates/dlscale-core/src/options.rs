@@ -173,6 +173,7 @@ struct ShapeKey {
     model: usize,
     batch: (BatchSize, BatchSize),
     max_local_batch: BatchSize,
+    min_local_batch: BatchSize,
     gpus: (GpuCount, GpuCount, bool),
     requested_batch: BatchSize,
     /// Whether metrics are goodputs: a table of throughputs is not re-weighed.
@@ -185,6 +186,7 @@ impl ShapeKey {
             model: Arc::as_ptr(&job.throughput).cast::<()>() as usize,
             batch: (job.batch.min, job.batch.max),
             max_local_batch: job.max_local_batch,
+            min_local_batch: job.min_local_batch,
             gpus: (job.gpus.min, job.gpus.max, job.gpus.powers_of_two),
             requested_batch: job.requested.batch,
             goodput,
@@ -557,7 +559,10 @@ impl CandidateGrid {
     pub fn fill(&mut self, job: &Job, gpus: GpuCount, choice: BatchChoice) {
         self.batches.clear();
         let upper = job.batch.max.min(job.max_local_batch.saturating_mul(gpus));
-        let lower = job.batch.min.max(gpus);
+        let lower = job
+            .batch
+            .min
+            .max(gpus.saturating_mul(job.min_local_batch.max(1)));
         match choice {
             BatchChoice::Fixed => {
                 self.key = None;
@@ -648,6 +653,7 @@ mod tests {
             }),
             batch: BatchRange { min: 32, max: 4000 },
             max_local_batch: 128,
+            min_local_batch: 1,
             gpus: GpuRange {
                 min: 1,
                 max: 32,
@@ -723,6 +729,7 @@ mod tests {
                 }),
                 batch: BatchRange { min: 16, max: 1024 },
                 max_local_batch: 128,
+                min_local_batch: 1,
                 gpus: GpuRange {
                     min: 1,
                     max: 8,

@@ -79,6 +79,7 @@ pub fn analytic_jobs(count: usize, max_gpus: GpuCount, seed: u64) -> Vec<Job> {
                     max: max_batch,
                 },
                 max_local_batch: max_local,
+                min_local_batch: 1,
                 gpus: GpuRange {
                     min: 1,
                     max: max_gpus.max(1),

@@ -75,6 +75,10 @@ pub struct JobSpec {
     /// Relaunches after failures (default: the server's `max_retries`).
     #[serde(default)]
     pub max_retries: Option<u32>,
+    /// The model family it names, when its model is learned: it starts from, and adds to, what
+    /// the family's jobs measured ([`dlscale_autoscaler::Submission::family`]).
+    #[serde(default)]
+    pub family: Option<String>,
     /// The job-file fields, as submitted.
     pub entry: Map<String, Value>,
 }
@@ -242,6 +246,10 @@ impl JobSpec {
         if let Some(p) = &profile {
             validate_id("profile", p)?;
         }
+        let family = take_string(&mut map, "family")?;
+        if let Some(f) = &family {
+            validate_id("family", f)?;
+        }
         let max_retries =
             match map.remove("max_retries") {
                 None | Some(Value::Null) => None,
@@ -275,6 +283,7 @@ impl JobSpec {
             env,
             profile,
             max_retries,
+            family,
             entry: map,
         };
         // Types and unknown fields of the job-file part, checked now with the prior model.
@@ -304,6 +313,7 @@ impl JobSpec {
             job: self.build_job(profile_model)?,
             model: self.model_source(),
             max_retries: self.max_retries,
+            family: self.family.clone(),
         })
     }
 

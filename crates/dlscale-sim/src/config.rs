@@ -85,15 +85,20 @@ pub struct Reporting {
     pub noise: f64,
     /// Seeds the measurement noise (each job draws from its own stream).
     pub seed: u64,
+    /// Each job names its model as its family ([`dlscale_autoscaler::Submission::family`]),
+    /// so that its learned model pools what the model's earlier and concurrent jobs measured;
+    /// without it each job learns from its own reports alone.
+    pub families: bool,
 }
 
 impl Default for Reporting {
-    /// A report every 30 s, 5 % noise, seed 1.
+    /// A report every 30 s, 5 % noise, seed 1, jobs naming their model family.
     fn default() -> Self {
         Reporting {
             interval_s: 30.0,
             noise: 0.05,
             seed: 1,
+            families: true,
         }
     }
 }

@@ -341,6 +341,15 @@ impl<'w, 'o> Engine<'w, 'o> {
     /// initial batch, which its user knows, is kept).
     fn submission(&self, job: &dlscale_core::Job) -> Submission {
         let mut job = job.clone();
+        if let Some(profile) = self
+            .artifact
+            .filter(|_| !is_artifact_baseline(self.info))
+            .and_then(|world| world.model(&job.model_name).ok())
+        {
+            // The artifact's jobs declare per-GPU batch bounds, and its simulator runs none below
+            // them (below them its tables only extrapolate).
+            job.min_local_batch = profile.min_local_batch().min(job.max_local_batch);
+        }
         if let Some(world) = self.artifact.filter(|_| is_artifact_baseline(self.info)) {
             // The artifact's baselines: any GPU count runs the fixed batch (accumulation), step
             // times as the artifact's Optimus predicts them, Optimus's GPU cap.
@@ -356,9 +365,11 @@ impl<'w, 'o> Engine<'w, 'o> {
                 });
             }
         }
+        let mut family = None;
         let model = match self.config.knowledge {
             Knowledge::Oracle => ModelSource::Given,
-            Knowledge::Learned(_) => {
+            Knowledge::Learned(reporting) => {
+                family = reporting.families.then(|| job.model_name.clone());
                 // Its user knows how it runs batches beyond memory: the prior accumulates as the
                 // job does.
                 job.throughput = dlscale_autoscaler::learn::learned_model(
@@ -379,6 +390,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             job,
             model,
             max_retries: None,
+            family,
         }
     }
 

@@ -292,6 +292,12 @@ impl ArtifactProfile {
         self.init_batch
     }
 
+    /// The smallest per-GPU batch its placements measured: the artifact's jobs never run
+    /// below it (its `min_local_bsz`).
+    pub fn min_local_batch(&self) -> BatchSize {
+        self.min_local
+    }
+
     /// Epochs to completion.
     pub fn epochs(&self) -> usize {
         self.boundaries.len()

@@ -616,6 +616,7 @@ pub fn model_job(
             max: max_batch.max(batch),
         },
         max_local_batch: max_local,
+        min_local_batch: 1,
         gpus: GpuRange {
             min: 1,
             max: max_gpus,

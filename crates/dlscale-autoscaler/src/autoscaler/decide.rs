@@ -39,7 +39,7 @@ impl Autoscaler {
     pub(super) fn prepare(&mut self, now: f64) -> BTreeMap<String, HoldCause> {
         let waiting = self.live.iter().any(|r| r.status == Status::Queued);
         let mut causes = BTreeMap::new();
-        let (topology, node_index) = (&self.topology, &self.node_index);
+        let (topology, node_index, families) = (&self.topology, &self.node_index, &self.families);
         // A launch on a node that left (or shrank) cannot be kept as it is: the job is decided
         // for as if it did not run, so that it is moved rather than held where it cannot be.
         let still_placed = |shares: &[Share]| {
@@ -52,7 +52,7 @@ impl Autoscaler {
         for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
             job.history.clone_from(&r.history);
             if r.model == ModelSource::Learned && r.max_gpus > 0 {
-                let cap = r.measurements.explore_cap(job.requested.gpus);
+                let cap = super::measured(families, r).explore_cap(job.requested.gpus);
                 job.gpus.max = r.max_gpus.min(cap).max(job.gpus.min);
             }
             let launch = r.launch.as_ref();

@@ -31,6 +31,7 @@ pub use decide::{describe, equal_batch};
 use crate::config::AutoscalerConfig;
 use crate::explain::DecisionInputs;
 use crate::input::{Input, ModelSource, Outcome, Submission};
+use crate::learn::Measurements;
 use crate::lifecycle::settle;
 use crate::output::{Action, Event, Next, Refusal, Shape, Step, StopReason, Trigger};
 use crate::record::{JobRecord, Progress, Status, Waiting};
@@ -113,6 +114,20 @@ pub struct Autoscaler {
     keep_inputs: bool,
     /// What the last decision was made from, when kept.
     last_inputs: Option<Arc<DecisionInputs>>,
+    /// What the jobs of each model family measured, pooled: the learned model of a job that
+    /// names a family is the pool's ([`crate::Submission::family`]).
+    families: BTreeMap<String, Measurements>,
+}
+
+/// What `r`'s learned model is fitted to: its family's pool in `families`, or its own reports.
+fn measured<'a>(
+    families: &'a BTreeMap<String, Measurements>,
+    r: &'a JobRecord,
+) -> &'a Measurements {
+    r.family
+        .as_ref()
+        .and_then(|f| families.get(f))
+        .unwrap_or(&r.measurements)
 }
 
 /// How long a job waits before launch `failures + 1` after `failures` failures in a row: 1 s,
@@ -166,6 +181,7 @@ impl Autoscaler {
             stale: BTreeSet::new(),
             keep_inputs: false,
             last_inputs: None,
+            families: BTreeMap::new(),
         };
         a.set_topology(topology);
         a
@@ -192,13 +208,43 @@ impl Autoscaler {
                 a.work.insert(record.id.clone(), work);
             }
             job.history = record.history.clone();
+            if let Some(family) = &record.family {
+                let pool = a.families.entry(family.clone()).or_default();
+                for p in &record.measurements.points {
+                    pool.absorb(p);
+                }
+            }
             a.seqs.insert(record.id.clone(), record.seq);
             a.live.push(record);
             a.jobs.push(job);
         }
         a.next_seq = next_seq.max(a.live.iter().map(|r| r.seq + 1).max().unwrap_or(1));
         a.now_s = now_s;
+        let families: Vec<String> = a.families.keys().cloned().collect();
+        for family in families {
+            a.refit_family(&family);
+        }
         a
+    }
+
+    /// Gives every live learned job of `family` the model fitted to the family's pool; returns
+    /// the ids of those jobs.
+    fn refit_family(&mut self, family: &str) -> Vec<String> {
+        let Some(model) = self
+            .families
+            .get(family)
+            .and_then(|pool| pool.model(self.config.learn_overlap))
+        else {
+            return Vec::new();
+        };
+        let mut ids = Vec::new();
+        for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
+            if r.model == ModelSource::Learned && r.family.as_deref() == Some(family) {
+                job.throughput = crate::learn::learned_model(model, job);
+                ids.push(r.id.clone());
+            }
+        }
+        ids
     }
 
     /// The settings.
@@ -512,6 +558,7 @@ impl Autoscaler {
             return Some(Refusal::Duplicate);
         }
         let mut job = sub.job;
+        let family = sub.family.filter(|_| sub.model == ModelSource::Learned);
         let history = JobHistory {
             submitted_s: now,
             ..job.history.clone()
@@ -542,7 +589,18 @@ impl Autoscaler {
             planned: None,
             retry_at_s: None,
             max_gpus: job.gpus.max,
+            family,
         };
+        if let Some(pool) = record.family.as_ref().and_then(|f| self.families.get(f)) {
+            // Its family has been measured: it starts from that, not from the prior.
+            if let Some(model) = pool.model(self.config.learn_overlap) {
+                job.throughput = crate::learn::learned_model(model, &job);
+            }
+            if let Some(noise) = pool.grad.map(|g| g.value()) {
+                let init_batch = job.efficiency.map_or(job.requested.batch, |e| e.init_batch);
+                job.efficiency = Some(JobEfficiency { noise, init_batch });
+            }
+        }
         self.next_seq += 1;
         self.ended.remove(&id);
         self.seqs.insert(id.clone(), record.seq);
@@ -612,7 +670,9 @@ impl Autoscaler {
         p.loss = report.loss.or(p.loss);
         p.reported_s = Some(now);
         let id = r.id.clone();
-        let new_point = r.measurements.add(
+        let warm_up = r.measurements.is_warm_up(r.attempt);
+        let r_first_grad = r.measurements.grad.is_none();
+        let mut new_point = r.measurements.add(
             r.attempt,
             gpus,
             nodes,
@@ -620,6 +680,30 @@ impl Autoscaler {
             micro_steps,
             report.samples_per_s,
         );
+        let family = r.family.clone().filter(|_| r.model == ModelSource::Learned);
+        if let Some((f, g)) = family.as_ref().zip(report.grad).filter(|_| r_first_grad) {
+            // How the family's jobs start training: a new job's gradient statistics until it
+            // reports its own.
+            self.families.entry(f.clone()).or_default().add_grad(g);
+        }
+        if let Some(f) = family.as_ref().filter(|_| !warm_up) {
+            // The family's pool decides its jobs' model.
+            new_point = self.families.entry(f.clone()).or_default().record(
+                gpus,
+                nodes,
+                report.batch_size,
+                micro_steps,
+                report.samples_per_s,
+            );
+            if new_point && !self.refit_family(f).is_empty() {
+                let points = self.families.get(f).map_or(0, |p| p.points.len());
+                out.event(Event::ModelFitted {
+                    id: id.clone(),
+                    points,
+                });
+            }
+        }
+        let r = &mut self.live[i];
         let job = &mut self.jobs[i];
         if let Some(work) = self.work.get(&id) {
             job.remaining_samples = Some((work - report.samples_seen as f64).max(1.0));
@@ -641,8 +725,13 @@ impl Autoscaler {
             }
         }
         if new_point && r.model == ModelSource::Learned {
-            // A new configuration measured: a better model, and a wider exploration cap.
-            if let Some(model) = r.measurements.model(self.config.learn_overlap) {
+            // A new configuration measured: a better model, and a wider exploration cap (a
+            // family's jobs were refitted above).
+            let own = family
+                .is_none()
+                .then(|| r.measurements.model(self.config.learn_overlap))
+                .flatten();
+            if let Some(model) = own {
                 job.throughput = crate::learn::learned_model(model, job);
                 out.event(Event::ModelFitted {
                     id: id.clone(),

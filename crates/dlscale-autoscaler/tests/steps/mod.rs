@@ -11,6 +11,7 @@ pub fn submit(job: Job) -> Input {
             job,
             model: ModelSource::Given,
             max_retries: None,
+            family: None,
         }),
     }
 }

@@ -164,6 +164,7 @@ struct Kept {
 struct TableKey {
     batch: BatchRange,
     max_local_batch: u32,
+    min_local_batch: u32,
     gpus: GpuRange,
     requested: Requested,
     weight: f64,
@@ -296,6 +297,7 @@ impl TableCache {
         let key = TableKey {
             batch: job.batch,
             max_local_batch: job.max_local_batch,
+            min_local_batch: job.min_local_batch,
             gpus: job.gpus,
             requested: job.requested,
             weight: job.weight,

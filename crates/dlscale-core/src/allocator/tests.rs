@@ -99,6 +99,7 @@ fn build(index: usize, raw: &RawJob) -> Option<Job> {
         }),
         batch,
         max_local_batch: raw.max_local,
+        min_local_batch: 1,
         gpus,
         requested: Requested {
             gpus: requested_gpus,
@@ -437,6 +438,7 @@ fn analytic_job(id: &str, compute_per_sample_s: f64, sync_s: f64) -> Job {
         efficiency: None,
         batch: BatchRange { min: 64, max: 1024 },
         max_local_batch: 128,
+        min_local_batch: 1,
         gpus: GpuRange {
             min: 1,
             max: 16,

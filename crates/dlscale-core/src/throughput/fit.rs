@@ -36,6 +36,44 @@ const GOLDEN_STEPS: usize = 20;
 const LM_ITERATIONS: usize = 100;
 /// Costs (sums of squared relative errors) within this much per sample are ties.
 const TIE_PER_SAMPLE: f64 = 1e-12;
+/// Weight of the pull towards the [`Prior`], against squared relative errors of the samples: a
+/// parameter one prior scale away costs what a 0.1 % error on one sample costs. Small enough that
+/// what the samples determine is theirs; it decides only what they leave open.
+const PRIOR_WEIGHT: f64 = 1e-6;
+
+/// Where the γ = 1 fit lands in the directions the samples leave open (Pollux's rules, as a weak
+/// pull rather than fixed values): half of the compute of the job's smallest measured
+/// configuration is fixed per step and half grows with the batch (so one measured per-GPU batch
+/// does not make larger batches look useless), and no synchronisation (optimistic, so that a job
+/// is tried on more GPUs and measured there; in the retrogression terms the pull is stronger, as
+/// Pollux penalises them).
+struct Prior {
+    params: [f64; PARAMS],
+    scale: [f64; PARAMS],
+}
+
+impl Prior {
+    fn of(samples: &[StepTimeSample]) -> Prior {
+        let smallest = samples
+            .iter()
+            .min_by_key(|s| (s.gpus, s.nodes))
+            .expect("fit_with checks that there is a sample");
+        let steps = smallest.micro_steps.max(1);
+        let compute_s = smallest.step_time_s / f64::from(steps);
+        let micro = f64::from(smallest.local_batch.div_ceil(steps).max(1));
+        Prior {
+            params: [compute_s / 2.0, compute_s / 2.0 / micro, 0.0, 0.0, 0.0, 0.0],
+            scale: [
+                compute_s,
+                compute_s / micro,
+                compute_s,
+                compute_s / 16.0,
+                compute_s,
+                compute_s / 16.0,
+            ],
+        }
+    }
+}
 
 /// One sample as the fit sees it.
 #[derive(Debug, Clone, Copy)]
@@ -134,7 +172,7 @@ impl Coverage {
         };
         let mut assumptions = Vec::new();
         let usable = [
-            distinct_batches > 1,
+            true,
             true,
             has_intra,
             has_intra_slope,
@@ -143,8 +181,7 @@ impl Coverage {
         ];
         if distinct_batches <= 1 {
             assumptions.push(
-                "one per-GPU batch measured: compute time taken as proportional to the batch"
-                    .into(),
+                "one per-GPU batch measured: half its compute taken as fixed per step".into(),
             );
         }
         if !has_intra {
@@ -192,11 +229,10 @@ impl AnalyticModel {
 
     /// [`AnalyticModel::fit`], with γ fixed at 1 unless `overlap`.
     fn fit_with(samples: &[StepTimeSample], overlap: bool) -> Result<(AnalyticModel, FitQuality)> {
-        if samples.len() < 2 {
-            return Err(CoreError::Model(format!(
-                "fitting a throughput model needs at least 2 measurements, got {}",
-                samples.len()
-            )));
+        if samples.is_empty() {
+            return Err(CoreError::Model(
+                "fitting a throughput model needs a measurement".into(),
+            ));
         }
         for (i, s) in samples.iter().enumerate() {
             if s.gpus == 0
@@ -219,7 +255,7 @@ impl AnalyticModel {
         }
         let coverage = Coverage::of(samples);
         let rows: Vec<Row> = samples.iter().map(Row::of).collect();
-        let linear = linear_fit(&rows, &coverage.usable)?;
+        let linear = linear_fit(&rows, &Prior::of(samples))?;
         let (params, gamma) = if coverage.has_sync && overlap {
             search_gamma(&rows, &coverage.usable, linear)
         } else {
@@ -261,9 +297,13 @@ impl AnalyticModel {
 }
 
 /// The exact γ = 1 fit: at γ = 1 the step time `s·compute(m) + sync` is linear in the
-/// parameters; rows are divided by the measured time, so the residuals are relative.
-fn linear_fit(rows: &[Row], usable: &[bool; PARAMS]) -> Result<[f64; PARAMS]> {
-    let design = DMatrix::from_fn(rows.len(), PARAMS, |r, c| {
+/// parameters; rows are divided by the measured time, so the residuals are relative. When the
+/// samples leave some direction open (their design is rank-deficient), one more row per
+/// parameter pulls the fit weakly towards the `prior` ([`PRIOR_WEIGHT`]) to decide it (a sync
+/// term no sample exercises stays 0); samples that determine every parameter are fitted exactly.
+fn linear_fit(rows: &[Row], prior: &Prior) -> Result<[f64; PARAMS]> {
+    let n = rows.len();
+    let data = DMatrix::from_fn(n, PARAMS, |r, c| {
         let row = &rows[r];
         let steps = row.extra_steps + 1.0;
         let feature = match c {
@@ -273,7 +313,35 @@ fn linear_fit(rows: &[Row], usable: &[bool; PARAMS]) -> Result<[f64; PARAMS]> {
         };
         feature / row.step_time_s
     });
-    nnls_by_subsets(&design, &DVector::from_element(rows.len(), 1.0), usable)
+    let ones = DVector::from_element(n, 1.0);
+    if determined(&data) {
+        return nnls_by_subsets(&data, &ones, &[true; PARAMS]);
+    }
+    let pull = PRIOR_WEIGHT.sqrt();
+    let design = DMatrix::from_fn(n + PARAMS, PARAMS, |r, c| match r.checked_sub(n) {
+        None => data[(r, c)],
+        Some(k) if k == c => pull / prior.scale[c],
+        Some(_) => 0.0,
+    });
+    let target = DVector::from_fn(n + PARAMS, |r, _| match r.checked_sub(n) {
+        None => 1.0,
+        Some(c) => pull * prior.params[c] / prior.scale[c],
+    });
+    nnls_by_subsets(&design, &target, &[true; PARAMS])
+}
+
+/// Whether the columns of `design` that samples exercise are linearly independent (with the
+/// columns scaled to unit norm, no eigenvalue of their Gram matrix below 10⁻⁹ of the largest).
+fn determined(design: &DMatrix<f64>) -> bool {
+    let used: Vec<usize> = (0..design.ncols())
+        .filter(|&c| design.column(c).norm() > 0.0)
+        .collect();
+    let scaled = DMatrix::from_fn(design.nrows(), used.len(), |r, k| {
+        design[(r, used[k])] / design.column(used[k]).norm()
+    });
+    let eigen = (scaled.transpose() * &scaled).symmetric_eigenvalues();
+    let largest = eigen.max();
+    largest > 0.0 && eigen.min() > 1e-9 * largest
 }
 
 /// The sync terms that best explain the samples at `gamma` given the compute terms of `p`:

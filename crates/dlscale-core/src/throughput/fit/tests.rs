@@ -270,9 +270,7 @@ fn fits_to_pollux_tables_predict_held_out_configurations() {
         let held: Vec<StepTimeSample> = held.into_iter().map(|(_, s)| *s).collect();
         let (model, _) = AnalyticModel::fit(&train).unwrap();
         let (mean, max) = errors(&model, &held);
-        let coverage = Coverage::of(&train);
-        let rows: Vec<Row> = train.iter().map(Row::of).collect();
-        let sum = AnalyticModel::from_params(linear_fit(&rows, &coverage.usable).unwrap(), 1.0);
+        let (sum, _) = AnalyticModel::fit_sum(&train).unwrap();
         let (sum_mean, sum_max) = errors(&sum, &held);
         eprintln!(
             "{name}: γ = {:.2}, held-out error mean {:.4} max {:.4}; γ = 1: mean {:.4} max {:.4}",
