@@ -796,6 +796,52 @@ mod tests {
     }
 
     #[test]
+    fn min_local_batch_is_read_defaulted_and_checked() {
+        let text = |extra: &str| {
+            format!(
+                r#"{{"jobs": [{{"id": "a", "model": {{"compute_per_sample_s": 0.001}},
+                    "min_batch": 32, "max_batch": 512, "max_local_batch": 64{extra}}}]}}"#
+            )
+        };
+        assert_eq!(parse(&text("")).unwrap()[0].min_local_batch, 1);
+        let job = parse(&text(r#", "min_local_batch": 16"#))
+            .unwrap()
+            .remove(0);
+        assert_eq!(job.min_local_batch, 16);
+        // No GPU computes fewer than 16 samples a step: 4 GPUs need a batch of 64.
+        assert!(!job.batch_fits(4, 63) && job.batch_fits(4, 64));
+        let toml = "[[jobs]]\nid = 'a'\nmin_batch = 32\nmax_batch = 512\nmax_local_batch = 64\n\
+                    min_local_batch = 8\n[jobs.model]\ncompute_per_sample_s = 0.001\n";
+        let jobs = parse_jobs(toml, FileFormat::Toml, "jobs.toml").unwrap();
+        assert_eq!(jobs[0].min_local_batch, 8);
+        // Errors name the field, on its line.
+        for extra in [
+            r#", "min_local_batch": 0"#,
+            r#", "min_local_batch": 65"#,
+            r#", "min_local_batch": "8""#,
+            r#", "min_local_batch": -1"#,
+        ] {
+            let err = parse(&text(extra)).unwrap_err().to_string();
+            assert!(
+                err.starts_with("jobs.json:2: job 'a': field 'min_local_batch'"),
+                "{extra}: {err}"
+            );
+        }
+        // Larger than the largest batch: not even one GPU could run.
+        let err = parse(
+            r#"{"jobs": [{"id": "a", "model": {"compute_per_sample_s": 0.001},
+                "min_batch": 1, "max_batch": 8, "max_local_batch": 64, "min_local_batch": 9}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("jobs.json:2: job 'a': field 'min_local_batch'")
+                && err.contains("max_batch"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn accumulation_runs_batches_beyond_memory_in_micro_steps() {
         let text = |steps: &str| {
             format!(
