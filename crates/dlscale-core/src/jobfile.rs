@@ -203,15 +203,16 @@ pub const JOB_FIELDS: [&str; 19] = [
     "attained_gpu_s",
 ];
 
-/// The fields of a job that only the service reads: how to run it. Whatever else reads a job
-/// file accepts and ignores them.
-pub const RUN_FIELDS: [&str; 6] = [
+/// The fields of a job that only the service reads: how to run it, and what it learns from.
+/// Whatever else reads a job file accepts and ignores them.
+pub const RUN_FIELDS: [&str; 7] = [
     "command",
     "workdir",
     "launcher",
     "env",
     "profile",
     "max_retries",
+    "family",
 ];
 
 /// The listed form of a job file (its fields checked before: [`check_fields`]).
@@ -904,8 +905,9 @@ mod tests {
 
     #[test]
     fn a_file_of_one_job_reads_as_a_list_of_one() {
+        // The service's fields (how to run it, its family) are accepted and ignored.
         let one = r#"{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400,
-                      "command": ["train.py"], "workdir": "."}"#;
+                      "command": ["train.py"], "workdir": ".", "family": "resnet"}"#;
         let jobs = parse(one).unwrap();
         assert_eq!(jobs.len(), 1);
         assert_eq!(jobs[0].id, "a");
