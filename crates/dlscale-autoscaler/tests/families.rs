@@ -301,9 +301,18 @@ fn a_new_family_job_starts_with_the_familys_start_of_training_gradient_statistic
 
 #[test]
 fn restore_rebuilds_the_family_pool_from_the_live_records() {
+    // Its measurements, and the start-of-training gradient statistics of its jobs.
+    let first = GradNoise {
+        grad_sqr: 1.0,
+        grad_var: 10.0,
+    };
+    let later = GradNoise {
+        grad_sqr: 1.0,
+        grad_var: 90.0,
+    };
     let mut a = Autoscaler::new(config(), topology());
     let sub = submit("a", ModelSource::Learned, Some("f"));
-    let (attempt, _, _) = run_measured(&mut a, 0.0, sub, "a", 1000.0, [None, None]);
+    let (attempt, _, _) = run_measured(&mut a, 0.0, sub, "a", 1000.0, [Some(first), Some(later)]);
     let pool_fit = a.job("a").unwrap().0.measurements.model(false).unwrap();
     // The shell rebuilds each job from its submission: the prior, not the learned model.
     let (record, _) = a.job("a").unwrap();
@@ -329,6 +338,8 @@ fn restore_rebuilds_the_family_pool_from_the_live_records() {
     let s = b.handle(103.0, vec![submit("b", ModelSource::Learned, Some("f"))]);
     let (_, b_job) = b.job("b").unwrap();
     assert!(same_model(b_job.throughput.as_ref(), &pool_fit));
+    // How a's training started is kept too.
+    assert_eq!(b_job.efficiency.map(|e| e.noise), Some(first));
     assert_eq!(b_job.gpus.max, 4);
     assert_eq!(launch_of(&s, "b").map(|l| l.1), Some(4), "{s:?}");
 }
