@@ -197,6 +197,10 @@ pub struct JobRecord {
     /// The model family it named ([`crate::Submission::family`]).
     #[serde(default)]
     pub family: Option<String>,
+    /// Its first gradient report, for its family: how the family's jobs start training, which
+    /// a restore folds back into the family's pool.
+    #[serde(default)]
+    pub first_grad: Option<dlscale_core::efficiency::GradNoise>,
 }
 
 impl JobRecord {

@@ -13,7 +13,7 @@ use dlscale_core::allocator::{ELASTIC_BATCH, STATIC};
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::{ShapeRule, Topology};
 use dlscale_core::{Admission, Job, Settings};
-use steps::{started, submit};
+use steps::{started, submit, submit_as};
 
 /// A job that speeds up well to `max_gpus` (batch 32 to 512, 64 per GPU).
 fn job(id: &str, max_gpus: u32) -> Job {
@@ -659,14 +659,7 @@ fn a_launch_carries_its_micro_steps_and_reports_are_recorded_at_its_placement() 
         .unwrap()
         .remove(0);
     let mut a = Autoscaler::new(config(), Topology::uniform(2, 1));
-    let learned = Input::Submit {
-        job: Box::new(dlscale_autoscaler::Submission {
-            job,
-            model: dlscale_autoscaler::ModelSource::Learned,
-            max_retries: None,
-            family: None,
-        }),
-    };
+    let learned = submit_as(job, dlscale_autoscaler::ModelSource::Learned, None);
     let s = a.handle(0.0, vec![learned]);
     let shape = s
         .actions

@@ -203,15 +203,16 @@ pub const JOB_FIELDS: [&str; 19] = [
     "attained_gpu_s",
 ];
 
-/// The fields of a job that only the service reads: how to run it. Whatever else reads a job
-/// file accepts and ignores them.
-pub const RUN_FIELDS: [&str; 6] = [
+/// The fields of a job that only the service reads: how to run it, and what it learns from.
+/// Whatever else reads a job file accepts and ignores them.
+pub const RUN_FIELDS: [&str; 7] = [
     "command",
     "workdir",
     "launcher",
     "env",
     "profile",
     "max_retries",
+    "family",
 ];
 
 /// The listed form of a job file (its fields checked before: [`check_fields`]).
@@ -796,6 +797,52 @@ mod tests {
     }
 
     #[test]
+    fn min_local_batch_is_read_defaulted_and_checked() {
+        let text = |extra: &str| {
+            format!(
+                r#"{{"jobs": [{{"id": "a", "model": {{"compute_per_sample_s": 0.001}},
+                    "min_batch": 32, "max_batch": 512, "max_local_batch": 64{extra}}}]}}"#
+            )
+        };
+        assert_eq!(parse(&text("")).unwrap()[0].min_local_batch, 1);
+        let job = parse(&text(r#", "min_local_batch": 16"#))
+            .unwrap()
+            .remove(0);
+        assert_eq!(job.min_local_batch, 16);
+        // No GPU computes fewer than 16 samples a step: 4 GPUs need a batch of 64.
+        assert!(!job.batch_fits(4, 63) && job.batch_fits(4, 64));
+        let toml = "[[jobs]]\nid = 'a'\nmin_batch = 32\nmax_batch = 512\nmax_local_batch = 64\n\
+                    min_local_batch = 8\n[jobs.model]\ncompute_per_sample_s = 0.001\n";
+        let jobs = parse_jobs(toml, FileFormat::Toml, "jobs.toml").unwrap();
+        assert_eq!(jobs[0].min_local_batch, 8);
+        // Errors name the field, on its line.
+        for extra in [
+            r#", "min_local_batch": 0"#,
+            r#", "min_local_batch": 65"#,
+            r#", "min_local_batch": "8""#,
+            r#", "min_local_batch": -1"#,
+        ] {
+            let err = parse(&text(extra)).unwrap_err().to_string();
+            assert!(
+                err.starts_with("jobs.json:2: job 'a': field 'min_local_batch'"),
+                "{extra}: {err}"
+            );
+        }
+        // Larger than the largest batch: not even one GPU could run.
+        let err = parse(
+            r#"{"jobs": [{"id": "a", "model": {"compute_per_sample_s": 0.001},
+                "min_batch": 1, "max_batch": 8, "max_local_batch": 64, "min_local_batch": 9}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("jobs.json:2: job 'a': field 'min_local_batch'")
+                && err.contains("max_batch"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn accumulation_runs_batches_beyond_memory_in_micro_steps() {
         let text = |steps: &str| {
             format!(
@@ -858,8 +905,9 @@ mod tests {
 
     #[test]
     fn a_file_of_one_job_reads_as_a_list_of_one() {
+        // The service's fields (how to run it, its family) are accepted and ignored.
         let one = r#"{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400,
-                      "command": ["train.py"], "workdir": "."}"#;
+                      "command": ["train.py"], "workdir": ".", "family": "resnet"}"#;
         let jobs = parse(one).unwrap();
         assert_eq!(jobs.len(), 1);
         assert_eq!(jobs[0].id, "a");

@@ -107,7 +107,7 @@ pub const RESERVED_ENV: [&str; 20] = [
     "WORLD_SIZE",
 ];
 
-/// Checks a job or profile id.
+/// Checks a job, profile or family id given as `field`; the error names the field.
 pub fn validate_id(field: &str, id: &str) -> Result<(), ApiError> {
     let ok = !id.is_empty()
         && id.len() <= 64
@@ -120,7 +120,7 @@ pub fn validate_id(field: &str, id: &str) -> Result<(), ApiError> {
     } else {
         Err(ApiError::field(
             field,
-            format!("'{id}' is not a valid id: use 1-64 characters of A-Z a-z 0-9 . _ - (not starting with .)"),
+            format!("field '{field}': '{id}' is not a valid id: use 1-64 characters of A-Z a-z 0-9 . _ - (not starting with .)"),
         ))
     }
 }
@@ -681,8 +681,56 @@ mod tests {
 
     #[test]
     fn stored_form_round_trips() {
-        let spec = JobSpec::from_value(base()).unwrap();
-        let text = serde_json::to_string(&spec).unwrap();
-        assert_eq!(serde_json::from_str::<JobSpec>(&text).unwrap(), spec);
+        let mut with_family = base();
+        with_family["family"] = json!("resnet-50");
+        for v in [base(), with_family] {
+            let spec = JobSpec::from_value(v).unwrap();
+            let text = serde_json::to_string(&spec).unwrap();
+            assert_eq!(serde_json::from_str::<JobSpec>(&text).unwrap(), spec);
+        }
+        // A spec stored before families names none.
+        let mut stored = serde_json::to_value(JobSpec::from_value(base()).unwrap()).unwrap();
+        stored.as_object_mut().unwrap().remove("family");
+        let old: JobSpec = serde_json::from_value(stored).unwrap();
+        assert_eq!(old.family, None);
+    }
+
+    /// A learned job's family reaches the autoscaler; it is checked like an id, and a job with a
+    /// given model may name one (the autoscaler pools only learned jobs).
+    #[test]
+    fn the_family_is_validated_and_reaches_the_submission() {
+        let mut v = base();
+        v["family"] = json!("resnet-50");
+        let spec = JobSpec::from_value(v).unwrap();
+        assert_eq!(spec.family.as_deref(), Some("resnet-50"));
+        assert!(!spec.entry.contains_key("family"), "not a job-file field");
+        let sub = spec.submission(None).unwrap();
+        assert_eq!(
+            (sub.family.as_deref(), sub.model),
+            (Some("resnet-50"), ModelSource::Learned)
+        );
+        assert_eq!(JobSpec::from_value(base()).unwrap().family, None);
+        for bad in [
+            json!(""),
+            json!("a b"),
+            json!("x/y"),
+            json!(7),
+            json!(["f"]),
+        ] {
+            let mut v = base();
+            v["family"] = bad.clone();
+            let e = JobSpec::from_value(v).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("family"), "{bad}: {e:?}");
+            assert!(e.message.contains("family"), "{bad}: {e:?}");
+            assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST);
+        }
+        // Misspelt, it is suggested.
+        let mut v = base();
+        v["famly"] = json!("resnet-50");
+        let e = JobSpec::from_value(v).unwrap_err();
+        assert_eq!(
+            e.message,
+            "field 'famly': unknown field; did you mean 'family'?"
+        );
     }
 }

@@ -205,6 +205,51 @@ async fn the_router_the_document_and_the_dtos_agree() {
     assert_eq!(status, StatusCode::ACCEPTED);
 }
 
+/// The submission schema lists exactly the fields a submission may carry: the job file's and
+/// the service's (`current` is the server's own, refused at submission).
+#[test]
+fn the_submission_schema_lists_every_accepted_field() {
+    use dlscale_core::jobfile::{JOB_FIELDS, RUN_FIELDS};
+    let schemas = openapi::schemas();
+    let accepted: BTreeSet<String> = JOB_FIELDS
+        .iter()
+        .chain(&RUN_FIELDS)
+        .filter(|&&f| f != "current")
+        .map(|f| f.to_string())
+        .collect();
+    assert_eq!(keys(&schemas["JobSubmission"]["properties"]), accepted);
+    for field in ["family", "min_local_batch"] {
+        assert!(accepted.contains(field), "{field}");
+    }
+}
+
+/// A job may name its model family; a bad name is refused naming `family`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_submission_names_its_family_or_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = service(dir.path()).await;
+    let job = |id: &str, family: &str| {
+        json!({"id": id, "min_batch": 8, "max_batch": 16, "max_local_batch": 8,
+               "min_local_batch": 4, "family": family, "command": ["sleep", "60"],
+               "workdir": "/tmp", "launcher": "plain"})
+    };
+    let (status, body) = call(&app, "POST", "/v1/jobs", Some(job("a", "resnet-50"))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, error) = call(&app, "POST", "/v1/jobs", Some(job("b", "no spaces"))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    assert_eq!(error["field"], json!("family"), "{error}");
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("family"),
+        "{error}"
+    );
+    let (status, _) = call(&app, "GET", "/v1/jobs/b", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing was submitted");
+    call(&app, "DELETE", "/v1/jobs/a", None).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_500_never_carries_its_cause() {
     let e = dlscale_server::error::ApiError::internal("disk I/O error at /secret/path");

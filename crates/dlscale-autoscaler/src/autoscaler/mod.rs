@@ -213,6 +213,9 @@ impl Autoscaler {
                 for p in &record.measurements.points {
                     pool.absorb(p);
                 }
+                if let Some(g) = record.first_grad {
+                    pool.add_grad(g);
+                }
             }
             a.seqs.insert(record.id.clone(), record.seq);
             a.live.push(record);
@@ -590,6 +593,7 @@ impl Autoscaler {
             retry_at_s: None,
             max_gpus: job.gpus.max,
             family,
+            first_grad: None,
         };
         if let Some(pool) = record.family.as_ref().and_then(|f| self.families.get(f)) {
             // Its family has been measured: it starts from that, not from the prior.
@@ -685,6 +689,7 @@ impl Autoscaler {
             // How the family's jobs start training: a new job's gradient statistics until it
             // reports its own.
             self.families.entry(f.clone()).or_default().add_grad(g);
+            self.live[i].first_grad = Some(g);
         }
         if let Some(f) = family.as_ref().filter(|_| !warm_up) {
             // The family's pool decides its jobs' model.

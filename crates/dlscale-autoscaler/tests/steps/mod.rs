@@ -6,12 +6,17 @@ use dlscale_core::Job;
 
 /// `job` submitted with the model it carries.
 pub fn submit(job: Job) -> Input {
+    submit_as(job, ModelSource::Given, None)
+}
+
+/// `job` submitted with its model from `model`, naming `family`.
+pub fn submit_as(job: Job, model: ModelSource, family: Option<&str>) -> Input {
     Input::Submit {
         job: Box::new(Submission {
             job,
-            model: ModelSource::Given,
+            model,
             max_retries: None,
-            family: None,
+            family: family.map(str::to_string),
         }),
     }
 }

@@ -19,6 +19,7 @@ struct RawJob {
     min_batch: u32,
     batch_span: u32,
     max_local: u32,
+    min_local: u32,
     min_gpus: u32,
     gpu_span: u32,
     powers_of_two: bool,
@@ -37,7 +38,7 @@ fn raw_job() -> impl Strategy<Value = RawJob> {
             0.0..0.02f64,
         ),
         prop::option::of(1.0..5000.0f64),
-        (1u32..24, 0u32..40, 1u32..16),
+        (1u32..24, 0u32..40, 1u32..16, 1u32..5),
         (1u32..4, 0u32..12, any::<bool>()),
         (
             0.5..3.0f64,
@@ -48,7 +49,7 @@ fn raw_job() -> impl Strategy<Value = RawJob> {
             |(
                 (cb, cs, ib, is, xb, xs),
                 noise_scale,
-                (min_batch, batch_span, max_local),
+                (min_batch, batch_span, max_local, min_local),
                 (min_gpus, gpu_span, powers_of_two),
                 (weight, current),
             )| RawJob {
@@ -66,6 +67,7 @@ fn raw_job() -> impl Strategy<Value = RawJob> {
                 min_batch,
                 batch_span,
                 max_local,
+                min_local,
                 min_gpus,
                 gpu_span,
                 powers_of_two,
@@ -86,9 +88,11 @@ fn build(index: usize, raw: &RawJob) -> Option<Job> {
         max: raw.min_gpus + raw.gpu_span,
         powers_of_two: raw.powers_of_two,
     };
-    let requested_gpus = gpus
-        .counts(u32::MAX)
-        .find(|&g| batch.min.div_ceil(g) <= raw.max_local && batch.min >= g)?;
+    let min_local = raw.min_local.min(raw.max_local);
+    let requested_batch = batch.min.max(min_local).min(batch.max);
+    let requested_gpus = gpus.counts(u32::MAX).find(|&g| {
+        requested_batch.div_ceil(g) <= raw.max_local && requested_batch >= g * min_local
+    })?;
     let mut job = Job {
         id: format!("j{index}"),
         model_name: "analytic".into(),
@@ -99,11 +103,11 @@ fn build(index: usize, raw: &RawJob) -> Option<Job> {
         }),
         batch,
         max_local_batch: raw.max_local,
-        min_local_batch: 1,
+        min_local_batch: min_local,
         gpus,
         requested: Requested {
             gpus: requested_gpus,
-            batch: batch.min,
+            batch: requested_batch,
         },
         remaining_samples: None,
         weight: raw.weight,
@@ -183,8 +187,9 @@ impl Brute<'_> {
     }
 
     fn batches(&self, job: &Job, g: u32) -> Vec<u32> {
+        // Every GPU computes at least min_local_batch samples a step.
         let mut all: Vec<u32> = (job.batch.min..=job.batch.max)
-            .filter(|&b| job.batch_fits(g, b))
+            .filter(|&b| job.batch_fits(g, b) && b / g >= job.min_local_batch)
             .collect();
         if self.fixed_batch {
             all.retain(|&b| b == job.requested.batch);
@@ -283,6 +288,8 @@ fn check_decision(cluster: &Cluster, jobs: &[Job], decision: &Decision, fixed_ba
         if d.state == JobState::Running {
             assert!(job.gpus.allows(d.gpus), "{d:?}");
             assert!(job.batch_fits(d.gpus, d.batch_size), "{d:?}");
+            // The smallest share of the batch (GPUs get ⌊b/g⌋ or ⌈b/g⌉ samples).
+            assert!(d.batch_size / d.gpus >= job.min_local_batch, "{d:?}");
             assert_eq!(d.local_batch_size, d.batch_size.div_ceil(d.gpus));
             if fixed_batch {
                 assert_eq!(d.batch_size, job.requested.batch);
@@ -377,6 +384,11 @@ proptest! {
                 jobs.push(Job { id: format!("r{i}"), ..job.clone() });
             }
             jobs.push(job);
+        }
+        // A job that differs only in its smallest per-GPU batch is of another shape.
+        let narrower = Job { id: "m".into(), min_local_batch: base.min_local_batch + 1, ..base.clone() };
+        if narrower.validate().is_ok() {
+            jobs.push(narrower);
         }
         for choice in [BatchChoice::Free { max_candidates: 8 }, BatchChoice::Fixed] {
             let shared = crate::options::value_tables(&jobs, &cluster, settings.utility, choice, &settings.restart);

@@ -61,15 +61,18 @@ impl Prior {
         let steps = smallest.micro_steps.max(1);
         let compute_s = smallest.step_time_s / f64::from(steps);
         let micro = f64::from(smallest.local_batch.div_ceil(steps).max(1));
+        // Sync measured at up to the slowest step: scaled by the compute of the smallest
+        // configuration, a sync that dwarfs it would be pulled far below what samples measured.
+        let slowest_s = samples.iter().map(|s| s.step_time_s).fold(0.0, f64::max);
         Prior {
             params: [compute_s / 2.0, compute_s / 2.0 / micro, 0.0, 0.0, 0.0, 0.0],
             scale: [
                 compute_s,
                 compute_s / micro,
-                compute_s,
-                compute_s / 16.0,
-                compute_s,
-                compute_s / 16.0,
+                slowest_s,
+                slowest_s / 16.0,
+                slowest_s,
+                slowest_s / 16.0,
             ],
         }
     }

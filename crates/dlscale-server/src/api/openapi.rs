@@ -174,6 +174,7 @@ pub fn schemas() -> Value {
                 "family": {"type": "string", "description": "model family of a learned job (no `model`, no `profile`): it starts from, and adds to, what the family's jobs measured"},
                 "min_batch": {"type": "integer", "minimum": 1}, "max_batch": {"type": "integer", "minimum": 1},
                 "max_local_batch": {"type": "integer", "minimum": 1},
+                "max_accum_steps": {"type": "integer", "minimum": 1, "default": 1, "description": "most micro-steps per step (gradient accumulation beyond max_local_batch)"},
                 "min_local_batch": {"type": "integer", "minimum": 1, "default": 1}, "min_gpus": {"type": "integer", "minimum": 1, "default": 1},
                 "max_gpus": {"type": "integer", "minimum": 1}, "powers_of_two": {"type": "boolean", "default": false},
                 "batch_size": {"type": "integer"}, "gpus": {"type": "integer"},

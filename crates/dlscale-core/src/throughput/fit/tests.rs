@@ -285,3 +285,141 @@ fn fits_to_pollux_tables_predict_held_out_configurations() {
         }
     }
 }
+
+fn sample(
+    gpus: u32,
+    nodes: u32,
+    local_batch: u32,
+    micro_steps: u32,
+    step_time_s: f64,
+) -> StepTimeSample {
+    StepTimeSample {
+        gpus,
+        nodes,
+        local_batch,
+        micro_steps,
+        step_time_s,
+    }
+}
+
+/// `a` within `rel` of `b`, relative to `b`.
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * b.abs()
+}
+
+#[test]
+fn no_sample_is_an_error() {
+    assert!(AnalyticModel::fit(&[]).is_err());
+    assert!(AnalyticModel::fit_sum(&[]).is_err());
+}
+
+#[test]
+fn one_sample_is_a_fit_at_the_priors_choice() {
+    // Half of a micro-step's compute is fixed per step, half grows with the micro-batch; no sync.
+    for (s, base_s, per_sample_s) in [
+        (sample(1, 1, 64, 1, 0.01), 0.005, 0.005 / 64.0),
+        // Two micro-steps of 64 in 0.02 s: 0.01 s of compute each.
+        (sample(1, 1, 128, 2, 0.02), 0.005, 0.005 / 64.0),
+        // On 4 GPUs the prior takes the whole step as compute: it already matches the sample.
+        (sample(4, 1, 32, 1, 0.02), 0.01, 0.01 / 32.0),
+    ] {
+        for fit in [AnalyticModel::fit, AnalyticModel::fit_sum] {
+            let (model, quality) = fit(&[s]).unwrap();
+            assert!(
+                close(model.compute_base_s, base_s, 1e-9)
+                    && close(model.compute_per_sample_s, per_sample_s, 1e-9),
+                "{s:?}: {model:?}"
+            );
+            let sync = model.as_params()[2..].to_vec();
+            assert!(sync.iter().all(|&y| y == 0.0), "{s:?}: {model:?}");
+            assert_eq!(model.overlap_gamma, 1.0);
+            assert!(quality.max_relative_error < 1e-9, "{quality:?}");
+            assert!(quality
+                .assumptions
+                .iter()
+                .any(|a| a.contains("half its compute")));
+        }
+    }
+}
+
+#[test]
+fn open_directions_land_at_the_prior_while_the_samples_are_matched() {
+    // One per-GPU batch, on 1 and 2 GPUs of a node: the compute (0.01 s) and the in-node sync
+    // base (0.003 s) are determined, the split of the compute and the sync slope are not. Exact
+    // up to the weak pull: within 1e-6 of the step times.
+    let samples = [sample(1, 1, 64, 1, 0.01), sample(2, 1, 64, 1, 0.013)];
+    let (model, quality) = AnalyticModel::fit_sum(&samples).unwrap();
+    let near = |a: f64, b: f64| (a - b).abs() < 1e-6 * 0.013;
+    assert!(near(model.sync_intra_base_s, 0.003), "{model:?}");
+    assert!(near(model.compute_base_s, 0.005), "{model:?}");
+    assert!(near(model.compute_per_sample_s * 64.0, 0.005), "{model:?}");
+    assert!(model.sync_intra_per_gpu_s.abs() < 1e-9 * 0.003, "{model:?}");
+    // No multi-node sample: cross-node sync as in-node.
+    assert_eq!(
+        (model.sync_inter_base_s, model.sync_inter_per_gpu_s),
+        (model.sync_intra_base_s, model.sync_intra_per_gpu_s)
+    );
+    assert!(quality.max_relative_error < 1e-6, "{quality:?}");
+}
+
+#[test]
+fn a_sync_that_dwarfs_the_compute_is_fitted_as_measured() {
+    // Cross-node sync a thousand times the one-GPU compute: the pull towards no sync must not
+    // shrink what the two-node sample measured (scaled by the compute, it once halved it).
+    let samples = [sample(1, 1, 8, 1, 0.001), sample(2, 2, 8, 1, 1.001)];
+    let (model, quality) = AnalyticModel::fit_sum(&samples).unwrap();
+    assert!(close(model.sync_inter_base_s, 1.0, 1e-5), "{model:?}");
+    assert!(quality.max_relative_error < 1e-5, "{quality:?}");
+}
+
+#[test]
+fn determined_tells_independent_exercised_columns_from_dependent_ones() {
+    // Columns no sample exercises (all 0) do not count.
+    let independent = DMatrix::from_row_slice(2, 3, &[1.0, 0.0, 0.0, 1.0, 2.0, 0.0]);
+    assert!(determined(&independent));
+    let dependent = DMatrix::from_row_slice(2, 3, &[1.0, 2.0, 0.0, 3.0, 6.0, 0.0]);
+    assert!(!determined(&dependent));
+    // One row, two exercised columns: open.
+    assert!(!determined(&DMatrix::from_row_slice(1, 2, &[1.0, 64.0])));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Samples at one per-GPU batch, on one GPU and any other placements: the fit reproduces
+    /// every sample and splits the one-GPU compute half fixed, half per sample (up to the weak
+    /// pull: a cost of 1e-6 per prior scale, however much the sync outweighs the compute).
+    #[test]
+    fn one_batch_fits_match_the_samples_and_split_the_compute_in_half(
+        compute_base_s in 0.001f64..0.05,
+        compute_per_sample_s in 1e-4f64..2e-3,
+        intra in (0.005f64..0.1, 0.0f64..0.01),
+        inter in (0.02f64..0.3, 0.0f64..0.02),
+        local_batch in 1u32..256,
+        others in proptest::sample::subsequence(PLACEMENTS[1..].to_vec(), 0..=5),
+    ) {
+        let truth = AnalyticModel {
+            compute_base_s,
+            compute_per_sample_s,
+            sync_intra_base_s: intra.0,
+            sync_intra_per_gpu_s: intra.1,
+            sync_inter_base_s: inter.0,
+            sync_inter_per_gpu_s: inter.1,
+            overlap_gamma: 1.0,
+            max_local_batch: None,
+        };
+        let samples: Vec<StepTimeSample> = std::iter::once((1, 1))
+            .chain(others)
+            .map(|(g, n)| sample(g, n, local_batch, 1, truth.predict(g, n, local_batch, 1)))
+            .collect();
+        let (model, quality) = AnalyticModel::fit_sum(&samples).unwrap();
+        prop_assert!(quality.max_relative_error < 1e-5, "{:?} {:?}", model, quality);
+        let compute_s = truth.compute_s(f64::from(local_batch));
+        prop_assert!(close(model.compute_base_s, compute_s / 2.0, 1e-5), "{:?}", model);
+        prop_assert!(
+            close(model.compute_per_sample_s * f64::from(local_batch), compute_s / 2.0, 1e-5),
+            "{:?}",
+            model
+        );
+    }
+}
