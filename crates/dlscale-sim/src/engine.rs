@@ -1039,3 +1039,46 @@ impl SplitMix64 {
         (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dlscale_core::allocator::{ELASTIC_BATCH, TIRESIAS};
+
+    /// What each policy's autoscaler is handed for every job of Pollux's workload 1.
+    fn submissions(config: &SimConfig, policy: PolicyInfo) -> Vec<Submission> {
+        let workload = crate::workload::bundled_pollux_workload(1).unwrap();
+        let mut observer = ();
+        let engine = Engine::new(&workload, config, policy, &mut observer).unwrap();
+        workload
+            .jobs
+            .iter()
+            .map(|j| engine.submission(&j.job))
+            .collect()
+    }
+
+    #[test]
+    fn in_pollux_world_dlscale_policies_run_no_job_below_the_artifacts_smallest_per_gpu_batch() {
+        let artifact = PolluxArtifact::bundled().unwrap();
+        let config = SimConfig::pollux();
+        let ours = submissions(&config, ELASTIC_BATCH);
+        for s in &ours {
+            let smallest = artifact.model(&s.job.model_name).unwrap().min_local_batch();
+            assert!(smallest > 1, "{}: the artifact's tables start above 1", s.job.model_name);
+            assert_eq!(s.job.min_local_batch, smallest.min(s.job.max_local_batch));
+            assert_eq!(s.family.as_deref(), Some(s.job.model_name.as_str()));
+        }
+        // The artifact's baselines follow its own rules, which run the fixed batch at any count.
+        for s in submissions(&config, TIRESIAS) {
+            assert_eq!(s.job.min_local_batch, 1, "{}", s.job.id);
+        }
+        // Outside Pollux's world no bound is made up, and an oracle run names no family.
+        let plain = SimConfig {
+            knowledge: Knowledge::Oracle,
+            ..SimConfig::default()
+        };
+        for s in submissions(&plain, ELASTIC_BATCH) {
+            assert_eq!((s.job.min_local_batch, s.family), (1, None), "{}", s.job.id);
+        }
+    }
+}
