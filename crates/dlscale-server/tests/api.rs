@@ -235,6 +235,13 @@ async fn a_submission_names_its_family_or_is_refused_naming_it() {
     };
     let (status, body) = call(&app, "POST", "/v1/jobs", Some(job("a", "resnet-50"))).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, view) = call(&app, "GET", "/v1/jobs/a", None).await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert_eq!(
+        view["family"],
+        json!("resnet-50"),
+        "the job view names it: {view}"
+    );
     let (status, error) = call(&app, "POST", "/v1/jobs", Some(job("b", "no spaces"))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
     assert_eq!(error["field"], json!("family"), "{error}");

@@ -1064,7 +1064,11 @@ mod tests {
         let ours = submissions(&config, ELASTIC_BATCH);
         for s in &ours {
             let smallest = artifact.model(&s.job.model_name).unwrap().min_local_batch();
-            assert!(smallest > 1, "{}: the artifact's tables start above 1", s.job.model_name);
+            assert!(
+                smallest > 1,
+                "{}: the artifact's tables start above 1",
+                s.job.model_name
+            );
             assert_eq!(s.job.min_local_batch, smallest.min(s.job.max_local_batch));
             assert_eq!(s.family.as_deref(), Some(s.job.model_name.as_str()));
         }

@@ -87,6 +87,9 @@ pub struct JobView {
     /// signal), from what its workers reported or its submission gave, where known.
     #[serde(default)]
     pub noise_scale: Option<f64>,
+    /// The model family whose measurements its learned model is fitted to, if it names one.
+    #[serde(default)]
+    pub family: Option<String>,
     /// Exit code of the last launch, when it exited.
     pub exit_code: Option<i32>,
     /// Where it stands, in plain words.
@@ -240,6 +243,7 @@ impl JobView {
             predicted_samples_per_s: None,
             efficiency: None,
             noise_scale: None,
+            family: record.family.clone(),
             exit_code: match &record.last_outcome {
                 Some(Outcome::Exited(c)) => Some(*c),
                 _ => None,

@@ -196,6 +196,7 @@ pub fn schemas() -> Value {
             "loss": nullable(num.clone()), "samples_per_s": nullable(num.clone()),
             "predicted_samples_per_s": nullable(num.clone()), "efficiency": nullable(num.clone()),
             "noise_scale": nullable(num.clone()),
+            "family": nullable(string.clone()),
             "exit_code": nullable(json!({"type": "integer"})), "message": string,
             "waiting": nullable(string.clone()), "pgid": nullable(json!({"type": "integer"})),
             "submitted_at": num, "started_at": nullable(num.clone()), "finished_at": nullable(num.clone()),
