@@ -5,7 +5,8 @@ use dlscale_core::efficiency::GradNoise;
 use std::sync::Arc;
 
 use dlscale_core::throughput::{
-    Accumulating, AnalyticModel, FitQuality, StepTimeSample, ThroughputModel,
+    accumulated_step_time_s, Accumulating, AnalyticModel, FitQuality, StepTimeSample,
+    ThroughputModel,
 };
 use dlscale_core::{BatchSize, GpuCount, Job};
 use serde::{Deserialize, Serialize};
@@ -243,6 +244,40 @@ impl Measurements {
         self.fit(overlap).map(|(model, _)| model)
     }
 
+    /// `model` (fitted to these measurements) as `job` runs it ([`learned_model`]), calibrated
+    /// at every placement measured ([`Calibrated`]).
+    pub fn calibrated(&self, model: AnalyticModel, job: &Job) -> Arc<dyn ThroughputModel> {
+        let inner = learned_model(model, job);
+        // Per (GPUs, nodes): the sum of log(measured / predicted) and the count.
+        let mut logs: Vec<((GpuCount, u32), f64, u32)> = Vec::new();
+        for p in &self.points {
+            let Some(predicted) =
+                accumulated_step_time_s(&model, p.gpus, p.nodes, p.local_batch, p.micro_steps)
+                    .filter(|&t| t > 0.0 && t.is_finite())
+            else {
+                continue;
+            };
+            let log = (p.step_time_s / predicted).ln();
+            match logs.iter_mut().find(|(k, _, _)| *k == (p.gpus, p.nodes)) {
+                Some(entry) => {
+                    entry.1 += log;
+                    entry.2 += 1;
+                }
+                None => logs.push(((p.gpus, p.nodes), log, 1)),
+            }
+        }
+        if logs.is_empty() {
+            return inner;
+        }
+        Arc::new(Calibrated {
+            inner,
+            factors: logs
+                .into_iter()
+                .map(|(placement, sum, n)| (placement, (sum / f64::from(n)).exp()))
+                .collect(),
+        })
+    }
+
     /// The analytic model fitted to the measured configurations, with its quality; `None`
     /// without a measurement, or when the fit is not a valid model.
     pub fn fit(&self, overlap: bool) -> Option<(AnalyticModel, FitQuality)> {
@@ -265,6 +300,63 @@ impl Measurements {
         .ok()?;
         model.validate("fit").ok()?;
         Some((model, quality))
+    }
+}
+
+/// A fitted model calibrated where it was measured: at each placement (GPUs, nodes) measured,
+/// its step times are scaled by the geometric mean of measured over predicted there, at every
+/// per-GPU batch; elsewhere it is the fit. The analytic family cannot follow every placement's
+/// quirks (which nodes, which links), and a measurement beats the fit where there is one.
+#[derive(Debug)]
+pub struct Calibrated {
+    inner: Arc<dyn ThroughputModel>,
+    /// Measured over predicted, by (GPUs, nodes).
+    factors: Vec<((GpuCount, u32), f64)>,
+}
+
+impl Calibrated {
+    fn factor(&self, gpus: GpuCount, nodes: u32) -> f64 {
+        self.factors
+            .iter()
+            .find(|(placement, _)| *placement == (gpus, nodes))
+            .map_or(1.0, |&(_, f)| f)
+    }
+}
+
+impl ThroughputModel for Calibrated {
+    fn step_time_s(&self, gpus: GpuCount, nodes: u32, local_batch: u32) -> Option<f64> {
+        let step_s = self.inner.step_time_s(gpus, nodes, local_batch)?;
+        Some(step_s * self.factor(gpus, nodes))
+    }
+
+    fn max_local_batch(&self) -> Option<u32> {
+        self.inner.max_local_batch()
+    }
+
+    fn max_gpus(&self) -> Option<GpuCount> {
+        self.inner.max_gpus()
+    }
+
+    fn micro_steps(&self, local_batch: BatchSize) -> u32 {
+        self.inner.micro_steps(local_batch)
+    }
+
+    fn memory_local_batch(&self) -> Option<BatchSize> {
+        self.inner.memory_local_batch()
+    }
+
+    fn step_times_s(
+        &self,
+        gpus: GpuCount,
+        nodes: u32,
+        local_batches: &[u32],
+        out: &mut [Option<f64>],
+    ) {
+        self.inner.step_times_s(gpus, nodes, local_batches, out);
+        let factor = self.factor(gpus, nodes);
+        for step_s in out.iter_mut().flatten() {
+            *step_s *= factor;
+        }
     }
 }
 
@@ -380,6 +472,89 @@ mod tests {
         assert!(!m.add(last - 1, 8, 4, batch, 4, speed * 1.05));
         assert!(!m.add(last - 1, 8, 4, batch, 4, speed / 1.05));
         assert!(m.add(last - 1, 8, 4, batch, 4, speed * 0.5));
+    }
+
+    #[test]
+    fn a_calibrated_model_matches_each_measured_placement_and_is_the_fit_elsewhere() {
+        // Compute and sync overlap (γ = 3): the plain sum the fit uses cannot follow it exactly.
+        let truth = AnalyticModel {
+            compute_base_s: 0.01,
+            compute_per_sample_s: 0.001,
+            sync_intra_base_s: 0.03,
+            sync_intra_per_gpu_s: 0.002,
+            sync_inter_base_s: 0.08,
+            sync_inter_per_gpu_s: 0.004,
+            overlap_gamma: 3.0,
+            max_local_batch: None,
+        };
+        let job = dlscale_core::jobfile::parse_jobs(
+            r#"{"jobs": [{"id": "a", "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.001},
+                "min_batch": 8, "max_batch": 4096, "max_local_batch": 256}]}"#,
+            dlscale_core::jobfile::FileFormat::Json,
+            "job.json",
+        )
+        .unwrap()
+        .remove(0);
+        let mut m = Measurements::default();
+        let step = |gpus, nodes, local| truth.step_time_s(gpus, nodes, local).unwrap();
+        // More configurations than the six parameters, so that the plain sum misses some.
+        let configs = [(1, 1, 32), (1, 1, 128), (2, 1, 32), (2, 1, 128), (4, 1, 32)]
+            .into_iter()
+            .chain([
+                (4, 1, 64),
+                (4, 1, 128),
+                (8, 2, 32),
+                (8, 2, 128),
+                (16, 4, 32),
+            ]);
+        for (attempt, (gpus, nodes, local)) in (1..).zip(configs.clone()) {
+            let speed = f64::from(gpus * local) / step(gpus, nodes, local);
+            m.add(attempt, gpus, nodes, gpus * local, 1, speed);
+            m.add(attempt, gpus, nodes, gpus * local, 1, speed);
+        }
+        let fit = m.model(false).unwrap();
+        let calibrated = m.calibrated(fit, &job);
+        let predicted = |gpus, nodes, local| fit.step_time_s(gpus, nodes, local).unwrap();
+        let worst_miss = configs
+            .clone()
+            .map(|(g, n, l)| (predicted(g, n, l) / step(g, n, l) - 1.0).abs())
+            .fold(0.0, f64::max);
+        assert!(
+            worst_miss > 1e-3,
+            "the truth is one the plain sum misses: {worst_miss}"
+        );
+        // At each measured placement, at every per-GPU batch: the fit scaled by the geometric
+        // mean of measured over predicted there.
+        for (gpus, nodes) in [(1, 1), (2, 1), (4, 1), (8, 2), (16, 4)] {
+            let ratios: Vec<f64> = configs
+                .clone()
+                .filter(|&(g, n, _)| (g, n) == (gpus, nodes))
+                .map(|(g, n, l)| step(g, n, l) / predicted(g, n, l))
+                .collect();
+            let factor = ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64;
+            for local in [32, 48, 96] {
+                let want = factor.exp() * predicted(gpus, nodes, local);
+                let got = calibrated.step_time_s(gpus, nodes, local).unwrap();
+                assert!(
+                    (got - want).abs() < 1e-9 * want,
+                    "{gpus}/{nodes}/{local}: {got} vs {want}"
+                );
+            }
+        }
+        // Measured once: exactly its measurement.
+        let got = calibrated.step_time_s(16, 4, 32).unwrap();
+        assert!((got - step(16, 4, 32)).abs() < 1e-9 * got);
+        // The batched evaluation agrees; unmeasured placements are the fit's.
+        let mut out = [None; 2];
+        calibrated.step_times_s(4, 1, &[16, 48], &mut out);
+        assert_eq!(out, [16, 48].map(|l| calibrated.step_time_s(4, 1, l)));
+        assert_eq!(
+            calibrated.step_time_s(32, 8, 32),
+            fit.step_time_s(32, 8, 32)
+        );
+        // Nothing measured: the plain learned model.
+        let none = Measurements::default().calibrated(fit, &job);
+        assert_eq!(none.step_time_s(8, 2, 32), fit.step_time_s(8, 2, 32));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use dlscale_autoscaler::{
 use dlscale_core::efficiency::GradNoise;
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::Topology;
-use dlscale_core::throughput::{AnalyticModel, ThroughputModel};
+use dlscale_core::throughput::ThroughputModel;
 use dlscale_core::{Admission, Job, Settings};
 use steps::{started, submit_as};
 
@@ -116,7 +116,7 @@ fn run_measured(
 }
 
 /// Whether `model` predicts the step times of `fit` on a grid of configurations.
-fn same_model(model: &dyn ThroughputModel, fit: &AnalyticModel) -> bool {
+fn same_model(model: &dyn ThroughputModel, fit: &dyn ThroughputModel) -> bool {
     (1..=8).all(|gpus| {
         [1, 2].iter().all(|&nodes| {
             [1, 16, 64].iter().all(|&local| {
@@ -222,7 +222,9 @@ fn jobs_of_one_family_share_a_refitted_model() {
     for id in ["a", "b"] {
         let (record, job) = a.job(id).unwrap();
         assert_eq!(record.measurements.points.len(), 1, "{id}: its own reports");
-        assert!(same_model(job.throughput.as_ref(), &fit), "{id}");
+        // The pool's fit, calibrated at the placements the pool measured.
+        let want = pool.calibrated(fit, job);
+        assert!(same_model(job.throughput.as_ref(), want.as_ref()), "{id}");
     }
 }
 

@@ -843,7 +843,7 @@ pub fn restored_job(
     let mut job = spec.submission(profile)?.job;
     if record.model == ModelSource::Learned {
         if let Some(model) = record.measurements.model(learn_overlap) {
-            job.throughput = dlscale_autoscaler::learn::learned_model(model, &job);
+            job.throughput = record.measurements.calibrated(model, &job);
         }
     }
     Ok(job)

@@ -233,17 +233,17 @@ impl Autoscaler {
     /// Gives every live learned job of `family` the model fitted to the family's pool; returns
     /// the ids of those jobs.
     fn refit_family(&mut self, family: &str) -> Vec<String> {
-        let Some(model) = self
+        let Some((pool, model)) = self
             .families
             .get(family)
-            .and_then(|pool| pool.model(self.config.learn_overlap))
+            .and_then(|pool| Some((pool, pool.model(self.config.learn_overlap)?)))
         else {
             return Vec::new();
         };
         let mut ids = Vec::new();
         for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
             if r.model == ModelSource::Learned && r.family.as_deref() == Some(family) {
-                job.throughput = crate::learn::learned_model(model, job);
+                job.throughput = pool.calibrated(model, job);
                 ids.push(r.id.clone());
             }
         }
@@ -598,7 +598,7 @@ impl Autoscaler {
         if let Some(pool) = record.family.as_ref().and_then(|f| self.families.get(f)) {
             // Its family has been measured: it starts from that, not from the prior.
             if let Some(model) = pool.model(self.config.learn_overlap) {
-                job.throughput = crate::learn::learned_model(model, &job);
+                job.throughput = pool.calibrated(model, &job);
             }
             if let Some(noise) = pool.grad.map(|g| g.value()) {
                 let init_batch = job.efficiency.map_or(job.requested.batch, |e| e.init_batch);
@@ -737,7 +737,7 @@ impl Autoscaler {
                 .then(|| r.measurements.model(self.config.learn_overlap))
                 .flatten();
             if let Some(model) = own {
-                job.throughput = crate::learn::learned_model(model, job);
+                job.throughput = r.measurements.calibrated(model, job);
                 out.event(Event::ModelFitted {
                     id: id.clone(),
                     points: r.measurements.points.len(),
