@@ -2,6 +2,7 @@
 //! measured step time at the launch's GPUs, nodes, per-GPU batch and micro-steps.
 
 use dlscale_core::efficiency::GradNoise;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dlscale_core::throughput::{
@@ -247,35 +248,29 @@ impl Measurements {
     /// `model` (fitted to these measurements) as `job` runs it ([`learned_model`]), calibrated
     /// at every placement measured ([`Calibrated`]).
     pub fn calibrated(&self, model: AnalyticModel, job: &Job) -> Arc<dyn ThroughputModel> {
-        let inner = learned_model(model, job);
+        self.calibration(&model).apply(learned_model(model, job))
+    }
+
+    /// How `model` (fitted to these measurements) misses them, placement by placement: the
+    /// geometric mean of measured over predicted at each (GPUs, nodes) measured.
+    pub fn calibration(&self, model: &AnalyticModel) -> Calibration {
         // Per (GPUs, nodes): the sum of log(measured / predicted) and the count.
-        let mut logs: Vec<((GpuCount, u32), f64, u32)> = Vec::new();
+        let mut logs: BTreeMap<(GpuCount, u32), (f64, u32)> = BTreeMap::new();
         for p in &self.points {
-            let Some(predicted) =
-                accumulated_step_time_s(&model, p.gpus, p.nodes, p.local_batch, p.micro_steps)
-                    .filter(|&t| t > 0.0 && t.is_finite())
-            else {
-                continue;
-            };
-            let log = (p.step_time_s / predicted).ln();
-            match logs.iter_mut().find(|(k, _, _)| *k == (p.gpus, p.nodes)) {
-                Some(entry) => {
-                    entry.1 += log;
-                    entry.2 += 1;
-                }
-                None => logs.push(((p.gpus, p.nodes), log, 1)),
+            let predicted =
+                accumulated_step_time_s(model, p.gpus, p.nodes, p.local_batch, p.micro_steps);
+            if let Some(predicted) = predicted.filter(|&t| t > 0.0 && t.is_finite()) {
+                let entry = logs.entry((p.gpus, p.nodes)).or_default();
+                entry.0 += (p.step_time_s / predicted).ln();
+                entry.1 += 1;
             }
         }
-        if logs.is_empty() {
-            return inner;
-        }
-        Arc::new(Calibrated {
-            inner,
+        Calibration {
             factors: logs
                 .into_iter()
-                .map(|(placement, sum, n)| (placement, (sum / f64::from(n)).exp()))
+                .map(|(placement, (sum, n))| (placement, (sum / f64::from(n)).exp()))
                 .collect(),
-        })
+        }
     }
 
     /// The analytic model fitted to the measured configurations, with its quality; `None`
@@ -303,6 +298,32 @@ impl Measurements {
     }
 }
 
+/// Measured over predicted step time, by placement (GPUs, nodes): [`Measurements::calibration`].
+/// Computed once per fit and shared by the jobs of a family.
+#[derive(Debug, Clone, Default)]
+pub struct Calibration {
+    factors: Arc<[((GpuCount, u32), f64)]>,
+}
+
+impl Calibration {
+    /// `model` scaled by these factors where they are known; `model` itself without any.
+    pub fn apply(&self, model: Arc<dyn ThroughputModel>) -> Arc<dyn ThroughputModel> {
+        if self.factors.is_empty() {
+            return model;
+        }
+        Arc::new(Calibrated {
+            inner: model,
+            calibration: self.clone(),
+        })
+    }
+
+    fn factor(&self, gpus: GpuCount, nodes: u32) -> f64 {
+        self.factors
+            .binary_search_by_key(&(gpus, nodes), |&(placement, _)| placement)
+            .map_or(1.0, |k| self.factors[k].1)
+    }
+}
+
 /// A fitted model calibrated where it was measured: at each placement (GPUs, nodes) measured,
 /// its step times are scaled by the geometric mean of measured over predicted there, at every
 /// per-GPU batch; elsewhere it is the fit. The analytic family cannot follow every placement's
@@ -310,23 +331,13 @@ impl Measurements {
 #[derive(Debug)]
 pub struct Calibrated {
     inner: Arc<dyn ThroughputModel>,
-    /// Measured over predicted, by (GPUs, nodes).
-    factors: Vec<((GpuCount, u32), f64)>,
-}
-
-impl Calibrated {
-    fn factor(&self, gpus: GpuCount, nodes: u32) -> f64 {
-        self.factors
-            .iter()
-            .find(|(placement, _)| *placement == (gpus, nodes))
-            .map_or(1.0, |&(_, f)| f)
-    }
+    calibration: Calibration,
 }
 
 impl ThroughputModel for Calibrated {
     fn step_time_s(&self, gpus: GpuCount, nodes: u32, local_batch: u32) -> Option<f64> {
         let step_s = self.inner.step_time_s(gpus, nodes, local_batch)?;
-        Some(step_s * self.factor(gpus, nodes))
+        Some(step_s * self.calibration.factor(gpus, nodes))
     }
 
     fn max_local_batch(&self) -> Option<u32> {
@@ -353,7 +364,7 @@ impl ThroughputModel for Calibrated {
         out: &mut [Option<f64>],
     ) {
         self.inner.step_times_s(gpus, nodes, local_batches, out);
-        let factor = self.factor(gpus, nodes);
+        let factor = self.calibration.factor(gpus, nodes);
         for step_s in out.iter_mut().flatten() {
             *step_s *= factor;
         }

@@ -10,14 +10,9 @@ use crate::record::{Launch, Status, StopRequest, Waiting};
 impl Autoscaler {
     /// Stops running jobs whose target differs; launches waiting jobs whose GPUs are free.
     pub(super) fn converge(&mut self, now: f64, out: &mut Out) {
-        let mut free: Vec<GpuCount> = self.topology.nodes.iter().map(|n| n.gpus).collect();
-        for r in &self.live {
-            for s in r.shape().map_or(&[][..], |shape| &shape.shares) {
-                if let Some(&k) = self.node_index.get(&s.node) {
-                    free[k] = free[k].saturating_sub(s.gpus);
-                }
-            }
-        }
+        // The free GPUs of each node, counted only once a queued job is to be placed (most calls
+        // place none, and counting looks up every share of every running job).
+        let mut free: Option<Vec<GpuCount>> = None;
         let mut i = 0;
         while i < self.live.len() {
             let r = &self.live[i];
@@ -40,6 +35,7 @@ impl Autoscaler {
                     self.request_stop(now, i, StopReason::Preempt, None, out)
                 }
                 (Status::Queued, Some(Target::Run(shape))) => {
+                    let free = free.get_or_insert_with(|| self.free_gpus());
                     let blocked = self.stale.iter().any(|(s, _)| s == &r.id);
                     let room = |s: &dlscale_core::placement::Share| {
                         self.node_index
@@ -92,6 +88,19 @@ impl Autoscaler {
             }
             i += 1;
         }
+    }
+
+    /// The GPUs of each node (in topology order) that no live launch holds.
+    fn free_gpus(&self) -> Vec<GpuCount> {
+        let mut free: Vec<GpuCount> = self.topology.nodes.iter().map(|n| n.gpus).collect();
+        for r in &self.live {
+            for s in r.shape().map_or(&[][..], |shape| &shape.shares) {
+                if let Some(&k) = self.node_index.get(&s.node) {
+                    free[k] = free[k].saturating_sub(s.gpus);
+                }
+            }
+        }
+        free
     }
 
     pub(super) fn wait(&mut self, i: usize, why: Waiting, out: &mut Out) {

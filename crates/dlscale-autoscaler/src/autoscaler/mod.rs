@@ -233,17 +233,16 @@ impl Autoscaler {
     /// Gives every live learned job of `family` the model fitted to the family's pool; returns
     /// the ids of those jobs.
     fn refit_family(&mut self, family: &str) -> Vec<String> {
-        let Some((pool, model)) = self
-            .families
-            .get(family)
-            .and_then(|pool| Some((pool, pool.model(self.config.learn_overlap)?)))
-        else {
+        let Some((model, calibration)) = self.families.get(family).and_then(|pool| {
+            let model = pool.model(self.config.learn_overlap)?;
+            Some((model, pool.calibration(&model)))
+        }) else {
             return Vec::new();
         };
         let mut ids = Vec::new();
         for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
             if r.model == ModelSource::Learned && r.family.as_deref() == Some(family) {
-                job.throughput = pool.calibrated(model, job);
+                job.throughput = calibration.apply(crate::learn::learned_model(model, job));
                 ids.push(r.id.clone());
             }
         }
