@@ -2,7 +2,9 @@
 //! parameters (non-negative) and the overlap exponent γ.
 //!
 //! At γ = 1 the model is linear in its parameters, and the non-negative least-squares problem on
-//! relative errors is solved exactly ([`nnls_by_subsets`]). For γ > 1 it is not: each γ's best
+//! relative errors is solved exactly ([`nnls_by_subsets`]); when the samples leave directions
+//! open (few configurations measured), a weak pull towards Pollux's prior decides them
+//! ([`Prior`]), so that even one measurement is a fit. For γ > 1 it is not linear: each γ's best
 //! parameters come from a projected Levenberg–Marquardt on the relative residuals, started both
 //! from the neighbouring γ's answer and from the compute terms of the γ = 1 fit with the sync
 //! terms solved for that γ. γ itself is a one-dimensional search: a grid over
