@@ -674,7 +674,7 @@ impl Autoscaler {
         p.reported_s = Some(now);
         let id = r.id.clone();
         let warm_up = r.measurements.is_warm_up(r.attempt);
-        let r_first_grad = r.measurements.grad.is_none();
+        let first_grad_report = r.measurements.grad.is_none();
         let mut new_point = r.measurements.add(
             r.attempt,
             gpus,
@@ -684,7 +684,11 @@ impl Autoscaler {
             report.samples_per_s,
         );
         let family = r.family.clone().filter(|_| r.model == ModelSource::Learned);
-        if let Some((f, g)) = family.as_ref().zip(report.grad).filter(|_| r_first_grad) {
+        if let Some((f, g)) = family
+            .as_ref()
+            .zip(report.grad)
+            .filter(|_| first_grad_report)
+        {
             // How the family's jobs start training: a new job's gradient statistics until it
             // reports its own.
             self.families.entry(f.clone()).or_default().add_grad(g);
