@@ -86,8 +86,9 @@ pub fn learned_model(model: AnalyticModel, job: &Job) -> Arc<dyn ThroughputModel
 }
 
 /// Reported gradient statistics, an exponential moving average over reports with the start-up
-/// bias corrected (each report already averages its window; the noise scale grows as training
-/// goes on, so old reports must fade).
+/// bias corrected. Each report is already smoothed over its window (the worker library's
+/// estimator averages about a thousand initial batches), and the noise scale grows as training
+/// goes on: a second long average would only lag it, so this one just damps a stray report.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SmoothedGrad {
     grad_sqr: f64,
@@ -97,8 +98,8 @@ pub struct SmoothedGrad {
 }
 
 impl SmoothedGrad {
-    /// Weight kept from the past at each report: about the last five reports count.
-    pub const DECAY: f64 = 0.8;
+    /// Weight kept from the past at each report: about the last two reports count.
+    pub const DECAY: f64 = 0.5;
 
     /// The smoothed statistics.
     pub fn value(&self) -> GradNoise {
@@ -413,13 +414,14 @@ mod tests {
             grad_sqr: sqr,
             grad_var: var,
         };
-        // One report: exactly it, not 20 % of it.
+        // One report: exactly it, not (1 − DECAY) of it.
         assert_eq!(m.add_grad(g(2.0, 8.0)), Some(g(2.0, 8.0)));
         // Garbage is ignored.
         assert_eq!(m.add_grad(g(f64::NAN, -1.0)), Some(g(2.0, 8.0)));
-        // A second one: weights 0.2 and 0.16 after bias correction (0.16 / 0.36 for the first).
+        // A second one: weights d(1 − d) for the first and 1 − d for it, before bias correction.
         let v = m.add_grad(g(4.0, 8.0)).unwrap();
-        let first = 0.8 * 0.2 / (0.8 * 0.2 + 0.2);
+        let d = SmoothedGrad::DECAY;
+        let first = d * (1.0 - d) / (d * (1.0 - d) + (1.0 - d));
         assert!(
             (v.grad_sqr - (first * 2.0 + (1.0 - first) * 4.0)).abs() < 1e-12,
             "{v:?}"
