@@ -10,15 +10,14 @@ use std::sync::Arc;
 
 use dlscale_autoscaler::learn::{Measurements, PRIOR};
 use dlscale_autoscaler::{
-    Action, Autoscaler, AutoscalerConfig, Input, LaunchState, MetricsReport, ModelSource,
-    Observation, ObservedLaunch,
+    Action, Autoscaler, Input, LaunchState, MetricsReport, ModelSource, Observation, ObservedLaunch,
 };
 use dlscale_core::efficiency::GradNoise;
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::Topology;
 use dlscale_core::throughput::ThroughputModel;
-use dlscale_core::{Admission, Job, Settings};
-use steps::{started, submit_as};
+use dlscale_core::Job;
+use steps::{config, started, submit_as};
 
 /// A job asking for 2 GPUs at batch 128 (up to 16 GPUs, 64 per GPU), its model not yet known:
 /// the learner's prior.
@@ -38,18 +37,6 @@ fn job(id: &str) -> Job {
 /// `id` ([`job`]) submitted with its model from `model`, naming `family`.
 fn submit(id: &str, model: ModelSource, family: Option<&str>) -> Input {
     submit_as(job(id), model, family)
-}
-
-fn config() -> AutoscalerConfig {
-    AutoscalerConfig {
-        settings: Settings {
-            admission: Admission::Queue,
-            ..Settings::default()
-        },
-        interval_s: None,
-        equal_local_batches: true,
-        ..AutoscalerConfig::default()
-    }
 }
 
 fn topology() -> Topology {

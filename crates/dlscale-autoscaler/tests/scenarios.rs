@@ -12,8 +12,8 @@ use dlscale_autoscaler::{
 use dlscale_core::allocator::{ELASTIC_BATCH, STATIC};
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::{ShapeRule, Topology};
-use dlscale_core::{Admission, Job, Settings};
-use steps::{started, submit, submit_as};
+use dlscale_core::{Job, Settings};
+use steps::{config, started, submit, submit_as};
 
 /// A job that speeds up well to `max_gpus` (batch 32 to 512, 64 per GPU).
 fn job(id: &str, max_gpus: u32) -> Job {
@@ -26,18 +26,6 @@ fn job(id: &str, max_gpus: u32) -> Job {
     parse_jobs(&text, FileFormat::Json, "test")
         .unwrap()
         .remove(0)
-}
-
-fn config() -> AutoscalerConfig {
-    AutoscalerConfig {
-        settings: Settings {
-            admission: Admission::Queue,
-            ..Settings::default()
-        },
-        interval_s: None,
-        equal_local_batches: true,
-        ..AutoscalerConfig::default()
-    }
 }
 
 /// Launches of a step as (id, attempt, gpus, batch).

@@ -1,8 +1,23 @@
 //! What the autoscaler tests hand in and read back: a submission, and an executor that
 //! confirms every launch at once.
 
-use dlscale_autoscaler::{Action, Input, ModelSource, Step, Submission};
-use dlscale_core::Job;
+use dlscale_autoscaler::{Action, AutoscalerConfig, Input, ModelSource, Step, Submission};
+use dlscale_core::{Admission, Job, Settings};
+
+/// Queue admission, decisions on events only, equal per-GPU batches: the settings of the
+/// scenario and family tests.
+#[allow(dead_code)] // not every test binary that shares these helpers decides this way
+pub fn config() -> AutoscalerConfig {
+    AutoscalerConfig {
+        settings: Settings {
+            admission: Admission::Queue,
+            ..Settings::default()
+        },
+        interval_s: None,
+        equal_local_batches: true,
+        ..AutoscalerConfig::default()
+    }
+}
 
 /// `job` submitted with the model it carries.
 pub fn submit(job: Job) -> Input {
