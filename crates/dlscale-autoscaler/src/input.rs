@@ -143,6 +143,9 @@ pub struct Oracle {
     pub efficiency: Option<JobEfficiency>,
     /// Remaining work by batch size.
     pub remaining_work: Option<Arc<dyn RemainingWork>>,
+    /// Remaining work in samples of progress (what a declared length less the reported
+    /// progress tells the service, exactly and now).
+    pub remaining_samples: Option<f64>,
 }
 
 /// Everything the autoscaler reacts to. `S` is the payload of a submission: the autoscaler

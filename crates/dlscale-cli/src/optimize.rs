@@ -9,7 +9,7 @@ use dlscale_core::allocator::knapsack::SolverPath;
 use dlscale_core::jobfile::{parse_document, parse_jobs, FileFormat};
 use dlscale_core::{
     policy_info, Admission, Cluster, CountRule, Decision, DecisionRequest, Job, JobState,
-    PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility, REGISTRY,
+    PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility, Weighing, REGISTRY,
 };
 use serde::Serialize;
 
@@ -63,6 +63,14 @@ pub struct PolicyArgs {
     /// [default: false; the Pollux preset: true].
     #[arg(long)]
     pub consolidate: Option<bool>,
+    /// Elastic-batch and elastic-gpu, shortest remaining first: a job with r seconds left (its
+    /// declared work less what it has done) weighs (1 + r / scale)^(−this), and waiting jobs
+    /// are admitted shortest first (0: off) [default: 0; the Pollux preset: 1.5].
+    #[arg(long)]
+    pub remaining_exponent: Option<f64>,
+    /// The scale of `--remaining-exponent`, seconds [default: 3600].
+    #[arg(long)]
+    pub remaining_scale_s: Option<f64>,
 }
 
 impl PolicyArgs {
@@ -98,8 +106,22 @@ impl PolicyArgs {
                 )));
             }
         }
+        let mut weighing = base.weighing;
+        if let Some(x) = self.remaining_exponent {
+            weighing.remaining_exponent = x;
+        }
+        if let Some(s) = self.remaining_scale_s {
+            weighing.remaining_scale_s = s;
+        }
+        if weighing.remaining_exponent > 0.0 && weighing.remaining_scale_s == 0.0 {
+            weighing.remaining_scale_s = Weighing::DEFAULT_REMAINING_SCALE_S;
+        }
+        weighing
+            .validate()
+            .map_err(|e| input_error(anyhow::anyhow!("--{}", e.replace('_', "-"))))?;
         Ok(Settings {
             utility: self.utility.unwrap_or(base.utility),
+            weighing,
             admission: self.admission.unwrap_or(base.admission),
             backfill: self.backfill || base.backfill,
             restart: RestartAwareness {
@@ -109,8 +131,6 @@ impl PolicyArgs {
             batch_candidates,
             counts: self.counts.unwrap_or(base.counts),
             consolidate: self.consolidate.unwrap_or(base.consolidate),
-            // What no flag sets stays as the base (a preset) has it.
-            ..base
         })
     }
 

@@ -94,6 +94,10 @@ pub struct SimulateArgs {
     /// family's jobs measured (false: from its own reports alone).
     #[arg(long, default_value_t = dlscale_sim::Reporting::default().families, action = clap::ArgAction::Set)]
     pub families: bool,
+    /// Learned runs: each job declares its training length (its progress target, as a job
+    /// file's epochs), so that its remaining work is known (false: no job's length is known).
+    #[arg(long, default_value_t = dlscale_sim::Reporting::default().declares_length, action = clap::ArgAction::Set)]
+    pub declares_length: bool,
     #[command(flatten)]
     pub policy_args: PolicyArgs,
     /// Output directory (created).
@@ -222,6 +226,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
                 noise: args.measurement_noise,
                 seed: args.noise_seed,
                 families: args.families,
+                declares_length: args.declares_length,
             })
         },
         learn_overlap: args.learn_overlap.unwrap_or(base.learn_overlap),

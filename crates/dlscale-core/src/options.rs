@@ -335,6 +335,15 @@ impl OptionTable {
         }
     }
 
+    /// The job's best metric at its smallest feasible GPU count (what its values are normalised
+    /// by): samples per second, goodput for goodput-based utilities. `None` when it cannot run.
+    pub fn reference_metric(&self) -> Option<f64> {
+        let grid = &*self.grid;
+        self.best
+            .iter()
+            .find_map(|b| b.map(|i| grid.candidates[i as usize].metric(self.terms)))
+    }
+
     /// The value table of `job` (the job this table was built for) given its current allocation
     /// and `restart` awareness: one option per feasible GPU count, ascending.
     pub fn options(

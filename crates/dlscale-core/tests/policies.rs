@@ -10,7 +10,7 @@ use dlscale_core::synthetic::analytic_jobs;
 use dlscale_core::throughput::AnalyticModel;
 use dlscale_core::{
     build_policy, Admission, Cluster, Decision, DecisionRequest, Job, JobState, PolicyOptions,
-    RestartAwareness, Settings, Utility, REGISTRY,
+    RestartAwareness, Settings, Utility, Weighing, REGISTRY,
 };
 use proptest::prelude::*;
 
@@ -49,12 +49,14 @@ proptest! {
         nodes in 1u32..4,
         utility in prop::sample::select(vec![Utility::Speedup, Utility::Goodput, Utility::Fair { p: -1.0 }]),
         cost_s in prop::sample::select(vec![0.0, 30.0]),
+        shortest_first in any::<bool>(),
     ) {
         let cluster = Cluster::new(nodes, 4).unwrap();
         let settings = Settings {
             utility,
             admission: Admission::Queue,
             restart: RestartAwareness { min_gain: 0.05, cost_s },
+            weighing: if shortest_first { Weighing::shortest_remaining_first(1.5) } else { Weighing::default() },
             ..Settings::default()
         };
         let first = running(analytic_jobs(n, 8, seed), 2, 100.0);
@@ -80,7 +82,10 @@ proptest! {
             max_local_batch: None,
                     })
                 }
-                _ => job.weight = 2.0,
+                _ => {
+                    job.weight = 2.0;
+                    job.remaining_samples = job.remaining_samples.map(|r| r / 3.0);
+                }
             }
         }
         for info in REGISTRY {
@@ -94,10 +99,17 @@ proptest! {
 
     /// No policy hands out a GPU count the shape rule forbids, or more GPUs than the capacity.
     #[test]
-    fn shape_rule_and_capacity_hold(seed in 0u64..1000, n in 1usize..10, capacity in 1u32..16) {
+    fn shape_rule_and_capacity_hold(seed in 0u64..1000, n in 1usize..10, capacity in 1u32..16, shortest_first in any::<bool>()) {
         let cluster = Cluster::new(4, 4).unwrap();
-        let settings = Settings { admission: Admission::Queue, ..Settings::default() };
-        let jobs = analytic_jobs(n, 16, seed);
+        let weighing = if shortest_first { Weighing::shortest_remaining_first(1.5) } else { Weighing::default() };
+        let settings = Settings { admission: Admission::Queue, weighing, ..Settings::default() };
+        // Some running, some held: shortest remaining first serves held jobs first.
+        let mut jobs = running(analytic_jobs(n, 16, seed), 2, 100.0);
+        for (i, job) in jobs.iter_mut().enumerate() {
+            if job.current.is_some() && i % 4 == 0 {
+                job.hold = Hold::Keep;
+            }
+        }
         // Only even counts (and 1), as if nodes only took pairs.
         let allowed: Vec<bool> = (0..=16u32).map(|g| g == 1 || g % 2 == 0).collect();
         let request = DecisionRequest {
@@ -108,6 +120,16 @@ proptest! {
         for info in REGISTRY {
             let decision = fresh(info.name, &request);
             prop_assert!(decision.gpus_used() <= capacity, "{}", info.name);
+            let kept = || jobs.iter().zip(&decision.jobs).filter_map(|(job, d)| {
+                job.current.filter(|_| job.hold == Hold::Keep).map(|c| (c, d))
+            });
+            let held_gpus: u32 = kept().map(|(c, _)| c.gpus).sum();
+            let knapsack = info.name.starts_with("elastic");
+            if shortest_first && knapsack && held_gpus <= capacity && kept().all(|(c, _)| allowed[c.gpus as usize]) {
+                for (c, d) in kept() {
+                    prop_assert_eq!((d.gpus, d.batch_size), (c.gpus, c.batch), "{}", info.name);
+                }
+            }
             for d in &decision.jobs {
                 prop_assert!(d.gpus == 0 || allowed[d.gpus as usize], "{}: {:?}", info.name, d);
                 prop_assert_eq!(d.state == JobState::Running, d.gpus > 0);

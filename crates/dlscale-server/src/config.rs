@@ -11,6 +11,8 @@
 //! backfill = false
 //! min_gain = 0.05             # a running job is rescaled only for > 5 % predicted gain
 //! restart_cost_s = 0          # Pollux-style restart penalty (0: off)
+//! remaining_exponent = 0      # shortest remaining first, for jobs declaring epochs (0: off)
+//! remaining_scale_s = 3600    # seconds left at which remaining time starts to weigh
 //! counts = "any"              # GPU counts offered: any | powers-of-two | whole-nodes-beyond-one
 //! consolidate = false         # cap a restart that would spread a job at what packs it
 //! learn_overlap = false       # learned models may fit compute/all-reduce overlap (γ > 1)
@@ -43,7 +45,7 @@ use dlscale_core::jobfile::{parse_document, FileFormat};
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::{
     policy_info, Admission, CountRule, PolicyInfo, PolicyOptions, RestartAwareness, Settings,
-    Utility,
+    Utility, Weighing,
 };
 use serde::Deserialize;
 use serde::Serialize;
@@ -76,6 +78,10 @@ pub struct ConfigFile {
     pub min_gain: Option<f64>,
     /// Seconds of progress a restart costs (restart penalty of the optimizer).
     pub restart_cost_s: Option<f64>,
+    /// Shortest remaining first: the exponent of the remaining-time weight (0: off).
+    pub remaining_exponent: Option<f64>,
+    /// Shortest remaining first: the seconds left at which remaining time starts to weigh.
+    pub remaining_scale_s: Option<f64>,
     /// GPU counts the knapsack policies offer: `any`, `powers-of-two`,
     /// `whole-nodes-beyond-one`.
     pub counts: Option<String>,
@@ -308,6 +314,18 @@ impl ServerConfig {
                 None => CountRule::Any,
             },
             consolidate: file.consolidate.unwrap_or(false),
+            weighing: Weighing {
+                remaining_exponent: non_negative(
+                    "remaining_exponent",
+                    file.remaining_exponent.unwrap_or(0.0),
+                )?,
+                remaining_scale_s: duration_s(
+                    "remaining_scale_s",
+                    file.remaining_scale_s
+                        .unwrap_or(Weighing::DEFAULT_REMAINING_SCALE_S),
+                )?,
+                ..Weighing::default()
+            },
             ..Settings::default()
         };
         if file.slots == Some(0) {
@@ -471,6 +489,12 @@ mod tests {
             (c.settings.counts, c.settings.consolidate),
             (CountRule::PowersOfTwo, true)
         );
+        // Shortest remaining first: off by default, on with an exponent, at the default scale.
+        assert!(!c.settings.weighing.shortest_first());
+        let file: ConfigFile = toml::from_str("remaining_exponent = 1.5\n").unwrap();
+        let c = ServerConfig::resolve(file, None).unwrap();
+        assert_eq!(c.settings.weighing, Weighing::shortest_remaining_first(1.5));
+        assert_eq!(c.autoscaler().settings.weighing, c.settings.weighing);
     }
 
     #[test]
@@ -484,6 +508,11 @@ mod tests {
             ("grace_s = 1e20", "grace_s must be at most"),
             ("cooldown_s = 1e20", "cooldown_s must be at most"),
             ("counts = \"odd\"", "counts: unknown count rule 'odd'"),
+            ("remaining_exponent = -1.0", "remaining_exponent must be"),
+            (
+                "remaining_scale_s = 1e20",
+                "remaining_scale_s must be at most",
+            ),
         ] {
             let file: ConfigFile = toml::from_str(text).unwrap();
             let err = ServerConfig::resolve(file, None).unwrap_err().to_string();

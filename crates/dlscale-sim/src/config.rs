@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::{
     Admission, Cluster, CountRule, PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility,
+    Weighing,
 };
 
 use crate::error::{Result, SimError};
@@ -89,16 +90,23 @@ pub struct Reporting {
     /// so that its learned model pools what the model's earlier and concurrent jobs measured;
     /// without it each job learns from its own reports alone.
     pub families: bool,
+    /// Each job declares its training length at submission, as a job file's `epochs` does: its
+    /// progress target, in the samples its reports count. The autoscaler then knows its
+    /// remaining work (the target less what it reported done), and shortest-remaining-first
+    /// weighing can use it; without it no job's length is known.
+    pub declares_length: bool,
 }
 
 impl Default for Reporting {
-    /// A report every 30 s, 5 % noise, seed 1, jobs naming their model family.
+    /// A report every 30 s, 5 % noise, seed 1, jobs naming their model family and declaring
+    /// their length.
     fn default() -> Self {
         Reporting {
             interval_s: 30.0,
             noise: 0.05,
             seed: 1,
             families: true,
+            declares_length: true,
         }
     }
 }
@@ -215,7 +223,7 @@ impl SimConfig {
     /// ([`ShapeRule::MostFree`]: most-free-node chunks, no job ever moved, so no defragmenting
     /// repack); dlscale's own policies keep dlscale's placement (with its repack) and the
     /// elastic settings of `reproduce pollux` (fair, p = −1, queue admission with backfill,
-    /// restart-aware with a 5 % minimum gain).
+    /// restart-aware with a 5 % minimum gain, shortest remaining first at exponent 1.5).
     pub fn pollux() -> SimConfig {
         SimConfig {
             cluster: Cluster {
@@ -239,6 +247,8 @@ impl SimConfig {
                 // run at the counts they choose.
                 consolidate: true,
                 counts: CountRule::PowersOfTwo,
+                // Jobs declare their length: shortest remaining first.
+                weighing: Weighing::shortest_remaining_first(1.5),
                 ..Settings::default()
             },
             policy_options: PolicyOptions {

@@ -133,11 +133,20 @@ impl SimState<'_> {
     /// Samples its workers have seen: progress in samples (in Pollux's world, in steps at the
     /// initial batch).
     fn samples_seen(&self) -> u64 {
-        let unit = self
-            .profile
+        (self.progress.max(0.0) * self.samples_per_progress()) as u64
+    }
+
+    /// Its progress target in the samples its reports count.
+    fn target_samples(&self) -> f64 {
+        self.total * self.samples_per_progress()
+    }
+
+    /// Samples per unit of progress: the initial batch in Pollux's artifact's world (progress in
+    /// steps at it), else 1.
+    fn samples_per_progress(&self) -> f64 {
+        self.profile
             .as_ref()
-            .map_or(1.0, |p| f64::from(p.init_batch()));
-        (self.progress.max(0.0) * unit) as u64
+            .map_or(1.0, |p| f64::from(p.init_batch()))
     }
 }
 
@@ -370,6 +379,13 @@ impl<'w, 'o> Engine<'w, 'o> {
             Knowledge::Oracle => ModelSource::Given,
             Knowledge::Learned(reporting) => {
                 family = reporting.families.then(|| job.model_name.clone());
+                // Its user declares its length (as epochs); the autoscaler counts down what
+                // the job reports done.
+                job.remaining_samples =
+                    match (reporting.declares_length, self.by_id.get(job.id.as_str())) {
+                        (true, Some(&i)) => Some(self.jobs[i].target_samples()),
+                        _ => None,
+                    };
                 // Its user knows how it runs batches beyond memory: the prior accumulates as the
                 // job does.
                 job.throughput = dlscale_autoscaler::learn::learned_model(
@@ -480,6 +496,9 @@ impl<'w, 'o> Engine<'w, 'o> {
                             total: s.total,
                         }),
                     }),
+                    remaining_samples: Some(
+                        (s.total - s.progress).max(0.0) * s.samples_per_progress(),
+                    ),
                 },
             });
         }
@@ -1083,6 +1102,28 @@ mod tests {
         };
         for s in submissions(&plain, ELASTIC_BATCH) {
             assert_eq!((s.job.min_local_batch, s.family), (1, None), "{}", s.job.id);
+        }
+    }
+
+    #[test]
+    fn learned_jobs_declare_their_progress_target_unless_told_not_to() {
+        let artifact = PolluxArtifact::bundled().unwrap();
+        let declared = SimConfig::pollux();
+        for s in submissions(&declared, ELASTIC_BATCH) {
+            let profile = artifact.model(&s.job.model_name).unwrap();
+            // The samples its reports count when it is done: steps at its initial batch.
+            let target = profile.total() * f64::from(profile.init_batch());
+            assert_eq!(s.job.remaining_samples, Some(target), "{}", s.job.id);
+        }
+        let undeclared = SimConfig {
+            knowledge: Knowledge::Learned(Reporting {
+                declares_length: false,
+                ..Reporting::default()
+            }),
+            ..SimConfig::pollux()
+        };
+        for s in submissions(&undeclared, ELASTIC_BATCH) {
+            assert_eq!(s.job.remaining_samples, None, "{}", s.job.id);
         }
     }
 }

@@ -217,6 +217,49 @@ fn same_seed_same_results() {
     }
 }
 
+/// Mean JCT, s, of the completed jobs of `model`, and of all.
+fn mean_jcts(workload: &Workload, cfg: &SimConfig, model: &str) -> (f64, f64) {
+    let mut jobs = Collect::default();
+    simulate(workload, cfg, ELASTIC_BATCH, &mut jobs).unwrap();
+    let mean = |xs: Vec<f64>| xs.iter().sum::<f64>() / xs.len().max(1) as f64;
+    let jct = |r: &JobRecord| r.jct_s;
+    let of_model = jobs
+        .0
+        .iter()
+        .filter(|r| r.model == model)
+        .filter_map(jct)
+        .collect();
+    (
+        mean(of_model),
+        mean(jobs.0.iter().filter_map(jct).collect()),
+    )
+}
+
+#[test]
+fn declared_lengths_let_short_jobs_finish_first() {
+    // The first hours of a Pollux workload: enough contention for the order to matter.
+    let mut workload = dlscale_sim::workload::bundled_pollux_workload(2).unwrap();
+    workload.jobs.truncate(60);
+    let declared = SimConfig::pollux();
+    let undeclared = SimConfig {
+        knowledge: Knowledge::Learned(Reporting {
+            declares_length: false,
+            ..Reporting::default()
+        }),
+        ..SimConfig::pollux()
+    };
+    let (short_declared, all_declared) = mean_jcts(&workload, &declared, "cifar10");
+    let (short_undeclared, all_undeclared) = mean_jcts(&workload, &undeclared, "cifar10");
+    assert!(
+        short_declared < short_undeclared,
+        "{short_declared} vs {short_undeclared}"
+    );
+    assert!(
+        all_declared < all_undeclared,
+        "{all_declared} vs {all_undeclared}"
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 

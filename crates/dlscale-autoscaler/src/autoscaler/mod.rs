@@ -533,6 +533,9 @@ impl Autoscaler {
                 if let Some(i) = self.index(&id) {
                     let job = &mut self.jobs[i];
                     job.remaining_work = oracle.remaining_work;
+                    if oracle.remaining_samples.is_some() {
+                        job.remaining_samples = oracle.remaining_samples;
+                    }
                     // Gradient statistics only matter to goodput-based utilities.
                     if job.efficiency != oracle.efficiency {
                         job.efficiency = oracle.efficiency;

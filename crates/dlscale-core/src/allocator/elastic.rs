@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use super::knapsack::{KnapsackItem, KnapsackSolver};
 use super::{
-    admit, Decision, DecisionRequest, JobDecision, JobState, Policy, PolicyInfo, Settings,
+    admit, admit_in_order, shortest_first_order, Decision, DecisionRequest, JobDecision, JobState,
+    Policy, PolicyInfo, Settings,
 };
 use crate::cluster::Cluster;
 use crate::job::{BatchRange, GpuRange, Hold, Job, JobEfficiency, Requested};
@@ -179,24 +180,35 @@ struct TableKey {
 impl Knapsack {
     fn decide(&mut self, request: &DecisionRequest<'_>, choice: BatchChoice) -> Decision {
         let settings = request.settings;
-        let tables: Vec<Vec<ConfigOption>> = request
+        let (tables, remaining): (Vec<Vec<ConfigOption>>, Vec<Option<f64>>) = request
             .jobs
             .iter()
             .map(|job| {
                 let table = self
                     .tables
                     .table(job, request.cluster, settings.utility, choice);
-                held_options(table, job, request)
+                (held_options(table, job, request), remaining_s(job, table))
             })
-            .collect();
+            .unzip();
         decide_knapsack(
             &mut self.solver,
             request.capacity,
             request.jobs,
             &tables,
+            &remaining,
             settings,
         )
     }
+}
+
+/// Seconds `job` has left at its best rate on its smallest GPU count (its value `table`'s
+/// reference): its remaining work in samples over that rate. `None` when it declared no length.
+pub fn remaining_s(job: &Job, table: &OptionTable) -> Option<f64> {
+    let work = job.remaining_samples?;
+    table
+        .reference_metric()
+        .filter(|&rate| rate > 0.0)
+        .map(|rate| work.max(0.0) / rate)
 }
 
 /// The options the knapsack policies offer `job` from its value `table`: what its
@@ -226,6 +238,9 @@ pub fn held_options(
     };
     let weighing = request.settings.weighing;
     let mut factor = weighing.service_factor(job.history.attained_gpu_s(request.now_s));
+    if weighing.shortest_first() {
+        factor *= weighing.remaining_factor(remaining_s(job, table));
+    }
     if weighing.fair_share_reference {
         factor *= match job.hold {
             Hold::Free => fair_share_factor(job, &options, request),
@@ -355,20 +370,24 @@ impl TableCache {
 }
 
 /// The knapsack decision over given value tables (one per job, ascending in GPUs), on
-/// `capacity` GPUs.
+/// `capacity` GPUs; `remaining_s`, per job, its seconds left ([`remaining_s`]), orders
+/// admission when the settings weigh jobs shortest first.
 pub(super) fn decide_knapsack(
     solver: &mut KnapsackSolver,
     capacity: GpuCount,
     jobs: &[Job],
     tables: &[Vec<ConfigOption>],
+    remaining_s: &[Option<f64>],
     settings: &Settings,
 ) -> Decision {
-    let states = admit(
-        jobs,
-        |i| tables[i].first().map(|o| o.gpus),
-        capacity,
-        settings,
-    );
+    let need = |i: usize| tables[i].first().map(|o| o.gpus);
+    let weighing = settings.weighing;
+    let states = if weighing.shortest_first() {
+        let order = shortest_first_order(jobs, remaining_s, weighing.remaining_scale_s);
+        admit_in_order(order, jobs, need, capacity, settings)
+    } else {
+        admit(jobs, need, capacity, settings)
+    };
     let admitted: Vec<usize> = (0..jobs.len())
         .filter(|&i| states[i] == JobState::Running)
         .collect();

@@ -7,8 +7,8 @@ use proptest::prelude::*;
 use super::knapsack::{DpChoice, KnapsackSolver};
 use super::*;
 use crate::efficiency::GradNoise;
-use crate::job::{BatchRange, CurrentAllocation, GpuRange, JobEfficiency, Requested};
-use crate::options::BatchChoice;
+use crate::job::{BatchRange, CurrentAllocation, GpuRange, Hold, JobEfficiency, Requested};
+use crate::options::{BatchChoice, OptionTable};
 use crate::throughput::{throughput_samples_per_s, AnalyticModel};
 
 /// Raw material for one random job.
@@ -342,7 +342,7 @@ proptest! {
             };
             let tables = crate::options::value_tables(&jobs, &cluster, settings.utility, choice, &settings.restart);
             let mut banded = KnapsackSolver::new(DpChoice::Banded, knapsack::BAND_CELL_BUDGET);
-            let other = elastic::decide_knapsack(&mut banded, cluster.total_gpus(), &jobs, &tables, &settings);
+            let other = elastic::decide_knapsack(&mut banded, cluster.total_gpus(), &jobs, &tables, &vec![None; jobs.len()], &settings);
             check_decision(&cluster, &jobs, &other, fixed_batch);
             prop_assert!(close(other.objective, best), "{} banded: {} vs brute {}", policy, other.objective, best);
             prop_assert!(matches!(other.solver, SolverPath::LagrangianDp | SolverPath::AllFit));
@@ -596,6 +596,156 @@ fn attained_service_weighs_young_jobs_first() {
     let reweighed = vec![young, Job { weight: 0.2, ..old }];
     let by_weight = decide_at(&cluster, &reweighed, &plain, 10_000.0);
     assert_eq!(gpus_and_batches(&tilted), gpus_and_batches(&by_weight));
+}
+
+#[test]
+fn remaining_factor_falls_with_the_time_left() {
+    let off = Weighing::default();
+    assert_eq!(off.remaining_factor(Some(1e9)), 1.0);
+    let w = Weighing::shortest_remaining_first(2.0);
+    let scale = Weighing::DEFAULT_REMAINING_SCALE_S;
+    assert_eq!(w.remaining_factor(Some(0.0)), 1.0);
+    assert_eq!(w.remaining_factor(Some(scale)), 0.25);
+    assert_eq!(w.remaining_factor(Some(3.0 * scale)), 1.0 / 16.0);
+    // A job that declared no length counts as having the scale left.
+    assert_eq!(w.remaining_factor(None), 0.25);
+    assert!(Weighing {
+        remaining_exponent: -1.0,
+        ..w
+    }
+    .validate()
+    .unwrap_err()
+    .contains("remaining_exponent"));
+    assert!(w.validate().is_ok());
+}
+
+/// Two jobs alike but for their remaining work, and the settings that weigh them by it.
+fn short_and_long(short_samples: f64, long_samples: f64) -> (Vec<Job>, Settings) {
+    let mut short = analytic_job("short", 0.001, 0.02);
+    short.remaining_samples = Some(short_samples);
+    let mut long = analytic_job("long", 0.001, 0.02);
+    long.remaining_samples = Some(long_samples);
+    let settings = Settings {
+        utility: Utility::Fair { p: -1.0 },
+        admission: Admission::Queue,
+        backfill: true,
+        weighing: Weighing::shortest_remaining_first(1.5),
+        ..Settings::default()
+    };
+    (vec![long, short], settings)
+}
+
+#[test]
+fn shortest_remaining_first_is_a_reweighing_by_the_remaining_factor() {
+    let cluster = Cluster::new(2, 4).unwrap();
+    let (jobs, srf) = short_and_long(1e5, 1e8);
+    let plain = Settings {
+        weighing: Weighing::default(),
+        ..srf
+    };
+    let even = decide_at(&cluster, &jobs, &plain, 0.0);
+    assert_eq!(even.jobs[0].gpus, even.jobs[1].gpus, "{even:?}");
+    let tilted = decide_at(&cluster, &jobs, &srf, 0.0);
+    assert!(tilted.jobs[1].gpus > tilted.jobs[0].gpus, "{tilted:?}");
+    // Exactly the decision with each job's weight at its factor: its remaining samples over
+    // its best throughput on one GPU (its smallest count), through the weighing's formula.
+    let table = |job: &Job| {
+        OptionTable::build(
+            job,
+            &cluster,
+            srf.utility,
+            BatchChoice::Free {
+                max_candidates: srf.batch_candidates,
+            },
+        )
+    };
+    let reweighed: Vec<Job> = jobs
+        .iter()
+        .map(|job| {
+            let t = table(job);
+            let rate = t.reference_metric().unwrap();
+            let one_gpu = t.options(job, &cluster, &srf.restart)[0];
+            assert_eq!((one_gpu.gpus, one_gpu.throughput_samples_per_s), (1, rate));
+            let left_s = job.remaining_samples.unwrap() / rate;
+            assert_eq!(elastic::remaining_s(job, &t), Some(left_s));
+            Job {
+                weight: srf.weighing.remaining_factor(Some(left_s)),
+                remaining_samples: None,
+                ..job.clone()
+            }
+        })
+        .collect();
+    let by_weight = decide_at(&cluster, &reweighed, &plain, 0.0);
+    assert_eq!(gpus_and_batches(&tilted), gpus_and_batches(&by_weight));
+}
+
+#[test]
+fn shortest_remaining_first_admits_the_shortest_and_preempts_only_for_much_shorter() {
+    // One GPU: one job runs.
+    let cluster = Cluster::new(1, 1).unwrap();
+    let states = |jobs: &[Job], settings: &Settings| -> Vec<JobState> {
+        decide_at(&cluster, jobs, settings, 0.0)
+            .jobs
+            .iter()
+            .map(|d| d.state)
+            .collect()
+    };
+    // Both waiting, the long one first in line: the short one starts.
+    let (jobs, srf) = short_and_long(1e5, 1e6);
+    assert_eq!(states(&jobs, &srf), [JobState::Queued, JobState::Running]);
+    let fifo = Settings {
+        weighing: Weighing::default(),
+        ..srf
+    };
+    assert_eq!(states(&jobs, &fifo), [JobState::Running, JobState::Queued]);
+    // The long one running: preempted for a job more than PREEMPT_SHORTER_BY times shorter,
+    // not for one a little shorter, never when it must keep its configuration.
+    let run = |mut jobs: Vec<Job>, hold: Hold| {
+        jobs[0].current = Some(CurrentAllocation {
+            gpus: 1,
+            batch: 128,
+            age_s: 1000.0,
+            restarts: 0,
+        });
+        jobs[0].hold = hold;
+        jobs
+    };
+    let much = run(
+        short_and_long(1e6 / (PREEMPT_SHORTER_BY * 1.1), 1e6).0,
+        Hold::Free,
+    );
+    assert_eq!(states(&much, &srf), [JobState::Queued, JobState::Running]);
+    let little = run(
+        short_and_long(1e6 / (PREEMPT_SHORTER_BY * 0.9), 1e6).0,
+        Hold::Free,
+    );
+    assert_eq!(states(&little, &srf), [JobState::Running, JobState::Queued]);
+    let kept = run(short_and_long(1.0, 1e6).0, Hold::Keep);
+    assert_eq!(states(&kept, &srf), [JobState::Running, JobState::Queued]);
+    // A job that declared no length waits as if it had the scale left.
+    let (mut unknown, _) = short_and_long(1e5, 1e6);
+    unknown[1].remaining_samples = None;
+    let rate = {
+        let t = OptionTable::build(
+            &unknown[0],
+            &cluster,
+            srf.utility,
+            BatchChoice::Free {
+                max_candidates: srf.batch_candidates,
+            },
+        );
+        t.reference_metric().unwrap()
+    };
+    unknown[0].remaining_samples = Some(0.5 * srf.weighing.remaining_scale_s * rate);
+    assert_eq!(
+        states(&unknown, &srf),
+        [JobState::Running, JobState::Queued]
+    );
+    unknown[0].remaining_samples = Some(2.0 * srf.weighing.remaining_scale_s * rate);
+    assert_eq!(
+        states(&unknown, &srf),
+        [JobState::Queued, JobState::Running]
+    );
 }
 
 #[test]

@@ -8,7 +8,7 @@ use serde::Serialize;
 use dlscale_core::allocator::{ELASTIC_BATCH, OPTIMUS, TIRESIAS};
 use dlscale_core::PolicyInfo;
 
-use crate::config::{Knowledge, SimConfig};
+use crate::config::{Knowledge, Reporting, SimConfig};
 use crate::engine::simulate;
 use crate::error::{Result, SimError};
 use crate::metrics::Summary;
@@ -50,6 +50,10 @@ pub enum PolluxRun {
     ElasticBatchInterval,
     /// The same, also deciding on every arrival and completion.
     ElasticBatchEvents,
+    /// Interval-only and learned, but no job declares its length: no remaining work is known,
+    /// so shortest remaining first weighs every job alike (what a cluster whose users give no
+    /// epochs gets).
+    ElasticBatchLengthUnknown,
     /// Elastic-batch given each job's bundled model from the start (an oracle baseline, not a
     /// result: the service learns; under the preset the bundled tables, by node count, are
     /// close to the world's exact-shape step times but not them).
@@ -58,11 +62,12 @@ pub enum PolluxRun {
 
 impl PolluxRun {
     /// Every run, in the report's order.
-    pub const ALL: [PolluxRun; 5] = [
+    pub const ALL: [PolluxRun; 6] = [
         PolluxRun::Tiresias,
         PolluxRun::OptimusOracle,
         PolluxRun::ElasticBatchInterval,
         PolluxRun::ElasticBatchEvents,
+        PolluxRun::ElasticBatchLengthUnknown,
         PolluxRun::ElasticBatchOracle,
     ];
 
@@ -73,8 +78,11 @@ impl PolluxRun {
             PolluxRun::OptimusOracle => "optimus+oracle (Pollux preset; an oracle baseline)",
             PolluxRun::ElasticBatchInterval => "elastic-batch, learned, interval-only",
             PolluxRun::ElasticBatchEvents => "elastic-batch, learned, event-driven",
+            PolluxRun::ElasticBatchLengthUnknown => {
+                "elastic-batch, learned, interval-only, no job declaring its length"
+            }
             PolluxRun::ElasticBatchOracle => {
-                "elastic-batch + oracle (bundled models from the start; not a result)"
+                "elastic-batch + oracle (bundled models and exact remaining work from the start; not a result)"
             }
         }
     }
@@ -108,6 +116,13 @@ impl PolluxRun {
             },
             PolluxRun::ElasticBatchEvents => SimConfig {
                 schedule_on_events: true,
+                ..preset
+            },
+            PolluxRun::ElasticBatchLengthUnknown => SimConfig {
+                knowledge: Knowledge::Learned(Reporting {
+                    declares_length: false,
+                    ..Reporting::default()
+                }),
                 ..preset
             },
         }

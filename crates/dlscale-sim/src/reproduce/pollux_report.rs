@@ -111,8 +111,11 @@ pub fn pollux_report(options: &PolluxOptions, rows: &[PolluxRow]) -> String {
          Optimus+Oracle placed by its most-free-node rule (no job moved) with its job rules, \
          dlscale's own policies by dlscale's placement (with its defragmenting repack, up to {} \
          moves per consolidated job). Elastic-batch learns each job's model from its \
-         simulated reports unless a row says oracle. Published numbers are the artifact's \
-         `results-jobload` averages.\n",
+         simulated reports unless a row says oracle. Each job declares its length (its \
+         progress target, as a job file's epochs do) unless a row says otherwise, and \
+         elastic-batch weighs jobs shortest remaining first (exponent {}, scale {}): its \
+         remaining work is that length less the progress it reported. Published numbers are \
+         the artifact's `results-jobload` averages.\n",
         options.workloads,
         loads.join(", "),
         config.cluster.nodes,
@@ -122,6 +125,8 @@ pub fn pollux_report(options: &PolluxOptions, rows: &[PolluxRow]) -> String {
         int(config.policy_options.tiresias_threshold_gpu_s),
         secs(config.interval_s.unwrap_or(0.0)),
         config.defragment_moves_per_job,
+        config.settings.weighing.remaining_exponent,
+        secs(config.settings.weighing.remaining_scale_s),
     );
     let mut all_cells: Vec<(Load, &str, (usize, f64, f64))> = Vec::new();
     for &load in &options.loads {
@@ -242,6 +247,7 @@ fn elastic_section(r: &LoadRows) -> String {
     for id in [
         R::ElasticBatchInterval,
         R::ElasticBatchEvents,
+        R::ElasticBatchLengthUnknown,
         R::ElasticBatchOracle,
     ] {
         let (Some(row), Some(cells)) = (r.get(id), r.against_published(id)) else {
@@ -298,9 +304,15 @@ fn elastic_section(r: &LoadRows) -> String {
              completion too): {s}."
         ));
     }
+    if let Some(s) = learned(R::ElasticBatchLengthUnknown) {
+        bullets.push(format!(
+            "- **Learned elastic-batch, no job declaring its length** (interval-only; no \
+             remaining work known, so shortest remaining first weighs every job alike): {s}."
+        ));
+    }
     if let Some(oracle) = r.get(R::ElasticBatchOracle) {
         bullets.push(format!(
-            "- Elastic-batch given the bundled models from the start averages {}: an oracle \
+            "- Elastic-batch given the bundled models and exact remaining work from the start averages {}: an oracle \
              baseline with knowledge the service lacks, not a result.",
             secs(oracle.mean_avg_jct_s())
         ));
