@@ -9,7 +9,7 @@ use dlscale_autoscaler::{
 };
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::{ShapeRule, Topology};
-use dlscale_core::{Admission, GpuCount, Settings};
+use dlscale_core::{Admission, GpuCount, Settings, Weighing};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -19,6 +19,8 @@ struct Spec {
     run_s: f64,
     stop_delay_s: f64,
     fails: bool,
+    /// The work it declares (what shortest remaining first orders by).
+    work_samples: f64,
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -28,14 +30,18 @@ fn spec() -> impl Strategy<Value = Spec> {
         5.0..100.0f64,
         0.0..20.0f64,
         prop::bool::weighted(0.1),
+        1e3..1e7f64,
     )
-        .prop_map(|(arrival_s, max_gpus, run_s, stop_delay_s, fails)| Spec {
-            arrival_s,
-            max_gpus,
-            run_s,
-            stop_delay_s,
-            fails,
-        })
+        .prop_map(
+            |(arrival_s, max_gpus, run_s, stop_delay_s, fails, work_samples)| Spec {
+                arrival_s,
+                max_gpus,
+                run_s,
+                stop_delay_s,
+                fails,
+                work_samples,
+            },
+        )
 }
 
 /// One live launch in the model executor.
@@ -46,12 +52,23 @@ struct Live {
     outcome: Outcome,
 }
 
-/// Runs the workload to its end; returns every action, in order.
-fn run(specs: &[Spec], shape: ShapeRule, cooldown_s: f64) -> Vec<(f64, Action)> {
+/// Runs the workload to its end; returns every action, in order. With `shortest_first`, jobs
+/// are weighed and admitted by the work they declared (so running ones are also preempted).
+fn run(
+    specs: &[Spec],
+    shape: ShapeRule,
+    cooldown_s: f64,
+    shortest_first: bool,
+) -> Vec<(f64, Action)> {
     let topology = Topology::uniform(2, 4);
     let config = AutoscalerConfig {
         settings: Settings {
             admission: Admission::Queue,
+            weighing: if shortest_first {
+                Weighing::shortest_remaining_first(1.5)
+            } else {
+                Weighing::default()
+            },
             ..Settings::default()
         },
         shape,
@@ -165,8 +182,9 @@ fn run(specs: &[Spec], shape: ShapeRule, cooldown_s: f64) -> Vec<(f64, Action)> 
             let text = format!(
                 r#"{{"jobs": [{{"id": "j{i}", "model": {{"compute_base_s": 0.01, "compute_per_sample_s": 0.001,
                     "sync_intra_base_s": 0.002, "sync_inter_base_s": 0.004}},
-                    "min_batch": 32, "max_batch": 512, "max_local_batch": 64, "max_gpus": {}}}]}}"#,
-                specs[i].max_gpus
+                    "min_batch": 32, "max_batch": 512, "max_local_batch": 64, "max_gpus": {},
+                    "work_samples": {}}}]}}"#,
+                specs[i].max_gpus, specs[i].work_samples
             );
             let job = parse_jobs(&text, FileFormat::Json, "t").unwrap().remove(0);
             inputs.push(Input::Submit {
@@ -203,9 +221,10 @@ proptest! {
         specs in prop::collection::vec(spec(), 1..10),
         shape in prop::sample::select(vec![ShapeRule::Any, ShapeRule::EqualPerNode, ShapeRule::MostFree]),
         cooldown_s in prop::sample::select(vec![0.0, 20.0]),
+        shortest_first in any::<bool>(),
     ) {
-        let first = run(&specs, shape, cooldown_s);
-        let second = run(&specs, shape, cooldown_s);
+        let first = run(&specs, shape, cooldown_s, shortest_first);
+        let second = run(&specs, shape, cooldown_s, shortest_first);
         prop_assert_eq!(first, second);
     }
 }

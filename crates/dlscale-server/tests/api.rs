@@ -257,6 +257,67 @@ async fn a_submission_names_its_family_or_is_refused_naming_it() {
     call(&app, "DELETE", "/v1/jobs/a", None).await;
 }
 
+/// The state of job `id` once `until` holds of the job views (within 30 s), or a panic naming
+/// what was seen.
+async fn await_states(
+    app: &axum::Router,
+    until: impl Fn(&Value, &Value) -> bool,
+) -> (Value, Value) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (_, long) = call(app, "GET", "/v1/jobs/long", None).await;
+        let (_, short) = call(app, "GET", "/v1/jobs/short", None).await;
+        if until(&long["state"], &short["state"]) {
+            return (long, short);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "long: {long}\nshort: {short}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// One slot, a job running with much work left, and a job arriving with little: with shortest
+/// remaining first the short one takes the slot from the long one; first come first served, it
+/// waits.
+#[tokio::test(flavor = "multi_thread")]
+async fn shortest_remaining_first_gives_the_slot_to_the_job_with_least_work_left() {
+    let job = |id: &str, work_samples: f64| {
+        json!({"id": id, "min_batch": 8, "max_batch": 8, "max_local_batch": 8,
+               "work_samples": work_samples, "command": ["sleep", "600"],
+               "workdir": "/tmp", "launcher": "plain"})
+    };
+    for shortest_first in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dlscale_server::ConfigFile {
+            slots: Some(1),
+            remaining_exponent: shortest_first.then_some(1.5),
+            ..Default::default()
+        };
+        let app = router::service_with(dir.path(), file).await;
+        let (status, body) = call(&app, "POST", "/v1/jobs", Some(job("long", 1e9))).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        await_states(&app, |long, _| long == "running").await;
+        let (status, body) = call(&app, "POST", "/v1/jobs", Some(job("short", 1e3))).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        if shortest_first {
+            await_states(&app, |long, short| long == "queued" && short == "running").await;
+        } else {
+            // Several decisions later the long job still holds the slot.
+            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+            let (long, short) = await_states(&app, |_, _| true).await;
+            assert_eq!(
+                (&long["state"], &short["state"]),
+                (&json!("running"), &json!("queued"))
+            );
+        }
+        for id in ["long", "short"] {
+            call(&app, "DELETE", &format!("/v1/jobs/{id}"), None).await;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_500_never_carries_its_cause() {
     let e = dlscale_server::error::ApiError::internal("disk I/O error at /secret/path");

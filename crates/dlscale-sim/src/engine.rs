@@ -380,12 +380,13 @@ impl<'w, 'o> Engine<'w, 'o> {
             Knowledge::Learned(reporting) => {
                 family = reporting.families.then(|| job.model_name.clone());
                 // Its user declares its length (as epochs); the autoscaler counts down what
-                // the job reports done.
-                job.remaining_samples =
-                    match (reporting.declares_length, self.by_id.get(job.id.as_str())) {
-                        (true, Some(&i)) => Some(self.jobs[i].target_samples()),
-                        _ => None,
-                    };
+                // the job reports done. The artifact's baselines know no length (its rules).
+                let declares = reporting.declares_length
+                    && !(self.artifact.is_some() && is_artifact_baseline(self.info));
+                job.remaining_samples = match (declares, self.by_id.get(job.id.as_str())) {
+                    (true, Some(&i)) => Some(self.jobs[i].target_samples()),
+                    _ => None,
+                };
                 // Its user knows how it runs batches beyond memory: the prior accumulates as the
                 // job does.
                 job.throughput = dlscale_autoscaler::learn::learned_model(
@@ -1123,6 +1124,10 @@ mod tests {
             ..SimConfig::pollux()
         };
         for s in submissions(&undeclared, ELASTIC_BATCH) {
+            assert_eq!(s.job.remaining_samples, None, "{}", s.job.id);
+        }
+        // The artifact's baselines follow its rules: no job of theirs declares a length.
+        for s in submissions(&declared, TIRESIAS) {
             assert_eq!(s.job.remaining_samples, None, "{}", s.job.id);
         }
     }

@@ -14,11 +14,16 @@ pub const TOKEN: &str = "router-test-token";
 
 /// A started service with its data in `data_dir`, as a router.
 pub async fn service(data_dir: &std::path::Path) -> axum::Router {
+    service_with(data_dir, ConfigFile::default()).await
+}
+
+/// [`service`] with the settings of `file` that it sets (slots, policy settings).
+pub async fn service_with(data_dir: &std::path::Path, file: ConfigFile) -> axum::Router {
     let file = ConfigFile {
-        slots: Some(2),
+        slots: Some(file.slots.unwrap_or(2)),
         data_dir: Some(data_dir.to_path_buf()),
         interval_s: Some(0.5),
-        ..ConfigFile::default()
+        ..file
     };
     let config = ServerConfig::resolve(file, Some(TOKEN.to_string())).unwrap();
     api::router(dlscale_server::start(config).await.unwrap())
