@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use dlscale_core::allocator::{held_options, Decision, ELASTIC_BATCH, ELASTIC_GPU};
+use dlscale_core::allocator::{
+    admission_order, held_options, remaining_s, Decision, ELASTIC_BATCH, ELASTIC_GPU,
+};
 use dlscale_core::options::{option_metric, BatchChoice, ConfigOption, OptionTable};
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::{
@@ -220,6 +222,8 @@ impl DecisionInputs {
 struct Options {
     all: Vec<ConfigOption>,
     offered: Vec<ConfigOption>,
+    /// Its seconds left, as the policy weighed and admitted it.
+    remaining_s: Option<f64>,
 }
 
 /// Explains the jobs of one decision, building each job's value table once.
@@ -268,6 +272,7 @@ impl<'a> Explainer<'a> {
         let restart = &self.inputs.settings.restart;
         let table = OptionTable::build(job, cluster, utility, self.choice);
         let offered = held_options(&table, job, &self.request);
+        let remaining_s = remaining_s(job, &table);
         let all = match self.inputs.capped.get(&job.id) {
             Some(&max) => {
                 let mut own = job.clone();
@@ -277,7 +282,11 @@ impl<'a> Explainer<'a> {
             }
             None => table.options(job, cluster, restart),
         };
-        Options { all, offered }
+        Options {
+            all,
+            offered,
+            remaining_s,
+        }
     }
 
     fn options(&mut self, i: usize) -> &Options {
@@ -435,15 +444,18 @@ impl<'a> Explainer<'a> {
         }
     }
 
-    /// GPUs the minimums of the admitted jobs served before job `i` take (running jobs are
-    /// served first, then the others, each in arrival order).
+    /// GPUs the minimums of the admitted jobs served before job `i` take, in the policy's
+    /// [`admission_order`].
     fn served_before(&mut self, i: usize) -> GpuCount {
         let inputs = self.inputs;
         let jobs = &inputs.jobs;
-        let order = |k: usize| (jobs[k].current.is_none(), k);
+        let remaining: Vec<Option<f64>> = (0..jobs.len())
+            .map(|k| self.options(k).remaining_s)
+            .collect();
+        let order = admission_order(jobs, &remaining, &inputs.settings.weighing);
         let mut used = 0;
-        for k in 0..jobs.len() {
-            if order(k) < order(i) && inputs.decision.jobs[k].state == JobState::Running {
+        for &k in order.iter().take_while(|&&k| k != i) {
+            if inputs.decision.jobs[k].state == JobState::Running {
                 used += self.options(k).offered.first().map_or(0, |o| o.gpus);
             }
         }

@@ -11,7 +11,7 @@ mod steps;
 use dlscale_autoscaler::{Autoscaler, AutoscalerConfig, Explanation, Input, Limit, Outcome};
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::{ShapeRule, Topology};
-use dlscale_core::{Admission, Job, JobState, Settings, Utility};
+use dlscale_core::{Admission, Job, JobState, Settings, Utility, Weighing};
 use steps::{started, submit};
 
 /// A job with a fixed batch of `batch` (all of it fits one GPU) and in-node sync `sync_s`.
@@ -189,6 +189,31 @@ fn a_job_whose_minimum_does_not_fit_waits_for_admission() {
         "queued: its minimum of 1 GPU does not fit (0 GPUs left beside the minimums of the jobs \
          served first)"
     );
+}
+
+#[test]
+fn under_shortest_remaining_first_the_shorter_job_is_served_first_and_says_so() {
+    // On 2 GPUs, submitted together: long (1 GPU, much work) first, short (2 GPUs, little).
+    // Shortest remaining first serves short first, so long's one GPU finds none left.
+    let mut a = autoscaler(Topology::uniform(1, 2), |c| {
+        c.settings.backfill = true;
+        c.settings.weighing = Weighing::shortest_remaining_first(1.5);
+    });
+    let declared = |mut job: Job, work: f64| {
+        job.remaining_samples = Some(work);
+        job
+    };
+    a.handle(
+        0.0,
+        vec![
+            submit(declared(job("long", 60, 0.0, 1, 1), 1e9)),
+            submit(declared(job("short", 60, 0.0, 2, 2), 1e3)),
+        ],
+    );
+    let (long, short) = (explain(&a, "long"), explain(&a, "short"));
+    assert_eq!((short.state, short.gpus), (Some(JobState::Running), 2));
+    assert_eq!(long.state, Some(JobState::Queued));
+    assert_eq!(long.limit, Limit::Admission { need: 1, free: 0 });
 }
 
 #[test]

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use super::knapsack::{KnapsackItem, KnapsackSolver};
 use super::{
-    admit, admit_in_order, shortest_first_order, Decision, DecisionRequest, JobDecision, JobState,
-    Policy, PolicyInfo, Settings,
+    admission_order, admit_in_order, Decision, DecisionRequest, JobDecision, JobState, Policy,
+    PolicyInfo, Settings,
 };
 use crate::cluster::Cluster;
 use crate::job::{BatchRange, GpuRange, Hold, Job, JobEfficiency, Requested};
@@ -380,14 +380,13 @@ pub(super) fn decide_knapsack(
     remaining_s: &[Option<f64>],
     settings: &Settings,
 ) -> Decision {
-    let need = |i: usize| tables[i].first().map(|o| o.gpus);
-    let weighing = settings.weighing;
-    let states = if weighing.shortest_first() {
-        let order = shortest_first_order(jobs, remaining_s, weighing.remaining_scale_s);
-        admit_in_order(order, jobs, need, capacity, settings)
-    } else {
-        admit(jobs, need, capacity, settings)
-    };
+    let states = admit_in_order(
+        admission_order(jobs, remaining_s, &settings.weighing),
+        jobs,
+        |i| tables[i].first().map(|o| o.gpus),
+        capacity,
+        settings,
+    );
     let admitted: Vec<usize> = (0..jobs.len())
         .filter(|&i| states[i] == JobState::Running)
         .collect();

@@ -15,7 +15,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-pub use elastic::{held_options, ElasticBatch, ElasticGpu, ELASTIC_BATCH, ELASTIC_GPU};
+pub use elastic::{
+    held_options, remaining_s, ElasticBatch, ElasticGpu, ELASTIC_BATCH, ELASTIC_GPU,
+};
 pub use optimus::{Optimus, OPTIMUS};
 pub use static_fifo::{StaticFifo, STATIC};
 pub use tiresias::{Tiresias, TIRESIAS};
@@ -497,6 +499,21 @@ fn service_order(jobs: &[Job]) -> Vec<usize> {
         (0..jobs.len()).partition(|&i| jobs[i].current.is_some());
     running.extend(waiting);
     running
+}
+
+/// The order in which the knapsack policies admit `jobs`: shortest remaining first (by
+/// `remaining_s`, each job's seconds left, [`remaining_s`]) when `weighing` says so; otherwise
+/// running jobs first, then the rest, each in input order.
+pub fn admission_order(
+    jobs: &[Job],
+    remaining_s: &[Option<f64>],
+    weighing: &Weighing,
+) -> Vec<usize> {
+    if weighing.shortest_first() {
+        shortest_first_order(jobs, remaining_s, weighing.remaining_scale_s)
+    } else {
+        service_order(jobs)
+    }
 }
 
 /// How many times shorter than a running job a waiting one must be to be served before it:
