@@ -237,6 +237,8 @@ struct Explainer<'a> {
     options: Vec<Option<Options>>,
     /// Per GPU shortfall, the two best donors (best first).
     donors: BTreeMap<GpuCount, Vec<(usize, Donor)>>,
+    /// The policy's admission order of `inputs.jobs`, once computed.
+    admission: Option<Vec<usize>>,
 }
 
 impl<'a> Explainer<'a> {
@@ -262,6 +264,7 @@ impl<'a> Explainer<'a> {
             knapsack: name == ELASTIC_BATCH.name || name == ELASTIC_GPU.name,
             options: inputs.jobs.iter().map(|_| None).collect(),
             donors: BTreeMap::new(),
+            admission: None,
         }
     }
 
@@ -448,17 +451,23 @@ impl<'a> Explainer<'a> {
     /// [`admission_order`].
     fn served_before(&mut self, i: usize) -> GpuCount {
         let inputs = self.inputs;
-        let jobs = &inputs.jobs;
-        let remaining: Vec<Option<f64>> = (0..jobs.len())
-            .map(|k| self.options(k).remaining_s)
-            .collect();
-        let order = admission_order(jobs, &remaining, &inputs.settings.weighing);
+        // Taken out while the loop below builds options, and kept for the next job.
+        let order = match self.admission.take() {
+            Some(order) => order,
+            None => {
+                let remaining: Vec<Option<f64>> = (0..inputs.jobs.len())
+                    .map(|k| self.options(k).remaining_s)
+                    .collect();
+                admission_order(&inputs.jobs, &remaining, &inputs.settings.weighing)
+            }
+        };
         let mut used = 0;
         for &k in order.iter().take_while(|&&k| k != i) {
             if inputs.decision.jobs[k].state == JobState::Running {
                 used += self.options(k).offered.first().map_or(0, |o| o.gpus);
             }
         }
+        self.admission = Some(order);
         used
     }
 
