@@ -72,7 +72,8 @@ def worker(rank, world, local_batch, micro, url, out_dir):
             # Gradient accumulation: only the last micro-batch all-reduces.
             sync = contextlib.nullcontext() if k == micro - 1 else ddp.no_sync()
             with sync:
-                loss = 0.5 * (ddp(xs[k]).squeeze(1) - ys[k]).square().mean() / micro
+                share = len(ys[k]) / local_batch  # the step's mean loss, accumulated
+                loss = 0.5 * (ddp(xs[k]).squeeze(1) - ys[k]).square().mean() * share
                 loss.backward()
         if step == 0:
             # The measurement leaves the gradient alone: it is the whole global batch's.
@@ -88,10 +89,11 @@ def worker(rank, world, local_batch, micro, url, out_dir):
 
 @pytest.mark.parametrize("world,local_batch,micro", [
     (1, 64, 4),   # one worker: 4 micro-batches of 16 against the step's 64
+    (1, 63, 4),   # one worker, uneven: 16, 16, 16 and 15 against the step's 63
     (2, 16, 1),   # DDP hook: local 16 against global 32
     (4, 16, 1),   # DDP hook: local 16 against global 64
     (2, 16, 2),   # DDP hook with no_sync accumulation: the local gradient is both micro-batches
-], ids=["1-worker-micro", "2-workers", "4-workers", "2-workers-accumulating"])
+], ids=["1-worker-micro", "1-worker-uneven", "2-workers", "4-workers", "2-workers-accumulating"])
 def test_estimates_match_analytic_truth(world, local_batch, micro, tmp_path, metrics_server):
     # Workers fork from one server process that imported torch and torch._dynamo (which DDP's
     # constructor imports) once, instead of each importing them: seconds per worker on 2 cores.
@@ -144,3 +146,44 @@ def test_one_worker_without_ddp_checkpoints_its_estimate(tmp_path, capsys):
     assert second.resume(model)
     restored = second.measure_grad_noise(model, init_batch_size=INIT_BATCH)
     assert restored.updates == 15 and restored.report(INIT_BATCH) == est.report(INIT_BATCH)
+
+
+class RecordingEstimator:
+    """Stands in for GradNoiseEstimator to see exactly what one step feeds it."""
+
+    def __init__(self):
+        self.updates = []
+
+    def update(self, small_sqr, small_batch, big_sqr, big_batch):
+        self.updates.append((float(small_sqr), small_batch, float(big_sqr), big_batch))
+
+
+@pytest.mark.parametrize("batch,parts", [(6, 2), (5, 2), (7, 3), (10, 4), (13, 4)])
+def test_micro_batches_of_unequal_size_are_weighed_exactly(batch, parts):
+    # The small estimate must be the mean of the micro-batches' own mean-gradient norms, at
+    # their harmonic mean size: with parts of unequal size, b/K would be a biased stand-in.
+    from dlscale.noise import micro_batch_sizes, track_micro_batches
+
+    gen = torch.Generator().manual_seed(batch * 31 + parts)
+    x, y = torch.randn(batch, D, generator=gen), torch.randn(batch, generator=gen)
+    model = torch.nn.Linear(D, 1, bias=False)
+    recorder = RecordingEstimator()
+    probe = track_micro_batches(model.parameters(), recorder, batch)
+    model.zero_grad(set_to_none=True)
+    parts_x, parts_y = x.chunk(parts), y.chunk(parts)
+    assert [len(p) for p in parts_y] == micro_batch_sizes(batch, parts)
+    own_sqr = []
+    for xs, ys in zip(parts_x, parts_y):
+        (0.5 * (model(xs).squeeze(1) - ys).square().mean() * len(ys) / batch).backward()
+        w = model.weight.detach().squeeze(0)
+        own_sqr.append(float((xs.T @ (xs @ w - ys) / len(ys)).square().sum()))
+    probe.step()
+    probe.remove()
+
+    w = model.weight.detach().squeeze(0)
+    whole = float((x.T @ (x @ w - y) / batch).square().sum())
+    sizes = [len(p) for p in parts_y]
+    [(small, small_batch, big, big_batch)] = recorder.updates
+    assert small == pytest.approx(sum(own_sqr) / parts, rel=1e-5)
+    assert small_batch == pytest.approx(parts / sum(1 / n for n in sizes))
+    assert big == pytest.approx(whole, rel=1e-5) and big_batch == batch

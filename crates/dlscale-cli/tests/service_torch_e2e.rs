@@ -198,11 +198,20 @@ async fn a_jobs_batch_grows_as_its_measured_noise_scale_grows() {
         .await;
 
     let mut seen: Vec<SeenLaunch> = Vec::new();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    // The smoothed noise scale once a second, for the failure message.
+    let mut noise_path: Vec<(u64, u32, f64)> = Vec::new();
+    let start = std::time::Instant::now();
+    let deadline = start + std::time::Duration::from_secs(300);
     loop {
         let j = server.job("noisy").await;
         if j.state.is_terminal() {
             break;
+        }
+        let elapsed_s = start.elapsed().as_secs();
+        if let Some(noise) = j.noise_scale {
+            if noise_path.last().is_none_or(|&(t, _, _)| t < elapsed_s) {
+                noise_path.push((elapsed_s, j.batch_size, noise.round()));
+            }
         }
         if running(&j) && seen.last().is_none_or(|l| l.attempt != j.attempt) {
             seen.push(SeenLaunch {
@@ -231,7 +240,9 @@ async fn a_jobs_batch_grows_as_its_measured_noise_scale_grows() {
     });
     assert!(
         grew,
-        "no launch with a larger batch after the noise scale grew: {seen:?}"
+        "no launch with a larger batch after the noise scale grew: {seen:?}\n\
+         (second, batch, noise scale): {noise_path:?}\n{}",
+        server.log()
     );
     assert_trained(&server, "noisy", total_steps, &trace, 60.0).await;
 }

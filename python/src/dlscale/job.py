@@ -154,8 +154,9 @@ class Job:
           compares each worker's local gradient with the all-reduced one (wrapping
           ``comm_hook``/``comm_hook_state`` if given, else plain all-reduce; the gradients are
           unchanged).
-        * any other ``model`` (one worker): each step must be split into ``K >= 2`` equal
-          micro-batches, one ``backward()`` each with the loss divided by ``K``; they are
+        * any other ``model`` (one worker): each step must be split into ``K >= 2``
+          micro-batches of ``ceil(b/K)`` samples, the last possibly smaller (``chunk(K)``), one ``backward()`` each with
+          the loss scaled by the part's share of the step (``1/K`` for equal parts); they are
           compared with the whole step.
         * ``None``: feed ``job.grad_noise.update(...)`` yourself, on every rank.
 

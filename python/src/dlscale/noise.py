@@ -46,11 +46,14 @@ Where the two gradients come from
   changes the gradients; there is no extra communication per step: each worker folds its own
   local measurement into its own averages, and ``GradNoiseEstimator.sync`` (a collective, called by
   ``Job`` once per log window) averages those over the workers.
-* **One worker** (``track_micro_batches``): the step must be split into ``K ≥ 2`` equal
-  micro-batches, one ``backward()`` each with the loss divided by ``K`` (gradient accumulation).
-  A hook on each parameter sees every micro-batch's gradient as it is accumulated, and at the end
-  of each backward pass the accumulated gradient's norm is taken: the micro-batches (``b/K``
-  samples each, averaged over ``K``) are the small gradients, the whole step (``b``) the big one.
+* **One worker** (``track_micro_batches``): the step must be split into ``K ≥ 2`` micro-batches
+  of ``ceil(b/K)`` samples, the last possibly smaller (as ``chunk(K)`` makes them, and as
+  ``Allocation.micro_batch_size`` splits an accumulated step), one ``backward()`` each with the
+  loss scaled by the micro-batch's share of the step (``len(part) / len(step)``; ``1/K`` for
+  equal parts): gradient accumulation of the step's mean loss. A hook on each parameter sees every micro-batch's
+  gradient as it is accumulated, and at the end of each backward pass the accumulated gradient's
+  norm is taken: the micro-batches are the small gradients (at their harmonic mean size, ``b/K``
+  for equal parts), the whole step (``b``) the big one. So an odd batch is measured exactly too.
   No gradient is copied. A step with a single backward pass measures nothing.
 * **Anything else**: call ``GradNoiseEstimator.update`` with the two squared norms (``sqr_norm``
   computes one from a list of gradients).
@@ -360,10 +363,12 @@ class MicroBatchProbe:
 
     Per backward pass: the squared norm of each parameter's incoming gradient (that micro-batch's
     contribution), summed, and at the end of the pass the squared norm of the accumulated
-    ``.grad``. ``step()`` turns the ``K`` passes since the last ``step()`` into one measurement:
-    with the loss of each micro-batch divided by ``K``, micro-batch ``k``'s mean gradient is ``K``
-    times its contribution, so the small gradients (``batch/K`` samples) have mean squared norm
-    ``K · Σ_k |contribution_k|²``, and the big one (``batch`` samples) is the final ``.grad``."""
+    ``.grad``. ``step()`` turns the ``K`` passes since the last ``step()`` into one measurement.
+    Micro-batch ``k`` holds ``b_k`` of the step's ``b`` samples (``ceil(b/K)``, the last possibly
+    fewer) and its loss is scaled by ``b_k / b``, so its mean gradient ``g_k`` is its contribution
+    times ``b / b_k``. Since ``E|g_k|² = |G|² + tr(Σ)/b_k``, the mean of the ``|g_k|²`` estimates
+    ``|G|² + tr(Σ)/h`` with ``h`` the harmonic mean of the ``b_k``: the small gradients are that
+    mean at batch ``h``, and the big one (``b`` samples) is the final ``.grad``."""
 
     def __init__(self, estimator: GradNoiseEstimator, parameters: Iterable[Any], batch_size: int) -> None:
         import torch
@@ -409,10 +414,15 @@ class MicroBatchProbe:
         """Close the step: with ``K ≥ 2`` backward passes since the last call, feed the estimator."""
         passes, self._passes = self._passes, []
         k = len(passes)
-        if k < 2 or self.batch_size < k:
+        if k < 2:
             return
-        small = self._torch.stack([inc for inc, _ in passes]).sum() * k
-        self.estimator.update(small, self.batch_size / k, passes[-1][1], self.batch_size)
+        sizes = micro_batch_sizes(self.batch_size, k)
+        if sizes[-1] < 1:
+            return  # not a chunk(K) split of this batch: nothing to weigh it by
+        weights = self._torch.tensor([(self.batch_size / size) ** 2 / k for size in sizes])
+        small = (self._torch.stack([inc for inc, _ in passes]) * weights).sum()
+        harmonic = k / sum(1.0 / size for size in sizes)
+        self.estimator.update(small, harmonic, passes[-1][1], self.batch_size)
 
     def remove(self) -> None:
         """Remove the parameter hooks."""
@@ -421,10 +431,21 @@ class MicroBatchProbe:
         self._handles = []
 
 
+def micro_batch_sizes(batch_size: int, parts: int) -> List[int]:
+    """The sizes of ``parts`` micro-batches of ``ceil(batch_size / parts)`` samples, the last
+    taking the rest: what ``chunk`` makes of ``batch_size`` samples when it gives ``parts``
+    pieces, and ``Allocation.micro_batch_size``'s split."""
+    batch_size, parts = int(batch_size), int(parts)
+    size = -(-batch_size // parts)
+    return [min(size, batch_size - i * size) for i in range(parts)]
+
+
 def track_micro_batches(parameters: Iterable[Any], estimator: GradNoiseEstimator,
                         batch_size: int) -> MicroBatchProbe:
     """Measure the gradient noise of a single worker that splits each step of ``batch_size``
-    samples into ``K ≥ 2`` equal micro-batches (one ``backward()`` each, loss divided by ``K``,
-    gradients zeroed before the first). Call the probe's ``step()`` once per optimizer step
+    samples into ``K ≥ 2`` micro-batches of ``ceil(batch_size/K)``, the last possibly smaller
+    (``chunk(K)``; one
+    ``backward()`` each, the loss scaled by the part's share of the step, gradients zeroed before
+    the first). Call the probe's ``step()`` once per optimizer step
     (``Job.step_done`` does). Costs one norm per parameter and backward pass; copies nothing."""
     return MicroBatchProbe(estimator, parameters, batch_size)
