@@ -329,19 +329,20 @@ pub async fn assert_trained(server: &Server, id: &str, total: u64, trace: &Path,
     let done = server
         .wait_job(id, timeout_s, "success", |j| j.state.is_terminal())
         .await;
-    assert_eq!(
-        (done.state, done.exit_code),
-        (JobStatus::Succeeded, Some(0)),
-        "{done:?}\n{}",
-        server.log()
-    );
-    assert_eq!(done.step, Some(total));
-    check_trace(id, trace, total);
     let log = server
         .client
         .text(&format!("/v1/jobs/{id}/logs?tail_bytes=10000000"))
         .await
         .unwrap();
+    assert_eq!(
+        (done.state, done.exit_code),
+        (JobStatus::Succeeded, Some(0)),
+        "{done:?}\n{}\n--- {id}'s own log, the end ---\n{}",
+        server.log(),
+        &log[log.char_indices().rev().nth(6000).map_or(0, |(i, _)| i)..]
+    );
+    assert_eq!(done.step, Some(total));
+    check_trace(id, trace, total);
     let l = losses(&log);
     assert!(
         l.len() >= 5 && l[l.len() - 1] < 0.5 * l[0],
