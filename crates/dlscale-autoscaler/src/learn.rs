@@ -46,9 +46,11 @@ pub struct Measurements {
     /// The launch whose first report was seen: the first report of each launch covers its
     /// warm-up (data loading, compilation) and is not a step time.
     pub warmed_attempt: Option<u32>,
-    /// The gradient statistics the workers reported, smoothed.
-    #[serde(default)]
-    pub grad: Option<SmoothedGrad>,
+    /// The gradient statistics of the latest valid report. The worker library's estimate is
+    /// already a moving average over about a thousand initial batches, and the noise scale
+    /// grows as training goes on: a second average here would only make it lag.
+    #[serde(default, deserialize_with = "stored_grad")]
+    pub grad: Option<GradNoise>,
     /// The noise scale that last made the autoscaler decide again.
     #[serde(default)]
     pub grad_decided_scale: Option<f64>,
@@ -85,29 +87,22 @@ pub fn learned_model(model: AnalyticModel, job: &Job) -> Arc<dyn ThroughputModel
     }
 }
 
-/// Reported gradient statistics, an exponential moving average over reports with the start-up
-/// bias corrected. Each report is already smoothed over its window (the worker library's
-/// estimator averages about a thousand initial batches), and the noise scale grows as training
-/// goes on: a second long average would only lag it, so this one just damps a stray report.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct SmoothedGrad {
-    grad_sqr: f64,
-    grad_var: f64,
-    /// Total weight of the reports folded in (1 − decayᵏ after k reports).
-    weight: f64,
-}
-
-impl SmoothedGrad {
-    /// Weight kept from the past at each report: about the last two reports count.
-    pub const DECAY: f64 = 0.5;
-
-    /// The smoothed statistics.
-    pub fn value(&self) -> GradNoise {
-        GradNoise {
-            grad_sqr: self.grad_sqr / self.weight,
-            grad_var: self.grad_var / self.weight,
-        }
+/// Reads a stored `grad`: the latest report's statistics, or (in records stored before the
+/// latest report was taken as it is) a moving average with its total weight, normalised here.
+fn stored_grad<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<GradNoise>, D::Error> {
+    #[derive(Deserialize)]
+    struct Stored {
+        grad_sqr: f64,
+        grad_var: f64,
+        weight: Option<f64>,
     }
+    Ok(Option::<Stored>::deserialize(d)?.map(|s| {
+        let weight = s.weight.filter(|&w| w > 0.0).unwrap_or(1.0);
+        GradNoise {
+            grad_sqr: s.grad_sqr / weight,
+            grad_var: s.grad_var / weight,
+        }
+    }))
 }
 
 impl Measurements {
@@ -209,22 +204,14 @@ impl Measurements {
         }
     }
 
-    /// Folds in one report's gradient statistics; reports that are not finite and
-    /// non-negative are ignored. Returns the smoothed statistics.
+    /// Takes one report's gradient statistics; reports that are not finite and non-negative
+    /// are ignored. Returns the statistics now held.
     pub fn add_grad(&mut self, g: GradNoise) -> Option<GradNoise> {
         let valid = |x: f64| x.is_finite() && x >= 0.0;
         if valid(g.grad_sqr) && valid(g.grad_var) {
-            let d = SmoothedGrad::DECAY;
-            let s = self.grad.get_or_insert(SmoothedGrad {
-                grad_sqr: 0.0,
-                grad_var: 0.0,
-                weight: 0.0,
-            });
-            s.grad_sqr = d * s.grad_sqr + (1.0 - d) * g.grad_sqr;
-            s.grad_var = d * s.grad_var + (1.0 - d) * g.grad_var;
-            s.weight = d * s.weight + (1.0 - d);
+            self.grad = Some(g);
         }
-        self.grad.map(|s| s.value())
+        self.grad
     }
 
     /// The most GPUs a learned model may be trusted with: twice the most the job has been
@@ -408,31 +395,35 @@ mod tests {
     }
 
     #[test]
-    fn smoothed_gradient_statistics_follow_the_reports_without_start_up_bias() {
+    fn the_latest_valid_gradient_report_is_held() {
         let mut m = Measurements::default();
         let g = |sqr, var| GradNoise {
             grad_sqr: sqr,
             grad_var: var,
         };
-        // One report: exactly it, not (1 − DECAY) of it.
         assert_eq!(m.add_grad(g(2.0, 8.0)), Some(g(2.0, 8.0)));
         // Garbage is ignored.
-        assert_eq!(m.add_grad(g(f64::NAN, -1.0)), Some(g(2.0, 8.0)));
-        // A second one: weights d(1 − d) for the first and 1 − d for it, before bias correction.
-        let v = m.add_grad(g(4.0, 8.0)).unwrap();
-        let d = SmoothedGrad::DECAY;
-        let first = d * (1.0 - d) / (d * (1.0 - d) + (1.0 - d));
-        assert!(
-            (v.grad_sqr - (first * 2.0 + (1.0 - first) * 4.0)).abs() < 1e-12,
-            "{v:?}"
-        );
-        assert!((v.grad_var - 8.0).abs() < 1e-12);
-        // Many identical reports converge to them.
-        for _ in 0..100 {
-            m.add_grad(g(1.0, 3.0));
-        }
-        let v = m.grad.unwrap().value();
-        assert!((v.grad_sqr - 1.0).abs() < 1e-6 && (v.grad_var - 3.0).abs() < 1e-6);
+        assert_eq!(m.add_grad(g(f64::NAN, 1.0)), Some(g(2.0, 8.0)));
+        assert_eq!(m.add_grad(g(1.0, -1.0)), Some(g(2.0, 8.0)));
+        assert_eq!(m.add_grad(g(4.0, 6.0)), Some(g(4.0, 6.0)));
+    }
+
+    #[test]
+    fn gradient_statistics_stored_as_a_moving_average_read_back_normalised() {
+        let old = r#"{"points": [], "warmed_attempt": null,
+                      "grad": {"grad_sqr": 1.5, "grad_var": 6.0, "weight": 0.75}}"#;
+        let m: Measurements = serde_json::from_str(old).unwrap();
+        let expected = GradNoise {
+            grad_sqr: 2.0,
+            grad_var: 8.0,
+        };
+        assert_eq!(m.grad, Some(expected));
+        let again: Measurements =
+            serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(again, m);
+        let none: Measurements =
+            serde_json::from_str(r#"{"points": [], "warmed_attempt": null}"#).unwrap();
+        assert_eq!(none.grad, None);
     }
 
     #[test]

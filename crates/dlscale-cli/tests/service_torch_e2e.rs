@@ -163,12 +163,12 @@ async fn three_torchrun_jobs_rescale_resume_and_survive_a_server_kill() {
 struct SeenLaunch {
     attempt: u32,
     batch_size: u32,
-    /// The job's smoothed noise scale at that moment, if its workers had reported one.
+    /// The job's noise scale at that moment, if its workers had reported one.
     noise_scale: Option<f64>,
 }
 
 /// Goodput with measured statistical efficiency, for real: the worker estimates the gradient
-/// noise scale from two micro-batches per step and reports it; the service smooths it into the
+/// noise scale from two micro-batches per step and reports it; the service takes it into the
 /// job's efficiency and re-decides the batch. While a model trains its gradient shrinks and the
 /// noise scale grows, so larger batches waste fewer samples: on its one GPU the job is relaunched
 /// with a larger batch once the noise scale it measured has grown. It still trains to the end.
@@ -198,7 +198,7 @@ async fn a_jobs_batch_grows_as_its_measured_noise_scale_grows() {
         .await;
 
     let mut seen: Vec<SeenLaunch> = Vec::new();
-    // The smoothed noise scale once a second, for the failure message.
+    // The noise scale once a second, for the failure message.
     let mut noise_path: Vec<(u64, u32, f64)> = Vec::new();
     let start = std::time::Instant::now();
     let deadline = start + std::time::Duration::from_secs(300);

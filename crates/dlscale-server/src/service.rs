@@ -61,7 +61,7 @@ pub struct Estimates {
     /// Its statistical efficiency at the launch's batch (1: every sample counts fully), where
     /// its gradient statistics are known.
     pub efficiency: Option<f64>,
-    /// Its gradient noise scale, samples: the smoothed statistics its workers reported (or its
+    /// Its gradient noise scale, samples: the statistics its workers last reported (or its
     /// submission's), at the batch its progress is counted in.
     pub noise_scale: Option<f64>,
 }

@@ -82,7 +82,8 @@ pub struct Reporting {
     /// A running job reports every this many seconds once its restart delay is over (the
     /// first report of each launch is warm-up, as from real workers).
     pub interval_s: f64,
-    /// Relative standard deviation of a reported throughput around the true one.
+    /// Relative standard deviation of a reported throughput, and of each reported gradient
+    /// statistic (the worker's own moving average, so not exact either), around the truth.
     pub noise: f64,
     /// Seeds the measurement noise (each job draws from its own stream).
     pub seed: u64,

@@ -412,7 +412,8 @@ impl<'w, 'o> Engine<'w, 'o> {
     }
 
     /// The reports of the running jobs whose workers report by `t`: samples/s of the true
-    /// model with measurement noise, and the true gradient statistics at the job's batch.
+    /// model and the true gradient statistics at the job's batch and epoch, each with
+    /// measurement noise.
     fn reports_due(&mut self, t: f64, reporting: Reporting) -> Vec<Input> {
         let mut out = Vec::new();
         for k in 0..self.active.len() {
@@ -441,8 +442,13 @@ impl<'w, 'o> Engine<'w, 'o> {
                 )
                 .unwrap_or(0.0),
             };
-            let measured = truth * (1.0 + reporting.noise * s.noise.gaussian()).max(0.05);
+            let measured = truth * s.noise.measurement_factor(reporting.noise);
             let samples = s.samples_seen();
+            let grad = s
+                .spec
+                .efficiency
+                .as_ref()
+                .map(|e| e.noise(s.epoch, run.batch));
             out.push(Input::Metrics {
                 id: s.spec.job.id.clone(),
                 report: MetricsReport {
@@ -453,11 +459,10 @@ impl<'w, 'o> Engine<'w, 'o> {
                     loss: None,
                     samples_seen: samples,
                     attempt: Some(run.attempt),
-                    grad: s
-                        .spec
-                        .efficiency
-                        .as_ref()
-                        .map(|e| e.noise(s.epoch, run.batch)),
+                    grad: grad.map(|g| GradNoise {
+                        grad_sqr: g.grad_sqr * s.noise.measurement_factor(reporting.noise),
+                        grad_var: g.grad_var * s.noise.measurement_factor(reporting.noise),
+                    }),
                 },
             });
         }
@@ -1057,6 +1062,12 @@ impl SplitMix64 {
     fn gaussian(&mut self) -> f64 {
         let (u, v) = (self.unit(), self.unit());
         (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+
+    /// A measurement's factor on the truth: 1 with relative standard deviation
+    /// `relative_sd`, kept at least 0.05 so that nothing measured comes out zero or negative.
+    fn measurement_factor(&mut self, relative_sd: f64) -> f64 {
+        (1.0 + relative_sd * self.gaussian()).max(0.05)
     }
 }
 

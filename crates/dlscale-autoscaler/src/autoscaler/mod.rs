@@ -602,7 +602,7 @@ impl Autoscaler {
             if let Some(model) = pool.model(self.config.learn_overlap) {
                 job.throughput = pool.calibrated(model, &job);
             }
-            if let Some(noise) = pool.grad.map(|g| g.value()) {
+            if let Some(noise) = pool.grad {
                 let init_batch = job.efficiency.map_or(job.requested.batch, |e| e.init_batch);
                 job.efficiency = Some(JobEfficiency { noise, init_batch });
             }
