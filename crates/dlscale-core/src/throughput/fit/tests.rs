@@ -387,8 +387,10 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     /// Samples at one per-GPU batch, on one GPU and any other placements: the fit reproduces
-    /// every sample and splits the one-GPU compute half fixed, half per sample (up to the weak
-    /// pull: a cost of 1e-6 per prior scale, however much the sync outweighs the compute).
+    /// every sample and splits the one-GPU compute half fixed, half per sample, however much the
+    /// sync outweighs the compute. Up to the weak pull: the compute split is open, so every
+    /// parameter is pulled (1e-6 per squared prior scale), and a per-GPU sync several of its
+    /// scales (the slowest step / 16) from its prior of 0 moves the samples by up to about 1e-4.
     #[test]
     fn one_batch_fits_match_the_samples_and_split_the_compute_in_half(
         compute_base_s in 0.001f64..0.05,
@@ -413,7 +415,7 @@ proptest! {
             .map(|(g, n)| sample(g, n, local_batch, 1, truth.predict(g, n, local_batch, 1)))
             .collect();
         let (model, quality) = AnalyticModel::fit_sum(&samples).unwrap();
-        prop_assert!(quality.max_relative_error < 1e-5, "{:?} {:?}", model, quality);
+        prop_assert!(quality.max_relative_error < 5e-4, "{:?} {:?}", model, quality);
         let compute_s = truth.compute_s(f64::from(local_batch));
         prop_assert!(close(model.compute_base_s, compute_s / 2.0, 1e-5), "{:?}", model);
         prop_assert!(
