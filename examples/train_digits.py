@@ -84,7 +84,8 @@ if job.is_chief:
 ddp = nn.parallel.DistributedDataParallel(model) if distributed else model
 loss_fn = nn.CrossEntropyLoss()
 # One worker measures noise from two micro-batches per step, several from DDP's all-reduce.
-# The two halves of an odd batch differ by one sample; the probe weighs them exactly.
+# The two halves of an odd batch differ by one sample; the probe weighs them exactly. A batch of
+# one sample is one backward pass, which measures nothing (the probe skips such steps).
 micro_batches = 2 if args.measure_noise and not distributed and job.local_batch_size >= 2 else 1
 if args.measure_noise:
     job.measure_grad_noise(ddp, init_batch_size=args.init_batch, window_samples=args.noise_window_samples)

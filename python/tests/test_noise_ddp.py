@@ -187,3 +187,17 @@ def test_micro_batches_of_unequal_size_are_weighed_exactly(batch, parts):
     assert small == pytest.approx(sum(own_sqr) / parts, rel=1e-5)
     assert small_batch == pytest.approx(parts / sum(1 / n for n in sizes))
     assert big == pytest.approx(whole, rel=1e-5) and big_batch == batch
+
+
+def test_a_step_of_one_sample_measures_nothing_and_does_not_fail():
+    from dlscale.noise import track_micro_batches
+
+    model = torch.nn.Linear(D, 1, bias=False)
+    recorder = RecordingEstimator()
+    probe = track_micro_batches(model.parameters(), recorder, 1)
+    x, y = torch.randn(1, D), torch.randn(1)
+    for part_x, part_y in zip(x.chunk(2), y.chunk(2)):  # chunk(2) of one sample: one part
+        (0.5 * (model(part_x).squeeze(1) - part_y).square().mean()).backward()
+    probe.step()
+    probe.remove()
+    assert recorder.updates == []

@@ -46,11 +46,15 @@ pub struct Measurements {
     /// The launch whose first report was seen: the first report of each launch covers its
     /// warm-up (data loading, compilation) and is not a step time.
     pub warmed_attempt: Option<u32>,
-    /// The gradient statistics of the latest valid report. The worker library's estimate is
-    /// already a moving average over about a thousand initial batches, and the noise scale
-    /// grows as training goes on: a second average here would only make it lag.
+    /// A job's: the gradient statistics of its latest valid report. The worker library's
+    /// estimate is already a moving average over about a thousand initial batches, and the
+    /// noise scale grows as training goes on: a second average here would only make it lag.
+    /// A family pool's: the mean of its jobs' first reports ([`Measurements::add_first_grad`]).
     #[serde(default, deserialize_with = "stored_grad")]
     pub grad: Option<GradNoise>,
+    /// A family pool's: how many jobs' first reports `grad` averages.
+    #[serde(default)]
+    pub first_grads: u32,
     /// The noise scale that last made the autoscaler decide again.
     #[serde(default)]
     pub grad_decided_scale: Option<f64>,
@@ -212,6 +216,26 @@ impl Measurements {
             self.grad = Some(g);
         }
         self.grad
+    }
+
+    /// Folds one job's first gradient report into a family pool's mean of them, every job
+    /// weighing alike (in any order: a restored pool is the same). A first report covers only
+    /// the few steps before it, so one job's alone would be a noisy start for the next.
+    pub fn add_first_grad(&mut self, g: GradNoise) {
+        let valid = |x: f64| x.is_finite() && x >= 0.0;
+        if !(valid(g.grad_sqr) && valid(g.grad_var)) {
+            return;
+        }
+        let n = f64::from(self.first_grads);
+        let mean = self
+            .grad
+            .filter(|_| self.first_grads > 0)
+            .map_or(g, |m| GradNoise {
+                grad_sqr: (m.grad_sqr * n + g.grad_sqr) / (n + 1.0),
+                grad_var: (m.grad_var * n + g.grad_var) / (n + 1.0),
+            });
+        self.grad = Some(mean);
+        self.first_grads += 1;
     }
 
     /// The most GPUs a learned model may be trusted with: twice the most the job has been
@@ -406,6 +430,29 @@ mod tests {
         assert_eq!(m.add_grad(g(f64::NAN, 1.0)), Some(g(2.0, 8.0)));
         assert_eq!(m.add_grad(g(1.0, -1.0)), Some(g(2.0, 8.0)));
         assert_eq!(m.add_grad(g(4.0, 6.0)), Some(g(4.0, 6.0)));
+    }
+
+    #[test]
+    fn a_family_pool_averages_its_jobs_first_reports_in_any_order() {
+        let g = |sqr, var| GradNoise {
+            grad_sqr: sqr,
+            grad_var: var,
+        };
+        let reports = [g(1.0, 4.0), g(f64::INFINITY, 1.0), g(2.0, 8.0), g(6.0, 3.0)];
+        let mut forward = Measurements::default();
+        let mut backward = Measurements::default();
+        for &r in &reports {
+            forward.add_first_grad(r);
+        }
+        for &r in reports.iter().rev() {
+            backward.add_first_grad(r);
+        }
+        // The invalid one is left out: the mean of three.
+        assert_eq!(forward.first_grads, 3);
+        let mean = forward.grad.unwrap();
+        assert!((mean.grad_sqr - 3.0).abs() < 1e-12 && (mean.grad_var - 5.0).abs() < 1e-12);
+        let other = backward.grad.unwrap();
+        assert!((other.grad_sqr - 3.0).abs() < 1e-12 && (other.grad_var - 5.0).abs() < 1e-12);
     }
 
     #[test]

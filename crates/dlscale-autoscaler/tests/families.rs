@@ -270,13 +270,14 @@ fn a_new_family_job_starts_with_the_familys_start_of_training_gradient_statistic
     // b started with a's first statistics (then reported its own).
     let (_, b_job) = a.job("b").unwrap();
     assert_eq!(b_job.efficiency.map(|e| e.noise), Some(b_first));
-    // c starts with the latest first statistics of the family (b's), at its own initial batch.
+    // c starts with the mean of the family's first statistics (a's and b's, not a's later
+    // one), at its own initial batch.
     a.handle(200.0, vec![submit("c", ModelSource::Learned, Some("f"))]);
     let (_, c_job) = a.job("c").unwrap();
     let c_eff = c_job
         .efficiency
         .expect("c starts with the family's statistics");
-    assert_eq!((c_eff.noise, c_eff.init_batch), (b_first, 128));
+    assert_eq!((c_eff.noise, c_eff.init_batch), (g(1.5, 7.0), 128));
     // A job of another family starts without any.
     a.handle(300.0, vec![submit("d", ModelSource::Learned, Some("g"))]);
     assert!(a.job("d").unwrap().1.efficiency.is_none());

@@ -81,7 +81,8 @@ pub struct SimulateArgs {
     /// Seconds between a running job's simulated metric reports (learned runs).
     #[arg(long, default_value_t = dlscale_sim::Reporting::default().interval_s)]
     pub report_interval: f64,
-    /// Relative standard deviation of a reported throughput around the true one (learned runs).
+    /// Relative standard deviation of a reported throughput and of each reported gradient
+    /// statistic around the truth (learned runs).
     #[arg(long, default_value_t = dlscale_sim::Reporting::default().noise)]
     pub measurement_noise: f64,
     /// Seed of the measurement noise (learned runs).

@@ -16,8 +16,8 @@
 //! What the policies know is [`Knowledge`]. By default what the service knows: a job arrives
 //! with the service's prior model ([`dlscale_autoscaler::learn::PRIOR`]) and no gradient
 //! statistics, and a running job reports like the worker library (every report interval, the
-//! first of each launch being warm-up) its true samples/s with measurement noise and its true
-//! gradient statistics at its batch and epoch; the autoscaler fits its model from those reports,
+//! first of each launch being warm-up) its true samples/s and its true gradient statistics at
+//! its batch and epoch, each with measurement noise; the autoscaler fits its model from those reports,
 //! as in the service. With [`Knowledge::Oracle`] the policies see each job's true model, and
 //! before every batch its true gradient statistics and remaining work (an [`Input::Oracle`]).
 

@@ -35,8 +35,8 @@ So ``B_noise = grad_var · B0 / grad_sqr``, which is ``GradNoise::noise_scale(B0
 
 Units: ``|G|²`` and ``tr(Σ)`` are in the units of the squared gradient as it ends up in ``.grad``
 (the gradient of the *mean* loss over the samples it was computed on). A constant factor on all
-gradients (a loss scale, a loss summed instead of averaged over micro-batches) scales both alike
-and cancels in ``B_noise`` and in the statistical efficiency, which depends on their ratio only.
+gradients (a loss scale; with equal micro-batches, a loss summed instead of averaged over them)
+scales both alike and cancels in ``B_noise`` and in the statistical efficiency, which depends on their ratio only.
 
 Where the two gradients come from
 ---------------------------------
@@ -374,8 +374,7 @@ class MicroBatchProbe:
         import torch
         from torch.autograd import Variable
 
-        if batch_size < 2:
-            raise ValueError("micro-batches need batch_size >= 2")
+        # A step of one sample cannot be split: such steps measure nothing (see step()).
         self.estimator = estimator
         self.batch_size = int(batch_size)
         self.params = [p for p in parameters if p.requires_grad]
@@ -419,8 +418,9 @@ class MicroBatchProbe:
         sizes = micro_batch_sizes(self.batch_size, k)
         if sizes[-1] < 1:
             return  # not a chunk(K) split of this batch: nothing to weigh it by
-        weights = self._torch.tensor([(self.batch_size / size) ** 2 / k for size in sizes])
-        small = (self._torch.stack([inc for inc, _ in passes]) * weights).sum()
+        # Python floats as weights: the norms stay on the parameters' device.
+        weights = [(self.batch_size / size) ** 2 / k for size in sizes]
+        small = sum(inc * w for (inc, _), w in zip(passes, weights))
         harmonic = k / sum(1.0 / size for size in sizes)
         self.estimator.update(small, harmonic, passes[-1][1], self.batch_size)
 

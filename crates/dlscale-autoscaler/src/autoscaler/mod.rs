@@ -214,7 +214,7 @@ impl Autoscaler {
                     pool.absorb(p);
                 }
                 if let Some(g) = record.first_grad {
-                    pool.add_grad(g);
+                    pool.add_first_grad(g);
                 }
             }
             a.seqs.insert(record.id.clone(), record.seq);
@@ -694,7 +694,10 @@ impl Autoscaler {
         {
             // How the family's jobs start training: a new job's gradient statistics until it
             // reports its own.
-            self.families.entry(f.clone()).or_default().add_grad(g);
+            self.families
+                .entry(f.clone())
+                .or_default()
+                .add_first_grad(g);
             self.live[i].first_grad = Some(g);
         }
         if let Some(f) = family.as_ref().filter(|_| !warm_up) {
