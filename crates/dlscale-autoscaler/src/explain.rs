@@ -274,8 +274,8 @@ impl<'a> Explainer<'a> {
         let (cluster, utility) = (&self.inputs.cluster, self.inputs.settings.utility);
         let restart = &self.inputs.settings.restart;
         let table = OptionTable::build(job, cluster, utility, self.choice);
-        let offered = held_options(&table, job, &self.request);
         let remaining_s = remaining_s(job, &table);
+        let offered = held_options(&table, job, remaining_s, &self.request);
         let all = match self.inputs.capped.get(&job.id) {
             Some(&max) => {
                 let mut own = job.clone();

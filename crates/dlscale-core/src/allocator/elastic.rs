@@ -187,7 +187,8 @@ impl Knapsack {
                 let table = self
                     .tables
                     .table(job, request.cluster, settings.utility, choice);
-                (held_options(table, job, request), remaining_s(job, table))
+                let remaining = remaining_s(job, table);
+                (held_options(table, job, remaining, request), remaining)
             })
             .unzip();
         decide_knapsack(
@@ -213,10 +214,12 @@ pub fn remaining_s(job: &Job, table: &OptionTable) -> Option<f64> {
 
 /// The options the knapsack policies offer `job` from its value `table`: what its
 /// [`Job::hold`] leaves of them (only its current configuration when it must keep it; only
-/// fewer GPUs or its current configuration in a cooldown), at GPU counts the shape rule allows.
+/// fewer GPUs or its current configuration in a cooldown), at GPU counts the shape rule allows,
+/// weighed by its seconds left (`remaining_s`, [`remaining_s`]) when the settings say so.
 pub fn held_options(
     table: &OptionTable,
     job: &Job,
+    remaining_s: Option<f64>,
     request: &DecisionRequest<'_>,
 ) -> Vec<ConfigOption> {
     let restart = &request.settings.restart;
@@ -237,10 +240,8 @@ pub fn held_options(
         _ => table.options(job, request.cluster, restart),
     };
     let weighing = request.settings.weighing;
-    let mut factor = weighing.service_factor(job.history.attained_gpu_s(request.now_s));
-    if weighing.shortest_first() {
-        factor *= weighing.remaining_factor(remaining_s(job, table));
-    }
+    let mut factor = weighing.service_factor(job.history.attained_gpu_s(request.now_s))
+        * weighing.remaining_factor(remaining_s);
     if weighing.fair_share_reference {
         factor *= match job.hold {
             Hold::Free => fair_share_factor(job, &options, request),

@@ -524,20 +524,24 @@ pub const PREEMPT_SHORTER_BY: f64 = 2.0;
 /// then every other job by its seconds left (`remaining_s`; `None` counts as `unknown_s`), a
 /// running one's divided by [`PREEMPT_SHORTER_BY`]; ties in input order.
 fn shortest_first_order(jobs: &[Job], remaining_s: &[Option<f64>], unknown_s: f64) -> Vec<usize> {
-    let key = |i: usize| -> (bool, f64) {
-        let job = &jobs[i];
-        let kept = job.current.is_some() && job.hold == Hold::Keep;
-        let left_s = remaining_s[i].unwrap_or(unknown_s);
-        let left_s = if job.current.is_some() {
-            left_s / PREEMPT_SHORTER_BY
-        } else {
-            left_s
-        };
-        (!kept, left_s)
-    };
+    let keys: Vec<(bool, f64)> = jobs
+        .iter()
+        .zip(remaining_s)
+        .map(|(job, left_s)| {
+            let kept = job.current.is_some() && job.hold == Hold::Keep;
+            let left_s = left_s.unwrap_or(unknown_s);
+            let running_by = if job.current.is_some() {
+                PREEMPT_SHORTER_BY
+            } else {
+                1.0
+            };
+            (!kept, left_s / running_by)
+        })
+        .collect();
     let mut order: Vec<usize> = (0..jobs.len()).collect();
+    // Stable: ties keep input order.
     order.sort_by(|&a, &b| {
-        let (ka, kb) = (key(a), key(b));
+        let (ka, kb) = (keys[a], keys[b]);
         ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1))
     });
     order

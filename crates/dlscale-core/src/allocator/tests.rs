@@ -842,10 +842,11 @@ fn count_rules_offer_only_their_counts_besides_the_smallest_and_the_current() {
                 settings.utility,
                 BatchChoice::Free { max_candidates: 32 },
             );
-            let offered: Vec<GpuCount> = held_options(table, job, &request)
-                .iter()
-                .map(|o| o.gpus)
-                .collect();
+            let offered: Vec<GpuCount> =
+                held_options(table, job, remaining_s(job, table), &request)
+                    .iter()
+                    .map(|o| o.gpus)
+                    .collect();
             let smallest = job.gpus.min;
             let current = job.current.map(|c| c.gpus);
             let want: Vec<GpuCount> = (smallest..=16)
