@@ -165,12 +165,10 @@ impl KnapsackSolver {
     ) -> Option<KnapsackSolution> {
         let n = items.len();
         let mut base_gpus: u64 = 0;
-        let mut base_value = 0.0;
         self.kept.resize_with(n, Vec::new);
         for (job, options) in items.iter().enumerate() {
             let first = options.first()?;
             base_gpus += u64::from(first.gpus);
-            base_value += first.value;
             let kept = &mut self.kept[job];
             kept.clear();
             let mut best = first.value;
@@ -193,15 +191,11 @@ impl KnapsackSolver {
             .map(|kept| kept.last().map_or(0, |k| u64::from(k.1)))
             .sum();
         if base_gpus + best_extra <= u64::from(capacity) {
-            let mut value = base_value;
-            let choice = self.kept[..n]
+            let choice: Vec<usize> = self.kept[..n]
                 .iter()
-                .map(|kept| {
-                    let &(index, _, gain) = kept.last().expect("the smallest option is kept");
-                    value += gain;
-                    index
-                })
+                .map(|kept| kept.last().expect("the smallest option is kept").0)
                 .collect();
+            let value = chosen_value(items, &choice);
             return Some(KnapsackSolution {
                 choice,
                 value,
@@ -224,10 +218,12 @@ impl KnapsackSolver {
                 .map(|(k, &position)| k[position].0)
                 .collect();
             earlier_jobs_first(items, &mut choice);
+            let value = chosen_value(items, &choice);
             return Some(KnapsackSolution {
                 choice,
-                value: base_value + outcome.value,
-                bound: base_value + outcome.bound,
+                value,
+                // The certified distance to the optimum, found among gains, carries over.
+                bound: value + (outcome.bound - outcome.value),
                 path: SolverPath::LagrangianDp,
             });
         }
@@ -272,7 +268,7 @@ impl KnapsackSolver {
             choice[job] = index;
             k -= extra as usize;
         }
-        let value = base_value + self.table[width * n + cap];
+        let value = chosen_value(items, &choice);
         Some(KnapsackSolution {
             choice,
             value,
@@ -280,6 +276,17 @@ impl KnapsackSolver {
             path: SolverPath::ExactDp,
         })
     }
+}
+
+/// The value of a choice, summed from the options themselves: the solvers search among gains
+/// over each job's smallest option, and a gain over a far smaller value (a utility's floor) keeps
+/// only the precision of that value, which a reported objective must not inherit.
+fn chosen_value(items: &[Vec<KnapsackItem>], choice: &[usize]) -> f64 {
+    items
+        .iter()
+        .zip(choice)
+        .map(|(options, &i)| options[i].value)
+        .sum()
 }
 
 /// Among jobs with identical options, hands the larger choices to the earlier jobs. Same value,
@@ -354,11 +361,66 @@ mod tests {
             .zip(&solution.choice)
             .map(|(opts, &c)| opts[c].value)
             .sum();
-        assert!(
-            close(value, solution.value),
-            "{value} vs {}",
-            solution.value
-        );
+        assert_eq!(value, solution.value);
+    }
+
+    #[test]
+    fn a_floor_among_the_options_costs_the_objective_no_precision() {
+        // A fair utility floors a restart that gains nothing at a huge negative value; gains over
+        // it keep only its precision (ulp(2e7) ≈ 4e-9), the reported objective must not.
+        let floored = vec![
+            KnapsackItem {
+                gpus: 2,
+                value: -19_977_391.773_322_925,
+            },
+            KnapsackItem {
+                gpus: 4,
+                value: 0.040_994_988_930_570_124,
+            },
+        ];
+        let other = vec![
+            KnapsackItem {
+                gpus: 1,
+                value: 0.5,
+            },
+            KnapsackItem {
+                gpus: 3,
+                value: 1.0,
+            },
+        ];
+        // Alone it fits at its best; beside another job only a DP (either) finds the split.
+        let cases = [
+            (
+                vec![floored.clone()],
+                4,
+                DpChoice::Full,
+                vec![1],
+                SolverPath::AllFit,
+            ),
+            (
+                vec![floored.clone(), other.clone()],
+                5,
+                DpChoice::Full,
+                vec![1, 0],
+                SolverPath::ExactDp,
+            ),
+            (
+                vec![floored, other],
+                5,
+                DpChoice::Banded,
+                vec![1, 0],
+                SolverPath::LagrangianDp,
+            ),
+        ];
+        for (items, capacity, dp, choice, path) in cases {
+            let solution = KnapsackSolver::new(dp, BAND_CELL_BUDGET)
+                .solve(&items, capacity)
+                .unwrap();
+            assert_eq!((&solution.choice, solution.path), (&choice, path));
+            let exact: f64 = items.iter().zip(&choice).map(|(o, &c)| o[c].value).sum();
+            assert_eq!(solution.value, exact, "{path:?}");
+            assert_eq!(solution.gap(), 0.0, "{path:?}");
+        }
     }
 
     fn close(a: f64, b: f64) -> bool {
