@@ -263,25 +263,37 @@ impl Measurements {
         self.calibration(&model).apply(learned_model(model, job))
     }
 
-    /// How `model` (fitted to these measurements) misses them, placement by placement: the
-    /// geometric mean of measured over predicted at each (GPUs, nodes) measured.
+    /// How `model` (fitted to these measurements) misses them: at each placement (GPUs, nodes)
+    /// measured, the log of measured over predicted step time at each per-GPU batch measured
+    /// there (configurations that differ only in micro-steps averaged).
     pub fn calibration(&self, model: &AnalyticModel) -> Calibration {
-        // Per (GPUs, nodes): the sum of log(measured / predicted) and the count.
-        let mut logs: BTreeMap<(GpuCount, u32), (f64, u32)> = BTreeMap::new();
+        // Per (GPUs, nodes) and per-GPU batch: the sum of log(measured / predicted) and the count.
+        let mut logs: BTreeMap<(GpuCount, u32, BatchSize), (f64, u32)> = BTreeMap::new();
         for p in &self.points {
             let predicted =
                 accumulated_step_time_s(model, p.gpus, p.nodes, p.local_batch, p.micro_steps);
             if let Some(predicted) = predicted.filter(|&t| t > 0.0 && t.is_finite()) {
-                let entry = logs.entry((p.gpus, p.nodes)).or_default();
+                let entry = logs.entry((p.gpus, p.nodes, p.local_batch)).or_default();
                 entry.0 += (p.step_time_s / predicted).ln();
                 entry.1 += 1;
             }
         }
+        let mut placements: Vec<PlacementCalibration> = Vec::new();
+        for ((gpus, nodes, local_batch), (sum, n)) in logs {
+            let point = (f64::from(local_batch).ln(), sum / f64::from(n));
+            match placements.last_mut() {
+                Some(last) if (last.gpus, last.nodes) == (gpus, nodes) => {
+                    last.log_ratios.push(point)
+                }
+                _ => placements.push(PlacementCalibration {
+                    gpus,
+                    nodes,
+                    log_ratios: vec![point],
+                }),
+            }
+        }
         Calibration {
-            factors: logs
-                .into_iter()
-                .map(|(placement, (sum, n))| (placement, (sum / f64::from(n)).exp()))
-                .collect(),
+            placements: placements.into(),
         }
     }
 
@@ -310,17 +322,27 @@ impl Measurements {
     }
 }
 
-/// Measured over predicted step time, by placement (GPUs, nodes): [`Measurements::calibration`].
-/// Computed once per fit and shared by the jobs of a family.
+/// Measured over predicted step time, by placement (GPUs, nodes) and per-GPU batch:
+/// [`Measurements::calibration`]. Computed once per fit and shared by the jobs of a family.
 #[derive(Debug, Clone, Default)]
 pub struct Calibration {
-    factors: Arc<[((GpuCount, u32), f64)]>,
+    /// Ascending by (GPUs, nodes).
+    placements: Arc<[PlacementCalibration]>,
+}
+
+/// One measured placement's misses: (ln per-GPU batch, ln measured / predicted), ascending in
+/// the batch.
+#[derive(Debug, Clone)]
+struct PlacementCalibration {
+    gpus: GpuCount,
+    nodes: u32,
+    log_ratios: Vec<(f64, f64)>,
 }
 
 impl Calibration {
     /// `model` scaled by these factors where they are known; `model` itself without any.
     pub fn apply(&self, model: Arc<dyn ThroughputModel>) -> Arc<dyn ThroughputModel> {
-        if self.factors.is_empty() {
+        if self.placements.is_empty() {
             return model;
         }
         Arc::new(Calibrated {
@@ -329,17 +351,37 @@ impl Calibration {
         })
     }
 
-    fn factor(&self, gpus: GpuCount, nodes: u32) -> f64 {
-        self.factors
-            .binary_search_by_key(&(gpus, nodes), |&(placement, _)| placement)
-            .map_or(1.0, |k| self.factors[k].1)
+    /// What was measured at a placement; `None` where it was never measured (factor 1).
+    fn placement(&self, gpus: GpuCount, nodes: u32) -> Option<&PlacementCalibration> {
+        self.placements
+            .binary_search_by_key(&(gpus, nodes), |p| (p.gpus, p.nodes))
+            .ok()
+            .map(|k| &self.placements[k])
+    }
+}
+
+impl PlacementCalibration {
+    /// The factor at a per-GPU batch: what was measured at a measured batch, interpolated in
+    /// log–log between two measured batches, the nearest one's beyond them.
+    fn factor(&self, local_batch: BatchSize) -> f64 {
+        let points = &self.log_ratios;
+        let x = f64::from(local_batch.max(1)).ln();
+        let above = points.partition_point(|&(at, _)| at < x);
+        let log_ratio = match (above.checked_sub(1).map(|i| points[i]), points.get(above)) {
+            (Some((x0, y0)), Some(&(x1, y1))) => y0 + (y1 - y0) * (x - x0) / (x1 - x0),
+            (Some((_, y)), None) | (None, Some(&(_, y))) => y,
+            (None, None) => 0.0,
+        };
+        log_ratio.exp()
     }
 }
 
 /// A fitted model calibrated where it was measured: at each placement (GPUs, nodes) measured,
-/// its step times are scaled by the geometric mean of measured over predicted there, at every
-/// per-GPU batch; elsewhere it is the fit. The analytic family cannot follow every placement's
-/// quirks (which nodes, which links), and a measurement beats the fit where there is one.
+/// its step times are scaled to what was measured at each per-GPU batch measured there, and
+/// between those batches by the log–log interpolation of those factors; elsewhere it is the
+/// fit. The analytic family cannot follow every placement's quirks (which nodes, which links,
+/// how a kernel's speed varies with its batch), and a measurement beats the fit where there is
+/// one.
 #[derive(Debug)]
 pub struct Calibrated {
     inner: Arc<dyn ThroughputModel>,
@@ -349,7 +391,11 @@ pub struct Calibrated {
 impl ThroughputModel for Calibrated {
     fn step_time_s(&self, gpus: GpuCount, nodes: u32, local_batch: u32) -> Option<f64> {
         let step_s = self.inner.step_time_s(gpus, nodes, local_batch)?;
-        Some(step_s * self.calibration.factor(gpus, nodes))
+        let factor = self
+            .calibration
+            .placement(gpus, nodes)
+            .map_or(1.0, |p| p.factor(local_batch));
+        Some(step_s * factor)
     }
 
     fn max_local_batch(&self) -> Option<u32> {
@@ -376,9 +422,13 @@ impl ThroughputModel for Calibrated {
         out: &mut [Option<f64>],
     ) {
         self.inner.step_times_s(gpus, nodes, local_batches, out);
-        let factor = self.calibration.factor(gpus, nodes);
-        for step_s in out.iter_mut().flatten() {
-            *step_s *= factor;
+        let Some(placement) = self.calibration.placement(gpus, nodes) else {
+            return;
+        };
+        for (step_s, &local_batch) in out.iter_mut().zip(local_batches) {
+            if let Some(step_s) = step_s {
+                *step_s *= placement.factor(local_batch);
+            }
         }
     }
 }
@@ -526,7 +576,8 @@ mod tests {
     }
 
     #[test]
-    fn a_calibrated_model_matches_each_measured_placement_and_is_the_fit_elsewhere() {
+    fn a_calibrated_model_matches_each_measurement_interpolates_between_batches_and_is_the_fit_elsewhere(
+    ) {
         // Compute and sync overlap (γ = 3): the plain sum the fit uses cannot follow it exactly.
         let truth = AnalyticModel {
             compute_base_s: 0.01,
@@ -574,31 +625,44 @@ mod tests {
             worst_miss > 1e-3,
             "the truth is one the plain sum misses: {worst_miss}"
         );
-        // At each measured placement, at every per-GPU batch: the fit scaled by the geometric
-        // mean of measured over predicted there.
-        for (gpus, nodes) in [(1, 1), (2, 1), (4, 1), (8, 2), (16, 4)] {
-            let ratios: Vec<f64> = configs
-                .clone()
-                .filter(|&(g, n, _)| (g, n) == (gpus, nodes))
-                .map(|(g, n, l)| step(g, n, l) / predicted(g, n, l))
-                .collect();
-            let factor = ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64;
-            for local in [32, 48, 96] {
-                let want = factor.exp() * predicted(gpus, nodes, local);
-                let got = calibrated.step_time_s(gpus, nodes, local).unwrap();
-                assert!(
-                    (got - want).abs() < 1e-9 * want,
-                    "{gpus}/{nodes}/{local}: {got} vs {want}"
-                );
-            }
+        // At each measured configuration: exactly what was measured.
+        for (gpus, nodes, local) in configs.clone() {
+            let got = calibrated.step_time_s(gpus, nodes, local).unwrap();
+            let want = step(gpus, nodes, local);
+            assert!(
+                (got - want).abs() < 1e-9 * want,
+                "{gpus}/{nodes}/{local}: {got} vs {want}"
+            );
         }
-        // Measured once: exactly its measurement.
-        let got = calibrated.step_time_s(16, 4, 32).unwrap();
-        assert!((got - step(16, 4, 32)).abs() < 1e-9 * got);
+        // Between two measured per-GPU batches, the log of the factor interpolates linearly in
+        // the log of the batch; beyond them, the nearest measured one's factor holds.
+        let ratio = |gpus, nodes, local| step(gpus, nodes, local) / predicted(gpus, nodes, local);
+        let factor = |gpus, nodes, local| {
+            calibrated.step_time_s(gpus, nodes, local).unwrap() / predicted(gpus, nodes, local)
+        };
+        // 64 lies halfway between 32 and 128 in log terms: the geometric mean of their factors.
+        let halfway = (ratio(2, 1, 32) * ratio(2, 1, 128)).sqrt();
+        assert!(
+            (factor(2, 1, 64) - halfway).abs() < 1e-9,
+            "{} vs {halfway}",
+            factor(2, 1, 64)
+        );
+        // 48 at one node of four GPUs: between 32 and 64, at ln(48/32) / ln(2) of the way.
+        let t = (48.0f64 / 32.0).ln() / 2f64.ln();
+        let want = (ratio(4, 1, 32).ln() * (1.0 - t) + ratio(4, 1, 64).ln() * t).exp();
+        assert!(
+            (factor(4, 1, 48) - want).abs() < 1e-9,
+            "{} vs {want}",
+            factor(4, 1, 48)
+        );
+        for (gpus, nodes, below, above) in [(1, 1, 32, 128), (8, 2, 32, 128), (16, 4, 32, 32)] {
+            assert!((factor(gpus, nodes, 8) - ratio(gpus, nodes, below)).abs() < 1e-9);
+            assert!((factor(gpus, nodes, 256) - ratio(gpus, nodes, above)).abs() < 1e-9);
+        }
         // The batched evaluation agrees; unmeasured placements are the fit's.
-        let mut out = [None; 2];
-        calibrated.step_times_s(4, 1, &[16, 48], &mut out);
-        assert_eq!(out, [16, 48].map(|l| calibrated.step_time_s(4, 1, l)));
+        let mut out = [None; 3];
+        calibrated.step_times_s(4, 1, &[16, 48, 200], &mut out);
+        assert_eq!(out, [16, 48, 200].map(|l| calibrated.step_time_s(4, 1, l)));
         assert_eq!(
             calibrated.step_time_s(32, 8, 32),
             fit.step_time_s(32, 8, 32)
