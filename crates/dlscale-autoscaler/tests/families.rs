@@ -1,16 +1,19 @@
 //! Model families, stepped through the autoscaler: a learned job naming a family pools its
 //! measurements with the family's other jobs, so a new job of a measured family starts from the
 //! pool's model, its exploration cap and its start-of-training gradient statistics; jobs of
-//! other families, jobs without one and jobs with a given model do not share; `restore` rebuilds
-//! the pool from the live records.
+//! other families, jobs without one and jobs with a given model do not share; a pool, persisted
+//! from the steps that change it, outlives its jobs across `restore` (which rebuilds it from the
+//! live records where none was persisted).
 
 mod steps;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dlscale_autoscaler::learn::{Measurements, PRIOR};
 use dlscale_autoscaler::{
-    Action, Autoscaler, Input, LaunchState, MetricsReport, ModelSource, Observation, ObservedLaunch,
+    Action, Autoscaler, Input, LaunchState, MetricsReport, ModelSource, Observation,
+    ObservedLaunch, Outcome, Step,
 };
 use dlscale_core::efficiency::GradNoise;
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
@@ -301,7 +304,25 @@ fn restore_rebuilds_the_family_pool_from_the_live_records() {
     // The shell rebuilds each job from its submission: the prior, not the learned model.
     let (record, _) = a.job("a").unwrap();
     let records = vec![(record.clone(), job("a"))];
-    let mut b = Autoscaler::restore(config(), topology(), records, a.next_seq(), 100.0);
+    // A persisted pool is taken as it is: the live record's measurements are in it already.
+    let persisted = Autoscaler::restore(
+        config(),
+        topology(),
+        records.clone(),
+        a.families().clone(),
+        a.next_seq(),
+        100.0,
+    );
+    assert_eq!(persisted.families(), a.families());
+    // State written before pools were persisted: rebuilt from the live records.
+    let mut b = Autoscaler::restore(
+        config(),
+        topology(),
+        records,
+        BTreeMap::new(),
+        a.next_seq(),
+        100.0,
+    );
     assert!(same_model(
         b.job("a").unwrap().1.throughput.as_ref(),
         &pool_fit
@@ -326,4 +347,75 @@ fn restore_rebuilds_the_family_pool_from_the_live_records() {
     assert_eq!(b_job.efficiency.map(|e| e.noise), Some(first));
     assert_eq!(b_job.gpus.max, 4);
     assert_eq!(launch_of(&s, "b").map(|l| l.1), Some(4), "{s:?}");
+}
+
+/// Keeps what `step` changed of the families' pools, as the service's store does: one row per
+/// family, its latest pool.
+fn persist(stored: &mut BTreeMap<String, Measurements>, step: &Step) {
+    for (name, pool) in &step.families {
+        stored.insert(name.clone(), pool.clone());
+    }
+}
+
+#[test]
+fn a_family_pool_outlives_its_jobs_across_a_restore() {
+    let first = GradNoise {
+        grad_sqr: 1.0,
+        grad_var: 10.0,
+    };
+    let mut a = Autoscaler::new(config(), topology());
+    let mut stored = BTreeMap::new();
+    let s = a.handle(0.0, vec![submit("a", ModelSource::Learned, Some("f"))]);
+    persist(&mut stored, &s);
+    let (attempt, _, batch) = launch_of(&s, "a").expect("a launched");
+    persist(&mut stored, &a.handle(0.0, started(&s)));
+    for t in [30.0, 60.0] {
+        let s = a.handle(t, vec![report("a", attempt, batch, 1000.0, Some(first))]);
+        assert_eq!(s.families.len(), 1, "each report changes the pool: {s:?}");
+        persist(&mut stored, &s);
+    }
+    assert_eq!(stored.get("f"), a.families().get("f"));
+    let pool_fit = a.families()["f"].model(false).expect("a measured");
+    // a ends: no live record is left to rebuild the pool from.
+    let ends = [
+        Input::Completed {
+            id: "a".into(),
+            attempt,
+            step: 10,
+            samples_seen: 1000,
+        },
+        Input::Exited {
+            id: "a".into(),
+            attempt,
+            outcome: Outcome::Exited(0),
+        },
+    ];
+    for input in ends {
+        persist(&mut stored, &a.handle(90.0, vec![input]));
+    }
+    assert!(a.live().is_empty());
+    let restored = |families| {
+        let mut b = Autoscaler::restore(
+            config(),
+            topology(),
+            Vec::new(),
+            families,
+            a.next_seq(),
+            100.0,
+        );
+        b.handle(101.0, vec![Input::Restarted]);
+        b.handle(102.0, vec![submit("b", ModelSource::Learned, Some("f"))]);
+        b
+    };
+    // From the stored pools: b starts from what a measured, and how a's training started.
+    let b = restored(stored);
+    let (_, b_job) = b.job("b").unwrap();
+    assert!(same_model(b_job.throughput.as_ref(), &pool_fit));
+    assert_eq!(b_job.efficiency.map(|e| e.noise), Some(first));
+    assert_eq!(b_job.gpus.max, 4, "twice what the family measured");
+    // Without them, what the ended job measured would be lost: the prior, capped at its request.
+    let c = restored(BTreeMap::new());
+    let (_, c_job) = c.job("b").unwrap();
+    assert!(same_model(c_job.throughput.as_ref(), &PRIOR));
+    assert_eq!(c_job.gpus.max, 2);
 }

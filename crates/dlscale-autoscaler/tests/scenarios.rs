@@ -378,6 +378,7 @@ fn after_a_restart_live_launches_are_adopted_lost_ones_relaunched_stale_ones_kil
         config(),
         Topology::uniform(2, 2),
         records,
+        a.families().clone(),
         a.next_seq(),
         1.0,
     );

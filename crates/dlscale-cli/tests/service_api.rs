@@ -7,7 +7,7 @@ use std::time::Duration;
 use dlscale_autoscaler::Status as JobStatus;
 use dlscale_server::client::{ApiClient, Method};
 use serde_json::{json, Value};
-use service_support::{Server, TOKEN};
+use service_support::{assert_replays, Server, TOKEN};
 
 const CONFIG: &str =
     "slots = 4\ncooldown_s = 1\ninterval_s = 0.5\ngrace_s = 5\nmin_gain = 0.05\nmax_retries = 1\n";
@@ -550,4 +550,62 @@ async fn a_job_that_finished_while_the_server_was_down_shows_its_final_step() {
     assert_eq!(done.state, JobStatus::Succeeded, "{done:?}");
     assert_eq!(done.step, Some(15), "{done:?}");
     service_support::assert_replays(&server);
+}
+
+/// What a model family measured outlives its jobs and the server: after its only job ended and
+/// a kill -9, a new job of the family starts from the family's pool (its start-of-training noise
+/// scale and its exploration cap), and a replay of the log agrees with every action.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_familys_measurements_outlive_its_jobs_and_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), CONFIG).await;
+    let learned = |id: &str| {
+        json!({"id": id, "min_batch": 32, "max_batch": 256, "max_local_batch": 64, "max_gpus": 4,
+               "family": "f", "command": ["sleep", "60"], "workdir": "/tmp", "launcher": "plain"})
+    };
+    server.submit(learned("a")).await;
+    let a = server
+        .wait_job("a", 30.0, "a running", |j| j.state == JobStatus::Running)
+        .await;
+    // A warm-up report, then one measured.
+    let report = json!({"step": 1, "samples_per_s": 400.0, "batch_size": a.batch_size,
+                        "world_size": a.gpus, "loss": 1.0, "samples_seen": 64,
+                        "grad": {"grad_sqr": 1.0, "grad_var": 2.0}});
+    for _ in 0..2 {
+        let (s, b) = server
+            .json(Method::POST, "/v1/jobs/a/metrics", Some(report.clone()))
+            .await;
+        assert_eq!(s, 202, "{b}");
+    }
+    let measured = server
+        .wait_job("a", 30.0, "a's model fitted", |j| {
+            j.noise_scale.is_some()
+                && j.predicted_samples_per_s
+                    .is_some_and(|x| (x - 400.0).abs() < 1e-6)
+        })
+        .await;
+    let (s, b) = server.json(Method::DELETE, "/v1/jobs/a", None).await;
+    assert!(s < 300, "{s}: {b}");
+    server
+        .wait_job("a", 30.0, "a cancelled", |j| {
+            j.state == JobStatus::Cancelled
+        })
+        .await;
+    server.kill9();
+    server.restart().await;
+    let b = server.submit(learned("b")).await;
+    assert_eq!(b.noise_scale, measured.noise_scale, "{b:#?}");
+    let b = server
+        .wait_job("b", 30.0, "b running", |j| j.state == JobStatus::Running)
+        .await;
+    // Trusted with twice the GPUs the family was measured on (the prior: only its request).
+    assert_eq!(b.gpus, 2 * a.gpus, "{b:#?}");
+    let (s, body) = server.json(Method::DELETE, "/v1/jobs/b", None).await;
+    assert!(s < 300, "{s}: {body}");
+    server
+        .wait_job("b", 30.0, "b cancelled", |j| {
+            j.state == JobStatus::Cancelled
+        })
+        .await;
+    assert_replays(&server);
 }

@@ -87,7 +87,9 @@ pub fn replay_history(history: &History) -> Result<ReplayReport> {
                 .with_context(|| {
                     format!("the start at batch {} recorded no topology", start.batch)
                 })?;
-            let (jobs, next_seq) = match &autoscaler {
+            // What the service restored from: the live records and the families' pools as the
+            // batches before had left them.
+            let (jobs, families, next_seq) = match &autoscaler {
                 Some(a) => {
                     let jobs = a
                         .live()
@@ -98,12 +100,12 @@ pub fn replay_history(history: &History) -> Result<ReplayReport> {
                             Some((r.clone(), restored_job(spec, r, &profiles, learned).ok()?))
                         })
                         .collect();
-                    (jobs, a.next_seq())
+                    (jobs, a.families().clone(), a.next_seq())
                 }
-                None => (Vec::new(), 1),
+                None => (Vec::new(), BTreeMap::new(), 1),
             };
             autoscaler = Some(Autoscaler::restore(
-                config, topology, jobs, next_seq, start.at_s,
+                config, topology, jobs, families, next_seq, start.at_s,
             ));
             report.starts += 1;
         }

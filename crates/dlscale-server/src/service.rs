@@ -339,10 +339,12 @@ pub async fn start(
         );
         jobs.push((s.record, job));
     }
+    let families = store.families().await?;
     let mut autoscaler = Autoscaler::restore(
         config.autoscaler(),
         capacity.topology.clone(),
         jobs,
+        families,
         next_seq,
         at,
     );
@@ -570,6 +572,7 @@ impl Driver {
             actions: step.actions.clone(),
             events: step.events.clone(),
             profiles,
+            families: step.families.clone(),
         };
         fault::point("before-commit");
         commit(&self.service, batch).await;

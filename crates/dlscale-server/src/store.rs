@@ -3,7 +3,8 @@
 //! Everything the autoscaler was told and everything it decided is written in one transaction
 //! per batch ([`Store::commit`]) before any of its actions is carried out: the inputs (so that
 //! `dlscale replay` can feed them through the autoscaler again), the job records that changed
-//! (what a restart resumes from), the actions (intents) and the typed events. Nothing the
+//! (what a restart resumes from), the model families' pools of measurements that changed (what
+//! a family learned outlives its jobs), the actions (intents) and the typed events. Nothing the
 //! executors observe (process ids, Slurm job ids) is stored: they find their launches again by
 //! the launch marker.
 //!
@@ -11,10 +12,12 @@
 //! them run side by side), so a slow fsync never stalls a read. SQLite calls block, so every
 //! call runs on tokio's blocking pool ([`Store::write`], [`Store::read`]).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{anyhow, bail, Context, Result};
+use dlscale_autoscaler::learn::Measurements;
 use dlscale_autoscaler::{Action, Event, Input, JobRecord};
 use dlscale_core::throughput::{AnalyticModel, FitQuality};
 use rusqlite::{params, Connection, ErrorCode};
@@ -74,6 +77,11 @@ CREATE TABLE IF NOT EXISTS profiles (
     model TEXT NOT NULL,
     quality TEXT,
     source TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS families (
+    name TEXT PRIMARY KEY,
+    pool TEXT NOT NULL,
     updated_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS starts (
@@ -162,6 +170,8 @@ pub struct Batch {
     pub events: Vec<Event>,
     /// Profiles it stored.
     pub profiles: Vec<Profile>,
+    /// The model families' pools it changed ([`dlscale_autoscaler::Step::families`]).
+    pub families: Vec<(String, Measurements)>,
 }
 
 /// Why a batch could not be written.
@@ -337,6 +347,13 @@ impl Store {
                         params![p.name, json(&p.model)?, p.quality.as_ref().map(json).transpose()?, p.source, p.updated_at],
                     )?;
                 }
+                for (name, pool) in &batch.families {
+                    tx.execute(
+                        "INSERT INTO families (name, pool, updated_at) VALUES (?1, ?2, ?3)
+                         ON CONFLICT(name) DO UPDATE SET pool = excluded.pool, updated_at = excluded.updated_at",
+                        params![name, json(pool)?, at],
+                    )?;
+                }
                 tx.commit()?;
                 Ok(())
             })
@@ -426,6 +443,24 @@ impl Store {
                 seq,
                 limit,
             )
+        })
+        .await
+    }
+
+    /// The model families' pools of measurements, by name.
+    pub async fn families(&self) -> Result<BTreeMap<String, Measurements>> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare("SELECT name, pool FROM families")?;
+            let rows =
+                stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+            let mut families = BTreeMap::new();
+            for row in rows {
+                let (name, pool) = row?;
+                let pool = serde_json::from_str(&pool)
+                    .with_context(|| format!("model family '{name}': stored pool is unreadable"))?;
+                families.insert(name, pool);
+            }
+            Ok(families)
         })
         .await
     }
@@ -618,5 +653,58 @@ mod tests {
         let fresh = dir.path().join("fresh");
         Store::open(&fresh).unwrap();
         Store::open(&fresh).unwrap();
+    }
+
+    #[tokio::test]
+    async fn family_pools_are_kept_as_last_committed_and_a_bad_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db")).unwrap();
+        let pool = |step_time_s| {
+            let mut m = Measurements::default();
+            m.absorb(&dlscale_autoscaler::learn::Point {
+                gpus: 2,
+                nodes: 1,
+                local_batch: 32,
+                micro_steps: 1,
+                step_time_s,
+                reports: 3,
+                fitted_step_time_s: step_time_s,
+            });
+            m
+        };
+        let batch = |number, families| Batch {
+            number,
+            at_s: 10.0,
+            families,
+            ..Batch::default()
+        };
+        store
+            .commit(batch(
+                1,
+                vec![("a".into(), pool(0.5)), ("b".into(), pool(0.7))],
+            ))
+            .await
+            .unwrap();
+        store
+            .commit(batch(2, vec![("a".into(), pool(0.6))]))
+            .await
+            .unwrap();
+        let families = store.families().await.unwrap();
+        let want: BTreeMap<String, Measurements> =
+            [("a".into(), pool(0.6)), ("b".into(), pool(0.7))].into();
+        assert_eq!(families, want);
+        // Reopened: the same.
+        drop(store);
+        let store = Store::open(&dir.path().join("db")).unwrap();
+        assert_eq!(store.families().await.unwrap(), want);
+        store
+            .write(|conn| {
+                conn.execute("UPDATE families SET pool = '{' WHERE name = 'b'", [])?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let err = format!("{:#}", store.families().await.unwrap_err());
+        assert!(err.contains("model family 'b'"), "{err}");
     }
 }

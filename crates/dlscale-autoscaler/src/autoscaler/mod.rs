@@ -143,6 +143,8 @@ struct Out {
     step: Step,
     touched: BTreeSet<String>,
     finished: Vec<JobRecord>,
+    /// Families whose pool changed.
+    families: BTreeSet<String>,
 }
 
 impl Out {
@@ -188,16 +190,21 @@ impl Autoscaler {
     }
 
     /// An autoscaler resuming persisted state: the records of the jobs that had not ended, each
-    /// with its job as policies see it (rebuilt by the caller from the submission), the next
-    /// arrival number and the time of the last handled input. Send [`Input::Restarted`] next.
+    /// with its job as policies see it (rebuilt by the caller from the submission), the model
+    /// families' pools as last persisted ([`Step::families`]), the next arrival number and the
+    /// time of the last handled input. A family without a persisted pool (state written before
+    /// pools were) is rebuilt from its live jobs' records. Send [`Input::Restarted`] next.
     pub fn restore(
         config: AutoscalerConfig,
         topology: Topology,
         jobs: Vec<(JobRecord, Job)>,
+        families: BTreeMap<String, Measurements>,
         next_seq: u64,
         now_s: f64,
     ) -> Self {
         let mut a = Self::new(config, topology);
+        let persisted: BTreeSet<String> = families.keys().cloned().collect();
+        a.families = families;
         let mut jobs = jobs;
         jobs.sort_by_key(|(r, _)| r.seq);
         for (mut record, mut job) in jobs.into_iter().filter(|(r, _)| !r.status.is_terminal()) {
@@ -208,7 +215,7 @@ impl Autoscaler {
                 a.work.insert(record.id.clone(), work);
             }
             job.history = record.history.clone();
-            if let Some(family) = &record.family {
+            if let Some(family) = record.family.as_ref().filter(|f| !persisted.contains(*f)) {
                 let pool = a.families.entry(family.clone()).or_default();
                 for p in &record.measurements.points {
                     pool.absorb(p);
@@ -247,6 +254,11 @@ impl Autoscaler {
             }
         }
         ids
+    }
+
+    /// The model families' pools of measurements, by name.
+    pub fn families(&self) -> &BTreeMap<String, Measurements> {
+        &self.families
     }
 
     /// The settings.
@@ -389,6 +401,7 @@ impl Autoscaler {
             mut step,
             touched,
             finished,
+            families,
         } = out;
         step.records = finished;
         for id in &touched {
@@ -397,6 +410,10 @@ impl Autoscaler {
             }
         }
         step.records.sort_by_key(|r| r.seq);
+        step.families = families
+            .into_iter()
+            .filter_map(|f| Some((f.clone(), self.families.get(&f)?.clone())))
+            .collect();
         step
     }
 
@@ -699,6 +716,7 @@ impl Autoscaler {
                 .or_default()
                 .add_first_grad(g);
             self.live[i].first_grad = Some(g);
+            out.families.insert(f.clone());
         }
         if let Some(f) = family.as_ref().filter(|_| !warm_up) {
             // The family's pool decides its jobs' model.
@@ -709,6 +727,7 @@ impl Autoscaler {
                 micro_steps,
                 report.samples_per_s,
             );
+            out.families.insert(f.clone());
             if new_point && !self.refit_family(f).is_empty() {
                 let points = self.families.get(f).map_or(0, |p| p.points.len());
                 out.event(Event::ModelFitted {
