@@ -8,7 +8,6 @@ use dlscale_core::{BatchSize, GpuCount};
 use serde::{Deserialize, Serialize};
 
 use crate::input::Outcome;
-use crate::learn::Measurements;
 use crate::record::{JobRecord, Status};
 
 /// A GPU count, a batch and where: what a job runs with, or is to run with.
@@ -480,10 +479,10 @@ pub struct Step {
     /// The records of the jobs the batch changed (ended ones included), in arrival order: what
     /// a shell persists before it carries out the actions.
     pub records: Vec<JobRecord>,
-    /// The model families whose pool of measurements the batch changed, by name, with the pool
-    /// now: persisted with the records, they outlive the jobs that measured them
-    /// ([`crate::Autoscaler::restore`]).
-    pub families: Vec<(String, Measurements)>,
+    /// The model families whose pool of measurements the batch changed, by name: what a shell
+    /// persists of [`crate::Autoscaler::families`] with the records, so that what a family
+    /// learned outlives the jobs that measured it ([`crate::Autoscaler::restore`]).
+    pub families: Vec<String>,
 }
 
 #[cfg(test)]

@@ -349,11 +349,11 @@ fn restore_rebuilds_the_family_pool_from_the_live_records() {
     assert_eq!(launch_of(&s, "b").map(|l| l.1), Some(4), "{s:?}");
 }
 
-/// Keeps what `step` changed of the families' pools, as the service's store does: one row per
-/// family, its latest pool.
-fn persist(stored: &mut BTreeMap<String, Measurements>, step: &Step) {
-    for (name, pool) in &step.families {
-        stored.insert(name.clone(), pool.clone());
+/// Keeps the families' pools `step` changed, as the service's store does: one row per family,
+/// its latest pool.
+fn persist(stored: &mut BTreeMap<String, Measurements>, a: &Autoscaler, step: &Step) {
+    for name in &step.families {
+        stored.insert(name.clone(), a.families()[name].clone());
     }
 }
 
@@ -366,13 +366,14 @@ fn a_family_pool_outlives_its_jobs_across_a_restore() {
     let mut a = Autoscaler::new(config(), topology());
     let mut stored = BTreeMap::new();
     let s = a.handle(0.0, vec![submit("a", ModelSource::Learned, Some("f"))]);
-    persist(&mut stored, &s);
+    persist(&mut stored, &a, &s);
     let (attempt, _, batch) = launch_of(&s, "a").expect("a launched");
-    persist(&mut stored, &a.handle(0.0, started(&s)));
+    let t = a.handle(0.0, started(&s));
+    persist(&mut stored, &a, &t);
     for t in [30.0, 60.0] {
         let s = a.handle(t, vec![report("a", attempt, batch, 1000.0, Some(first))]);
-        assert_eq!(s.families.len(), 1, "each report changes the pool: {s:?}");
-        persist(&mut stored, &s);
+        assert_eq!(s.families, ["f"], "each report changes the pool: {s:?}");
+        persist(&mut stored, &a, &s);
     }
     assert_eq!(stored.get("f"), a.families().get("f"));
     let pool_fit = a.families()["f"].model(false).expect("a measured");
@@ -391,7 +392,8 @@ fn a_family_pool_outlives_its_jobs_across_a_restore() {
         },
     ];
     for input in ends {
-        persist(&mut stored, &a.handle(90.0, vec![input]));
+        let s = a.handle(90.0, vec![input]);
+        persist(&mut stored, &a, &s);
     }
     assert!(a.live().is_empty());
     let restored = |families| {

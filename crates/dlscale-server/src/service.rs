@@ -572,7 +572,11 @@ impl Driver {
             actions: step.actions.clone(),
             events: step.events.clone(),
             profiles,
-            families: step.families.clone(),
+            families: step
+                .families
+                .iter()
+                .filter_map(|f| Some((f.clone(), self.autoscaler.families().get(f)?.clone())))
+                .collect(),
         };
         fault::point("before-commit");
         commit(&self.service, batch).await;

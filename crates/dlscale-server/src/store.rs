@@ -170,7 +170,8 @@ pub struct Batch {
     pub events: Vec<Event>,
     /// Profiles it stored.
     pub profiles: Vec<Profile>,
-    /// The model families' pools it changed ([`dlscale_autoscaler::Step::families`]).
+    /// The model families' pools it changed ([`dlscale_autoscaler::Step::families`]), as they
+    /// are now.
     pub families: Vec<(String, Measurements)>,
 }
 

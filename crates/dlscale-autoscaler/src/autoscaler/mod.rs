@@ -191,7 +191,7 @@ impl Autoscaler {
 
     /// An autoscaler resuming persisted state: the records of the jobs that had not ended, each
     /// with its job as policies see it (rebuilt by the caller from the submission), the model
-    /// families' pools as last persisted ([`Step::families`]), the next arrival number and the
+    /// families' pools as last persisted ([`Step::families`] names those a step changed), the next arrival number and the
     /// time of the last handled input. A family without a persisted pool (state written before
     /// pools were) is rebuilt from its live jobs' records. Send [`Input::Restarted`] next.
     pub fn restore(
@@ -410,10 +410,7 @@ impl Autoscaler {
             }
         }
         step.records.sort_by_key(|r| r.seq);
-        step.families = families
-            .into_iter()
-            .filter_map(|f| Some((f.clone(), self.families.get(&f)?.clone())))
-            .collect();
+        step.families = families.into_iter().collect();
         step
     }
 
