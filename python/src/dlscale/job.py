@@ -233,9 +233,14 @@ class Job:
             )
         if lr is not None and optimizer is not None:
             set_lr(optimizer, lr)
-        dist = _dist()
-        if dist is not None:
-            dist.barrier()  # nobody writes a new checkpoint before everyone has read
+        if _dist() is not None:
+            # Also the barrier: nobody writes a new checkpoint before everyone has read. Ranks
+            # that resumed at different steps would run different collectives and hang; say so.
+            hi, neg_lo = _all_reduce_max([self.step, -self.step])
+            if hi != -neg_lo:
+                raise RuntimeError(
+                    f"ranks resumed at different steps ({-neg_lo} to {hi}): every rank must see "
+                    f"the same checkpoints in {self.alloc.checkpoint_dir}")
         self._reset_window()
         return found is not None
 
@@ -342,17 +347,9 @@ class Job:
         """True once SIGTERM reached any rank. With torch.distributed initialized this is a
         collective (all-reduce MAX of the flag), so every rank stops after the same step."""
         flag = self.stop_flag.is_set()
-        dist = _dist()
-        if dist is None:
+        if _dist() is None:
             return flag
-        import torch
-
-        device = "cpu"
-        if dist.get_backend() == "nccl":
-            device = f"cuda:{torch.cuda.current_device()}"
-        t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t.item())
+        return bool(_all_reduce_max([1 if flag else 0])[0])
 
     def _close(self) -> None:
         self.reporter.close()
@@ -363,11 +360,14 @@ class Job:
         self._flush_window()
         self.checkpoint()
         self.log(f"stopped step={self.step} samples_seen={self.samples_seen} exit_code={self.stop_code}")
-        self._close()
+        self.reporter.close()
         dist = _dist()
         if dist is not None:
             dist.destroy_process_group()
         sys.stdout.flush()
+        # Restored only now: a late SIGTERM (a launcher's second) while the process leaves its
+        # group must not kill it before it exits with its stop code.
+        self.stop_flag.uninstall()
         sys.exit(self.stop_code)
 
     def finish(self) -> None:
@@ -381,6 +381,19 @@ class Job:
                                     "samples_seen": self.samples_seen})
         self.log(f"done step={self.step} samples_seen={self.samples_seen}")
         self._close()
+
+
+def _all_reduce_max(values: List[int]) -> List[int]:
+    """The element-wise maximum of ``values`` over every rank (a collective)."""
+    import torch
+
+    dist = _dist()
+    device = "cpu"
+    if dist.get_backend() == "nccl":
+        device = f"cuda:{torch.cuda.current_device()}"
+    t = torch.tensor(values, dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [int(v) for v in t.tolist()]
 
 
 def init(**kwargs: Any) -> Job:

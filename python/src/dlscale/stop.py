@@ -37,26 +37,33 @@ def stop_exit_code(environ=None) -> int:
 
 
 class StopFlag:
-    """Set by SIGTERM (and SIGINT); read by the training loop."""
+    """Set by SIGTERM (and SIGINT); read by the training loop.
+
+    Lock-free on purpose: Python runs a signal handler on the main thread between bytecodes, so
+    a second signal can run the handler again inside the first. A launch gets SIGTERM twice
+    (Slurm signals every process of a step, then torchrun forwards its own), and a handler that
+    takes a lock (``threading.Event.set`` does) would block on the lock its own thread holds:
+    the worker hangs, its peers wait in the next collective, and the grace period ends in a
+    kill that loses every step since the last checkpoint."""
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._set = False
         self.signum: Optional[int] = None
         self._previous = {}
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self._set
 
     def set(self, signum: Optional[int] = None) -> None:
         if self.signum is None:
             self.signum = signum
-        self._event.set()
+        self._set = True
 
     def _handler(self, signum, frame) -> None:
-        if signum == signal.SIGINT and self._event.is_set():
+        if signum == signal.SIGINT and self._set:
             # Second Ctrl-C: the user really wants out.
             raise KeyboardInterrupt
-        first = not self._event.is_set()
+        first = not self._set
         self.set(signum)
         if first:
             try:

@@ -1,0 +1,55 @@
+"""Ranks that would resume at different steps (their checkpoint directories differ) would run
+different collectives and hang; `Job.resume` says so on every rank instead."""
+import multiprocessing
+import os
+
+from conftest import require
+
+torch = require("torch")
+
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+from dlscale import Allocation, Job  # noqa: E402
+
+
+def _alloc(rank, world, checkpoint_dir):
+    return Allocation(job_id="agree", rank=rank, local_rank=rank, world_size=world,
+                      local_batch_size=4, batch_size=4 * world, checkpoint_dir=checkpoint_dir,
+                      api=None, token=None)
+
+
+def _worker(rank, world, dirs, out_dir):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank,
+                            world_size=world)
+    job = Job(_alloc(rank, world, dirs[rank]), install_signals=False)
+    try:
+        outcome = f"resumed at {job.step}" if job.resume(torch.nn.Linear(2, 1)) else "fresh"
+    except RuntimeError as exc:
+        outcome = str(exc)
+    with open(os.path.join(out_dir, f"rank{rank}"), "w") as f:
+        f.write(outcome)
+    dist.destroy_process_group()
+
+
+def _run(dirs, out_dir):
+    multiprocessing.set_forkserver_preload([__name__])
+    mp.start_processes(_worker, args=(len(dirs), dirs, str(out_dir)), nprocs=len(dirs), join=True,
+                       start_method="forkserver")
+    return [open(out_dir / f"rank{r}").read() for r in range(len(dirs))]
+
+
+def test_ranks_resuming_at_different_steps_are_told_so_and_agreeing_ones_resume(tmp_path):
+    shared, empty = tmp_path / "shared", tmp_path / "empty"
+    job = Job(_alloc(0, 1, str(shared)), install_signals=False)
+    job.resume(torch.nn.Linear(2, 1))
+    job.step = 5
+    job.checkpoint()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    outcomes = _run([str(shared), str(shared)], tmp_path / "a")
+    assert outcomes == ["resumed at 5", "resumed at 5"], outcomes
+    outcomes = _run([str(shared), str(empty)], tmp_path / "b")
+    for outcome in outcomes:
+        assert "ranks resumed at different steps (0 to 5)" in outcome, outcomes
