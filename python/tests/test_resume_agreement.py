@@ -2,6 +2,7 @@
 different collectives and hang; `Job.resume` says so on every rank instead."""
 import multiprocessing
 import os
+import time
 
 from conftest import require
 
@@ -33,10 +34,16 @@ def _worker(rank, world, dirs, out_dir):
     dist.destroy_process_group()
 
 
-def _run(dirs, out_dir):
+def _run(dirs, out_dir, timeout_s=120.0):
     multiprocessing.set_forkserver_preload([__name__])
-    mp.start_processes(_worker, args=(len(dirs), dirs, str(out_dir)), nprocs=len(dirs), join=True,
-                       start_method="forkserver")
+    ctx = mp.start_processes(_worker, args=(len(dirs), dirs, str(out_dir)), nprocs=len(dirs),
+                             join=False, start_method="forkserver")
+    deadline = time.monotonic() + timeout_s
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            raise AssertionError(f"the ranks hung at resume (more than {timeout_s:.0f} s)")
     return [open(out_dir / f"rank{r}").read() for r in range(len(dirs))]
 
 

@@ -305,7 +305,7 @@ fn restore_rebuilds_the_family_pool_from_the_live_records() {
     let (record, _) = a.job("a").unwrap();
     let records = vec![(record.clone(), job("a"))];
     // A persisted pool is taken as it is: the live record's measurements are in it already.
-    let persisted = Autoscaler::restore(
+    let mut persisted = Autoscaler::restore(
         config(),
         topology(),
         records.clone(),
@@ -314,6 +314,8 @@ fn restore_rebuilds_the_family_pool_from_the_live_records() {
         100.0,
     );
     assert_eq!(persisted.families(), a.families());
+    let s = persisted.handle(101.0, vec![Input::Restarted]);
+    assert!(s.families.is_empty(), "nothing new to persist: {s:?}");
     // State written before pools were persisted: rebuilt from the live records.
     let mut b = Autoscaler::restore(
         config(),
@@ -327,7 +329,10 @@ fn restore_rebuilds_the_family_pool_from_the_live_records() {
         b.job("a").unwrap().1.throughput.as_ref(),
         &pool_fit
     ));
-    b.handle(101.0, vec![Input::Restarted]);
+    // The rebuilt pool is named by the next step, to be persisted before a's job ends.
+    let s = b.handle(101.0, vec![Input::Restarted]);
+    assert_eq!(s.families, ["f"]);
+    assert_eq!(b.families()["f"].points, a.families()["f"].points);
     b.handle(
         102.0,
         vec![Input::Observed(Observation {

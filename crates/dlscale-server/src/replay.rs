@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use dlscale_autoscaler::learn::Measurements;
 use dlscale_autoscaler::{Action, Autoscaler, AutoscalerConfig, Event, Input};
 use dlscale_core::placement::Topology;
 use dlscale_core::throughput::AnalyticModel;
@@ -74,6 +75,8 @@ pub fn replay_history(history: &History) -> Result<ReplayReport> {
     // What a restart rebuilds jobs from: each live job's submission and the stored profiles.
     let mut specs: BTreeMap<String, JobSpec> = BTreeMap::new();
     let mut profiles: BTreeMap<String, AnalyticModel> = BTreeMap::new();
+    // The families' pools as the service stored them: each batch's changed ones.
+    let mut stored_families: BTreeMap<String, Measurements> = BTreeMap::new();
     for (batch, at, inputs) in batches {
         while let Some(start) = starts.next_if(|s| s.batch <= batch) {
             let config: AutoscalerConfig =
@@ -88,8 +91,8 @@ pub fn replay_history(history: &History) -> Result<ReplayReport> {
                     format!("the start at batch {} recorded no topology", start.batch)
                 })?;
             // What the service restored from: the live records and the families' pools as the
-            // batches before had left them.
-            let (jobs, families, next_seq) = match &autoscaler {
+            // batches before had stored them.
+            let (jobs, next_seq) = match &autoscaler {
                 Some(a) => {
                     let jobs = a
                         .live()
@@ -100,12 +103,17 @@ pub fn replay_history(history: &History) -> Result<ReplayReport> {
                             Some((r.clone(), restored_job(spec, r, &profiles, learned).ok()?))
                         })
                         .collect();
-                    (jobs, a.families().clone(), a.next_seq())
+                    (jobs, a.next_seq())
                 }
-                None => (Vec::new(), BTreeMap::new(), 1),
+                None => (Vec::new(), 1),
             };
             autoscaler = Some(Autoscaler::restore(
-                config, topology, jobs, families, next_seq, start.at_s,
+                config,
+                topology,
+                jobs,
+                stored_families.clone(),
+                next_seq,
+                start.at_s,
             ));
             report.starts += 1;
         }
@@ -128,6 +136,11 @@ pub fn replay_history(history: &History) -> Result<ReplayReport> {
         }
         report.inputs += inputs.len();
         let step = a.handle(at, build_inputs(&inputs).inputs);
+        for name in &step.families {
+            if let Some(pool) = a.families().get(name) {
+                stored_families.insert(name.clone(), pool.clone());
+            }
+        }
         report.batches += 1;
         report.actions += step.actions.len();
         report

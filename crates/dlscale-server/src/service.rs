@@ -339,7 +339,11 @@ pub async fn start(
         );
         jobs.push((s.record, job));
     }
-    let families = store.families().await?;
+    let (families, unreadable) = store.families().await?;
+    for e in unreadable {
+        // Derived from the jobs' reports: rebuilt from the live jobs' records instead.
+        tracing::error!("{e}; it is rebuilt from its live jobs' records");
+    }
     let mut autoscaler = Autoscaler::restore(
         config.autoscaler(),
         capacity.topology.clone(),

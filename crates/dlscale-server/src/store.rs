@@ -448,20 +448,26 @@ impl Store {
         .await
     }
 
-    /// The model families' pools of measurements, by name.
-    pub async fn families(&self) -> Result<BTreeMap<String, Measurements>> {
+    /// The model families' pools of measurements, by name, and why each unreadable one could
+    /// not be read (a pool is derived from the jobs' reports: a caller can do without it).
+    pub async fn families(&self) -> Result<(BTreeMap<String, Measurements>, Vec<String>)> {
         self.read(|conn| {
             let mut stmt = conn.prepare("SELECT name, pool FROM families")?;
             let rows =
                 stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
-            let mut families = BTreeMap::new();
+            let (mut families, mut unreadable) = (BTreeMap::new(), Vec::new());
             for row in rows {
                 let (name, pool) = row?;
-                let pool = serde_json::from_str(&pool)
-                    .with_context(|| format!("model family '{name}': stored pool is unreadable"))?;
-                families.insert(name, pool);
+                match serde_json::from_str(&pool) {
+                    Ok(pool) => {
+                        families.insert(name, pool);
+                    }
+                    Err(e) => unreadable.push(format!(
+                        "model family '{name}': stored pool is unreadable: {e}"
+                    )),
+                }
             }
-            Ok(families)
+            Ok((families, unreadable))
         })
         .await
     }
@@ -657,7 +663,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn family_pools_are_kept_as_last_committed_and_a_bad_one_is_named() {
+    async fn family_pools_are_kept_as_last_committed_and_a_bad_one_is_named_and_left_out() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("db")).unwrap();
         let pool = |step_time_s| {
@@ -690,14 +696,13 @@ mod tests {
             .commit(batch(2, vec![("a".into(), pool(0.6))]))
             .await
             .unwrap();
-        let families = store.families().await.unwrap();
         let want: BTreeMap<String, Measurements> =
             [("a".into(), pool(0.6)), ("b".into(), pool(0.7))].into();
-        assert_eq!(families, want);
+        assert_eq!(store.families().await.unwrap(), (want.clone(), Vec::new()));
         // Reopened: the same.
         drop(store);
         let store = Store::open(&dir.path().join("db")).unwrap();
-        assert_eq!(store.families().await.unwrap(), want);
+        assert_eq!(store.families().await.unwrap(), (want, Vec::new()));
         store
             .write(|conn| {
                 conn.execute("UPDATE families SET pool = '{' WHERE name = 'b'", [])?;
@@ -705,7 +710,10 @@ mod tests {
             })
             .await
             .unwrap();
-        let err = format!("{:#}", store.families().await.unwrap_err());
-        assert!(err.contains("model family 'b'"), "{err}");
+        // An unreadable pool is left out and named; the others are read.
+        let (families, unreadable) = store.families().await.unwrap();
+        assert_eq!(families, [("a".to_string(), pool(0.6))].into());
+        assert_eq!(unreadable.len(), 1);
+        assert!(unreadable[0].contains("model family 'b'"), "{unreadable:?}");
     }
 }

@@ -205,7 +205,9 @@ class Job:
         """Load the newest checkpoint into ``model``/``optimizer`` (every rank), restore step,
         samples_seen, RNG and ``extra``. ``lr`` (the LR scaled for *this* allocation) is set
         on the optimizer afterwards, since the saved optimizer state carries the old one.
-        Remembers model/optimizer for ``checkpoint()``/``stop()``/``finish()``."""
+        Remembers model/optimizer for ``checkpoint()``/``stop()``/``finish()``. Collective with
+        torch.distributed initialized: every rank calls it; raises ``RuntimeError`` when the
+        ranks resumed at different steps (they would run different collectives and hang)."""
         self._model, self._optimizer = model, optimizer
         found = load_latest_checkpoint(self.alloc.checkpoint_dir)
         if found is not None:

@@ -117,6 +117,9 @@ pub struct Autoscaler {
     /// What the jobs of each model family measured, pooled: the learned model of a job that
     /// names a family is the pool's ([`crate::Submission::family`]).
     families: BTreeMap<String, Measurements>,
+    /// Families whose pool `restore` rebuilt from live records (none was persisted): the next
+    /// step names them, so that the shell persists them before the jobs that measured them end.
+    rebuilt_families: BTreeSet<String>,
 }
 
 /// What `r`'s learned model is fitted to: its family's pool in `families`, or its own reports.
@@ -184,6 +187,7 @@ impl Autoscaler {
             keep_inputs: false,
             last_inputs: None,
             families: BTreeMap::new(),
+            rebuilt_families: BTreeSet::new(),
         };
         a.set_topology(topology);
         a
@@ -193,7 +197,8 @@ impl Autoscaler {
     /// with its job as policies see it (rebuilt by the caller from the submission), the model
     /// families' pools as last persisted ([`Step::families`] names those a step changed), the next arrival number and the
     /// time of the last handled input. A family without a persisted pool (state written before
-    /// pools were) is rebuilt from its live jobs' records. Send [`Input::Restarted`] next.
+    /// pools were, or a pool that could not be read) is rebuilt from its live jobs' records, and
+    /// the next step names it to be persisted. Send [`Input::Restarted`] next.
     pub fn restore(
         config: AutoscalerConfig,
         topology: Topology,
@@ -216,6 +221,7 @@ impl Autoscaler {
             }
             job.history = record.history.clone();
             if let Some(family) = record.family.as_ref().filter(|f| !persisted.contains(*f)) {
+                a.rebuilt_families.insert(family.clone());
                 let pool = a.families.entry(family.clone()).or_default();
                 for p in &record.measurements.points {
                     pool.absorb(p);
@@ -367,7 +373,10 @@ impl Autoscaler {
                 .interval_s
                 .map(|i| ((now / i).ceil() * i).max(i));
         }
-        let mut out = Out::default();
+        let mut out = Out {
+            families: std::mem::take(&mut self.rebuilt_families),
+            ..Out::default()
+        };
         for input in inputs {
             let refusal = self.input(now, input, &mut out);
             out.step.refusals.push(refusal);
