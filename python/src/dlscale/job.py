@@ -206,45 +206,63 @@ class Job:
         samples_seen, RNG and ``extra``. ``lr`` (the LR scaled for *this* allocation) is set
         on the optimizer afterwards, since the saved optimizer state carries the old one.
         Remembers model/optimizer for ``checkpoint()``/``stop()``/``finish()``. Collective with
-        torch.distributed initialized: every rank calls it; raises ``RuntimeError`` when the
-        ranks resumed at different steps (they would run different collectives and hang)."""
+        torch.distributed initialized: every rank calls it; when one rank fails to load, it
+        raises that error and the others ``RuntimeError``, as they do when the ranks resumed at
+        different steps (they would otherwise wait in collectives that never come)."""
         self._model, self._optimizer = model, optimizer
-        found = load_latest_checkpoint(self.alloc.checkpoint_dir)
-        if found is not None:
-            path, state = found
-            _unwrap(model).load_state_dict(state["model"])
-            if optimizer is not None and state.get("optimizer") is not None:
-                optimizer.load_state_dict(state["optimizer"])
-            self.step = int(state["step"])
-            self.samples_seen = int(state["samples_seen"])
-            self.extra = dict(state.get("extra") or {})
-            if state.get("grad_noise"):
-                try:
-                    self.grad_noise.load_state_dict(state["grad_noise"])
-                    self._grad_updates_seen = self.grad_noise.updates
-                except (ValueError, KeyError, TypeError) as exc:
-                    print(f"dlscale: warning: gradient-noise state not restored: {exc}",
-                          file=sys.stderr, flush=True)
-            if state.get("rng"):
-                restore_rng_state(state["rng"])
-            self.resumed_from = path
-            self._last_ckpt_step = self.step
-            self.log(
-                f"resumed step={self.step} samples_seen={self.samples_seen} "
-                f"world_size={self.world_size} batch_size={self.batch_size}"
-            )
-        if lr is not None and optimizer is not None:
+        found, failure = None, None
+        try:
+            found = self._load_latest(model, optimizer)
+        except Exception as exc:  # re-raised below, once the other ranks know
+            failure = exc
+        if lr is not None and optimizer is not None and failure is None:
             set_lr(optimizer, lr)
         if _dist() is not None:
-            # Also the barrier: nobody writes a new checkpoint before everyone has read. Ranks
-            # that resumed at different steps would run different collectives and hang; say so.
-            hi, neg_lo = _all_reduce_max([self.step, -self.step])
+            # Also the barrier: nobody writes a new checkpoint before everyone has read. A rank
+            # that failed to load, or ranks at different steps, would leave the others waiting in
+            # a collective that never comes: every rank learns of it and raises.
+            hi, neg_lo, failed = _all_reduce_max([self.step, -self.step, int(failure is not None)])
+            if failure is not None:
+                raise failure
+            if failed:
+                raise RuntimeError("another rank failed to load its checkpoint (see its log)")
             if hi != -neg_lo:
                 raise RuntimeError(
                     f"ranks resumed at different steps ({-neg_lo} to {hi}): every rank must see "
                     f"the same checkpoints in {self.alloc.checkpoint_dir}")
+        elif failure is not None:
+            raise failure
         self._reset_window()
         return found is not None
+
+    def _load_latest(self, model: Any, optimizer: Any) -> Optional[str]:
+        """Loads the newest checkpoint into this rank's objects; its path, or None."""
+        found = load_latest_checkpoint(self.alloc.checkpoint_dir)
+        if found is None:
+            return None
+        path, state = found
+        _unwrap(model).load_state_dict(state["model"])
+        if optimizer is not None and state.get("optimizer") is not None:
+            optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+        self.samples_seen = int(state["samples_seen"])
+        self.extra = dict(state.get("extra") or {})
+        if state.get("grad_noise"):
+            try:
+                self.grad_noise.load_state_dict(state["grad_noise"])
+                self._grad_updates_seen = self.grad_noise.updates
+            except (ValueError, KeyError, TypeError) as exc:
+                print(f"dlscale: warning: gradient-noise state not restored: {exc}",
+                      file=sys.stderr, flush=True)
+        if state.get("rng"):
+            restore_rng_state(state["rng"])
+        self.resumed_from = path
+        self._last_ckpt_step = self.step
+        self.log(
+            f"resumed step={self.step} samples_seen={self.samples_seen} "
+            f"world_size={self.world_size} batch_size={self.batch_size}"
+        )
+        return path
 
     def state_dict(self) -> Dict[str, Any]:
         opt = self._optimizer
