@@ -357,8 +357,8 @@ fn restore_rebuilds_the_family_pool_from_the_live_records() {
 /// Keeps the families' pools `step` changed, as the service's store does: one row per family,
 /// its latest pool.
 fn persist(stored: &mut BTreeMap<String, Measurements>, a: &Autoscaler, step: &Step) {
-    for name in &step.families {
-        stored.insert(name.clone(), a.families()[name].clone());
+    for (name, pool) in a.changed_pools(step) {
+        stored.insert(name.clone(), pool.clone());
     }
 }
 

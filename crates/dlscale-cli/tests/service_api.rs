@@ -584,13 +584,7 @@ async fn a_model_familys_measurements_outlive_its_jobs_and_a_restart() {
                     .is_some_and(|x| (x - 400.0).abs() < 1e-6)
         })
         .await;
-    let (s, b) = server.json(Method::DELETE, "/v1/jobs/a", None).await;
-    assert!(s < 300, "{s}: {b}");
-    server
-        .wait_job("a", 30.0, "a cancelled", |j| {
-            j.state == JobStatus::Cancelled
-        })
-        .await;
+    server.cancel("a").await;
     server.kill9();
     server.restart().await;
     let b = server.submit(learned("b")).await;
@@ -600,12 +594,6 @@ async fn a_model_familys_measurements_outlive_its_jobs_and_a_restart() {
         .await;
     // Trusted with twice the GPUs the family was measured on (the prior: only its request).
     assert_eq!(b.gpus, 2 * a.gpus, "{b:#?}");
-    let (s, body) = server.json(Method::DELETE, "/v1/jobs/b", None).await;
-    assert!(s < 300, "{s}: {body}");
-    server
-        .wait_job("b", 30.0, "b cancelled", |j| {
-            j.state == JobStatus::Cancelled
-        })
-        .await;
+    server.cancel("b").await;
     assert_replays(&server);
 }

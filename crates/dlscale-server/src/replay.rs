@@ -136,10 +136,8 @@ pub fn replay_history(history: &History) -> Result<ReplayReport> {
         }
         report.inputs += inputs.len();
         let step = a.handle(at, build_inputs(&inputs).inputs);
-        for name in &step.families {
-            if let Some(pool) = a.families().get(name) {
-                stored_families.insert(name.clone(), pool.clone());
-            }
+        for (name, pool) in a.changed_pools(&step) {
+            stored_families.insert(name.clone(), pool.clone());
         }
         report.batches += 1;
         report.actions += step.actions.len();

@@ -576,10 +576,10 @@ impl Driver {
             actions: step.actions.clone(),
             events: step.events.clone(),
             profiles,
-            families: step
-                .families
-                .iter()
-                .filter_map(|f| Some((f.clone(), self.autoscaler.families().get(f)?.clone())))
+            families: self
+                .autoscaler
+                .changed_pools(&step)
+                .map(|(name, pool)| (name.clone(), pool.clone()))
                 .collect(),
         };
         fault::point("before-commit");

@@ -18,8 +18,9 @@
 //! statistics, and a running job reports like the worker library (every report interval, the
 //! first of each launch being warm-up) its true samples/s and its true gradient statistics at
 //! its batch and epoch, each with measurement noise; the autoscaler fits its model from those
-//! reports, as in the service. With [`Knowledge::Oracle`] the policies see each job's true model, and
-//! before every batch its true gradient statistics and remaining work (an [`Input::Oracle`]).
+//! reports, as in the service. With [`Knowledge::Oracle`] the policies see each job's true
+//! model, and before every batch its true gradient statistics and remaining work (an
+//! [`Input::Oracle`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -195,8 +195,8 @@ impl Autoscaler {
 
     /// An autoscaler resuming persisted state: the records of the jobs that had not ended, each
     /// with its job as policies see it (rebuilt by the caller from the submission), the model
-    /// families' pools as last persisted ([`Step::families`] names those a step changed), the next arrival number and the
-    /// time of the last handled input. A family without a persisted pool (state written before
+    /// families' pools as last persisted ([`Autoscaler::changed_pools`]), the next arrival
+    /// number and the time of the last handled input. A family without a persisted pool (state written before
     /// pools were, or a pool that could not be read) is rebuilt from its live jobs' records, and
     /// the next step names it to be persisted. Send [`Input::Restarted`] next.
     pub fn restore(
@@ -265,6 +265,17 @@ impl Autoscaler {
     /// The model families' pools of measurements, by name.
     pub fn families(&self) -> &BTreeMap<String, Measurements> {
         &self.families
+    }
+
+    /// The pools `step` changed ([`Step::families`]), as they are now: what a shell persists
+    /// with the step's records.
+    pub fn changed_pools<'a>(
+        &'a self,
+        step: &'a Step,
+    ) -> impl Iterator<Item = (&'a String, &'a Measurements)> + 'a {
+        step.families
+            .iter()
+            .filter_map(|name| Some((name, self.families.get(name)?)))
     }
 
     /// The settings.

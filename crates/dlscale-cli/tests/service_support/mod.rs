@@ -175,6 +175,18 @@ impl Server {
         serde_json::from_value(body).unwrap()
     }
 
+    /// Cancels a job holding GPUs, asserting 202, and waits (30 s at most) until it is cancelled.
+    pub async fn cancel(&self, id: &str) -> JobView {
+        let (status, body) = self
+            .json(Method::DELETE, &format!("/v1/jobs/{id}"), None)
+            .await;
+        assert_eq!(status, 202, "{id}: {body}");
+        self.wait_job(id, 30.0, "its cancellation", |j| {
+            j.state == dlscale_autoscaler::Status::Cancelled
+        })
+        .await
+    }
+
     /// One job.
     pub async fn job(&self, id: &str) -> JobView {
         self.client
