@@ -33,7 +33,7 @@ use dlscale_autoscaler::{
 use dlscale_core::efficiency::{EfficiencyModel, GradNoise};
 use dlscale_core::job::{JobEfficiency, RemainingWork};
 use dlscale_core::placement::Topology;
-use dlscale_core::throughput::throughput_samples_per_s;
+use dlscale_core::throughput::{throughput_samples_per_s, Accumulating};
 use dlscale_core::{BatchSize, GpuCount, PolicyInfo};
 
 use crate::config::{Knowledge, ProgressMode, Reporting, SimConfig, World};
@@ -359,6 +359,21 @@ impl<'w, 'o> Engine<'w, 'o> {
             // The artifact's jobs declare per-GPU batch bounds, and its simulator runs none below
             // them (below them its tables only extrapolate).
             job.min_local_batch = profile.min_local_batch().min(job.max_local_batch);
+            // Its user knows what fits in memory (`yolov3`: less than its profile measured):
+            // a per-GPU batch beyond that accumulates, as the artifact runs it.
+            let memory = profile.memory_local_batch();
+            if memory < job.max_local_batch
+                && job
+                    .throughput
+                    .memory_local_batch()
+                    .is_none_or(|m| m > memory)
+            {
+                job.throughput = Arc::new(Accumulating {
+                    inner: job.throughput.clone(),
+                    memory_local: memory,
+                    max_local: job.max_local_batch,
+                });
+            }
         }
         if let Some(world) = self.artifact.filter(|_| is_artifact_baseline(self.info)) {
             // The artifact's baselines: any GPU count runs the fixed batch (accumulation), step
@@ -1116,6 +1131,38 @@ mod tests {
         for s in submissions(&plain, ELASTIC_BATCH) {
             assert_eq!((s.job.min_local_batch, s.family), (1, None), "{}", s.job.id);
         }
+    }
+
+    #[test]
+    fn in_pollux_world_jobs_accumulate_beyond_the_artifacts_memory_learned_or_not() {
+        let artifact = PolluxArtifact::bundled().unwrap();
+        let oracle = SimConfig {
+            knowledge: Knowledge::Oracle,
+            ..SimConfig::pollux()
+        };
+        let mut below_profile = 0;
+        for config in [SimConfig::pollux(), oracle] {
+            for s in submissions(&config, ELASTIC_BATCH) {
+                let memory = artifact
+                    .model(&s.job.model_name)
+                    .unwrap()
+                    .memory_local_batch();
+                for local in 1..=s.job.max_local_batch {
+                    assert_eq!(
+                        s.job.throughput.micro_steps(local),
+                        dlscale_core::throughput::micro_steps_for(local, memory),
+                        "{} at {local} per GPU",
+                        s.job.id
+                    );
+                }
+                below_profile += usize::from(memory < s.job.max_local_batch);
+            }
+        }
+        // yolov3 fits 8 per GPU though its profile measured up to 16.
+        assert!(
+            below_profile > 0,
+            "a model whose memory is below its profile"
+        );
     }
 
     #[test]

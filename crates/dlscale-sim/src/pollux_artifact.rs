@@ -298,6 +298,12 @@ impl ArtifactProfile {
         self.min_local
     }
 
+    /// The largest per-GPU micro-batch it runs in one step (its memory): larger per-GPU
+    /// batches accumulate gradients over micro-steps.
+    pub fn memory_local_batch(&self) -> BatchSize {
+        self.max_local
+    }
+
     /// Epochs to completion.
     pub fn epochs(&self) -> usize {
         self.boundaries.len()
