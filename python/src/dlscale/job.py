@@ -26,6 +26,7 @@ from .checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
+from .collective import collective_device
 from .env import Allocation, EnvError
 from .lr import set_lr
 from .metrics import MetricsReporter, metrics_payload
@@ -408,10 +409,7 @@ def _all_reduce_max(values: List[int]) -> List[int]:
     import torch
 
     dist = _dist()
-    device = "cpu"
-    if dist.get_backend() == "nccl":
-        device = f"cuda:{torch.cuda.current_device()}"
-    t = torch.tensor(values, dtype=torch.int64, device=device)
+    t = torch.tensor(values, dtype=torch.int64, device=collective_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return [int(v) for v in t.tolist()]
 

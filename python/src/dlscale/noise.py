@@ -64,6 +64,8 @@ import math
 import sys
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
+from .collective import collective_device
+
 Number = Union[int, float]
 
 STATE_VERSION = 1
@@ -172,10 +174,11 @@ class GradNoiseEstimator:
         world = dist.get_world_size(group)
         if world <= 1:
             return
-        device = "cpu"
-        if dist.get_backend(group) == "nccl":
-            device = f"cuda:{torch.cuda.current_device()}"
-        t = torch.tensor([self._sqr, self._var, self._weight], dtype=torch.float64, device=device)
+        t = torch.tensor(
+            [self._sqr, self._var, self._weight],
+            dtype=torch.float64,
+            device=collective_device(group),
+        )
         dist.all_reduce(t, group=group)
         self._sqr, self._var, self._weight = (v / world for v in t.tolist())
 
