@@ -360,7 +360,9 @@ impl<'w, 'o> Engine<'w, 'o> {
             // them (below them its tables only extrapolate).
             job.min_local_batch = profile.min_local_batch().min(job.max_local_batch);
             // Its user knows what fits in memory (`yolov3`: less than its profile measured):
-            // a per-GPU batch beyond that accumulates, as the artifact runs it.
+            // a per-GPU batch beyond that accumulates, as the artifact runs it. A model that
+            // accumulates already does so only beyond its larger memory, which no micro-step
+            // here reaches.
             let memory = profile.memory_local_batch();
             if memory < job.max_local_batch
                 && job
