@@ -630,11 +630,10 @@ pub(super) fn ratio_of(num: f64, den: f64) -> Option<f64> {
 
 /// "2 / 4 / 8 jobs/h" style rate lists: "8 and 16 jobs/h".
 pub(super) fn rates_named(rates: &[f64]) -> String {
-    let names: Vec<String> = rates.iter().map(|r| r.to_string()).collect();
-    match names.as_slice() {
-        [] => "no rate".to_string(),
-        [one] => format!("{one} jobs/h"),
-        [rest @ .., last] => format!("{} and {last} jobs/h", rest.join(", ")),
+    if rates.is_empty() {
+        "no rate".to_string()
+    } else {
+        format!("{} jobs/h", and_list(rates))
     }
 }
 

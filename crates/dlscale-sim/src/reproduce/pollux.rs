@@ -48,6 +48,9 @@ pub enum PolluxRun {
     /// Elastic-batch learning each job's model from its simulated reports, deciding every
     /// interval only (as Pollux does).
     ElasticBatchInterval,
+    /// [`PolluxRun::ElasticBatchInterval`] with another seed of the measurement noise: how
+    /// much of a figure is the noise one seed drew.
+    ElasticBatchIntervalSeed(u64),
     /// The same, also deciding on every arrival and completion.
     ElasticBatchEvents,
     /// Interval-only and learned, but no job declares its length: no remaining work is known,
@@ -61,28 +64,36 @@ pub enum PolluxRun {
 }
 
 impl PolluxRun {
+    /// The measurement-noise seeds of the interval-only runs besides the default one.
+    pub const OTHER_SEEDS: [u64; 2] = [2, 3];
+
     /// Every run, in the report's order.
-    pub const ALL: [PolluxRun; 6] = [
+    pub const ALL: [PolluxRun; 8] = [
         PolluxRun::Tiresias,
         PolluxRun::OptimusOracle,
         PolluxRun::ElasticBatchInterval,
+        PolluxRun::ElasticBatchIntervalSeed(PolluxRun::OTHER_SEEDS[0]),
+        PolluxRun::ElasticBatchIntervalSeed(PolluxRun::OTHER_SEEDS[1]),
         PolluxRun::ElasticBatchEvents,
         PolluxRun::ElasticBatchLengthUnknown,
         PolluxRun::ElasticBatchOracle,
     ];
 
     /// What the report calls it.
-    pub fn label(self) -> &'static str {
+    pub fn label(self) -> String {
         match self {
-            PolluxRun::Tiresias => "tiresias (Pollux preset)",
-            PolluxRun::OptimusOracle => "optimus+oracle (Pollux preset; an oracle baseline)",
-            PolluxRun::ElasticBatchInterval => "elastic-batch, learned, interval-only",
-            PolluxRun::ElasticBatchEvents => "elastic-batch, learned, event-driven",
+            PolluxRun::Tiresias => "tiresias (Pollux preset)".into(),
+            PolluxRun::OptimusOracle => "optimus+oracle (Pollux preset; an oracle baseline)".into(),
+            PolluxRun::ElasticBatchInterval => "elastic-batch, learned, interval-only".into(),
+            PolluxRun::ElasticBatchIntervalSeed(seed) => {
+                format!("elastic-batch, learned, interval-only, noise seed {seed}")
+            }
+            PolluxRun::ElasticBatchEvents => "elastic-batch, learned, event-driven".into(),
             PolluxRun::ElasticBatchLengthUnknown => {
-                "elastic-batch, learned, interval-only, no job declaring its length"
+                "elastic-batch, learned, interval-only, no job declaring its length".into()
             }
             PolluxRun::ElasticBatchOracle => {
-                "elastic-batch + oracle (bundled models and exact remaining work from the start; not a result)"
+                "elastic-batch + oracle (bundled models and exact remaining work from the start; not a result)".into()
             }
         }
     }
@@ -112,6 +123,13 @@ impl PolluxRun {
             PolluxRun::Tiresias | PolluxRun::ElasticBatchInterval => preset,
             PolluxRun::OptimusOracle | PolluxRun::ElasticBatchOracle => SimConfig {
                 knowledge: Knowledge::Oracle,
+                ..preset
+            },
+            PolluxRun::ElasticBatchIntervalSeed(seed) => SimConfig {
+                knowledge: Knowledge::Learned(Reporting {
+                    seed,
+                    ..Reporting::default()
+                }),
                 ..preset
             },
             PolluxRun::ElasticBatchEvents => SimConfig {
@@ -226,9 +244,9 @@ pub fn reproduce_pollux(
         }
         let series: Vec<Series> = rows
             .iter()
-            .filter(|r| r.load == load)
+            .filter(|r| r.load == load && !matches!(r.id, PolluxRun::ElasticBatchIntervalSeed(_)))
             .map(|r| Series {
-                label: r.id.label().to_string(),
+                label: r.id.label(),
                 points: r
                     .summaries
                     .iter()

@@ -21,6 +21,16 @@ pub(super) fn int(x: f64) -> String {
     }
 }
 
+/// Items in prose: "3", "2 and 5", "2, 4 and 5" (empty: "").
+pub(super) fn and_list<T: std::fmt::Display>(items: &[T]) -> String {
+    let names: Vec<String> = items.iter().map(T::to_string).collect();
+    match names.as_slice() {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
 /// Seconds: "3,417 s".
 pub(super) fn secs(x: f64) -> String {
     format!("{} s", int(x))
