@@ -112,6 +112,50 @@ fn one_policy_writes_summary_directly_and_bad_rows_are_named_or_skipped() {
 }
 
 #[test]
+fn reproduce_pollux_writes_a_report_of_every_run_with_its_target() {
+    let out = tempfile::tempdir().unwrap();
+    let run = dlscale(&[
+        "reproduce",
+        "pollux",
+        "--workloads",
+        "3",
+        "--loads",
+        "0.5",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let rows = summary(&out.path().join("pollux.json"));
+    let rows = rows.as_array().unwrap();
+    let ids: Vec<String> = rows.iter().map(|r| r["id"].to_string()).collect();
+    assert_eq!(rows.len(), 8, "one row per run at the one load: {ids:?}");
+    assert!(
+        ids.iter()
+            .any(|id| id.contains("elastic-batch-interval-seed")),
+        "{ids:?}"
+    );
+    let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    // The fidelity row of workload 3 (Tiresias and Optimus+Oracle both within the bound).
+    let fidelity = report.lines().find(|l| l.starts_with("| 3 |")).unwrap();
+    assert_eq!(fidelity.matches("| yes |").count(), 2, "{fidelity}");
+    for needle in [
+        "| elastic-batch, learned, interval-only |",
+        "| elastic-batch, learned, interval-only, noise seed 2 |",
+        "| elastic-batch, learned, interval-only, noise seed 3 |",
+        "| elastic-batch, learned, event-driven |",
+        "**Over measurement-noise seeds 1, 2 and 3**",
+        "**Target: at most 0.90× Pollux's published mean, ",
+    ] {
+        assert!(report.contains(needle), "no {needle:?} in\n{report}");
+    }
+    assert!(out.path().join("avg_jct_by_workload_0_5.svg").is_file());
+}
+
+#[test]
 fn reproduce_paper_writes_a_report() {
     let out = tempfile::tempdir().unwrap();
     let run = dlscale(&[
