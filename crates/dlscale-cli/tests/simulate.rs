@@ -9,6 +9,17 @@ fn dlscale(args: &[&str]) -> Output {
         .expect("dlscale runs")
 }
 
+/// Runs `dlscale` with `args` and fails the test, with its stderr, unless it succeeds.
+fn dlscale_ok(args: &[&str]) -> Output {
+    let run = dlscale(args);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    run
+}
+
 fn summary(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -17,7 +28,7 @@ fn summary(path: &std::path::Path) -> serde_json::Value {
 fn simulate_compares_policies_and_writes_reports() {
     let out = tempfile::tempdir().unwrap();
     let dir = out.path().to_str().unwrap();
-    let run = dlscale(&[
+    let run = dlscale_ok(&[
         "simulate",
         "--workload",
         "pollux:2",
@@ -30,11 +41,6 @@ fn simulate_compares_policies_and_writes_reports() {
         "--out",
         dir,
     ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     for policy in ["elastic-batch", "tiresias"] {
         let s = summary(&out.path().join(policy).join("summary.json"));
         for field in [
@@ -99,12 +105,7 @@ fn one_policy_writes_summary_directly_and_bad_rows_are_named_or_skipped() {
     assert!(stderr.contains("trace.csv:3"), "{stderr}");
     let mut skipping = args.to_vec();
     skipping.push("--skip-bad-rows");
-    let ok = dlscale(&skipping);
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    dlscale_ok(&skipping);
     let s = summary(&out.join("summary.json"));
     assert_eq!(s["jobs"], 2);
     assert_eq!(s["skipped_rows"], 1);
@@ -114,7 +115,7 @@ fn one_policy_writes_summary_directly_and_bad_rows_are_named_or_skipped() {
 #[test]
 fn reproduce_pollux_writes_a_report_of_every_run_with_its_target() {
     let out = tempfile::tempdir().unwrap();
-    let run = dlscale(&[
+    dlscale_ok(&[
         "reproduce",
         "pollux",
         "--workloads",
@@ -124,11 +125,6 @@ fn reproduce_pollux_writes_a_report_of_every_run_with_its_target() {
         "--out",
         out.path().to_str().unwrap(),
     ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     let rows = summary(&out.path().join("pollux.json"));
     let rows = rows.as_array().unwrap();
     let ids: Vec<String> = rows.iter().map(|r| r["id"].to_string()).collect();
@@ -158,7 +154,7 @@ fn reproduce_pollux_writes_a_report_of_every_run_with_its_target() {
 #[test]
 fn reproduce_paper_writes_a_report() {
     let out = tempfile::tempdir().unwrap();
-    let run = dlscale(&[
+    dlscale_ok(&[
         "reproduce",
         "paper",
         "--jobs",
@@ -166,11 +162,6 @@ fn reproduce_paper_writes_a_report() {
         "--out",
         out.path().to_str().unwrap(),
     ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     assert!(
         report.contains("elastic-batch")
