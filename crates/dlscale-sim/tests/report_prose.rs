@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use dlscale_sim::reproduce::{
     paper_report, pollux_report, AblationRow, Load, PaperOptions, PolluxOptions, PolluxRow,
-    PolluxRun, Published, SweepPoint, TARGET_AGAINST_POLLUX,
+    PolluxRun, Published, SweepPoint, TARGET_AGAINST_POLLUX, TARGET_LOADS,
 };
 use dlscale_sim::{SimConfig, Summary};
 
@@ -326,6 +326,39 @@ fn the_pollux_elastic_batch_rows_are_computed_from_the_rows() {
         )),
         "{verdict}"
     );
+    // Without the other seeds' rows there is no line over seeds.
+    let one_seed: Vec<PolluxRow> = rows
+        .iter()
+        .filter(|r| !matches!(r.id, PolluxRun::ElasticBatchIntervalSeed(_)))
+        .cloned()
+        .collect();
+    assert!(!pollux_report(&options, &one_seed).contains("Over measurement-noise seeds"));
+    // At a load the issue sets no target at, no target line.
+    let no_target = PolluxOptions {
+        workloads: vec![1, 3],
+        loads: vec![Load::OneAndHalf],
+    };
+    assert!(!TARGET_LOADS.contains(&Load::OneAndHalf));
+    let report = pollux_report(&no_target, &fabricated(&no_target, &|_, _| 0.0, &eb));
+    assert!(report.contains("Learned elastic-batch, interval-only, at 1.5× load"));
+    assert!(!report.contains("Target:"), "{report}");
+}
+
+#[test]
+fn every_other_noise_seed_is_a_run_and_a_json_key() {
+    for seed in PolluxRun::OTHER_SEEDS {
+        let id = PolluxRun::ElasticBatchIntervalSeed(seed);
+        assert!(PolluxRun::ALL.contains(&id), "{seed}");
+        assert_eq!(id.noise_seed(), Some(seed));
+        assert_eq!(
+            serde_json::to_value(id).unwrap(),
+            format!("elastic-batch-interval-seed-{seed}")
+        );
+    }
+    // The default run's seed is none of the others.
+    let default = PolluxRun::ElasticBatchInterval.noise_seed().unwrap();
+    assert!(!PolluxRun::OTHER_SEEDS.contains(&default));
+    assert_eq!(PolluxRun::ElasticBatchOracle.noise_seed(), None);
 }
 
 #[test]
@@ -368,6 +401,12 @@ fn no_pollux_prose_figure_survives_a_change_of_the_rows() {
         .map(String::from)
         .into();
     allowed.insert(format!("{TARGET_AGAINST_POLLUX:.2}×"));
+    for load in TARGET_LOADS {
+        let pollux = Published::Pollux
+            .mean_over(load, &options.workloads)
+            .unwrap();
+        allowed.insert(format!("{} s", int(TARGET_AGAINST_POLLUX * pollux)));
+    }
     allowed.insert(scale);
     for p in [
         Published::OptimusOracle,
@@ -375,9 +414,10 @@ fn no_pollux_prose_figure_survives_a_change_of_the_rows() {
         Published::Pollux,
     ] {
         for load in Load::ALL {
-            let mean = p.mean_over(load, &options.workloads).unwrap();
-            allowed.insert(format!("{} s", int(mean)));
-            allowed.insert(format!("{} s", int(TARGET_AGAINST_POLLUX * mean)));
+            allowed.insert(format!(
+                "{} s",
+                int(p.mean_over(load, &options.workloads).unwrap())
+            ));
             for &n in &options.workloads {
                 allowed.insert(format!("{} s", int(p.on(load, n).unwrap())));
             }

@@ -9,4 +9,4 @@ mod words;
 pub use paper::{paper_report, reproduce_paper, AblationRow, PaperOptions, SweepPoint};
 pub use pollux::{reproduce_pollux, PolluxOptions, PolluxRow, PolluxRun, Published};
 pub use pollux_loads::{pollux_workload, published_avg_jct_s, Load};
-pub use pollux_report::{pollux_report, FIDELITY_BOUND, TARGET_AGAINST_POLLUX};
+pub use pollux_report::{pollux_report, FIDELITY_BOUND, TARGET_AGAINST_POLLUX, TARGET_LOADS};

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use dlscale_core::allocator::{ELASTIC_BATCH, OPTIMUS, TIRESIAS};
 use dlscale_core::PolicyInfo;
@@ -37,9 +37,9 @@ impl Default for PolluxOptions {
     }
 }
 
-/// The runs of [`reproduce_pollux`], one row per load each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+/// The runs of [`reproduce_pollux`], one row per load each. In `pollux.json` each is its
+/// [`PolluxRun::key`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PolluxRun {
     /// Tiresias under the preset: the fidelity check.
     Tiresias,
@@ -51,7 +51,8 @@ pub enum PolluxRun {
     /// [`PolluxRun::ElasticBatchInterval`] with another seed of the measurement noise: how
     /// much of a figure is the noise one seed drew.
     ElasticBatchIntervalSeed(u64),
-    /// The same, also deciding on every arrival and completion.
+    /// [`PolluxRun::ElasticBatchInterval`]'s settings, also deciding on every arrival and
+    /// completion.
     ElasticBatchEvents,
     /// Interval-only and learned, but no job declares its length: no remaining work is known,
     /// so shortest remaining first weighs every job alike (what a cluster whose users give no
@@ -78,6 +79,31 @@ impl PolluxRun {
         PolluxRun::ElasticBatchLengthUnknown,
         PolluxRun::ElasticBatchOracle,
     ];
+
+    /// Its key in `pollux.json`: `tiresias`, `optimus-oracle`, `elastic-batch-interval`,
+    /// `elastic-batch-interval-seed-2`, `elastic-batch-events`, `elastic-batch-length-unknown`,
+    /// `elastic-batch-oracle`.
+    pub fn key(self) -> String {
+        match self {
+            PolluxRun::Tiresias => "tiresias".into(),
+            PolluxRun::OptimusOracle => "optimus-oracle".into(),
+            PolluxRun::ElasticBatchInterval => "elastic-batch-interval".into(),
+            PolluxRun::ElasticBatchIntervalSeed(seed) => {
+                format!("elastic-batch-interval-seed-{seed}")
+            }
+            PolluxRun::ElasticBatchEvents => "elastic-batch-events".into(),
+            PolluxRun::ElasticBatchLengthUnknown => "elastic-batch-length-unknown".into(),
+            PolluxRun::ElasticBatchOracle => "elastic-batch-oracle".into(),
+        }
+    }
+
+    /// The measurement-noise seed of a learned run (`None` for the oracle runs).
+    pub fn noise_seed(self) -> Option<u64> {
+        match self.config().knowledge {
+            Knowledge::Learned(reporting) => Some(reporting.seed),
+            Knowledge::Oracle => None,
+        }
+    }
 
     /// What the report calls it.
     pub fn label(self) -> String {
@@ -119,6 +145,10 @@ impl PolluxRun {
     /// Its settings: the preset, with an oracle or decisions on events where it says so.
     pub fn config(self) -> SimConfig {
         let preset = SimConfig::pollux();
+        let reporting = match preset.knowledge {
+            Knowledge::Learned(reporting) => reporting,
+            Knowledge::Oracle => Reporting::default(),
+        };
         match self {
             PolluxRun::Tiresias | PolluxRun::ElasticBatchInterval => preset,
             PolluxRun::OptimusOracle | PolluxRun::ElasticBatchOracle => SimConfig {
@@ -126,10 +156,7 @@ impl PolluxRun {
                 ..preset
             },
             PolluxRun::ElasticBatchIntervalSeed(seed) => SimConfig {
-                knowledge: Knowledge::Learned(Reporting {
-                    seed,
-                    ..Reporting::default()
-                }),
+                knowledge: Knowledge::Learned(Reporting { seed, ..reporting }),
                 ..preset
             },
             PolluxRun::ElasticBatchEvents => SimConfig {
@@ -139,11 +166,17 @@ impl PolluxRun {
             PolluxRun::ElasticBatchLengthUnknown => SimConfig {
                 knowledge: Knowledge::Learned(Reporting {
                     declares_length: false,
-                    ..Reporting::default()
+                    ..reporting
                 }),
                 ..preset
             },
         }
+    }
+}
+
+impl Serialize for PolluxRun {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.key())
     }
 }
 

@@ -1,0 +1,110 @@
+//! What the engine hands the autoscaler: each policy's submissions of Pollux's workload 1.
+
+use super::*;
+use dlscale_core::allocator::{ELASTIC_BATCH, TIRESIAS};
+
+/// What each policy's autoscaler is handed for every job of Pollux's workload 1.
+fn submissions(config: &SimConfig, policy: PolicyInfo) -> Vec<Submission> {
+    let workload = crate::workload::bundled_pollux_workload(1).unwrap();
+    let mut observer = ();
+    let engine = Engine::new(&workload, config, policy, &mut observer).unwrap();
+    workload
+        .jobs
+        .iter()
+        .map(|j| engine.submission(&j.job))
+        .collect()
+}
+
+#[test]
+fn in_pollux_world_dlscale_policies_run_no_job_below_the_artifacts_smallest_per_gpu_batch() {
+    let artifact = PolluxArtifact::bundled().unwrap();
+    let config = SimConfig::pollux();
+    let ours = submissions(&config, ELASTIC_BATCH);
+    for s in &ours {
+        let smallest = artifact.model(&s.job.model_name).unwrap().min_local_batch();
+        assert!(
+            smallest > 1,
+            "{}: the artifact's tables start above 1",
+            s.job.model_name
+        );
+        assert_eq!(s.job.min_local_batch, smallest.min(s.job.max_local_batch));
+        assert_eq!(s.family.as_deref(), Some(s.job.model_name.as_str()));
+    }
+    // The artifact's baselines follow its own rules, which run the fixed batch at any count.
+    for s in submissions(&config, TIRESIAS) {
+        assert_eq!(s.job.min_local_batch, 1, "{}", s.job.id);
+    }
+    // Outside Pollux's world no bound is made up, and an oracle run names no family.
+    let plain = SimConfig {
+        knowledge: Knowledge::Oracle,
+        ..SimConfig::default()
+    };
+    for s in submissions(&plain, ELASTIC_BATCH) {
+        assert_eq!((s.job.min_local_batch, s.family), (1, None), "{}", s.job.id);
+    }
+}
+
+#[test]
+fn in_pollux_world_jobs_accumulate_beyond_the_artifacts_memory_learned_or_not() {
+    let artifact = PolluxArtifact::bundled().unwrap();
+    let oracle = SimConfig {
+        knowledge: Knowledge::Oracle,
+        ..SimConfig::pollux()
+    };
+    let mut accumulating = 0;
+    for config in [SimConfig::pollux(), oracle] {
+        for s in submissions(&config, ELASTIC_BATCH) {
+            let memory = artifact.model(&s.job.model_name).unwrap();
+            let memory = memory.memory_local_batch();
+            for local in 1..=s.job.max_local_batch {
+                assert_eq!(
+                    s.job.throughput.micro_steps(local),
+                    dlscale_core::throughput::micro_steps_for(local, memory),
+                    "{} at {local} per GPU",
+                    s.job.id
+                );
+            }
+            if 2 * memory <= s.job.max_local_batch {
+                // Twice its memory per GPU: a step of the memory on 4 GPUs plus one
+                // compute-only micro-step of it (one GPU's step).
+                let model = &s.job.throughput;
+                let twice = model.step_time_s(4, 1, 2 * memory).unwrap();
+                let parts = model.step_time_s(4, 1, memory).unwrap()
+                    + model.step_time_s(1, 1, memory).unwrap();
+                assert!((twice - parts).abs() <= 1e-12 * parts, "{}", s.job.id);
+                accumulating += 1;
+            }
+        }
+    }
+    // yolov3 fits 8 per GPU though its profile measured up to 16.
+    assert!(
+        accumulating > 0,
+        "a model whose memory is below its profile"
+    );
+}
+
+#[test]
+fn learned_jobs_declare_their_progress_target_unless_told_not_to() {
+    let artifact = PolluxArtifact::bundled().unwrap();
+    let declared = SimConfig::pollux();
+    for s in submissions(&declared, ELASTIC_BATCH) {
+        let profile = artifact.model(&s.job.model_name).unwrap();
+        // The samples its reports count when it is done: steps at its initial batch.
+        let target = profile.total() * f64::from(profile.init_batch());
+        assert_eq!(s.job.remaining_samples, Some(target), "{}", s.job.id);
+    }
+    let undeclared = SimConfig {
+        knowledge: Knowledge::Learned(Reporting {
+            declares_length: false,
+            ..Reporting::default()
+        }),
+        ..SimConfig::pollux()
+    };
+    for s in submissions(&undeclared, ELASTIC_BATCH) {
+        assert_eq!(s.job.remaining_samples, None, "{}", s.job.id);
+    }
+    // The artifact's baselines follow its rules: no job of theirs declares a length.
+    for s in submissions(&declared, TIRESIAS) {
+        assert_eq!(s.job.remaining_samples, None, "{}", s.job.id);
+    }
+}
