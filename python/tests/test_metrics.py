@@ -191,3 +191,10 @@ def test_finish_reports_completion_of_its_attempt(metrics_server, capsys):
     assert [p for p, _, _ in requests] == ["/v1/jobs/j/metrics", "/v1/jobs/j/complete"]
     assert requests[1][2] == {"attempt": 4, "step": 3, "samples_seen": 24}
     assert "dlscale: done step=3" in capsys.readouterr().out
+
+
+def test_payload_carries_a_valid_compute_time_only():
+    base = dict(step=1, samples_per_s=1.0, batch_size=8, world_size=2, loss=None, samples_seen=8)
+    assert metrics_payload(**base, compute_time_s=0.25)["compute_time_s"] == 0.25
+    for bad in (None, 0.0, -1.0, float("nan"), float("inf")):
+        assert "compute_time_s" not in metrics_payload(**base, compute_time_s=bad)

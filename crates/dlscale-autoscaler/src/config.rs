@@ -37,9 +37,11 @@ pub struct AutoscalerConfig {
     /// Every worker gets the same per-worker batch: decided batches are rounded to a multiple
     /// of the GPU count (within the job's range) before launch.
     pub equal_local_batches: bool,
-    /// Learned models may fit an overlap of compute and all-reduce (γ > 1); off, they fit the
-    /// plain sum (γ = 1). The overlapping fit reproduces measured tables better, but online it
-    /// has extrapolated to larger GPU counts worse (BENCHMARKS.md, "Learning the overlap").
+    /// Learned models may fit an overlap of compute and all-reduce (γ > 1) once their workers
+    /// have reported compute times ([`Measurements::fit`](crate::learn::Measurements::fit));
+    /// off, or before, they fit the plain sum (γ = 1). From step times alone compute and
+    /// all-reduce are confounded, and the overlapping fit extrapolated worse online
+    /// (BENCHMARKS.md, "Learning the overlap").
     pub learn_overlap: bool,
 }
 
@@ -61,7 +63,7 @@ impl Default for AutoscalerConfig {
             start_timeout_s: None,
             restart_cost_s: 0.0,
             equal_local_batches: false,
-            learn_overlap: false,
+            learn_overlap: true,
         }
     }
 }

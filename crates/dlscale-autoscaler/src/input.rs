@@ -86,6 +86,11 @@ pub struct MetricsReport {
     /// Gradient statistics measured during the window, when the worker measures them.
     #[serde(default)]
     pub grad: Option<GradNoise>,
+    /// Mean seconds of one micro-step's compute alone over the window (its forward and backward
+    /// pass without the all-reduce, e.g. an accumulation micro-step under DDP's `no_sync`), when
+    /// the worker measures it: learned models then tell compute from synchronisation.
+    #[serde(default)]
+    pub compute_time_s: Option<f64>,
 }
 
 /// The state of one launch as its executor sees it.

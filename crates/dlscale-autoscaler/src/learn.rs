@@ -32,10 +32,30 @@ pub struct Point {
     /// materially ([`Measurements::MATERIAL_CHANGE`]); 0 in records stored before.
     #[serde(default)]
     pub fitted_step_time_s: f64,
+    /// Mean seconds of one micro-step's compute alone, over the reports that measured it
+    /// ([`MetricsReport::compute_time_s`](crate::MetricsReport::compute_time_s)).
+    #[serde(default)]
+    pub compute_time_s: Option<f64>,
+    /// Reports `compute_time_s` averages.
+    #[serde(default)]
+    pub compute_reports: u32,
 }
 
 fn one_step() -> u32 {
     1
+}
+
+/// What one report measured of the launch it comes from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measured {
+    /// Global batch.
+    pub batch: BatchSize,
+    /// Micro-steps per step.
+    pub micro_steps: u32,
+    /// Samples per second.
+    pub samples_per_s: f64,
+    /// Seconds of one micro-step's compute alone, when the worker measured it.
+    pub compute_time_s: Option<f64>,
 }
 
 /// What a job's reports measured.
@@ -114,24 +134,16 @@ impl Measurements {
     /// is fitted again. Smaller moves are measurement noise, and refitting on each would be waste.
     pub const MATERIAL_CHANGE: f64 = 0.1;
 
-    /// Records a report of launch `attempt` at `samples_per_s` for `batch` samples over `gpus`
-    /// GPUs on `nodes` nodes in `micro_steps` micro-steps. Returns whether the model should be
-    /// fitted again: a configuration not seen before was measured, or a known one's mean moved
+    /// Records a report of launch `attempt`: `measured` on `gpus` GPUs over `nodes` nodes.
+    /// Returns whether the model should be fitted again: a configuration not seen before was
+    /// measured, its compute was measured for the first time, or a known one's mean moved
     /// materially since the last fit (which the caller is then taken to do).
-    pub fn add(
-        &mut self,
-        attempt: u32,
-        gpus: GpuCount,
-        nodes: u32,
-        batch: BatchSize,
-        micro_steps: u32,
-        samples_per_s: f64,
-    ) -> bool {
+    pub fn add(&mut self, attempt: u32, gpus: GpuCount, nodes: u32, measured: Measured) -> bool {
         if self.warmed_attempt != Some(attempt) {
             self.warmed_attempt = Some(attempt);
             return false;
         }
-        self.record(gpus, nodes, batch, micro_steps, samples_per_s)
+        self.record(gpus, nodes, measured)
     }
 
     /// Whether a report of launch `attempt` is its warm-up, which [`Measurements::add`] skips.
@@ -141,20 +153,20 @@ impl Measurements {
 
     /// [`Measurements::add`] for a report known not to be a warm-up (a model family's pool
     /// records its jobs' reports this way).
-    pub fn record(
-        &mut self,
-        gpus: GpuCount,
-        nodes: u32,
-        batch: BatchSize,
-        micro_steps: u32,
-        samples_per_s: f64,
-    ) -> bool {
+    pub fn record(&mut self, gpus: GpuCount, nodes: u32, measured: Measured) -> bool {
+        let Measured {
+            batch,
+            micro_steps,
+            samples_per_s,
+            compute_time_s,
+        } = measured;
         if !(samples_per_s.is_finite() && samples_per_s > 0.0) || gpus == 0 || batch == 0 {
             return false;
         }
         let local_batch = batch.div_ceil(gpus);
         let micro_steps = micro_steps.max(1);
         let step_time_s = f64::from(batch) / samples_per_s;
+        let compute_time_s = compute_time_s.filter(|c| c.is_finite() && *c > 0.0);
         let key = (gpus, nodes.max(1), local_batch, micro_steps);
         match self
             .points
@@ -169,7 +181,13 @@ impl Measurements {
                 if moved {
                     p.fitted_step_time_s = p.step_time_s;
                 }
-                moved
+                let first_compute = compute_time_s.is_some() && p.compute_time_s.is_none();
+                if let Some(c) = compute_time_s {
+                    p.compute_reports += 1;
+                    let mean = p.compute_time_s.unwrap_or(c);
+                    p.compute_time_s = Some(mean + (c - mean) / f64::from(p.compute_reports));
+                }
+                moved || first_compute
             }
             None => {
                 self.points.push(Point {
@@ -180,6 +198,8 @@ impl Measurements {
                     step_time_s,
                     reports: 1,
                     fitted_step_time_s: step_time_s,
+                    compute_time_s,
+                    compute_reports: u32::from(compute_time_s.is_some()),
                 });
                 true
             }
@@ -200,6 +220,15 @@ impl Measurements {
                 }
                 p.reports = total;
                 p.fitted_step_time_s = p.step_time_s;
+                let computes = p.compute_reports + point.compute_reports;
+                p.compute_time_s = match (p.compute_time_s, point.compute_time_s) {
+                    (Some(a), Some(b)) => Some(
+                        (a * f64::from(p.compute_reports) + b * f64::from(point.compute_reports))
+                            / f64::from(computes.max(1)),
+                    ),
+                    (a, b) => a.or(b),
+                };
+                p.compute_reports = computes;
             }
             None => self.points.push(Point {
                 fitted_step_time_s: point.step_time_s,
@@ -298,8 +327,11 @@ impl Measurements {
     }
 
     /// The analytic model fitted to the measured configurations, with its quality; `None`
-    /// without a measurement, or when the fit is not a valid model.
+    /// without a measurement, or when the fit is not a valid model. With `overlap` the fit may
+    /// overlap compute and all-reduce (γ > 1) once some configuration's compute was measured
+    /// alone; from step times alone the two are confounded and the plain sum is fitted.
     pub fn fit(&self, overlap: bool) -> Option<(AnalyticModel, FitQuality)> {
+        let overlap = overlap && self.points.iter().any(|p| p.compute_time_s.is_some());
         let samples: Vec<StepTimeSample> = self
             .points
             .iter()
@@ -309,6 +341,7 @@ impl Measurements {
                 local_batch: p.local_batch,
                 micro_steps: p.micro_steps,
                 step_time_s: p.step_time_s,
+                compute_time_s: p.compute_time_s,
             })
             .collect();
         let (model, quality) = if overlap {
@@ -437,16 +470,28 @@ impl ThroughputModel for Calibrated {
 mod tests {
     use super::*;
 
+    fn measured(batch: BatchSize, micro_steps: u32, samples_per_s: f64) -> Measured {
+        Measured {
+            batch,
+            micro_steps,
+            samples_per_s,
+            compute_time_s: None,
+        }
+    }
+
     #[test]
     fn skips_warm_up_and_averages_each_configuration() {
         let mut m = Measurements::default();
         // Launch 1 on 1 GPU: 0.01 s per 32 samples.
-        assert!(!m.add(1, 1, 1, 32, 1, 1.0), "the first report is warm-up");
-        assert!(m.add(1, 1, 1, 32, 1, 3200.0));
-        assert!(!m.add(1, 1, 1, 32, 1, 3200.0));
+        assert!(
+            !m.add(1, 1, 1, measured(32, 1, 1.0)),
+            "the first report is warm-up"
+        );
+        assert!(m.add(1, 1, 1, measured(32, 1, 3200.0)));
+        assert!(!m.add(1, 1, 1, measured(32, 1, 3200.0)));
         // Launch 2 on 2 GPUs of one node: 0.01 + 0.005 sync per 64 samples.
-        assert!(!m.add(2, 2, 1, 64, 1, 1.0));
-        assert!(m.add(2, 2, 1, 64, 1, 64.0 / 0.015));
+        assert!(!m.add(2, 2, 1, measured(64, 1, 1.0)));
+        assert!(m.add(2, 2, 1, measured(64, 1, 64.0 / 0.015)));
         assert_eq!(m.points.len(), 2);
         assert_eq!(m.points[0].reports, 2);
         let (model, quality) = m.fit(true).unwrap();
@@ -457,8 +502,8 @@ mod tests {
         assert!(Measurements::default().model(true).is_none());
         // One configuration: linear scaling at its speed, half its compute fixed per step.
         let mut one = Measurements::default();
-        one.add(1, 2, 1, 64, 1, 1.0);
-        one.add(1, 2, 1, 64, 1, 6400.0);
+        one.add(1, 2, 1, measured(64, 1, 1.0));
+        one.add(1, 2, 1, measured(64, 1, 6400.0));
         let model = one.model(true).unwrap();
         assert!(
             (model.compute_base_s - 0.005).abs() < 1e-9
@@ -546,16 +591,18 @@ mod tests {
             )
             .unwrap();
             let batch = local * gpus;
-            assert!(!m.add(attempt, gpus, nodes, batch, steps, 1.0), "warm-up");
-            assert!(m.add(
-                attempt,
-                gpus,
-                nodes,
-                batch,
-                steps,
-                f64::from(batch) / step_s
-            ));
+            assert!(
+                !m.add(attempt, gpus, nodes, measured(batch, steps, 1.0)),
+                "warm-up"
+            );
+            // Its workers also time one micro-step's compute alone.
+            let report = Measured {
+                compute_time_s: truth.step_time_s(1, 1, local.div_ceil(steps)),
+                ..measured(batch, steps, f64::from(batch) / step_s)
+            };
+            assert!(m.add(attempt, gpus, nodes, report));
         }
+        assert!(m.points.iter().all(|p| p.compute_time_s.is_some()));
         assert!(m.points.iter().any(|p| p.nodes == 4 && p.micro_steps == 4));
         let model = m.model(true).unwrap();
         assert!((model.overlap_gamma - 3.0).abs() < 1e-3, "{model:?}");
@@ -570,9 +617,9 @@ mod tests {
         let last = 9;
         let step_s = m.points.last().unwrap().step_time_s;
         let (batch, speed) = (256 * 8, f64::from(256 * 8) / step_s);
-        assert!(!m.add(last - 1, 8, 4, batch, 4, speed * 1.05));
-        assert!(!m.add(last - 1, 8, 4, batch, 4, speed / 1.05));
-        assert!(m.add(last - 1, 8, 4, batch, 4, speed * 0.5));
+        assert!(!m.add(last - 1, 8, 4, measured(batch, 4, speed * 1.05)));
+        assert!(!m.add(last - 1, 8, 4, measured(batch, 4, speed / 1.05)));
+        assert!(m.add(last - 1, 8, 4, measured(batch, 4, speed * 0.5)));
     }
 
     #[test]
@@ -611,8 +658,8 @@ mod tests {
             ]);
         for (attempt, (gpus, nodes, local)) in (1..).zip(configs.clone()) {
             let speed = f64::from(gpus * local) / step(gpus, nodes, local);
-            m.add(attempt, gpus, nodes, gpus * local, 1, speed);
-            m.add(attempt, gpus, nodes, gpus * local, 1, speed);
+            m.add(attempt, gpus, nodes, measured(gpus * local, 1, speed));
+            m.add(attempt, gpus, nodes, measured(gpus * local, 1, speed));
         }
         let fit = m.model(false).unwrap();
         let calibrated = m.calibrated(fit, &job);
@@ -673,12 +720,87 @@ mod tests {
     }
 
     #[test]
+    fn compute_times_are_averaged_refit_once_and_let_the_fit_overlap() {
+        let with = |batch, samples_per_s, compute_time_s| Measured {
+            batch,
+            micro_steps: 1,
+            samples_per_s,
+            compute_time_s,
+        };
+        let mut m = Measurements::default();
+        assert!(!m.add(1, 4, 1, with(64, 1.0, Some(0.5))), "warm-up");
+        assert!(m.add(1, 4, 1, with(64, 640.0, None)));
+        assert_eq!(m.points[0].compute_time_s, None);
+        assert!(
+            m.add(1, 4, 1, with(64, 640.0, Some(0.04))),
+            "compute first measured"
+        );
+        assert!(!m.add(1, 4, 1, with(64, 640.0, Some(0.06))));
+        assert!(!m.add(1, 4, 1, with(64, 640.0, Some(f64::NAN))), "ignored");
+        assert!(!m.add(1, 4, 1, with(64, 640.0, Some(-1.0))), "ignored");
+        let p = m.points[0];
+        assert_eq!(p.compute_reports, 2);
+        assert!((p.compute_time_s.unwrap() - 0.05).abs() < 1e-12);
+        // A pool weighs each point's compute by its reports, and keeps it where the other has none.
+        let mut pool = Measurements::default();
+        pool.absorb(&p);
+        pool.absorb(&Point {
+            compute_time_s: Some(0.08),
+            compute_reports: 1,
+            ..p
+        });
+        pool.absorb(&Point {
+            compute_time_s: None,
+            compute_reports: 0,
+            ..p
+        });
+        let q = pool.points[0];
+        assert_eq!(q.compute_reports, 3);
+        assert!((q.compute_time_s.unwrap() - 0.06).abs() < 1e-12, "{q:?}");
+        let stored: Measurements =
+            serde_json::from_str(&serde_json::to_string(&pool).unwrap()).unwrap();
+        assert_eq!(stored, pool, "a stored pool keeps its compute times");
+
+        // Overlapping compute and sync (γ = 3): only with compute times may the fit overlap.
+        let truth = AnalyticModel {
+            compute_base_s: 0.01,
+            compute_per_sample_s: 0.001,
+            sync_intra_base_s: 0.03,
+            sync_intra_per_gpu_s: 0.002,
+            sync_inter_base_s: 0.08,
+            sync_inter_per_gpu_s: 0.004,
+            overlap_gamma: 3.0,
+            max_local_batch: None,
+        };
+        let run = |measured: bool| {
+            let mut m = Measurements::default();
+            let configs = [(2, 1, 32), (2, 1, 128), (4, 1, 64), (8, 2, 32), (8, 2, 128)];
+            for (gpus, nodes, local) in configs.into_iter().chain([(16, 4, 64)]) {
+                let step_s = truth.step_time_s(gpus, nodes, local).unwrap();
+                let compute = measured.then(|| truth.step_time_s(1, 1, local).unwrap());
+                m.record(
+                    gpus,
+                    nodes,
+                    with(gpus * local, f64::from(gpus * local) / step_s, compute),
+                );
+            }
+            m
+        };
+        let blind = run(false);
+        assert_eq!(blind.model(true).unwrap().overlap_gamma, 1.0);
+        let measured = run(true);
+        let fitted = measured.model(true).unwrap();
+        assert!((fitted.overlap_gamma - 3.0).abs() < 1e-3, "{fitted:?}");
+        assert_eq!(measured.model(false).unwrap().overlap_gamma, 1.0);
+    }
+
+    #[test]
     fn exploration_doubles_the_most_gpus_measured() {
         let mut m = Measurements::default();
         assert_eq!(m.explore_cap(4), 4);
         assert_eq!(m.explore_cap(0), 1);
-        m.add(1, 3, 1, 48, 1, 1.0);
-        m.add(1, 3, 1, 48, 1, 100.0);
+        m.add(1, 3, 1, measured(48, 1, 1.0));
+        m.add(1, 3, 1, measured(48, 1, 100.0));
         assert_eq!(m.explore_cap(1), 6);
         assert_eq!(m.explore_cap(8), 8, "never below what it asked for");
     }

@@ -10,7 +10,7 @@ mod steps;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use dlscale_autoscaler::learn::{Measurements, PRIOR};
+use dlscale_autoscaler::learn::{Measured, Measurements, PRIOR};
 use dlscale_autoscaler::{
     Action, Autoscaler, Input, LaunchState, MetricsReport, ModelSource, Observation,
     ObservedLaunch, Outcome, Step,
@@ -76,6 +76,7 @@ fn report(
             samples_seen: 1000,
             attempt: Some(attempt),
             grad,
+            compute_time_s: None,
         },
     }
 }
@@ -206,7 +207,13 @@ fn jobs_of_one_family_share_a_refitted_model() {
     let mut pool = Measurements::default();
     for (l, speed) in [(a_launch, 1000.0), (b_launch, 1500.0)] {
         let (_, gpus, batch) = l;
-        pool.record(gpus, 1, batch, 1, speed);
+        let measured = Measured {
+            batch,
+            micro_steps: 1,
+            samples_per_s: speed,
+            compute_time_s: None,
+        };
+        pool.record(gpus, 1, measured);
     }
     let fit = pool.model(false).unwrap();
     for id in ["a", "b"] {

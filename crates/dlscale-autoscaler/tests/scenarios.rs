@@ -520,6 +520,7 @@ fn a_job_about_to_finish_is_not_restarted() {
                 samples_seen: 9_990_000,
                 attempt: Some(1),
                 grad: None,
+                compute_time_s: None,
             },
         };
         a.handle(0.0, vec![report(1), report(2)]);
@@ -679,6 +680,7 @@ fn a_launch_carries_its_micro_steps_and_reports_are_recorded_at_its_placement() 
             samples_seen: 1000 * step,
             attempt: Some(1),
             grad: None,
+            compute_time_s: None,
         },
     };
     a.handle(60.0, vec![report(1), report(2)]);

@@ -88,7 +88,8 @@ pub struct SimulateArgs {
     /// Seed of the measurement noise (learned runs).
     #[arg(long, default_value_t = dlscale_sim::Reporting::default().seed)]
     pub noise_seed: u64,
-    /// Learned models may fit an overlap of compute and all-reduce (γ > 1) [default: false].
+    /// Learned models may fit an overlap of compute and all-reduce (γ > 1), once their
+    /// workers reported compute times [default: true].
     #[arg(long)]
     pub learn_overlap: Option<bool>,
     /// Learned runs: each job names its model as its family, and learns from what all the
@@ -99,6 +100,10 @@ pub struct SimulateArgs {
     /// file's epochs), so that its remaining work is known (false: no job's length is known).
     #[arg(long, default_value_t = dlscale_sim::Reporting::default().declares_length, action = clap::ArgAction::Set)]
     pub declares_length: bool,
+    /// Learned runs: each report carries the compute time of one micro-step alone, as the
+    /// worker library measures it (false: step times only, as from other training programs).
+    #[arg(long, default_value_t = dlscale_sim::Reporting::default().reports_compute_time, action = clap::ArgAction::Set)]
+    pub report_compute_time: bool,
     #[command(flatten)]
     pub policy_args: PolicyArgs,
     /// Output directory (created).
@@ -228,6 +233,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
                 seed: args.noise_seed,
                 families: args.families,
                 declares_length: args.declares_length,
+                reports_compute_time: args.report_compute_time,
             })
         },
         learn_overlap: args.learn_overlap.unwrap_or(base.learn_overlap),

@@ -138,6 +138,7 @@ fn reproduce_pollux_writes_a_report_of_every_run_with_its_target() {
             "elastic-batch-interval-seed-3",
             "elastic-batch-events",
             "elastic-batch-length-unknown",
+            "elastic-batch-step-times-only",
             "elastic-batch-oracle"
         ],
         "one row per run at the one load"

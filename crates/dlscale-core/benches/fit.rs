@@ -39,6 +39,7 @@ fn samples(points: usize) -> Vec<StepTimeSample> {
                 local_batch,
                 micro_steps: 1,
                 step_time_s: truth.step_time_s(gpus, nodes, local_batch).unwrap() * wobble,
+                compute_time_s: None,
             }
         })
         .collect()

@@ -15,7 +15,7 @@
 //! remaining_scale_s = 3600    # seconds left at which remaining time starts to weigh
 //! counts = "any"              # GPU counts offered: any | powers-of-two | whole-nodes-beyond-one
 //! consolidate = false         # cap a restart that would spread a job at what packs it
-//! learn_overlap = false       # learned models may fit compute/all-reduce overlap (γ > 1)
+//! learn_overlap = true        # learned models may fit compute/all-reduce overlap (γ > 1)
 //! cooldown_s = 60             # no rescale within this many seconds of a (re)start
 //! interval_s = 30             # periodic re-optimisation
 //! grace_s = 30                # SIGTERM → SIGKILL grace period
@@ -398,7 +398,7 @@ impl ServerConfig {
                 )?,
             },
             settings,
-            learn_overlap: file.learn_overlap.unwrap_or(false),
+            learn_overlap: file.learn_overlap.unwrap_or(true),
             cooldown_s: duration_s("cooldown_s", file.cooldown_s.unwrap_or(60.0))?,
             interval_s,
             grace_s: duration_s("grace_s", file.grace_s.unwrap_or(30.0))?,

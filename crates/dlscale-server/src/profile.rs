@@ -252,6 +252,7 @@ pub async fn run_profile(
             local_batch: r.point.batch_size / r.point.workers,
             micro_steps: 1,
             step_time_s: r.step_time_s,
+            compute_time_s: None,
         })
         .collect();
     let (model, quality) = AnalyticModel::fit(&samples)?;

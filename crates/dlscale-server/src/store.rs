@@ -676,6 +676,8 @@ mod tests {
                 step_time_s,
                 reports: 3,
                 fitted_step_time_s: step_time_s,
+                compute_time_s: Some(step_time_s / 2.0),
+                compute_reports: 3,
             });
             m
         };

@@ -96,11 +96,16 @@ pub struct Reporting {
     /// remaining work (the target less what it reported done), and shortest-remaining-first
     /// weighing can use it; without it no job's length is known.
     pub declares_length: bool,
+    /// Each report carries the compute time of one micro-step alone (what the worker library
+    /// measures from its DDP hook; in Pollux's world the artifact's step less its sync time,
+    /// which is what Pollux's own policy learns from), with the same relative noise; without
+    /// it reports carry step times only, as a training program outside the library sends.
+    pub reports_compute_time: bool,
 }
 
 impl Default for Reporting {
     /// A report every 30 s, 5 % noise, seed 1, jobs naming their model family and declaring
-    /// their length.
+    /// their length, compute times reported.
     fn default() -> Self {
         Reporting {
             interval_s: 30.0,
@@ -108,6 +113,7 @@ impl Default for Reporting {
             seed: 1,
             families: true,
             declares_length: true,
+            reports_compute_time: true,
         }
     }
 }
@@ -210,7 +216,7 @@ impl Default for SimConfig {
             shape: ShapeRule::Any,
             defragment_moves_per_job: 4,
             knowledge: Knowledge::default(),
-            learn_overlap: false,
+            learn_overlap: true,
             world: World::Dlscale,
             baseline_shape: None,
         }

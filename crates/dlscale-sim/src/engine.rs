@@ -470,6 +470,25 @@ impl<'w, 'o> Engine<'w, 'o> {
                 .efficiency
                 .as_ref()
                 .map(|e| e.noise(s.epoch, run.batch));
+            // One micro-step's compute alone: the artifact's step less its sync time at the
+            // micro-batch it runs; elsewhere the model's one-GPU step of that micro-batch.
+            let compute = match &s.profile {
+                Some(p) => {
+                    let m = p.micro_batches(run.batch, run.gpus, false);
+                    p.step_sync_s(&run.shape, m.atomic)
+                        .map(|(step, sync)| step - sync)
+                }
+                None => {
+                    let model = s.spec.job.throughput.as_ref();
+                    let local = run.batch.div_ceil(run.gpus.max(1));
+                    model.step_time_s(1, 1, local.div_ceil(model.micro_steps(local)))
+                }
+            };
+            // Drawn whether reported or not, so that both runs see the same noise elsewhere.
+            let compute_factor = s.noise.measurement_factor(reporting.noise);
+            let compute_time_s = compute
+                .filter(|c| reporting.reports_compute_time && *c > 0.0)
+                .map(|c| c * compute_factor);
             out.push(Input::Metrics {
                 id: s.spec.job.id.clone(),
                 report: MetricsReport {
@@ -484,6 +503,7 @@ impl<'w, 'o> Engine<'w, 'o> {
                         grad_sqr: g.grad_sqr * s.noise.measurement_factor(reporting.noise),
                         grad_var: g.grad_var * s.noise.measurement_factor(reporting.noise),
                     }),
+                    compute_time_s,
                 },
             });
         }

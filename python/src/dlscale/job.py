@@ -154,7 +154,10 @@ class Job:
         * ``model`` a DistributedDataParallel over more than one rank: a communication hook
           compares each worker's local gradient with the all-reduced one (wrapping
           ``comm_hook``/``comm_hook_state`` if given, else plain all-reduce; the gradients are
-          unchanged).
+          unchanged). The hook also times each step's compute alone (until its last bucket is
+          handed to the all-reduce), reported as ``compute_time_s`` per micro-step of
+          ``DLSCALE_ACCUM_STEPS``: the server's learned models then tell compute from
+          synchronisation.
         * any other ``model`` (one worker): each step must be split into ``K >= 2``
           micro-batches of ``ceil(b/K)`` samples, the last possibly smaller (``chunk(K)``), one ``backward()`` each with
           the loss scaled by the part's share of the step (``1/K`` for equal parts); they are
@@ -188,7 +191,8 @@ class Job:
 
             if isinstance(model, DistributedDataParallel) and dist.get_world_size(model.process_group) > 1:
                 self._grad_probe = register_ddp_hook(model, self.grad_noise, self.local_batch_size,
-                                                     hook=comm_hook, state=comm_hook_state)
+                                                     hook=comm_hook, state=comm_hook_state,
+                                                     micro_steps=self.alloc.accum_steps)
             else:
                 if comm_hook is not None:
                     raise ValueError("comm_hook needs a DistributedDataParallel model over > 1 rank")
@@ -341,6 +345,8 @@ class Job:
         sps = self._win_samples / elapsed
         loss = sum(self._win_losses) / len(self._win_losses) if self._win_losses else None
         self._sync_grad_noise()  # collective, like the window itself (same step on every rank)
+        take = getattr(self._grad_probe, "take_compute_time_s", None)
+        compute_time_s = take() if take is not None else None  # rank 0's own, as its step time
         self.log(
             f"step={self.step} loss={'nan' if loss is None else f'{loss:.4f}'} "
             f"samples_per_s={sps:.0f} world_size={self.world_size} batch_size={self.batch_size}"
@@ -360,7 +366,7 @@ class Job:
             self.reporter.report(metrics_payload(
                 step=self.step, samples_per_s=sps, batch_size=self.batch_size,
                 world_size=self.world_size, loss=loss, samples_seen=self.samples_seen,
-                attempt=self.alloc.attempt, grad=grad,
+                attempt=self.alloc.attempt, grad=grad, compute_time_s=compute_time_s,
             ))
         self._reset_window()
 

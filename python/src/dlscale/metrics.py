@@ -28,10 +28,12 @@ def metrics_payload(
     samples_seen: int,
     attempt: Optional[int] = None,
     grad: Optional[Mapping[str, Any]] = None,
+    compute_time_s: Optional[float] = None,
 ) -> Dict[str, Any]:
     """The body of a metrics report. NaN/inf never reach it: a non-finite ``loss`` becomes null,
     a non-finite ``samples_per_s`` 0, and a ``grad`` (``GradNoiseEstimator.report``) with a
-    non-finite or negative value is left out."""
+    non-finite or negative value is left out, as is a ``compute_time_s`` (seconds of one
+    micro-step's compute alone) that is not a finite number > 0."""
     if loss is not None:
         loss = float(loss)
         if not math.isfinite(loss):
@@ -52,6 +54,10 @@ def metrics_payload(
     g = _grad_field(grad)
     if g is not None:
         payload["grad"] = g
+    if compute_time_s is not None:
+        c = float(compute_time_s)
+        if math.isfinite(c) and c > 0.0:
+            payload["compute_time_s"] = c
     return payload
 
 

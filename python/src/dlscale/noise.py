@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from .collective import collective_device
@@ -279,10 +280,17 @@ def _to_floats(values: List[Any]) -> List[float]:
 class DDPNoiseProbe:
     """Measures each step's local and all-reduced squared gradient norms in a DDP communication
     hook (made by ``register_ddp_hook``). One step's measurement goes to the estimator when the
-    next step's first bucket arrives, or at ``step()``, whichever is first."""
+    next step's first bucket arrives, or at ``step()``, whichever is first.
+
+    It also times each step's compute alone: from one ``step()`` to the moment the step's last
+    bucket is handed to the all-reduce (its backward pass is then done; what follows is the
+    all-reduce that did not overlap it, and the optimizer step), per micro-step of
+    ``micro_steps`` (``no_sync`` accumulation: the hook sees the last one only). On CUDA it times
+    with events on the current stream (the hook runs as the GPU work is queued, not done);
+    ``take_compute_time_s()`` gives the mean since it was last called."""
 
     def __init__(self, estimator: GradNoiseEstimator, local_batch_size: int, world_size: int,
-                 hook: Optional[Callable] = None, state: Any = None) -> None:
+                 hook: Optional[Callable] = None, state: Any = None, micro_steps: int = 1) -> None:
         if local_batch_size < 1 or world_size < 2:
             raise ValueError("a DDP probe needs local_batch_size >= 1 and world_size >= 2")
         if hook is None:
@@ -296,9 +304,49 @@ class DDPNoiseProbe:
         self._local: List[Any] = []  # norms of this step's buckets before the all-reduce ...
         self._total: List[Any] = []  # ... and after (filled in by the futures' callbacks)
         self._ended = False  # the step's last bucket was handed over
+        self.micro_steps = max(1, int(micro_steps))
+        self._start: Any = None  # when the current step began: perf_counter or a CUDA event
+        self._handed: Any = None  # when its last bucket was handed over, alike
+        self._compute_s = 0.0  # timed micro-steps' compute, summed since the last take
+        self._computes = 0
+
+    def _now(self, cuda: bool) -> Any:
+        if cuda:
+            import torch
+
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def _time_step(self) -> None:
+        """Folds the step just closed into the compute time, and starts timing the next."""
+        start, handed = self._start, self._handed
+        cuda = handed is not None and not isinstance(handed, float)
+        self._start, self._handed = self._now(cuda), None
+        if start is None or handed is None or isinstance(start, float) == cuda:
+            return  # the first step (no start), or one the hook never saw
+        if cuda:
+            handed.synchronize()
+            seconds = start.elapsed_time(handed) / 1000.0
+        else:
+            seconds = handed - start
+        if seconds > 0.0:
+            self._compute_s += seconds / self.micro_steps
+            self._computes += 1
+
+    def take_compute_time_s(self) -> Optional[float]:
+        """Mean seconds of one micro-step's compute over the steps timed since the last call;
+        None if none was."""
+        if self._computes == 0:
+            return None
+        mean = self._compute_s / self._computes
+        self._compute_s, self._computes = 0.0, 0
+        return mean
 
     def step(self) -> None:
         """Close the current step (no-op if it is already closed or measured nothing)."""
+        self._time_step()
         self._ended = False
         local, total = self._local, self._total
         if not local:
@@ -317,10 +365,12 @@ class DDPNoiseProbe:
 
         if self._ended:  # a new backward pass began: the previous step is complete
             self.step()
+        buffer = bucket.buffer()
         # Before the inner hook: allreduce_hook divides the buffer in place.
-        self._local.append(torch.linalg.vector_norm(bucket.buffer().detach()).float())
+        self._local.append(torch.linalg.vector_norm(buffer.detach()).float())
         if bucket.is_last():
             self._ended = True
+            self._handed = self._now(buffer.is_cuda)
         fut = self.inner_hook(self.inner_state, bucket)
         total = self._total
 
@@ -338,7 +388,8 @@ def _ddp_hook(probe, bucket):  # no annotations: DDP checks them against its own
 
 
 def register_ddp_hook(ddp_model: Any, estimator: GradNoiseEstimator, local_batch_size: int,
-                      hook: Optional[Callable] = None, state: Any = None) -> DDPNoiseProbe:
+                      hook: Optional[Callable] = None, state: Any = None,
+                      micro_steps: int = 1) -> DDPNoiseProbe:
     """Register a communication hook on ``ddp_model`` (a DistributedDataParallel with more than
     one rank) that feeds ``estimator`` every step. ``local_batch_size``: the samples in one
     worker's gradient for one step (with ``no_sync`` accumulation: all of its micro-batches).
@@ -348,11 +399,12 @@ def register_ddp_hook(ddp_model: Any, estimator: GradNoiseEstimator, local_batch
     receives are exactly what that hook returns. DDP takes one hook only: register this instead.
 
     Call the returned probe's ``step()`` after each optimizer step (``Job.step_done`` does), or
-    rely on the next step's first bucket to close the step."""
+    rely on the next step's first bucket to close the step (the compute time then includes the
+    wait). ``micro_steps``: the micro-batches of each step (``no_sync`` accumulation)."""
     import torch.distributed as dist
 
     world = dist.get_world_size(getattr(ddp_model, "process_group", None))
-    probe = DDPNoiseProbe(estimator, local_batch_size, world, hook, state)
+    probe = DDPNoiseProbe(estimator, local_batch_size, world, hook, state, micro_steps)
     ddp_model.register_comm_hook(probe, _ddp_hook)
     return probe
 

@@ -31,7 +31,7 @@ pub use decide::{describe, equal_batch};
 use crate::config::AutoscalerConfig;
 use crate::explain::DecisionInputs;
 use crate::input::{Input, ModelSource, Outcome, Submission};
-use crate::learn::Measurements;
+use crate::learn::{Measured, Measurements};
 use crate::lifecycle::settle;
 use crate::output::{Action, Event, Next, Refusal, Shape, Step, StopReason, Trigger};
 use crate::record::{JobRecord, Progress, Status, Waiting};
@@ -699,7 +699,12 @@ impl Autoscaler {
         }
         // The launch's own placement and micro-steps: what the reported step time was measured at.
         let (gpus, nodes) = (launch.shape.gpus, launch.shape.shares.len().max(1) as u32);
-        let micro_steps = launch.shape.micro_steps;
+        let measured = Measured {
+            batch: report.batch_size,
+            micro_steps: launch.shape.micro_steps,
+            samples_per_s: report.samples_per_s,
+            compute_time_s: report.compute_time_s,
+        };
         let p = &mut r.progress;
         if p.reported_s.is_none_or(|t| t < launch.launched_s) {
             p.startup_s = Some((now - launch.launched_s).max(0.0));
@@ -712,14 +717,7 @@ impl Autoscaler {
         let id = r.id.clone();
         let warm_up = r.measurements.is_warm_up(r.attempt);
         let first_grad_report = r.measurements.grad.is_none();
-        let mut new_point = r.measurements.add(
-            r.attempt,
-            gpus,
-            nodes,
-            report.batch_size,
-            micro_steps,
-            report.samples_per_s,
-        );
+        let mut new_point = r.measurements.add(r.attempt, gpus, nodes, measured);
         let family = r.family.clone().filter(|_| r.model == ModelSource::Learned);
         if let Some((f, g)) = family
             .as_ref()
@@ -737,13 +735,11 @@ impl Autoscaler {
         }
         if let Some(f) = family.as_ref().filter(|_| !warm_up) {
             // The family's pool decides its jobs' model.
-            new_point = self.families.entry(f.clone()).or_default().record(
-                gpus,
-                nodes,
-                report.batch_size,
-                micro_steps,
-                report.samples_per_s,
-            );
+            new_point = self
+                .families
+                .entry(f.clone())
+                .or_default()
+                .record(gpus, nodes, measured);
             out.families.insert(f.clone());
             if new_point && !self.refit_family(f).is_empty() {
                 let points = self.families.get(f).map_or(0, |p| p.points.len());

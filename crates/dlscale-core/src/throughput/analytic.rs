@@ -89,6 +89,11 @@ pub struct StepTimeSample {
     pub micro_steps: u32,
     /// Measured seconds per step.
     pub step_time_s: f64,
+    /// Measured seconds of the compute of one micro-step alone (its forward and backward pass of
+    /// `ceil(local_batch / micro_steps)` samples without the all-reduce), when the worker measured
+    /// it; what Pollux's fit takes as its accumulation step time.
+    #[serde(default)]
+    pub compute_time_s: Option<f64>,
 }
 
 fn one_step() -> u32 {

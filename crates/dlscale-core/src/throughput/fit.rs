@@ -257,10 +257,16 @@ impl AnalyticModel {
                     s.step_time_s
                 )));
             }
+            if let Some(c) = s.compute_time_s.filter(|c| !c.is_finite() || *c <= 0.0) {
+                return Err(CoreError::Model(format!(
+                    "measurement {i}: compute_time_s must be a positive number, got {c}"
+                )));
+            }
         }
-        let coverage = Coverage::of(samples);
-        let rows: Vec<Row> = samples.iter().map(Row::of).collect();
-        let linear = linear_fit(&rows, &Prior::of(samples))?;
+        let expanded = with_compute_steps(samples);
+        let coverage = Coverage::of(&expanded);
+        let rows: Vec<Row> = expanded.iter().map(Row::of).collect();
+        let linear = linear_fit(&rows, &Prior::of(&expanded))?;
         let (params, gamma) = if coverage.has_sync && overlap {
             search_gamma(&rows, &coverage.usable, linear)
         } else {
@@ -299,6 +305,24 @@ impl AnalyticModel {
             assumptions,
         }
     }
+}
+
+/// `samples` and, for each that measured its compute alone, that compute as one more step: a
+/// micro-step's compute without the all-reduce is what one GPU's step of that micro-batch is to
+/// the model (`combine(compute(m), 0) = compute(m)`), so the compute terms must explain it and
+/// the sync terms the rest of the measured step.
+fn with_compute_steps(samples: &[StepTimeSample]) -> Vec<StepTimeSample> {
+    let compute = samples.iter().filter_map(|s| {
+        Some(StepTimeSample {
+            gpus: 1,
+            nodes: 1,
+            local_batch: s.local_batch.div_ceil(s.micro_steps.max(1)),
+            micro_steps: 1,
+            step_time_s: s.compute_time_s?,
+            compute_time_s: None,
+        })
+    });
+    samples.iter().copied().chain(compute).collect()
 }
 
 /// The exact γ = 1 fit: at γ = 1 the step time `s·compute(m) + sync` is linear in the

@@ -958,7 +958,7 @@ async fn allocations(
 }
 
 /// The fields of a metrics report ([`MetricsReport`]).
-pub const METRICS_FIELDS: [&str; 8] = [
+pub const METRICS_FIELDS: [&str; 9] = [
     "step",
     "samples_per_s",
     "batch_size",
@@ -967,6 +967,7 @@ pub const METRICS_FIELDS: [&str; 8] = [
     "samples_seen",
     "attempt",
     "grad",
+    "compute_time_s",
 ];
 
 /// The fields of a report's `grad`.
@@ -1034,6 +1035,14 @@ pub fn validate_report(m: &MetricsReport) -> Result<(), ApiError> {
         return Err(ApiError::field(
             "loss",
             "field 'loss' must be a finite number or null",
+        ));
+    }
+    if m.compute_time_s
+        .is_some_and(|c| !(c.is_finite() && c > 0.0))
+    {
+        return Err(ApiError::field(
+            "compute_time_s",
+            "field 'compute_time_s' must be a finite number > 0 or null",
         ));
     }
     if let Some(g) = &m.grad {

@@ -261,7 +261,9 @@ pub fn schemas() -> Value {
             "batch_size": {"type": "integer", "minimum": 1}, "world_size": {"type": "integer", "minimum": 1},
             "loss": nullable(num.clone()), "samples_seen": int,
             "attempt": {"type": "integer", "minimum": 0, "description": "the launch the report comes from (DLSCALE_ATTEMPT)"},
-            "grad": nullable(schema_ref("GradNoise"))})),
+            "grad": nullable(schema_ref("GradNoise")),
+            "compute_time_s": nullable(json!({"type": "number", "exclusiveMinimum": 0,
+                "description": "seconds of one micro-step's compute alone, without the all-reduce"}))})),
         "CompletionReport": object(&["attempt", "step", "samples_seen"], json!({
             "attempt": int, "step": int, "samples_seen": int})),
         "ReportAnswer": object(&["accepted"], json!({"accepted": {"type": "boolean"}, "reason": string})),

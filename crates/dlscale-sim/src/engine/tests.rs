@@ -108,3 +108,74 @@ fn learned_jobs_declare_their_progress_target_unless_told_not_to() {
         assert_eq!(s.job.remaining_samples, None, "{}", s.job.id);
     }
 }
+
+#[test]
+fn in_pollux_world_reports_carry_the_artifacts_compute_time_unless_told_not_to() {
+    let workload = crate::workload::bundled_pollux_workload(1).unwrap();
+    let reporting = |reports_compute_time| Reporting {
+        noise: 0.0,
+        reports_compute_time,
+        ..Reporting::default()
+    };
+    for reports in [true, false] {
+        let config = SimConfig {
+            knowledge: Knowledge::Learned(reporting(reports)),
+            ..SimConfig::pollux()
+        };
+        let mut observer = ();
+        let mut engine = Engine::new(&workload, &config, ELASTIC_BATCH, &mut observer).unwrap();
+        // Each model's first job, on 2 + 4 GPUs over two nodes (yolov3 at 12 per GPU: two
+        // micro-steps of 6, beyond its memory of 8).
+        let mut firsts: Vec<usize> = Vec::new();
+        for (i, j) in workload.jobs.iter().enumerate() {
+            if !firsts
+                .iter()
+                .any(|&k| workload.jobs[k].job.model_name == j.job.model_name)
+            {
+                firsts.push(i);
+            }
+        }
+        for &i in &firsts {
+            let s = &mut engine.jobs[i];
+            let local = s.profile.as_ref().unwrap().min_local_batch().max(12);
+            s.run = Some(Run {
+                attempt: 1,
+                gpus: 6,
+                batch: 6 * local,
+                nodes: 2,
+                shape: vec![2, 4],
+                restart_until_s: 0.0,
+            });
+            s.next_report_s = 0.0;
+            engine.active.push(i);
+        }
+        let inputs = engine.reports_due(0.0, reporting(reports));
+        assert_eq!(inputs.len(), firsts.len());
+        for (input, &i) in inputs.iter().zip(&firsts) {
+            let Input::Metrics { report, .. } = input else {
+                panic!("{input:?}")
+            };
+            let s = &engine.jobs[i];
+            let (run, profile) = (s.run.as_ref().unwrap(), s.profile.as_ref().unwrap());
+            let micro = profile.micro_batches(run.batch, run.gpus, false);
+            let (step, sync) = profile.step_sync_s(&run.shape, micro.atomic).unwrap();
+            let truth = profile.step(&run.shape, run.batch).unwrap();
+            assert!(
+                (report.samples_per_s - f64::from(truth.samples) / truth.seconds).abs()
+                    <= 1e-9 * report.samples_per_s
+            );
+            if reports {
+                // One micro-step's compute: the artifact's step less its sync time.
+                let compute = report.compute_time_s.unwrap();
+                assert!(
+                    (compute - (step - sync)).abs() <= 1e-12,
+                    "{}",
+                    s.spec.job.id
+                );
+                assert!(compute < truth.seconds / f64::from(micro.accum + 1));
+            } else {
+                assert_eq!(report.compute_time_s, None);
+            }
+        }
+    }
+}

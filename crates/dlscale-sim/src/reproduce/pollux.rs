@@ -58,6 +58,9 @@ pub enum PolluxRun {
     /// so shortest remaining first weighs every job alike (what a cluster whose users give no
     /// epochs gets).
     ElasticBatchLengthUnknown,
+    /// Interval-only and learned from step times alone: no report carries a compute time (what
+    /// a training program outside the worker library sends), so learned models fit the plain sum.
+    ElasticBatchStepTimesOnly,
     /// Elastic-batch given each job's bundled model from the start (an oracle baseline, not a
     /// result: the service learns; under the preset the bundled tables, by node count, are
     /// close to the world's exact-shape step times but not them).
@@ -69,7 +72,7 @@ impl PolluxRun {
     pub const OTHER_SEEDS: [u64; 2] = [2, 3];
 
     /// Every run, in the report's order.
-    pub const ALL: [PolluxRun; 8] = [
+    pub const ALL: [PolluxRun; 9] = [
         PolluxRun::Tiresias,
         PolluxRun::OptimusOracle,
         PolluxRun::ElasticBatchInterval,
@@ -77,12 +80,13 @@ impl PolluxRun {
         PolluxRun::ElasticBatchIntervalSeed(PolluxRun::OTHER_SEEDS[1]),
         PolluxRun::ElasticBatchEvents,
         PolluxRun::ElasticBatchLengthUnknown,
+        PolluxRun::ElasticBatchStepTimesOnly,
         PolluxRun::ElasticBatchOracle,
     ];
 
     /// Its key in `pollux.json`: `tiresias`, `optimus-oracle`, `elastic-batch-interval`,
     /// `elastic-batch-interval-seed-2`, `elastic-batch-events`, `elastic-batch-length-unknown`,
-    /// `elastic-batch-oracle`.
+    /// `elastic-batch-step-times-only`, `elastic-batch-oracle`.
     pub fn key(self) -> String {
         match self {
             PolluxRun::Tiresias => "tiresias".into(),
@@ -93,6 +97,7 @@ impl PolluxRun {
             }
             PolluxRun::ElasticBatchEvents => "elastic-batch-events".into(),
             PolluxRun::ElasticBatchLengthUnknown => "elastic-batch-length-unknown".into(),
+            PolluxRun::ElasticBatchStepTimesOnly => "elastic-batch-step-times-only".into(),
             PolluxRun::ElasticBatchOracle => "elastic-batch-oracle".into(),
         }
     }
@@ -117,6 +122,9 @@ impl PolluxRun {
             PolluxRun::ElasticBatchEvents => "elastic-batch, learned, event-driven".into(),
             PolluxRun::ElasticBatchLengthUnknown => {
                 "elastic-batch, learned, interval-only, no job declaring its length".into()
+            }
+            PolluxRun::ElasticBatchStepTimesOnly => {
+                "elastic-batch, learned, interval-only, step times only (no compute times)".into()
             }
             PolluxRun::ElasticBatchOracle => {
                 "elastic-batch + oracle (bundled models and exact remaining work from the start; not a result)".into()
@@ -166,6 +174,13 @@ impl PolluxRun {
             PolluxRun::ElasticBatchLengthUnknown => SimConfig {
                 knowledge: Knowledge::Learned(Reporting {
                     declares_length: false,
+                    ..reporting
+                }),
+                ..preset
+            },
+            PolluxRun::ElasticBatchStepTimesOnly => SimConfig {
+                knowledge: Knowledge::Learned(Reporting {
+                    reports_compute_time: false,
                     ..reporting
                 }),
                 ..preset

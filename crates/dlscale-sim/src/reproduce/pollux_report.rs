@@ -332,6 +332,13 @@ fn elastic_section(r: &LoadRows) -> String {
              remaining work known, so shortest remaining first weighs every job alike): {s}."
         ));
     }
+    if let Some(s) = learned(R::ElasticBatchStepTimesOnly) {
+        bullets.push(format!(
+            "- **Learned elastic-batch from step times only** (interval-only; no report carries \
+             a compute time, as from a training program outside the worker library, so learned \
+             models fit the plain sum of compute and all-reduce): {s}."
+        ));
+    }
     let target = TARGET_AGAINST_POLLUX * pollux;
     let verdicts: Vec<String> = [
         ("interval-only", R::ElasticBatchInterval),

@@ -28,6 +28,7 @@ fn grid(model: &AnalyticModel, micro_steps: u32) -> Vec<StepTimeSample> {
                 local_batch: local_batch * micro_steps,
                 micro_steps,
                 step_time_s: model.predict(gpus, nodes, local_batch * micro_steps, micro_steps),
+                compute_time_s: None,
             });
         }
     }
@@ -139,6 +140,7 @@ fn fit_keeps_parameters_non_negative() {
                 local_batch,
                 micro_steps: 1,
                 step_time_s: step + 0.01 * f64::from(local_batch),
+                compute_time_s: None,
             })
         })
         .chain([StepTimeSample {
@@ -147,6 +149,7 @@ fn fit_keeps_parameters_non_negative() {
             local_batch: 8,
             micro_steps: 1,
             step_time_s: 0.08,
+            compute_time_s: None,
         }])
         .collect::<Vec<_>>();
     let (fitted, quality) = AnalyticModel::fit(&samples).unwrap();
@@ -165,6 +168,7 @@ fn fit_without_sync_assumes_no_overlap_and_rejects_bad_measurements() {
             local_batch,
             micro_steps: 1,
             step_time_s: 0.01 + 0.001 * f64::from(local_batch),
+            compute_time_s: None,
         })
         .to_vec();
     let (fitted, quality) = AnalyticModel::fit(&one_gpu).unwrap();
@@ -176,15 +180,82 @@ fn fit_without_sync_assumes_no_overlap_and_rejects_bad_measurements() {
         local_batch: 4,
         micro_steps: 1,
         step_time_s: -1.0,
+        compute_time_s: None,
     }; 3];
     assert!(AnalyticModel::fit(&bad).is_err());
     assert!(AnalyticModel::fit(&bad[..1]).is_err());
     let no_steps = [StepTimeSample {
         micro_steps: 0,
         step_time_s: 1.0,
+        compute_time_s: None,
         ..bad[0]
     }; 2];
     assert!(AnalyticModel::fit(&no_steps).is_err());
+    let bad_compute = [StepTimeSample {
+        step_time_s: 1.0,
+        compute_time_s: Some(f64::NAN),
+        ..bad[0]
+    }];
+    let err = AnalyticModel::fit(&bad_compute).unwrap_err().to_string();
+    assert!(err.contains("measurement 0: compute_time_s"), "{err}");
+}
+
+#[test]
+fn measured_compute_times_tell_compute_from_sync() {
+    // Strong overlap, no one-GPU step, few per-GPU batches per placement: from step times alone
+    // compute and sync are confounded. With each step's compute measured alone (a one-GPU step
+    // of its micro-batch, to the model) the fit recovers both, and predicts where nothing was
+    // measured.
+    let truth = AnalyticModel {
+        compute_base_s: 0.02,
+        compute_per_sample_s: 0.002,
+        sync_intra_base_s: 0.05,
+        sync_intra_per_gpu_s: 0.005,
+        sync_inter_base_s: 0.2,
+        sync_inter_per_gpu_s: 0.01,
+        overlap_gamma: 4.0,
+        max_local_batch: None,
+    };
+    let configs = [
+        (2, 1, 16, 1),
+        (4, 1, 32, 1),
+        (4, 1, 128, 2),
+        (8, 2, 16, 1),
+        (8, 2, 64, 1),
+        (16, 4, 32, 1),
+        (16, 4, 128, 1),
+    ];
+    let samples = |measured: bool| {
+        configs.map(|(gpus, nodes, local_batch, micro_steps)| StepTimeSample {
+            gpus,
+            nodes,
+            local_batch,
+            micro_steps,
+            step_time_s: truth.predict(gpus, nodes, local_batch, micro_steps),
+            compute_time_s: measured.then(|| truth.compute_s(f64::from(local_batch / micro_steps))),
+        })
+    };
+    let (fitted, quality) = AnalyticModel::fit(&samples(true)).unwrap();
+    assert!((fitted.overlap_gamma - 4.0).abs() < 1e-3, "{fitted:?}");
+    assert!(quality.max_relative_error < 1e-6, "{quality:?}");
+    let unmeasured = [(1, 1, 256), (32, 8, 64), (3, 1, 48)];
+    for (gpus, nodes, local) in unmeasured {
+        let (got, want) = (
+            fitted.step_time_s(gpus, nodes, local).unwrap(),
+            truth.step_time_s(gpus, nodes, local).unwrap(),
+        );
+        assert!(
+            (got - want).abs() < 1e-4 * want,
+            "{gpus}/{nodes}/{local}: {got} vs {want}"
+        );
+    }
+    // The same steps without their compute times: one GPU is mispredicted.
+    let (blind, _) = AnalyticModel::fit(&samples(false)).unwrap();
+    let (got, want) = (
+        blind.step_time_s(1, 1, 256).unwrap(),
+        truth.step_time_s(1, 1, 256).unwrap(),
+    );
+    assert!((got / want - 1.0).abs() > 0.01, "{got} vs {want}");
 }
 
 #[test]
@@ -211,6 +282,7 @@ fn pollux_samples(csv: &str) -> Vec<StepTimeSample> {
                 local_batch: fields[1].parse().unwrap(),
                 micro_steps: 1,
                 step_time_s: fields[2].parse().unwrap(),
+                compute_time_s: None,
             }
         })
         .collect()
@@ -299,6 +371,7 @@ fn sample(
         local_batch,
         micro_steps,
         step_time_s,
+        compute_time_s: None,
     }
 }
 
