@@ -65,14 +65,32 @@ fn no_overlap() -> f64 {
 /// `(c^γ + y^γ)^(1/γ)`, computed without overflow: the step time of compute `c` and sync `y`
 /// that overlap with exponent `gamma`.
 pub(crate) fn combine(c: f64, y: f64, gamma: f64) -> f64 {
+    combine_with_slopes(c, y, gamma).0
+}
+
+/// [`combine`] and its partial derivatives in `c` and `y`, `(c/n)^(γ−1)` and `(y/n)^(γ−1)`, in
+/// two powers (the fit evaluates them for every sample at every step of its search): with `t`
+/// the larger term, `q` the smaller over it, `r = q^γ` and `u = (1 + r)^(1/γ)`, the step is
+/// `n = t·u`, the slope in the larger term `u/(1 + r)`, in the smaller `(r/q)·u/(1 + r)`.
+pub(crate) fn combine_with_slopes(c: f64, y: f64, gamma: f64) -> (f64, f64, f64) {
     if gamma == 1.0 {
-        return c + y;
+        return (c + y, 1.0, 1.0);
     }
-    let top = c.max(y);
+    let (top, small) = if c >= y { (c, y) } else { (y, c) };
     if top <= 0.0 {
-        return 0.0;
+        return (0.0, 1.0, 0.0);
     }
-    top * ((c / top).powf(gamma) + (y / top).powf(gamma)).powf(1.0 / gamma)
+    let q = small / top;
+    let r = q.powf(gamma);
+    let u = (1.0 + r).powf(1.0 / gamma);
+    let slope_top = u / (1.0 + r);
+    let slope_small = if q > 0.0 { r / q * slope_top } else { 0.0 };
+    let (dc, dy) = if c >= y {
+        (slope_top, slope_small)
+    } else {
+        (slope_small, slope_top)
+    };
+    (top * u, dc, dy)
 }
 
 /// One measured step: the data a fit of [`AnalyticModel`] takes.
@@ -275,6 +293,35 @@ mod tests {
         }
         assert!((combine(3.0, 4.0, 2.0) - 5.0).abs() < 1e-12);
         assert!(combine(1e300, 1e300, 8.0).is_finite());
+    }
+
+    #[test]
+    fn the_slopes_are_the_derivatives_of_the_overlap() {
+        for (c, y) in [(0.1, 0.05), (0.02, 0.3), (0.2, 0.2), (0.0, 0.1), (0.1, 0.0)] {
+            for gamma in [1.0, 1.5, 2.0, 5.3, MAX_OVERLAP_GAMMA] {
+                let (n, dc, dy) = combine_with_slopes(c, y, gamma);
+                let by_formula = (c.powf(gamma) + y.powf(gamma)).powf(1.0 / gamma);
+                assert!((n - by_formula).abs() < 1e-12, "{c} {y} {gamma}");
+                // Central differences where both terms are away from 0 (the slope of a term at
+                // 0 is 0 for γ > 1, where the function has a kink-free minimum in it).
+                let h = 1e-7;
+                if c > h && y > h {
+                    let dc_num = (combine(c + h, y, gamma) - combine(c - h, y, gamma)) / (2.0 * h);
+                    let dy_num = (combine(c, y + h, gamma) - combine(c, y - h, gamma)) / (2.0 * h);
+                    assert!(
+                        (dc - dc_num).abs() < 1e-6,
+                        "{c} {y} {gamma}: {dc} vs {dc_num}"
+                    );
+                    assert!(
+                        (dy - dy_num).abs() < 1e-6,
+                        "{c} {y} {gamma}: {dy} vs {dy_num}"
+                    );
+                } else if gamma > 1.0 {
+                    let zero = if c == 0.0 { dc } else { dy };
+                    assert_eq!(zero, 0.0, "{c} {y} {gamma}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@
 
 use nalgebra::{DMatrix, DVector, SMatrix, SVector};
 
-use super::analytic::{combine, PARAMS};
+use super::analytic::{combine, combine_with_slopes, PARAMS};
 use super::{AnalyticModel, FitQuality, StepTimeSample, MAX_OVERLAP_GAMMA};
 use crate::error::{CoreError, Result};
 
@@ -33,7 +33,7 @@ const GAMMA_GRID: [f64; 11] = [
     MAX_OVERLAP_GAMMA,
 ];
 /// Golden-section steps after the grid (the bracket shrinks by 0.618 per step).
-const GOLDEN_STEPS: usize = 20;
+const GOLDEN_STEPS: usize = 12;
 /// Levenberg–Marquardt iterations per γ at most.
 const LM_ITERATIONS: usize = 100;
 /// Costs (sums of squared relative errors) within this much per sample are ties.
@@ -119,15 +119,8 @@ impl Row {
     /// The relative residual `predicted / measured − 1` and its gradient in the parameters.
     fn residual(&self, p: &[f64; PARAMS], gamma: f64) -> (f64, [f64; PARAMS]) {
         let (c, y) = (self.compute_s(p), self.sync_s(p));
-        let n = combine(c, y, gamma);
         // ∂n/∂c = (c/n)^(γ−1), ∂n/∂y = (y/n)^(γ−1); at γ = 1 both are 1.
-        let (dc, dy) = if gamma == 1.0 {
-            (1.0, 1.0)
-        } else if n > 0.0 {
-            ((c / n).powf(gamma - 1.0), (y / n).powf(gamma - 1.0))
-        } else {
-            (1.0, 0.0)
-        };
+        let (n, dc, dy) = combine_with_slopes(c, y, gamma);
         let w = 1.0 / self.step_time_s;
         let d_compute = (self.extra_steps + dc) * w;
         let mut grad = [0.0; PARAMS];
@@ -548,7 +541,7 @@ fn levenberg_marquardt(
             let candidate: [f64; PARAMS] = std::array::from_fn(|k| (p[k] + delta[k]).max(0.0));
             let c = cost(rows, &candidate, gamma);
             if c < current {
-                stepped = current - c > 1e-14 * current;
+                stepped = current - c > 1e-10 * current;
                 p = candidate;
                 current = c;
                 lambda = (lambda / 3.0).max(1e-12);
