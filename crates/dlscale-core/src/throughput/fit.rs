@@ -33,7 +33,7 @@ const GAMMA_GRID: [f64; 11] = [
     MAX_OVERLAP_GAMMA,
 ];
 /// Golden-section steps after the grid (the bracket shrinks by 0.618 per step).
-const GOLDEN_STEPS: usize = 12;
+const GOLDEN_STEPS: usize = 20;
 /// Levenberg–Marquardt iterations per γ at most.
 const LM_ITERATIONS: usize = 100;
 /// Costs (sums of squared relative errors) within this much per sample are ties.
@@ -541,7 +541,7 @@ fn levenberg_marquardt(
             let candidate: [f64; PARAMS] = std::array::from_fn(|k| (p[k] + delta[k]).max(0.0));
             let c = cost(rows, &candidate, gamma);
             if c < current {
-                stepped = current - c > 1e-10 * current;
+                stepped = current - c > 1e-14 * current;
                 p = candidate;
                 current = c;
                 lambda = (lambda / 3.0).max(1e-12);
