@@ -16,6 +16,7 @@ mod dashboard;
 pub mod dto;
 pub mod insight;
 pub mod openapi;
+mod report;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -36,6 +37,8 @@ use dlscale_core::placement::{Node, Topology};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+pub use report::{validate_report, GRAD_FIELDS, METRICS_FIELDS};
 
 use crate::config::MetricsAccess;
 use crate::error::ApiError;
@@ -957,22 +960,6 @@ async fn allocations(
     Ok(Json(AllocationView::timeline(&events)))
 }
 
-/// The fields of a metrics report ([`MetricsReport`]).
-pub const METRICS_FIELDS: [&str; 9] = [
-    "step",
-    "samples_per_s",
-    "batch_size",
-    "world_size",
-    "loss",
-    "samples_seen",
-    "attempt",
-    "grad",
-    "compute_time_s",
-];
-
-/// The fields of a report's `grad`.
-pub const GRAD_FIELDS: [&str; 2] = ["grad_sqr", "grad_var"];
-
 /// Refuses a JSON object body with a field outside `known` (or, inside the objects `nested`
 /// names, outside theirs), naming it and the known field it is probably a misspelling of, else
 /// every known field. Anything else (not JSON, not an object) is left to the typed parse.
@@ -1003,55 +990,6 @@ fn check_fields_of(
         if let Some(Value::Object(m)) = map.get(*name) {
             if let Some(e) = unknown(&format!("{name}."), m, inner) {
                 return Err(e);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Checks a metrics report's values, naming the field at fault.
-pub fn validate_report(m: &MetricsReport) -> Result<(), ApiError> {
-    if !(m.samples_per_s.is_finite() && m.samples_per_s >= 0.0) {
-        return Err(ApiError::field(
-            "samples_per_s",
-            "field 'samples_per_s' must be a finite number ≥ 0",
-        ));
-    }
-    for (name, v) in [("batch_size", m.batch_size), ("world_size", m.world_size)] {
-        if v == 0 {
-            return Err(ApiError::field(name, format!("field '{name}' must be ≥ 1")));
-        }
-    }
-    // Stored as JSON numbers that SQLite and JavaScript read back exactly.
-    for (name, v) in [("step", m.step), ("samples_seen", m.samples_seen)] {
-        if v > (1 << 53) {
-            return Err(ApiError::field(
-                name,
-                format!("field '{name}' must be at most 2^53"),
-            ));
-        }
-    }
-    if m.loss.is_some_and(|l| !l.is_finite()) {
-        return Err(ApiError::field(
-            "loss",
-            "field 'loss' must be a finite number or null",
-        ));
-    }
-    if m.compute_time_s
-        .is_some_and(|c| !(c.is_finite() && c > 0.0))
-    {
-        return Err(ApiError::field(
-            "compute_time_s",
-            "field 'compute_time_s' must be a finite number > 0 or null",
-        ));
-    }
-    if let Some(g) = &m.grad {
-        for (name, v) in [("grad.grad_sqr", g.grad_sqr), ("grad.grad_var", g.grad_var)] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(ApiError::field(
-                    name,
-                    format!("field '{name}' must be a finite number ≥ 0"),
-                ));
             }
         }
     }

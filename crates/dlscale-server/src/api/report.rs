@@ -1,0 +1,70 @@
+//! The body of a worker's metrics report: its fields and the checks on their values.
+
+use dlscale_autoscaler::MetricsReport;
+
+use crate::error::ApiError;
+
+/// The fields of a metrics report ([`MetricsReport`]).
+pub const METRICS_FIELDS: [&str; 9] = [
+    "step",
+    "samples_per_s",
+    "batch_size",
+    "world_size",
+    "loss",
+    "samples_seen",
+    "attempt",
+    "grad",
+    "compute_time_s",
+];
+
+/// The fields of a report's `grad`.
+pub const GRAD_FIELDS: [&str; 2] = ["grad_sqr", "grad_var"];
+
+/// Checks a metrics report's values, naming the field at fault.
+pub fn validate_report(m: &MetricsReport) -> Result<(), ApiError> {
+    if !(m.samples_per_s.is_finite() && m.samples_per_s >= 0.0) {
+        return Err(ApiError::field(
+            "samples_per_s",
+            "field 'samples_per_s' must be a finite number ≥ 0",
+        ));
+    }
+    for (name, v) in [("batch_size", m.batch_size), ("world_size", m.world_size)] {
+        if v == 0 {
+            return Err(ApiError::field(name, format!("field '{name}' must be ≥ 1")));
+        }
+    }
+    // Stored as JSON numbers that SQLite and JavaScript read back exactly.
+    for (name, v) in [("step", m.step), ("samples_seen", m.samples_seen)] {
+        if v > (1 << 53) {
+            return Err(ApiError::field(
+                name,
+                format!("field '{name}' must be at most 2^53"),
+            ));
+        }
+    }
+    if m.loss.is_some_and(|l| !l.is_finite()) {
+        return Err(ApiError::field(
+            "loss",
+            "field 'loss' must be a finite number or null",
+        ));
+    }
+    if m.compute_time_s
+        .is_some_and(|c| !(c.is_finite() && c > 0.0))
+    {
+        return Err(ApiError::field(
+            "compute_time_s",
+            "field 'compute_time_s' must be a finite number > 0 or null",
+        ));
+    }
+    if let Some(g) = &m.grad {
+        for (name, v) in [("grad.grad_sqr", g.grad_sqr), ("grad.grad_var", g.grad_var)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(ApiError::field(
+                    name,
+                    format!("field '{name}' must be a finite number ≥ 0"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
