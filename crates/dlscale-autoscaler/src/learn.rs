@@ -220,14 +220,12 @@ impl Measurements {
                 }
                 p.reports = total;
                 p.fitted_step_time_s = p.step_time_s;
+                // A mean over no reports is none, so the reports alone weigh each side.
+                let weighed =
+                    |x: &Point| x.compute_time_s.unwrap_or(0.0) * f64::from(x.compute_reports);
                 let computes = p.compute_reports + point.compute_reports;
-                p.compute_time_s = match (p.compute_time_s, point.compute_time_s) {
-                    (Some(a), Some(b)) => Some(
-                        (a * f64::from(p.compute_reports) + b * f64::from(point.compute_reports))
-                            / f64::from(computes.max(1)),
-                    ),
-                    (a, b) => a.or(b),
-                };
+                p.compute_time_s =
+                    (computes > 0).then(|| (weighed(p) + weighed(point)) / f64::from(computes));
                 p.compute_reports = computes;
             }
             None => self.points.push(Point {
@@ -470,6 +468,20 @@ impl ThroughputModel for Calibrated {
 mod tests {
     use super::*;
 
+    /// Compute and sync that overlap (γ = 3): the plain sum cannot follow it exactly.
+    fn overlapping() -> AnalyticModel {
+        AnalyticModel {
+            compute_base_s: 0.01,
+            compute_per_sample_s: 0.001,
+            sync_intra_base_s: 0.03,
+            sync_intra_per_gpu_s: 0.002,
+            sync_inter_base_s: 0.08,
+            sync_inter_per_gpu_s: 0.004,
+            overlap_gamma: 3.0,
+            max_local_batch: None,
+        }
+    }
+
     fn measured(batch: BatchSize, micro_steps: u32, samples_per_s: f64) -> Measured {
         Measured {
             batch,
@@ -626,16 +638,7 @@ mod tests {
     fn a_calibrated_model_matches_each_measurement_interpolates_between_batches_and_is_the_fit_elsewhere(
     ) {
         // Compute and sync overlap (γ = 3): the plain sum the fit uses cannot follow it exactly.
-        let truth = AnalyticModel {
-            compute_base_s: 0.01,
-            compute_per_sample_s: 0.001,
-            sync_intra_base_s: 0.03,
-            sync_intra_per_gpu_s: 0.002,
-            sync_inter_base_s: 0.08,
-            sync_inter_per_gpu_s: 0.004,
-            overlap_gamma: 3.0,
-            max_local_batch: None,
-        };
+        let truth = overlapping();
         let job = dlscale_core::jobfile::parse_jobs(
             r#"{"jobs": [{"id": "a", "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.001},
                 "min_batch": 8, "max_batch": 4096, "max_local_batch": 256}]}"#,
@@ -762,16 +765,7 @@ mod tests {
         assert_eq!(stored, pool, "a stored pool keeps its compute times");
 
         // Overlapping compute and sync (γ = 3): only with compute times may the fit overlap.
-        let truth = AnalyticModel {
-            compute_base_s: 0.01,
-            compute_per_sample_s: 0.001,
-            sync_intra_base_s: 0.03,
-            sync_intra_per_gpu_s: 0.002,
-            sync_inter_base_s: 0.08,
-            sync_inter_per_gpu_s: 0.004,
-            overlap_gamma: 3.0,
-            max_local_batch: None,
-        };
+        let truth = overlapping();
         let run = |measured: bool| {
             let mut m = Measurements::default();
             let configs = [(2, 1, 32), (2, 1, 128), (4, 1, 64), (8, 2, 32), (8, 2, 128)];
