@@ -226,6 +226,28 @@ fn jobs_of_one_family_share_a_refitted_model() {
 }
 
 #[test]
+fn a_new_job_starts_from_the_model_its_running_peers_have() {
+    // a's second measured report moves its configuration's mean by under a tenth: no refit, so a
+    // keeps the model fitted to its first; b, arriving after, starts from that same model, not
+    // from a fit of the moved pool that no running job of the family decides with.
+    let mut a = Autoscaler::new(config(), topology());
+    let sub = submit("a", ModelSource::Learned, Some("f"));
+    let (attempt, _, batch) = run_measured(&mut a, 0.0, sub, "a", 1000.0, [None, None]);
+    a.handle(90.0, vec![report("a", attempt, batch, 1050.0, None)]);
+    let pool = &a.families()["f"];
+    assert_eq!(pool.points[0].reports, 2, "the report is pooled");
+    let moved = pool.calibrated(pool.model(false).unwrap(), a.job("a").unwrap().1);
+    a.handle(100.0, vec![submit("b", ModelSource::Learned, Some("f"))]);
+    let a_model = a.job("a").unwrap().1.throughput.clone();
+    assert!(
+        !same_model(a_model.as_ref(), moved.as_ref()),
+        "the pool moved"
+    );
+    let b_model = a.job("b").unwrap().1.throughput.clone();
+    assert!(same_model(b_model.as_ref(), a_model.as_ref()));
+}
+
+#[test]
 fn a_given_model_job_naming_a_family_is_not_pooled() {
     // a's model is given: naming family f changes nothing, its reports teach the family nothing,
     // so b starts from the prior as after a job that named no family.

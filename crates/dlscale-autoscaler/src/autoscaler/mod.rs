@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use dlscale_core::job::{JobEfficiency, JobHistory};
 use dlscale_core::placement::{self, Topology};
+use dlscale_core::throughput::AnalyticModel;
 use dlscale_core::{Cluster, GpuCount, Job, JobState, Policy};
 use serde::{Deserialize, Serialize};
 
@@ -31,7 +32,7 @@ pub use decide::{describe, equal_batch};
 use crate::config::AutoscalerConfig;
 use crate::explain::DecisionInputs;
 use crate::input::{Input, ModelSource, Outcome, Submission};
-use crate::learn::{Measured, Measurements};
+use crate::learn::{Calibration, Measured, Measurements};
 use crate::lifecycle::settle;
 use crate::output::{Action, Event, Next, Refusal, Shape, Step, StopReason, Trigger};
 use crate::record::{JobRecord, Progress, Status, Waiting};
@@ -120,6 +121,10 @@ pub struct Autoscaler {
     /// Families whose pool `restore` rebuilt from live records (none was persisted): the next
     /// step names them, so that the shell persists them before the jobs that measured them end.
     rebuilt_families: BTreeSet<String>,
+    /// Each family's model as last fitted to its pool, with its calibration: what its live jobs
+    /// decide with and what an arriving one starts from (refitting on every arrival would cost
+    /// a fit per job, and hand it a model its running peers do not have).
+    family_fits: BTreeMap<String, (AnalyticModel, Calibration)>,
 }
 
 /// What `r`'s learned model is fitted to: its family's pool in `families`, or its own reports.
@@ -188,6 +193,7 @@ impl Autoscaler {
             last_inputs: None,
             families: BTreeMap::new(),
             rebuilt_families: BTreeSet::new(),
+            family_fits: BTreeMap::new(),
         };
         a.set_topology(topology);
         a
@@ -250,8 +256,11 @@ impl Autoscaler {
             let model = pool.model(self.config.learn_overlap)?;
             Some((model, pool.calibration(&model)))
         }) else {
+            self.family_fits.remove(family);
             return Vec::new();
         };
+        self.family_fits
+            .insert(family.to_owned(), (model, calibration.clone()));
         let mut ids = Vec::new();
         for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
             if r.model == ModelSource::Learned && r.family.as_deref() == Some(family) {
@@ -631,11 +640,13 @@ impl Autoscaler {
             family,
             first_grad: None,
         };
-        if let Some(pool) = record.family.as_ref().and_then(|f| self.families.get(f)) {
+        if let Some(family) = record.family.as_ref() {
             // Its family has been measured: it starts from that, not from the prior.
-            if let Some(model) = pool.model(self.config.learn_overlap) {
-                job.throughput = pool.calibrated(model, &job);
+            if let Some((model, calibration)) = self.family_fits.get(family) {
+                job.throughput = calibration.apply(crate::learn::learned_model(*model, &job));
             }
+        }
+        if let Some(pool) = record.family.as_ref().and_then(|f| self.families.get(f)) {
             if let Some(noise) = pool.grad {
                 let init_batch = job.efficiency.map_or(job.requested.batch, |e| e.init_batch);
                 job.efficiency = Some(JobEfficiency { noise, init_batch });
