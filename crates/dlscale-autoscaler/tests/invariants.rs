@@ -107,7 +107,7 @@ fn run(
                                 .shape
                                 .shares
                                 .iter()
-                                .map(|s| (s.node.clone(), s.gpus))
+                                .map(|s| (s.node.to_string(), s.gpus))
                                 .collect(),
                             ends_at: now + s.run_s,
                             outcome: Outcome::Exited(if s.fails { 1 } else { 0 }),
@@ -143,7 +143,7 @@ fn run(
         }
         for n in &topology.nodes {
             assert!(
-                held.get(n.name.as_str()).copied().unwrap_or(0) <= n.gpus,
+                held.get(&*n.name).copied().unwrap_or(0) <= n.gpus,
                 "{held:?}"
             );
         }

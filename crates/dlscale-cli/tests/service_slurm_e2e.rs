@@ -62,7 +62,10 @@ fn on_slurm(j: &JobView) -> bool {
 }
 
 fn shape(j: &JobView) -> Vec<(String, u32)> {
-    j.nodes.iter().map(|s| (s.node.clone(), s.gpus)).collect()
+    j.nodes
+        .iter()
+        .map(|s| (s.node.to_string(), s.gpus))
+        .collect()
 }
 
 async fn jobs(server: &Server) -> Vec<JobView> {

@@ -787,7 +787,7 @@ async fn a_slurm_node_set_down_mid_run_is_survived() {
     let down_at = read_trace(&trace).len() as u64;
     let shrunk = server
         .wait_job("a", 90.0, "a relaunched on n1", |j| {
-            j.state == JobStatus::Running && j.gpus > 0 && j.nodes.iter().all(|s| s.node == "n1")
+            j.state == JobStatus::Running && j.gpus > 0 && j.nodes.iter().all(|s| &*s.node == "n1")
         })
         .await;
     assert!(shrunk.attempt >= 2, "{shrunk:?}");

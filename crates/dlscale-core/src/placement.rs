@@ -26,6 +26,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -91,8 +92,9 @@ impl FromStr for ShapeRule {
 /// GPUs usable on one node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
-    /// Its name (Slurm's `NodeName`; `local` for one machine; `n1`, `n2`, ... in simulations).
-    pub name: String,
+    /// Its name (Slurm's `NodeName`; `local` for one machine; `n1`, `n2`, ... in simulations);
+    /// shared, since every share placed on the node carries it.
+    pub name: Arc<str>,
     /// GPUs dlscale may use on it.
     pub gpus: GpuCount,
 }
@@ -107,8 +109,8 @@ pub struct Topology {
 /// GPUs of one job on one node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Share {
-    /// Node name.
-    pub node: String,
+    /// Node name (shared with the topology's: decisions clone shares by the thousand).
+    pub node: Arc<str>,
     /// GPUs on that node.
     pub gpus: GpuCount,
 }
@@ -127,7 +129,7 @@ impl Topology {
         Topology {
             nodes: (1..=nodes)
                 .map(|i| Node {
-                    name: format!("n{i}"),
+                    name: format!("n{i}").into(),
                     gpus: gpus_per_node,
                 })
                 .collect(),
@@ -178,7 +180,7 @@ impl Topology {
         self.nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| (n.name.as_str(), i))
+            .map(|(i, n)| (&*n.name, i))
             .collect()
     }
 }
@@ -305,13 +307,10 @@ pub fn largest_packed_fit(
     let index = topology.indices();
     for (job, shares) in placement.iter().filter(|(job, _)| job.as_str() != id) {
         for s in shares {
-            if let Some(&i) = index.get(s.node.as_str()) {
+            if let Some(&i) = index.get(&*s.node) {
                 free[i] = free[i].saturating_sub(s.gpus);
             }
-            debug_assert!(
-                index.contains_key(s.node.as_str()),
-                "{job} on an unknown node"
-            );
+            debug_assert!(index.contains_key(&*s.node), "{job} on an unknown node");
         }
     }
     (1..=gpus)
@@ -338,16 +337,14 @@ fn place_keeping<'a>(
     for Wanted { id, gpus, .. } in wanted.iter().filter(|w| w.gpus > 0) {
         let keep = previous(id).filter(|shares| {
             gpus_of(shares) == *gpus
-                && shares.iter().all(|s| {
-                    index
-                        .get(s.node.as_str())
-                        .is_some_and(|&i| free[i] >= s.gpus)
-                })
+                && shares
+                    .iter()
+                    .all(|s| index.get(&*s.node).is_some_and(|&i| free[i] >= s.gpus))
         });
         match keep {
             Some(shares) => {
                 for s in shares {
-                    if let Some(&i) = index.get(s.node.as_str()) {
+                    if let Some(&i) = index.get(&*s.node) {
                         free[i] -= s.gpus;
                     }
                 }
@@ -369,7 +366,7 @@ fn place_keeping<'a>(
         match place_one(topology, rule, &free, gpus, widest) {
             Some(shares) => {
                 for s in &shares {
-                    if let Some(&i) = index.get(s.node.as_str()) {
+                    if let Some(&i) = index.get(&*s.node) {
                         free[i] -= s.gpus;
                     }
                 }
@@ -553,7 +550,7 @@ mod tests {
     }
 
     fn shape(shares: &[Share]) -> Vec<(&str, GpuCount)> {
-        shares.iter().map(|s| (s.node.as_str(), s.gpus)).collect()
+        shares.iter().map(|s| (&*s.node, s.gpus)).collect()
     }
 
     fn uneven(gpus: &[GpuCount]) -> Topology {
@@ -562,7 +559,7 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(i, &g)| Node {
-                    name: format!("n{}", i + 1),
+                    name: format!("n{}", i + 1).into(),
                     gpus: g,
                 })
                 .collect(),

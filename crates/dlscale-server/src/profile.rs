@@ -136,7 +136,7 @@ pub async fn measure(
         local_batch_size: point.batch_size / point.workers,
         micro_steps: 1,
         shares: vec![Share {
-            node: local::NODE.to_string(),
+            node: local::NODE.into(),
             gpus: point.workers,
         }],
     };

@@ -61,14 +61,14 @@ impl Autoscaler {
                             .shares
                             .iter()
                             .filter(|s| !room(s))
-                            .map(|s| s.node.as_str())
+                            .map(|s| &*s.node)
                             .collect();
                         let mut held_by: Vec<String> = self
                             .live
                             .iter()
                             .filter(|o| {
                                 o.shape().is_some_and(|sh| {
-                                    sh.shares.iter().any(|s| short.contains(&s.node.as_str()))
+                                    sh.shares.iter().any(|s| short.contains(&&*s.node))
                                 })
                             })
                             .map(|o| o.id.clone())

@@ -86,7 +86,7 @@ pub struct Autoscaler {
     policy: Box<dyn Policy>,
     topology: Topology,
     /// Index of each node of `topology`, by name.
-    node_index: BTreeMap<String, usize>,
+    node_index: BTreeMap<Arc<str>, usize>,
     model_cluster: Option<Cluster>,
     /// `allowed[g]` under the shape rule; `None` when every count is (any split).
     allowed: Option<Vec<bool>>,

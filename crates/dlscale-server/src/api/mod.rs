@@ -558,7 +558,7 @@ async fn cluster(State(s): State<AppState>) -> Json<ClusterView> {
             used += shape.gpus;
             for share in &shape.shares {
                 *per_node
-                    .entry(share.node.as_str())
+                    .entry(&*share.node)
                     .or_default()
                     .entry(j.record.id.clone())
                     .or_default() += share.gpus;
@@ -568,17 +568,17 @@ async fn cluster(State(s): State<AppState>) -> Json<ClusterView> {
     let totals: BTreeMap<&str, u32> = view
         .nodes
         .iter()
-        .map(|n| (n.name.as_str(), n.total_gpus))
+        .map(|n| (&*n.name, n.total_gpus))
         .collect();
     let nodes = view
         .topology
         .nodes
         .iter()
         .map(|n| NodeView {
-            name: n.name.clone(),
+            name: n.name.to_string(),
             gpus: n.gpus,
-            total_gpus: totals.get(n.name.as_str()).copied().unwrap_or(n.gpus),
-            jobs: per_node.remove(n.name.as_str()).unwrap_or_default(),
+            total_gpus: totals.get(&*n.name).copied().unwrap_or(n.gpus),
+            jobs: per_node.remove(&*n.name).unwrap_or_default(),
         })
         .collect();
     let (slots, gpus_detected) = match &*s.executor {
@@ -717,7 +717,7 @@ async fn accept(s: &Service, spec: JobSpec) -> Result<Received, ApiError> {
             .nodes
             .iter()
             .map(|n| Node {
-                name: n.name.clone(),
+                name: n.name.as_str().into(),
                 gpus: n.total_gpus,
             })
             .collect(),

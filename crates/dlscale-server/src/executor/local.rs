@@ -101,12 +101,12 @@ impl LocalExecutor {
         Capacity {
             topology: Topology {
                 nodes: vec![Node {
-                    name: NODE.to_string(),
+                    name: NODE.into(),
                     gpus,
                 }],
             },
             nodes: vec![NodeInfo {
-                name: NODE.to_string(),
+                name: NODE.into(),
                 total_gpus: gpus,
                 addr: "127.0.0.1".to_string(),
             }],

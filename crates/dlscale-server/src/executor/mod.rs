@@ -203,7 +203,7 @@ pub fn worker_env(
     );
     env.extend(spec.env.clone());
     let ckpt = checkpoint_dir(&ctx.data_dir, &spec.id);
-    let nodes: Vec<&str> = shape.shares.iter().map(|s| s.node.as_str()).collect();
+    let nodes: Vec<&str> = shape.shares.iter().map(|s| &*s.node).collect();
     for (k, v) in [
         ("DLSCALE_JOB_ID", spec.id.clone()),
         ("DLSCALE_WORLD_SIZE", shape.gpus.max(1).to_string()),

@@ -217,7 +217,7 @@ impl SlurmExecutor {
             nodes: nodes
                 .iter()
                 .map(|n| Node {
-                    name: n.name.clone(),
+                    name: n.name.as_str().into(),
                     gpus: n
                         .total_gpus
                         .saturating_sub(foreign.get(&n.name).copied().unwrap_or(0)),
@@ -341,7 +341,7 @@ impl SlurmExecutor {
         }
         let node_list = shares
             .iter()
-            .map(|s| s.node.as_str())
+            .map(|s| &*s.node)
             .collect::<Vec<_>>()
             .join(",");
         let mut args = vec![
@@ -490,7 +490,7 @@ impl Scripts {
         // node name → address, for the rendezvous endpoint and torchrun's --local-addr.
         let mut addr_case = String::from("case \"$SLURMD_NODENAME\" in\n");
         for s in shares {
-            let addr = addrs.get(&s.node).unwrap_or(&s.node);
+            let addr = addrs.get(&*s.node).map_or(&*s.node, String::as_str);
             let _ = writeln!(
                 addr_case,
                 "  {}) addr={} ;;",

@@ -592,7 +592,7 @@ mod tests {
             node("c1", "idle", &[], "cpu")]})
         .to_string();
         let t = parse_sinfo(&text, "gpu", None).unwrap();
-        let names: Vec<&str> = t.iter().map(|n| n.name.as_str()).collect();
+        let names: Vec<&str> = t.iter().map(|n| &*n.name).collect();
         assert_eq!(names, ["n1", "n4"]);
         assert_eq!(t[0].addr, "10.0.0.1");
         let only = parse_sinfo(&text, "gpu", Some(&["n4".to_string()])).unwrap();
