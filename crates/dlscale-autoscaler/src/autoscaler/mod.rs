@@ -645,9 +645,7 @@ impl Autoscaler {
             if let Some((model, calibration)) = self.family_fits.get(family) {
                 job.throughput = calibration.apply(crate::learn::learned_model(*model, &job));
             }
-        }
-        if let Some(pool) = record.family.as_ref().and_then(|f| self.families.get(f)) {
-            if let Some(noise) = pool.grad {
+            if let Some(noise) = self.families.get(family).and_then(|pool| pool.grad) {
                 let init_batch = job.efficiency.map_or(job.requested.batch, |e| e.init_batch);
                 job.efficiency = Some(JobEfficiency { noise, init_batch });
             }
