@@ -34,6 +34,10 @@ pub struct Submission {
     /// The model family it names, for a learned model: jobs of one family step alike on the
     /// same GPUs, so each starts from, and adds to, what the family's jobs have measured.
     pub family: Option<String>,
+    /// Whether its workers take a new batch while they run (the worker library's do when the
+    /// job says so): a batch change at the same GPUs is then [`crate::Action::Rebatch`], not a
+    /// restart.
+    pub batch_in_place: bool,
 }
 
 /// How a launch ended, as far as its executor can tell.

@@ -110,6 +110,18 @@ pub enum Action {
         /// Launch number.
         attempt: u32,
     },
+    /// Have a running launch's workers take another batch at their next step boundary, on the
+    /// same GPUs (a job that changes batch in place). Level-triggered through the job's record:
+    /// its launch's shape is the batch to run with from now on, which the service answers
+    /// every report of that launch with.
+    Rebatch {
+        /// Job id.
+        id: String,
+        /// Launch number.
+        attempt: u32,
+        /// The shape to run with: the launch's GPUs and shares, another batch.
+        shape: Shape,
+    },
 }
 
 /// What set off a decision.
@@ -212,6 +224,17 @@ pub enum Event {
         /// that changed it since.
         replanned: Option<(Shape, Trigger)>,
     },
+    /// A running launch is to take another batch on the same GPUs, without a restart.
+    Rebatched {
+        /// Job id.
+        id: String,
+        /// Launch number.
+        attempt: u32,
+        /// The global batch it ran with.
+        from: BatchSize,
+        /// What it runs with now.
+        shape: Shape,
+    },
     /// The executor started it.
     Started {
         /// Job id.
@@ -308,6 +331,7 @@ impl Event {
             Event::Decided { .. } => None,
             Event::Submitted { id }
             | Event::Launching { id, .. }
+            | Event::Rebatched { id, .. }
             | Event::Started { id, .. }
             | Event::Adopted { id, .. }
             | Event::Stopping { id, .. }
@@ -328,6 +352,7 @@ impl Event {
             Event::Submitted { .. } => "submitted",
             Event::Decided { .. } => "decided",
             Event::Launching { .. } => "launch",
+            Event::Rebatched { .. } => "rebatch",
             Event::Started { .. } => "started",
             Event::Adopted { .. } => "adopted",
             Event::Stopping { .. } => "stop",
@@ -372,6 +397,16 @@ impl fmt::Display for Event {
                 }
                 Ok(())
             }
+            Event::Rebatched {
+                id,
+                attempt,
+                from,
+                shape,
+            } => write!(
+                f,
+                "{id}: launch {attempt}: batch {from} → {} ({} per worker, {} micro-step(s)) in place",
+                shape.batch_size, shape.local_batch_size, shape.micro_steps
+            ),
             Event::Started { id, attempt } => write!(f, "{id}: launch {attempt} started"),
             Event::Adopted { id, attempt } => {
                 write!(f, "{id}: launch {attempt} is still alive: adopted")

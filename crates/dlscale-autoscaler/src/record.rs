@@ -201,6 +201,9 @@ pub struct JobRecord {
     /// a restore folds back into the family's pool.
     #[serde(default)]
     pub first_grad: Option<dlscale_core::efficiency::GradNoise>,
+    /// Whether its workers change batch in place ([`crate::Submission::batch_in_place`]).
+    #[serde(default)]
+    pub batch_in_place: bool,
 }
 
 impl JobRecord {

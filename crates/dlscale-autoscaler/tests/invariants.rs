@@ -132,6 +132,21 @@ fn run(
                         l.outcome = Outcome::Exited(-9);
                     }
                 }
+                Action::Rebatch { id, attempt, shape } => {
+                    // Only of a job that changes batch in place, on its launch's own GPUs (a
+                    // launch that ended unreported meanwhile is no longer here).
+                    let i: usize = id[1..].parse().unwrap();
+                    assert_eq!(i % 2, 0, "{id} does not change batch in place");
+                    let Some(l) = live.get(&id).filter(|l| l.attempt == attempt) else {
+                        continue;
+                    };
+                    let shares: Vec<(String, GpuCount)> = shape
+                        .shares
+                        .iter()
+                        .map(|s| (s.node.to_string(), s.gpus))
+                        .collect();
+                    assert_eq!(shares, l.shares, "a rebatch of {id} moved it");
+                }
             }
         }
         // No node holds more than it has.
@@ -193,6 +208,8 @@ fn run(
                     model: ModelSource::Given,
                     max_retries: Some(1),
                     family: None,
+                    // Half the jobs change batch in place: rebatches keep every invariant.
+                    batch_in_place: i % 2 == 0,
                 }),
             });
             next_arrival += 1;

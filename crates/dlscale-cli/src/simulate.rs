@@ -92,6 +92,10 @@ pub struct SimulateArgs {
     /// workers reported compute times [default: true].
     #[arg(long)]
     pub learn_overlap: Option<bool>,
+    /// Jobs change batch on the same GPUs in place, as the worker library's do (false: every
+    /// batch change is a restart, as for training programs outside the library).
+    #[arg(long, default_value_t = dlscale_sim::SimConfig::default().batch_in_place, action = clap::ArgAction::Set)]
+    pub batch_in_place: bool,
     /// Learned runs: each job names its model as its family, and learns from what all the
     /// family's jobs measured (false: from its own reports alone).
     #[arg(long, default_value_t = dlscale_sim::Reporting::default().families, action = clap::ArgAction::Set)]
@@ -237,6 +241,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
             })
         },
         learn_overlap: args.learn_overlap.unwrap_or(base.learn_overlap),
+        batch_in_place: args.batch_in_place,
         ..base
     };
     config.validate().map_err(sim_error)?;

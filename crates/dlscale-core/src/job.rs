@@ -117,6 +117,11 @@ pub struct CurrentAllocation {
     /// How many times it was restarted so far.
     #[serde(default)]
     pub restarts: u32,
+    /// Whether it can change its batch while it runs, without a restart (its workers take a new
+    /// batch at a step boundary, as the worker library's do when the job says so): any batch at
+    /// its current GPU count is then valued as kept.
+    #[serde(default)]
+    pub batch_in_place: bool,
 }
 
 /// One stretch of time a job held GPUs.

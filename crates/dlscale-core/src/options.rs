@@ -355,9 +355,10 @@ impl OptionTable {
         self.valued(job, cluster, restart, false)
     }
 
-    /// The option of the job's current configuration alone (its GPUs and its batch), valued as
-    /// kept: for a job that must not change. `None` without a current allocation, or when the
-    /// model cannot run it that way.
+    /// The option of the job's current configuration alone (its GPUs and its batch; its best
+    /// batch at its GPUs when it changes batches in place), valued as kept: for a job that must
+    /// not change. `None` without a current allocation, or when the model cannot run it that
+    /// way.
     pub fn current_option(
         &self,
         job: &Job,
@@ -367,7 +368,7 @@ impl OptionTable {
         let current = job.current?;
         self.valued(job, cluster, restart, true)
             .into_iter()
-            .find(|o| o.gpus == current.gpus && o.batch == current.batch)
+            .find(|o| o.gpus == current.gpus && (current.batch_in_place || o.batch == current.batch))
     }
 
     /// [`OptionTable::options`]; with `only_current`, only the current configuration is valued
@@ -418,7 +419,8 @@ impl OptionTable {
                     .iter()
                     .chain(extra.iter())
                 {
-                    let kept = current.is_some_and(|c| c.batch == cand.batch);
+                    // A batch changed in place is no restart: it is kept too.
+                    let kept = current.is_some_and(|c| c.batch_in_place || c.batch == cand.batch);
                     let metric = cand.metric(terms);
                     let adjusted = metric * if kept { keep_factor } else { change_factor };
                     if best.is_none_or(|(a, _)| adjusted > a) {
@@ -443,7 +445,7 @@ impl OptionTable {
             if only_current && current.is_none_or(|c| c.gpus != gpus) {
                 continue;
             }
-            let (adjusted, cand) = if only_current {
+            let (adjusted, cand) = if only_current && current.is_some_and(|c| !c.batch_in_place) {
                 // The kept candidate, whatever a change at this count would be worth.
                 let Some(kept) = grid.candidates[row.range.clone()]
                     .iter()
@@ -694,6 +696,7 @@ mod tests {
             batch: 301,
             age_s: 900.0,
             restarts: 2,
+            batch_in_place: false,
         });
         table.update_efficiency(&job);
         assert_eq!(

@@ -30,6 +30,7 @@ fn running(mut jobs: Vec<Job>, every: usize, age_s: f64) -> Vec<Job> {
                 batch,
                 age_s,
                 restarts: (i % 3) as u32,
+                batch_in_place: false,
             });
             job.history.start_run(0.0, gpus);
         }
@@ -175,6 +176,7 @@ fn holds_keep_a_job_or_let_it_only_shrink() {
         batch: 64,
         age_s: 10.0,
         restarts: 0,
+        batch_in_place: false,
     });
     let free = decide_one("elastic-batch", &cluster, std::slice::from_ref(&a), 10.0);
     assert!(free.jobs[0].gpus > 2, "{free:?}");
@@ -187,6 +189,7 @@ fn holds_keep_a_job_or_let_it_only_shrink() {
         batch: 512,
         age_s: 10.0,
         restarts: 0,
+        batch_in_place: false,
     });
     a.hold = Hold::ShrinkOnly;
     let b = job("b", 1, 0.001);
@@ -213,6 +216,7 @@ fn tiresias_serves_least_attained_service_first() {
         batch: 128,
         age_s: 5000.0,
         restarts: 0,
+        batch_in_place: false,
     });
     old.history = JobHistory {
         submitted_s: 0.0,

@@ -50,6 +50,8 @@ pub struct Metrics {
     pub stops: Counter,
     /// Kills handed to the executor.
     pub kills: Counter,
+    /// Batch changes in place handed out.
+    pub rebatches: Counter,
     /// Metrics reports received from workers.
     pub reports: Counter,
 }
@@ -67,6 +69,7 @@ impl Default for Metrics {
             launches: Counter::default(),
             stops: Counter::default(),
             kills: Counter::default(),
+            rebatches: Counter::default(),
             reports: Counter::default(),
         }
     }
@@ -93,6 +96,11 @@ impl Metrics {
         );
         registry.register("stops", "Stops handed to the executor", self.stops.clone());
         registry.register("kills", "Kills handed to the executor", self.kills.clone());
+        registry.register(
+            "rebatches",
+            "Batch changes in place, answered to the jobs' reports",
+            self.rebatches.clone(),
+        );
         registry.register(
             "metrics_reports",
             "Metrics reports received from workers",

@@ -712,7 +712,7 @@ impl Driver {
         for (k, action) in actions.into_iter().enumerate() {
             let id = match &action {
                 Action::Launch(l) => &l.id,
-                Action::Stop { id, .. } | Action::Kill { id, .. } => id,
+                Action::Stop { id, .. } | Action::Kill { id, .. } | Action::Rebatch { id, .. } => id,
             };
             let job = self.view.jobs.get(id).map(|j| LaunchJob {
                 spec: Arc::clone(&j.spec),
@@ -723,6 +723,7 @@ impl Driver {
                 Action::Launch(_) => service.metrics.launches.inc(),
                 Action::Stop { .. } => service.metrics.stops.inc(),
                 Action::Kill { .. } => service.metrics.kills.inc(),
+                Action::Rebatch { .. } => service.metrics.rebatches.inc(),
             };
             tokio::spawn(async move {
                 let answer = service.executor.carry_out(&action, job.as_ref()).await;

@@ -79,6 +79,10 @@ pub struct JobSpec {
     /// the family's jobs measured ([`dlscale_autoscaler::Submission::family`]).
     #[serde(default)]
     pub family: Option<String>,
+    /// Its workers take a new batch while they run (the worker library's `job.rebatched()`):
+    /// a batch change on the same GPUs is then answered to its reports, not a restart.
+    #[serde(default)]
+    pub batch_in_place: bool,
     /// The job-file fields, as submitted.
     pub entry: Map<String, Value>,
 }
@@ -250,6 +254,16 @@ impl JobSpec {
         if let Some(f) = &family {
             validate_id("family", f)?;
         }
+        let batch_in_place = match map.remove("batch_in_place") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => b,
+            Some(_) => {
+                return Err(ApiError::field(
+                    "batch_in_place",
+                    "field 'batch_in_place' must be true or false",
+                ))
+            }
+        };
         let max_retries =
             match map.remove("max_retries") {
                 None | Some(Value::Null) => None,
@@ -284,6 +298,7 @@ impl JobSpec {
             profile,
             max_retries,
             family,
+            batch_in_place,
             entry: map,
         };
         // Types and unknown fields of the job-file part, checked now with the prior model.
@@ -314,6 +329,7 @@ impl JobSpec {
             model: self.model_source(),
             max_retries: self.max_retries,
             family: self.family.clone(),
+            batch_in_place: self.batch_in_place,
         })
     }
 

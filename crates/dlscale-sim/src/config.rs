@@ -189,6 +189,12 @@ pub struct SimConfig {
     /// Learned models may fit an overlap of compute and all-reduce (the autoscaler's
     /// `learn_overlap`).
     pub learn_overlap: bool,
+    /// Jobs' workers change batch in place, as the worker library's do (and Pollux's
+    /// artifact's jobs, which re-pick their batch at every epoch at no cost): a batch change on
+    /// the same GPUs is [`dlscale_autoscaler::Action::Rebatch`], taken at once with no restart
+    /// delay. Without it every batch change is a restart, as for a training program outside
+    /// the library.
+    pub batch_in_place: bool,
     /// Whose rules the jobs follow.
     pub world: World,
     /// The shape rule of Pollux's own baselines (Tiresias, Optimus), where it differs from
@@ -199,7 +205,7 @@ pub struct SimConfig {
 impl Default for SimConfig {
     /// 16 nodes × 4 GPUs, allocator every 60 s and on events, 30 s restarts, samples progress,
     /// the core's default settings, defragmenting repack at up to 4 moves per consolidated job,
-    /// models learned from reports.
+    /// models learned from reports, batches changed in place.
     fn default() -> Self {
         SimConfig {
             cluster: Cluster {
@@ -217,6 +223,7 @@ impl Default for SimConfig {
             defragment_moves_per_job: 4,
             knowledge: Knowledge::default(),
             learn_overlap: true,
+            batch_in_place: true,
             world: World::Dlscale,
             baseline_shape: None,
         }

@@ -123,6 +123,8 @@ struct SimState<'w> {
     completed_s: Option<f64>,
     first_start_s: Option<f64>,
     starts: u32,
+    /// Batch changes in place.
+    rebatches: u32,
     gpu_s: f64,
     /// When its workers report next (learned runs; infinite while it does not run).
     next_report_s: f64,
@@ -179,6 +181,7 @@ struct Engine<'w, 'o> {
     started: usize,
     busy_gpu_s: f64,
     reallocations: u64,
+    rebatches: u64,
     decisions: u64,
     optimizer_total_s: f64,
     optimizer_max_s: f64,
@@ -236,6 +239,7 @@ impl<'w, 'o> Engine<'w, 'o> {
                 completed_s: None,
                 first_start_s: None,
                 starts: 0,
+                rebatches: 0,
                 gpu_s: 0.0,
                 next_report_s: f64::INFINITY,
                 noise: SplitMix64(reporting_seed(config) ^ (i as u64).wrapping_mul(0x9e37_79b9)),
@@ -267,6 +271,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             started: 0,
             busy_gpu_s: 0.0,
             reallocations: 0,
+            rebatches: 0,
             decisions: 0,
             optimizer_total_s: 0.0,
             optimizer_max_s: 0.0,
@@ -429,6 +434,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             model,
             max_retries: None,
             family,
+            batch_in_place: self.config.batch_in_place,
         }
     }
 
@@ -596,6 +602,18 @@ impl<'w, 'o> Engine<'w, 'o> {
                         id: l.id,
                         attempt: l.attempt,
                     });
+                }
+                Action::Rebatch { id, attempt, shape } => {
+                    let i = self.index(&id)?;
+                    self.advance(i, t);
+                    let s = &mut self.jobs[i];
+                    if let Some(run) = s.run.as_mut().filter(|r| r.attempt == attempt) {
+                        run.batch = shape.batch_size;
+                        s.rebatches += 1;
+                        let (completed, exits) = self.predict_finish(i);
+                        self.jobs[i].finish_at_s = exits;
+                        self.jobs[i].completed_s = completed.filter(|_| self.artifact.is_some());
+                    }
                 }
                 Action::Stop { id, attempt, .. } | Action::Kill { id, attempt } => {
                     let i = self.index(&id)?;
@@ -857,6 +875,7 @@ impl<'w, 'o> Engine<'w, 'o> {
         self.active.retain(|&k| k != i);
         let s = &self.jobs[i];
         let (spec, first_start_s, gpu_s, starts) = (s.spec, s.first_start_s, s.gpu_s, s.starts);
+        let rebatches = s.rebatches;
         let job = &spec.job;
         let arrival = spec.arrival_s;
         let end = finish_s.unwrap_or(self.now_s);
@@ -876,6 +895,7 @@ impl<'w, 'o> Engine<'w, 'o> {
                 .filter(|&s| end > s)
                 .map_or(0.0, |s| gpu_s / (end - s)),
             reallocations: starts.saturating_sub(1),
+            rebatches,
         };
         match outcome {
             Outcome::Completed => {
@@ -890,6 +910,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             self.started += 1;
         }
         self.reallocations += u64::from(starts.saturating_sub(1));
+        self.rebatches += u64::from(rebatches);
         self.observer.job_finished(&record)?;
         self.finished += 1;
         if self.finished.is_multiple_of(self.progress_every) {
@@ -951,6 +972,7 @@ impl<'w, 'o> Engine<'w, 'o> {
                 0.0
             },
             reallocations: self.reallocations,
+            rebatches: self.rebatches,
             decisions: self.decisions,
             optimizer_avg_s: if self.decisions == 0 {
                 0.0

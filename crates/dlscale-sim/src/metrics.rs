@@ -48,6 +48,8 @@ pub struct JobRecord {
     pub mean_gpus: f64,
     /// Restarts after the first start (rescales, resumptions after preemption).
     pub reallocations: u32,
+    /// Batch changes in place (no restart).
+    pub rebatches: u32,
 }
 
 /// Receives what a simulation produces while it runs.
@@ -153,6 +155,9 @@ pub struct Summary {
     pub gpu_utilization: f64,
     /// Restarts after first starts, all jobs.
     pub reallocations: u64,
+    /// Batch changes in place, all jobs.
+    #[serde(default)]
+    pub rebatches: u64,
     /// Allocator runs.
     pub decisions: u64,
     /// Mean wall time of one allocator run, s.

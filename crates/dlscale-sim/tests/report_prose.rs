@@ -32,6 +32,7 @@ fn summary(
         avg_queueing_delay_s: 0.0,
         gpu_utilization: 0.5,
         reallocations: realloc,
+        rebatches: 0,
         decisions: 100,
         optimizer_avg_s: 1e-4,
         optimizer_max_s: 1e-3,

@@ -20,7 +20,13 @@ impl Autoscaler {
             match (r.status, target) {
                 (Status::Starting | Status::Running, Some(Target::Run(shape))) => {
                     let current = r.launch.as_ref().map(|l| &l.shape);
-                    if current != Some(shape) {
+                    let in_place = |c: &Shape| {
+                        r.batch_in_place && c.gpus == shape.gpus && c.shares == shape.shares
+                    };
+                    if current.is_some_and(|c| c != shape && in_place(c)) {
+                        let shape = shape.clone();
+                        self.rebatch(i, shape, out);
+                    } else if current != Some(shape) {
                         let reason = match current {
                             Some(c) if c.gpus == shape.gpus && c.batch_size == shape.batch_size => {
                                 StopReason::Repack
@@ -146,6 +152,24 @@ impl Autoscaler {
             replanned,
         });
         out.action(Action::Launch(LaunchSpec { id, attempt, shape }));
+    }
+
+    /// Has the running launch of job `i` take `shape`'s batch on the GPUs it holds.
+    fn rebatch(&mut self, i: usize, shape: Shape, out: &mut Out) {
+        let r = &mut self.live[i];
+        let Some(launch) = r.launch.as_mut() else {
+            return;
+        };
+        let from = std::mem::replace(&mut launch.shape, shape.clone()).batch_size;
+        let (id, attempt) = (r.id.clone(), r.attempt);
+        out.touched.insert(id.clone());
+        out.event(Event::Rebatched {
+            id: id.clone(),
+            attempt,
+            from,
+            shape: shape.clone(),
+        });
+        out.action(Action::Rebatch { id, attempt, shape });
     }
 
     /// Asks the launch of job `i` to stop; the signal goes out once the launch is confirmed.

@@ -62,6 +62,7 @@ impl Autoscaler {
                     batch: l.shape.batch_size,
                     age_s: (now - r.submitted_s).max(0.0),
                     restarts: r.restarts + r.failures,
+                    batch_in_place: r.batch_in_place,
                 }),
                 _ => None,
             }
@@ -168,7 +169,9 @@ impl Autoscaler {
                 .map(|(d, job)| {
                     let same = job
                         .current
-                        .is_some_and(|c| c.gpus == d.gpus && c.batch == d.batch_size);
+                        .is_some_and(|c| {
+                            c.gpus == d.gpus && (c.batch_in_place || c.batch == d.batch_size)
+                        });
                     Wanted::new(d.id.clone(), d.gpus, !same)
                 })
                 .collect();

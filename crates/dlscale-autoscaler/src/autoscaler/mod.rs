@@ -639,6 +639,7 @@ impl Autoscaler {
             max_gpus: job.gpus.max,
             family,
             first_grad: None,
+            batch_in_place: sub.batch_in_place,
         };
         if let Some(family) = record.family.as_ref() {
             // Its family has been measured: it starts from that, not from the prior.
@@ -724,9 +725,12 @@ impl Autoscaler {
         p.loss = report.loss.or(p.loss);
         p.reported_s = Some(now);
         let id = r.id.clone();
-        let warm_up = r.measurements.is_warm_up(r.attempt);
+        // A job that changes batch in place may report the batch it ran before it took the
+        // launch's new one: its step time is not a measurement of the launch's micro-steps.
+        let measures = !r.batch_in_place || report.batch_size == launch.shape.batch_size;
+        let warm_up = r.measurements.is_warm_up(r.attempt) || !measures;
         let first_grad_report = r.measurements.grad.is_none();
-        let mut new_point = r.measurements.add(r.attempt, gpus, nodes, measured);
+        let mut new_point = measures && r.measurements.add(r.attempt, gpus, nodes, measured);
         let family = r.family.clone().filter(|_| r.model == ModelSource::Learned);
         if let Some((f, g)) = family
             .as_ref()

@@ -32,6 +32,7 @@ pub fn submit_as(job: Job, model: ModelSource, family: Option<&str>) -> Input {
             model,
             max_retries: None,
             family: family.map(str::to_string),
+            batch_in_place: false,
         }),
     }
 }

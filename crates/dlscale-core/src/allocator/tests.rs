@@ -24,7 +24,7 @@ struct RawJob {
     gpu_span: u32,
     powers_of_two: bool,
     weight: f64,
-    current: Option<(u32, u32, f64, u32)>,
+    current: Option<(u32, u32, f64, u32, bool)>,
 }
 
 fn raw_job() -> impl Strategy<Value = RawJob> {
@@ -42,7 +42,7 @@ fn raw_job() -> impl Strategy<Value = RawJob> {
         (1u32..4, 0u32..12, any::<bool>()),
         (
             0.5..3.0f64,
-            prop::option::of((1u32..16, 1u32..64, 0.0..600.0f64, 0u32..4)),
+            prop::option::of((1u32..16, 1u32..64, 0.0..600.0f64, 0u32..4, any::<bool>())),
         ),
     )
         .prop_map(
@@ -116,12 +116,13 @@ fn build(index: usize, raw: &RawJob) -> Option<Job> {
         hold: Default::default(),
         remaining_work: None,
     };
-    if let Some((g, b, age_s, restarts)) = raw.current {
+    if let Some((g, b, age_s, restarts, batch_in_place)) = raw.current {
         let current = CurrentAllocation {
             gpus: g,
             batch: b,
             age_s,
             restarts,
+            batch_in_place,
         };
         if job.gpus.allows(g) && job.batch_fits(g, b) {
             job.current = Some(current);
@@ -227,7 +228,7 @@ impl Brute<'_> {
                     continue;
                 };
                 let factor = match job.current {
-                    Some(c) if c.gpus == g && c.batch == b => 1.0 + r.min_gain,
+                    Some(c) if c.gpus == g && (c.batch == b || c.batch_in_place) => 1.0 + r.min_gain,
                     Some(c) if r.cost_s > 0.0 => {
                         (c.age_s - r.cost_s * f64::from(c.restarts)).max(0.0) / (c.age_s + r.cost_s)
                     }
@@ -521,6 +522,7 @@ fn restart_threshold_keeps_a_running_job_in_place() {
         batch: 384,
         age_s: 100.0,
         restarts: 0,
+        batch_in_place: false,
     });
     let free = decide(
         "elastic-batch",
@@ -706,6 +708,7 @@ fn shortest_remaining_first_admits_the_shortest_and_preempts_only_for_much_short
             batch: 128,
             age_s: 1000.0,
             restarts: 0,
+            batch_in_place: false,
         });
         jobs[0].hold = hold;
         jobs
@@ -819,6 +822,7 @@ fn count_rules_offer_only_their_counts_besides_the_smallest_and_the_current() {
         batch: 640,
         age_s: 100.0,
         restarts: 0,
+        batch_in_place: false,
     });
     let mut from_three = analytic_job("from-three", 0.002, 0.001);
     from_three.gpus.min = 3;

@@ -382,6 +382,8 @@ impl Executor {
                     }
                 }
             }
+            // Nothing to send: the launch's new batch is the answer to its workers' next report.
+            Action::Rebatch { .. } => Vec::new(),
             Action::Kill { id, attempt } => {
                 match self {
                     Executor::Local(x) => x.kill(id, *attempt).await,
