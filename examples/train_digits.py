@@ -86,7 +86,11 @@ loss_fn = nn.CrossEntropyLoss()
 # One worker measures noise from two micro-batches per step, several from DDP's all-reduce.
 # The two halves of an odd batch differ by one sample; the probe weighs them exactly. A batch of
 # one sample is one backward pass, which measures nothing (the probe skips such steps).
-micro_batches = 2 if args.measure_noise and not distributed and job.local_batch_size >= 2 else 1
+def micro_batches_for(local_batch: int) -> int:
+    return 2 if args.measure_noise and not distributed and local_batch >= 2 else 1
+
+
+micro_batches = micro_batches_for(job.local_batch_size)
 if args.measure_noise:
     job.measure_grad_noise(ddp, init_batch_size=args.init_batch, window_samples=args.noise_window_samples)
 
@@ -110,6 +114,10 @@ while job.step < args.total_steps:
     job.step_done(loss=loss.item())
     if job.should_stop():
         job.stop()  # checkpoint + exit; a restart resumes right after this step
+    if job.rebatched():  # submitted with batch_in_place: the server changed the batch
+        lr = dlscale.scaled_lr(args.base_lr, args.base_batch, job.batch_size, rule=args.lr_rule)
+        dlscale.set_lr(optimizer, lr)
+        micro_batches = micro_batches_for(job.local_batch_size)
 
 if job.is_chief:
     with torch.no_grad():

@@ -120,6 +120,7 @@ class MetricsServer:
     def __init__(self, status=200):
         self.requests = []  # (path, headers dict, parsed json)
         self.status = status
+        self.answer = b""  # the body of each answer (the server's ReportAnswer, as bytes)
         self._cond = threading.Condition()
         outer = self
 
@@ -134,8 +135,9 @@ class MetricsServer:
                     outer.requests.append((self.path, dict(self.headers), payload))
                     outer._cond.notify_all()
                 self.send_response(outer.status)
-                self.send_header("Content-Length", "0")
+                self.send_header("Content-Length", str(len(outer.answer)))
                 self.end_headers()
+                self.wfile.write(outer.answer)
 
             def log_message(self, *args):
                 pass

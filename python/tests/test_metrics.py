@@ -1,3 +1,4 @@
+import json
 import socket
 import time
 
@@ -198,3 +199,64 @@ def test_payload_carries_a_valid_compute_time_only():
     assert metrics_payload(**base, compute_time_s=0.25)["compute_time_s"] == 0.25
     for bad in (None, 0.0, -1.0, float("nan"), float("inf")):
         assert "compute_time_s" not in metrics_payload(**base, compute_time_s=bad)
+
+
+def batch_answer(batch_size, local_batch_size, micro_steps=1):
+    return json.dumps({"accepted": True, "batch": {"batch_size": batch_size,
+                       "local_batch_size": local_batch_size, "micro_steps": micro_steps}}).encode()
+
+
+def test_the_batch_a_report_is_answered_with_is_kept(metrics_server):
+    r = MetricsReporter(metrics_server.url, "j", interval=0)
+    assert r.batch() is None
+    metrics_server.answer = b'{"accepted": true}'
+    r.report(payload(1))
+    metrics_server.wait_for(1)
+    r.close()
+    assert r.batch() is None, "an answer without a batch changes nothing"
+    for bad in [b"not json", b'{"batch": {"batch_size": 0, "local_batch_size": 8, "micro_steps": 1}}',
+                b'{"batch": {"batch_size": true, "local_batch_size": 8, "micro_steps": 1}}',
+                b'{"batch": [64, 64, 1]}', b'[1]']:
+        r._take_answer(bad)
+        assert r.batch() is None, bad
+    r._take_answer(batch_answer(64, 64, 2))
+    assert r.batch() == (64, 64, 2)
+
+
+def test_a_job_takes_the_answered_batch_at_the_end_of_a_log_window(metrics_server, capsys):
+    env = {"DLSCALE_API": metrics_server.url, "DLSCALE_JOB_ID": "j", "DLSCALE_ATTEMPT": "1",
+           "DLSCALE_WORLD_SIZE": "1", "DLSCALE_LOCAL_BATCH_SIZE": "16", "DLSCALE_METRICS_INTERVAL": "0"}
+    metrics_server.answer = batch_answer(48, 48, 3)
+    job = Job(environ=env, log_every=5, install_signals=False)
+    changed = []
+    for i in range(15):
+        job.step_done(loss=1.0)
+        if i == 4:
+            metrics_server.wait_for(1)
+            deadline = time.monotonic() + 10
+            while job.reporter.batch() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+        if i == 9:
+            metrics_server.wait_for(2)  # else the step-15 report may supersede the step-10 one
+        changed.append(job.rebatched())
+        if job.step == 5:
+            assert job.rebatched() is False, "once per step"
+    job.reporter.close()
+    # Taken right after the step-5 report, then never again (it is the batch it runs).
+    assert changed == [False] * 4 + [True] + [False] * 10
+    assert (job.batch_size, job.local_batch_size, job.alloc.accum_steps) == (48, 48, 3)
+    assert job.samples_seen == 5 * 16 + 10 * 48
+    bodies = [b for _, _, b in metrics_server.wait_for(3)]
+    assert [b["batch_size"] for b in bodies] == [16, 48, 48], "each report covers one batch"
+    assert "dlscale: rebatched step=5 batch_size=48 local_batch_size=48 accum_steps=3" in capsys.readouterr().out
+
+
+def test_a_batch_that_does_not_fit_the_workers_is_refused(metrics_server, capsys):
+    env = {"DLSCALE_API": metrics_server.url, "DLSCALE_JOB_ID": "j", "DLSCALE_WORLD_SIZE": "1",
+           "DLSCALE_LOCAL_BATCH_SIZE": "16", "DLSCALE_METRICS_INTERVAL": "0"}
+    job = Job(environ=env, log_every=1, install_signals=False)
+    job.reporter._take_answer(batch_answer(64, 32))  # 32 per worker: two workers' batch
+    job.step_done(loss=1.0)
+    assert job.rebatched() is False and job.batch_size == 16
+    job.reporter.close()
+    assert "does not fit 1 workers; kept 16" in capsys.readouterr().err

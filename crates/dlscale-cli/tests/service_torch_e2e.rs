@@ -158,7 +158,7 @@ async fn three_torchrun_jobs_rescale_resume_and_survive_a_server_kill() {
     service_support::assert_replays(&server);
 }
 
-/// What the service showed of one launch of a job, the first time it saw it running.
+/// What the service showed of a job the first time it saw it running a launch, or a batch.
 #[derive(Debug, Clone, Copy)]
 struct SeenLaunch {
     attempt: u32,
@@ -179,6 +179,47 @@ async fn a_jobs_batch_grows_as_its_measured_noise_scale_grows() {
     else {
         return;
     };
+    batch_follows_the_noise_scale(&venv, false).await;
+}
+
+/// The same job submitted with `batch_in_place`: its batch grows with the noise scale while its
+/// one launch runs on, never restarted; the worker takes each new batch from the answers to its
+/// reports (`job.rebatched()`), and still trains every sample exactly once to the end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_that_changes_batch_in_place_grows_it_without_a_restart() {
+    let Some(venv) =
+        torch_venv_or_skip("a_job_that_changes_batch_in_place_grows_it_without_a_restart")
+    else {
+        return;
+    };
+    let (_dir, server, seen) = batch_follows_the_noise_scale(&venv, true).await;
+    let done = server.job("noisy").await;
+    assert_eq!(
+        (done.attempt, done.restarts),
+        (1, 0),
+        "relaunched: {seen:?}\n{}",
+        server.log()
+    );
+    let log = server
+        .client
+        .text("/v1/jobs/noisy/logs?tail_bytes=10000000")
+        .await
+        .unwrap_or_default();
+    assert!(
+        log.lines().any(|l| l.starts_with("dlscale: rebatched ")),
+        "the worker never took a new batch: {seen:?}\n{}",
+        &log[log.len().saturating_sub(3000)..]
+    );
+}
+
+/// Runs the noisy job to its end with the goodput utility, watching its batch and noise scale;
+/// asserts that a later batch, decided on a larger measured noise scale, is larger, and that it
+/// trained exactly. Returns the server (with its data directory) and what it saw at each change
+/// of launch or batch.
+async fn batch_follows_the_noise_scale(
+    venv: &Path,
+    batch_in_place: bool,
+) -> (tempfile::TempDir, Server, Vec<SeenLaunch>) {
     let dir = tempfile::tempdir().unwrap();
     let config = "slots = 1\ncooldown_s = 2\ninterval_s = 1\ngrace_s = 30\nmin_gain = 0.05\nutility = \"goodput\"\n";
     let server = Server::start(dir.path(), config).await;
@@ -189,6 +230,7 @@ async fn a_jobs_batch_grows_as_its_measured_noise_scale_grows() {
     server
         .submit(json!({"id": "noisy", "min_batch": 16, "max_batch": 512, "batch_size": 32,
             "max_local_batch": 512, "max_gpus": 1, "powers_of_two": true,
+            "batch_in_place": batch_in_place,
             "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.0005},
             "command": [venv.join("bin/python").display().to_string(), "examples/train_digits.py",
                         "--total-steps", total_steps.to_string(), "--step-sleep", "0.004", "--measure-noise", "--init-batch", "32",
@@ -214,7 +256,8 @@ async fn a_jobs_batch_grows_as_its_measured_noise_scale_grows() {
                 noise_path.push((elapsed_s, j.batch_size, noise.round()));
             }
         }
-        if running(&j) && seen.last().is_none_or(|l| l.attempt != j.attempt) {
+        let changed = |l: &SeenLaunch| l.attempt != j.attempt || l.batch_size != j.batch_size;
+        if running(&j) && seen.last().is_none_or(changed) {
             // Once measured, a job's noise scale is only left out of its view when it is not
             // finite: the estimated gradient norm came out 0, late in training, and the noise
             // scale is unbounded.
@@ -232,8 +275,7 @@ async fn a_jobs_batch_grows_as_its_measured_noise_scale_grows() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    // Two launches decided on a measured noise scale, the later with more noise and a larger
-    // batch.
+    // Two batches decided on a measured noise scale, the later with more noise and larger.
     let measured: Vec<(f64, u32)> = seen
         .iter()
         .filter_map(|l| Some((l.noise_scale?, l.batch_size)))
@@ -245,9 +287,10 @@ async fn a_jobs_batch_grows_as_its_measured_noise_scale_grows() {
     });
     assert!(
         grew,
-        "no launch with a larger batch after the noise scale grew: {seen:?}\n\
+        "no larger batch after the noise scale grew: {seen:?}\n\
          (second, batch, noise scale): {noise_path:?}\n{}",
         server.log()
     );
     assert_trained(&server, "noisy", total_steps, &trace, 60.0).await;
+    (dir, server, seen)
 }

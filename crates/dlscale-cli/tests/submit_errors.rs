@@ -55,7 +55,9 @@ fn local_mistakes_name_file_line_and_field() {
         "{err}"
     );
     assert!(
-        err.contains("command, workdir, launcher, env, profile, max_retries, family)"),
+        err.contains(
+            "command, workdir, launcher, env, profile, max_retries, family, batch_in_place)"
+        ),
         "{err}"
     );
     let err = refused(api, d, "syntax.toml", "id = 'a'\nmin_batch = \n");

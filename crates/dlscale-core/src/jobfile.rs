@@ -205,7 +205,7 @@ pub const JOB_FIELDS: [&str; 19] = [
 
 /// The fields of a job that only the service reads: how to run it, and what it learns from.
 /// Whatever else reads a job file accepts and ignores them.
-pub const RUN_FIELDS: [&str; 7] = [
+pub const RUN_FIELDS: [&str; 8] = [
     "command",
     "workdir",
     "launcher",
@@ -213,6 +213,7 @@ pub const RUN_FIELDS: [&str; 7] = [
     "profile",
     "max_retries",
     "family",
+    "batch_in_place",
 ];
 
 /// The listed form of a job file (its fields checked before: [`check_fields`]).

@@ -368,7 +368,9 @@ impl OptionTable {
         let current = job.current?;
         self.valued(job, cluster, restart, true)
             .into_iter()
-            .find(|o| o.gpus == current.gpus && (current.batch_in_place || o.batch == current.batch))
+            .find(|o| {
+                o.gpus == current.gpus && (current.batch_in_place || o.batch == current.batch)
+            })
     }
 
     /// [`OptionTable::options`]; with `only_current`, only the current configuration is valued

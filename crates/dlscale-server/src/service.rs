@@ -712,7 +712,9 @@ impl Driver {
         for (k, action) in actions.into_iter().enumerate() {
             let id = match &action {
                 Action::Launch(l) => &l.id,
-                Action::Stop { id, .. } | Action::Kill { id, .. } | Action::Rebatch { id, .. } => id,
+                Action::Stop { id, .. } | Action::Kill { id, .. } | Action::Rebatch { id, .. } => {
+                    id
+                }
             };
             let job = self.view.jobs.get(id).map(|j| LaunchJob {
                 spec: Arc::clone(&j.spec),

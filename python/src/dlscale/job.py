@@ -9,10 +9,13 @@
         job.step_done(loss=loss.item())       # step += 1, samples_seen += batch, log, report
         if job.should_stop():                 # SIGTERM seen by any rank (collective)
             job.stop()                        # checkpoint, log, exit(EXIT_STOPPED)
+        if job.rebatched():                   # batch_in_place jobs: the server's new batch
+            set_lr(optimizer, scaled_lr(base_lr, base_batch, job.batch_size))
     job.finish()                              # final checkpoint, "dlscale: done step=N"
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -110,6 +113,7 @@ class Job:
         self._grad_init_batch = 0  # B0 of the reports, set by measure_grad_noise()
         self._grad_updates_seen = 0  # grad_noise.updates at the end of the last log window
         self._warned_no_grad = False
+        self._rebatch_checked_step: Optional[int] = None
         self._reset_window()
 
     # -- allocation shortcuts ------------------------------------------------------------
@@ -377,6 +381,44 @@ class Job:
         if _dist() is None:
             return flag
         return bool(_all_reduce_max([1 if flag else 0])[0])
+
+    def rebatched(self) -> bool:
+        """Whether this launch runs another batch from the next step on. A job submitted with
+        ``batch_in_place: true`` has its batch changed while it runs: the server answers its
+        reports with the batch its launch is to run. Call this on every rank after
+        ``step_done()`` (and ``should_stop()``), before the next step draws its samples. At the
+        end of each log window (every ``log_every`` steps, right after a report, so that each
+        report covers one batch) the ranks take rank 0's latest answer (a collective). When it
+        returns True, ``batch_size``, ``local_batch_size`` and ``alloc.accum_steps`` have
+        changed, and so has what the gradient-noise probe counts: rescale the learning rate
+        (``scaled_lr``) and draw the next samples with the new sizes."""
+        if self.step % self.log_every != 0 or self._rebatch_checked_step == self.step:
+            return False
+        self._rebatch_checked_step = self.step
+        answer = self.reporter.batch() if self.is_chief else None
+        wanted = list(answer) if answer is not None else [0, 0, 0]
+        if _dist() is not None:
+            wanted = _all_reduce_max(wanted)  # only rank 0 has an answer (the others send 0)
+        batch, local, micro = wanted
+        a = self.alloc
+        if batch < 1 or (batch, local, micro) == (a.batch_size, a.local_batch_size, a.accum_steps):
+            return False
+        if local * a.world_size < batch or micro > local:
+            # An answer for another world size (torchrun formed fewer workers): kept as is.
+            if self.is_chief:
+                print(f"dlscale: warning: batch {batch} ({local} per worker, {micro} micro-steps) "
+                      f"does not fit {a.world_size} workers; kept {a.batch_size}",
+                      file=sys.stderr, flush=True)
+            return False
+        self.alloc = dataclasses.replace(a, batch_size=batch, local_batch_size=local, accum_steps=micro)
+        probe = self._grad_probe
+        if hasattr(probe, "local_batch_size"):  # DDP: per-worker gradients
+            probe.local_batch_size, probe.micro_steps = local, micro
+        elif hasattr(probe, "batch_size"):  # one worker: its micro-batches
+            probe.batch_size = local
+        self.log(f"rebatched step={self.step} batch_size={batch} local_batch_size={local} "
+                 f"accum_steps={micro}")
+        return True
 
     def _close(self) -> None:
         self.reporter.close()

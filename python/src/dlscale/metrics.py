@@ -3,7 +3,8 @@
 ``report()`` only stores the newest metrics and wakes a daemon thread; the thread POSTs
 ``{api}/v1/jobs/{job_id}/metrics`` at most once every ``interval`` seconds (older unsent
 values are superseded, never queued). A failure is logged once and ignored until a later
-POST succeeds again. With no ``api`` the reporter does nothing.
+POST succeeds again. With no ``api`` the reporter does nothing. For a job that changes batch in
+place, each answer carries the batch its launch is to run (``batch()``).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 from urllib.parse import quote
 
 
@@ -96,6 +97,8 @@ class MetricsReporter:
         self._wake = threading.Event()
         self._closing = False
         self._failing = False
+        # The batch the server last answered a report with (batch_in_place jobs), or None.
+        self._batch: Optional[Tuple[int, int, int]] = None
         self._thread: Optional[threading.Thread] = None
         if self.enabled:
             self._thread = threading.Thread(target=self._run, name="dlscale-metrics", daemon=True)
@@ -139,10 +142,31 @@ class MetricsReporter:
         print(f"dlscale: warning: completion report to {url} failed", file=sys.stderr, flush=True)
         return False
 
+    def batch(self) -> Optional[Tuple[int, int, int]]:
+        """The batch the server last answered a report with, as ``(batch_size, local_batch_size,
+        micro_steps)``: for a job that changes batch in place, what its launch is to run now;
+        None before such an answer."""
+        with self._lock:
+            return self._batch
+
+    def _take_answer(self, body: bytes) -> None:
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            return
+        batch = answer.get("batch") if isinstance(answer, dict) else None
+        if not isinstance(batch, dict):
+            return
+        values = [batch.get(k) for k in ("batch_size", "local_batch_size", "micro_steps")]
+        # bool is an int in Python: refused too.
+        if all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+            with self._lock:
+                self._batch = (values[0], values[1], values[2])
+
     def _post(self, payload: Dict[str, Any]) -> None:
         try:
             with urllib.request.urlopen(self._request(self.url, payload), timeout=self.timeout) as resp:
-                resp.read()
+                self._take_answer(resp.read())
         except Exception as exc:  # network error, HTTP 4xx/5xx, timeout: log once, go on
             self.failed += 1
             if not self._failing:

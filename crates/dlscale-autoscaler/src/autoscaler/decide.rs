@@ -167,11 +167,9 @@ impl Autoscaler {
                 .filter_map(|&i| Some((decision.jobs.get(i)?, jobs.get(i)?)))
                 .filter(|(d, _)| d.state == JobState::Running)
                 .map(|(d, job)| {
-                    let same = job
-                        .current
-                        .is_some_and(|c| {
-                            c.gpus == d.gpus && (c.batch_in_place || c.batch == d.batch_size)
-                        });
+                    let same = job.current.is_some_and(|c| {
+                        c.gpus == d.gpus && (c.batch_in_place || c.batch == d.batch_size)
+                    });
                     Wanted::new(d.id.clone(), d.gpus, !same)
                 })
                 .collect();

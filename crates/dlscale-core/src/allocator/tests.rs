@@ -228,7 +228,9 @@ impl Brute<'_> {
                     continue;
                 };
                 let factor = match job.current {
-                    Some(c) if c.gpus == g && (c.batch == b || c.batch_in_place) => 1.0 + r.min_gain,
+                    Some(c) if c.gpus == g && (c.batch == b || c.batch_in_place) => {
+                        1.0 + r.min_gain
+                    }
                     Some(c) if r.cost_s > 0.0 => {
                         (c.age_s - r.cost_s * f64::from(c.restarts)).max(0.0) / (c.age_s + r.cost_s)
                     }

@@ -1005,6 +1005,22 @@ pub struct ReportAnswer {
     /// Why not, when not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The batch the reporting launch is to run with from its next step, for a job whose
+    /// workers change batch in place (`batch_in_place`): its launch's batch now, given with
+    /// every accepted report, so the worker library takes it when it differs from its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchAnswer>,
+}
+
+/// A launch's batch, as [`ReportAnswer::batch`] gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchAnswer {
+    /// Global batch.
+    pub batch_size: u32,
+    /// Per-worker batch (over all its micro-steps).
+    pub local_batch_size: u32,
+    /// Micro-steps (gradient accumulation) per step.
+    pub micro_steps: u32,
 }
 
 async fn report_metrics(
@@ -1026,10 +1042,21 @@ async fn report_metrics(
             BTreeMap::new(),
         )
         .await?;
+    let attempt = report.attempt;
     let answer = match refusals.into_iter().next().flatten() {
         None => ReportAnswer {
             accepted: true,
             reason: None,
+            batch: s.view().jobs.get(&id).and_then(|j| {
+                let shape = j.record.shape()?;
+                (j.spec.batch_in_place && attempt == Some(j.record.attempt)).then_some(
+                    BatchAnswer {
+                        batch_size: shape.batch_size,
+                        local_batch_size: shape.local_batch_size,
+                        micro_steps: shape.micro_steps,
+                    },
+                )
+            }),
         },
         Some(Refusal::UnknownJob) => return Err(ApiError::not_found(format!("no job '{id}'"))),
         Some(r @ Refusal::Ended { .. }) => {
@@ -1040,6 +1067,7 @@ async fn report_metrics(
         Some(other) => ReportAnswer {
             accepted: false,
             reason: Some(other.to_string()),
+            batch: None,
         },
     };
     Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
@@ -1082,6 +1110,7 @@ async fn report_completion(
             Json(ReportAnswer {
                 accepted: true,
                 reason: None,
+                batch: None,
             }),
         )
             .into_response()),

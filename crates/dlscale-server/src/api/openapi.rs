@@ -185,7 +185,8 @@ pub fn schemas() -> Value {
                 "workdir": {"type": "string", "description": "absolute directory"},
                 "launcher": {"type": "string", "enum": ["torchrun", "plain", "srun"], "default": "torchrun"},
                 "env": {"type": "object", "additionalProperties": string},
-                "max_retries": int}},
+                "max_retries": int,
+                "batch_in_place": {"type": "boolean", "default": false, "description": "its workers take a new batch while they run (the worker library's `job.rebatched()`): a batch change on the same GPUs is answered to its metrics reports, not a restart"}}},
         "Event": object(&["at", "kind", "detail"], json!({"at": num, "kind": string, "detail": string})),
         "Share": object(&["node", "gpus"], json!({"node": string, "gpus": int})),
         "Job": object(&["id", "state"], json!({
@@ -266,7 +267,11 @@ pub fn schemas() -> Value {
                 "description": "seconds of one micro-step's compute alone, without the all-reduce"}))})),
         "CompletionReport": object(&["attempt", "step", "samples_seen"], json!({
             "attempt": int, "step": int, "samples_seen": int})),
-        "ReportAnswer": object(&["accepted"], json!({"accepted": {"type": "boolean"}, "reason": string})),
+        "ReportAnswer": object(&["accepted"], json!({"accepted": {"type": "boolean"}, "reason": string,
+            "batch": object(&["batch_size", "local_batch_size", "micro_steps"], json!({
+                "batch_size": {"type": "integer", "minimum": 1},
+                "local_batch_size": {"type": "integer", "minimum": 1},
+                "micro_steps": {"type": "integer", "minimum": 1}}))})),
         "ProfileUpload": object(&["model"], json!({"model": schema_ref("AnalyticModel"),
             "quality": nullable(schema_ref("FitQuality"))})),
         "Profile": object(&["name", "model"], json!({"name": string, "model": schema_ref("AnalyticModel"),
