@@ -749,4 +749,35 @@ mod tests {
             "field 'famly': unknown field; did you mean 'family'?"
         );
     }
+
+    /// `batch_in_place` is a boolean, false when absent, and reaches the submission; stored
+    /// specs from before it read as false.
+    #[test]
+    fn batch_in_place_is_a_boolean_that_reaches_the_submission() {
+        for (given, expected) in [
+            (None, false),
+            (Some(json!(true)), true),
+            (Some(json!(false)), false),
+        ] {
+            let mut v = base();
+            if let Some(b) = given {
+                v["batch_in_place"] = b;
+            }
+            let spec = JobSpec::from_value(v).unwrap();
+            assert_eq!(spec.batch_in_place, expected);
+            assert!(!spec.entry.contains_key("batch_in_place"));
+            assert_eq!(spec.submission(None).unwrap().batch_in_place, expected);
+        }
+        for bad in [json!("yes"), json!(1), json!([true])] {
+            let mut v = base();
+            v["batch_in_place"] = bad.clone();
+            let e = JobSpec::from_value(v).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("batch_in_place"), "{bad}: {e:?}");
+            assert_eq!(e.message, "field 'batch_in_place' must be true or false");
+        }
+        let mut stored = serde_json::to_value(JobSpec::from_value(base()).unwrap()).unwrap();
+        stored.as_object_mut().unwrap().remove("batch_in_place");
+        let old: JobSpec = serde_json::from_value(stored).unwrap();
+        assert!(!old.batch_in_place);
+    }
 }

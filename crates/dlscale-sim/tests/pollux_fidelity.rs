@@ -194,3 +194,36 @@ fn event_driven_decisions_in_pollux_world_finish_every_job() {
         assert!(finish > arrival, "{r:?}");
     }
 }
+
+/// In Pollux's world jobs re-pick their batch at no cost; with `batch_in_place` (the preset's
+/// default) dlscale's jobs change batch on the same GPUs without a restart too, and those
+/// changes are counted apart from the restarts; without it every batch change is a restart.
+#[test]
+fn batch_changes_in_place_cost_no_restart_and_are_counted_apart() {
+    let policy = *dlscale_core::policy_info("elastic-batch").unwrap();
+    let workload = pollux_workload(Load::One, 3).unwrap();
+    let run = |batch_in_place: bool| {
+        let config = SimConfig {
+            batch_in_place,
+            ..SimConfig::pollux()
+        };
+        let mut records = Records::default();
+        let summary = simulate(&workload, &config, policy, &mut records)
+            .unwrap()
+            .summary;
+        assert_eq!(summary.completed, workload.jobs.len());
+        let per_job: u64 = records.0.iter().map(|r| u64::from(r.rebatches)).sum();
+        assert_eq!(per_job, summary.rebatches);
+        summary
+    };
+    assert!(SimConfig::pollux().batch_in_place);
+    let (in_place, restarting) = (run(true), run(false));
+    assert!(in_place.rebatches > 0, "{in_place:?}");
+    assert_eq!(restarting.rebatches, 0);
+    assert!(
+        in_place.reallocations < restarting.reallocations,
+        "{} restarts in place against {}",
+        in_place.reallocations,
+        restarting.reallocations
+    );
+}
