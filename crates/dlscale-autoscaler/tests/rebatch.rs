@@ -6,7 +6,6 @@ mod steps;
 
 use dlscale_autoscaler::{
     Action, Autoscaler, AutoscalerConfig, Event, Input, MetricsReport, ModelSource, Status,
-    Submission,
 };
 use dlscale_core::efficiency::GradNoise;
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
@@ -33,15 +32,7 @@ fn submission(batch_in_place: bool) -> Input {
     let job = parse_jobs(text, FileFormat::Json, "test")
         .unwrap()
         .remove(0);
-    Input::Submit {
-        job: Box::new(Submission {
-            job,
-            model: ModelSource::Given,
-            max_retries: None,
-            family: None,
-            batch_in_place,
-        }),
-    }
+    steps::submission(job, ModelSource::Given, None, batch_in_place)
 }
 
 fn report(batch: u32, samples_per_s: f64, grad: Option<GradNoise>) -> Input {

@@ -20,19 +20,32 @@ pub fn config() -> AutoscalerConfig {
 }
 
 /// `job` submitted with the model it carries.
+#[allow(dead_code)] // not every test binary that shares these helpers submits this way
 pub fn submit(job: Job) -> Input {
     submit_as(job, ModelSource::Given, None)
 }
 
 /// `job` submitted with its model from `model`, naming `family`.
+#[allow(dead_code)] // not every test binary that shares these helpers submits this way
 pub fn submit_as(job: Job, model: ModelSource, family: Option<&str>) -> Input {
+    submission(job, model, family, false)
+}
+
+/// `job` submitted with its model from `model`, naming `family`, its workers changing batch in
+/// place or not.
+pub fn submission(
+    job: Job,
+    model: ModelSource,
+    family: Option<&str>,
+    batch_in_place: bool,
+) -> Input {
     Input::Submit {
         job: Box::new(Submission {
             job,
             model,
             max_retries: None,
             family: family.map(str::to_string),
-            batch_in_place: false,
+            batch_in_place,
         }),
     }
 }
