@@ -607,7 +607,11 @@ impl<'w, 'o> Engine<'w, 'o> {
                     let i = self.index(&id)?;
                     self.advance(i, t);
                     let s = &mut self.jobs[i];
-                    if let Some(run) = s.run.as_mut().filter(|r| r.attempt == attempt) {
+                    // In Pollux's world a job whose walk found its completion has finished
+                    // training and only holds its GPUs to the chunk's end: nothing to change.
+                    let done = s.completed_s.is_some_and(|c| c <= t);
+                    let run = s.run.as_mut().filter(|r| r.attempt == attempt && !done);
+                    if let Some(run) = run {
                         run.batch = shape.batch_size;
                         s.rebatches += 1;
                         let (completed, exits) = self.predict_finish(i);
