@@ -139,6 +139,7 @@ fn reproduce_pollux_writes_a_report_of_every_run_with_its_target() {
             "elastic-batch-events",
             "elastic-batch-length-unknown",
             "elastic-batch-step-times-only",
+            "elastic-batch-restarts-to-rebatch",
             "elastic-batch-oracle"
         ],
         "one row per run at the one load"
@@ -152,6 +153,7 @@ fn reproduce_pollux_writes_a_report_of_every_run_with_its_target() {
         "| elastic-batch, learned, interval-only, noise seed 2 |",
         "| elastic-batch, learned, interval-only, noise seed 3 |",
         "| elastic-batch, learned, event-driven |",
+        "| elastic-batch, learned, interval-only, every batch change a restart |",
         "**Over measurement-noise seeds 1, 2 and 3**",
         "**Target: at most 0.90× Pollux's published mean, ",
     ] {

@@ -61,6 +61,10 @@ pub enum PolluxRun {
     /// Interval-only and learned from step times alone: no report carries a compute time (what
     /// a training program outside the worker library sends), so learned models fit the plain sum.
     ElasticBatchStepTimesOnly,
+    /// Interval-only and learned, but every batch change is a restart: no job changes its
+    /// batch in place (what a training program that does not take new batches while it runs
+    /// gets; Pollux's own jobs re-pick theirs at every epoch at no cost).
+    ElasticBatchRestartsToRebatch,
     /// Elastic-batch given each job's bundled model from the start (an oracle baseline, not a
     /// result: the service learns; under the preset the bundled tables, by node count, are
     /// close to the world's exact-shape step times but not them).
@@ -72,7 +76,7 @@ impl PolluxRun {
     pub const OTHER_SEEDS: [u64; 2] = [2, 3];
 
     /// Every run, in the report's order.
-    pub const ALL: [PolluxRun; 9] = [
+    pub const ALL: [PolluxRun; 10] = [
         PolluxRun::Tiresias,
         PolluxRun::OptimusOracle,
         PolluxRun::ElasticBatchInterval,
@@ -81,12 +85,14 @@ impl PolluxRun {
         PolluxRun::ElasticBatchEvents,
         PolluxRun::ElasticBatchLengthUnknown,
         PolluxRun::ElasticBatchStepTimesOnly,
+        PolluxRun::ElasticBatchRestartsToRebatch,
         PolluxRun::ElasticBatchOracle,
     ];
 
     /// Its key in `pollux.json`: `tiresias`, `optimus-oracle`, `elastic-batch-interval`,
     /// `elastic-batch-interval-seed-2`, `elastic-batch-events`, `elastic-batch-length-unknown`,
-    /// `elastic-batch-step-times-only`, `elastic-batch-oracle`.
+    /// `elastic-batch-step-times-only`, `elastic-batch-restarts-to-rebatch`,
+    /// `elastic-batch-oracle`.
     pub fn key(self) -> String {
         match self {
             PolluxRun::Tiresias => "tiresias".into(),
@@ -98,6 +104,7 @@ impl PolluxRun {
             PolluxRun::ElasticBatchEvents => "elastic-batch-events".into(),
             PolluxRun::ElasticBatchLengthUnknown => "elastic-batch-length-unknown".into(),
             PolluxRun::ElasticBatchStepTimesOnly => "elastic-batch-step-times-only".into(),
+            PolluxRun::ElasticBatchRestartsToRebatch => "elastic-batch-restarts-to-rebatch".into(),
             PolluxRun::ElasticBatchOracle => "elastic-batch-oracle".into(),
         }
     }
@@ -125,6 +132,9 @@ impl PolluxRun {
             }
             PolluxRun::ElasticBatchStepTimesOnly => {
                 "elastic-batch, learned, interval-only, step times only (no compute times)".into()
+            }
+            PolluxRun::ElasticBatchRestartsToRebatch => {
+                "elastic-batch, learned, interval-only, every batch change a restart".into()
             }
             PolluxRun::ElasticBatchOracle => {
                 "elastic-batch + oracle (bundled models and exact remaining work from the start; not a result)".into()
@@ -183,6 +193,10 @@ impl PolluxRun {
                     reports_compute_time: false,
                     ..reporting
                 }),
+                ..preset
+            },
+            PolluxRun::ElasticBatchRestartsToRebatch => SimConfig {
+                batch_in_place: false,
                 ..preset
             },
         }

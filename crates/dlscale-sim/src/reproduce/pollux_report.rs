@@ -339,6 +339,13 @@ fn elastic_section(r: &LoadRows) -> String {
              models fit the plain sum of compute and all-reduce): {s}."
         ));
     }
+    if let Some(s) = learned(R::ElasticBatchRestartsToRebatch) {
+        bullets.push(format!(
+            "- **Learned elastic-batch, every batch change a restart** (interval-only; no job \
+             takes a new batch while it runs, as a training program that does not call the \
+             worker library's `rebatched()`): {s}."
+        ));
+    }
     let target = TARGET_AGAINST_POLLUX * pollux;
     let verdicts: Vec<String> = [
         ("interval-only", R::ElasticBatchInterval),
