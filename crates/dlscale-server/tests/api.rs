@@ -181,7 +181,17 @@ async fn the_router_the_document_and_the_dtos_agree() {
     assert_schema("GradNoise", &report["grad"]);
     let (status, answer) = call(&app, "POST", "/v1/jobs/j/metrics", Some(report)).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
-    assert_schema("ReportAnswer", &json!({"accepted": true, "reason": "x"}));
+    let answer = serde_json::to_value(api::ReportAnswer {
+        accepted: true,
+        reason: Some("x".into()),
+        batch: Some(api::BatchAnswer {
+            batch_size: 64,
+            local_batch_size: 32,
+            micro_steps: 1,
+        }),
+    })
+    .unwrap();
+    assert_schema("ReportAnswer", &answer);
     let completion = serde_json::to_value(api::CompletionReport {
         attempt: 1,
         step: 2,
