@@ -587,9 +587,7 @@ impl<'w, 'o> Engine<'w, 'o> {
                         s.next_report_s = t + delay;
                     }
                     self.gpus_in_use += l.shape.gpus;
-                    let (completed, exits) = self.predict_finish(i);
-                    self.jobs[i].finish_at_s = exits;
-                    self.jobs[i].completed_s = completed.filter(|_| self.artifact.is_some());
+                    self.predict_finish(i);
                     if self.gpus_in_use > self.config.cluster.total_gpus() {
                         return Err(SimError::Config(format!(
                             "policy {} holds {} GPUs of {} at t = {t} s",
@@ -614,9 +612,7 @@ impl<'w, 'o> Engine<'w, 'o> {
                     if let Some(run) = run {
                         run.batch = shape.batch_size;
                         s.rebatches += 1;
-                        let (completed, exits) = self.predict_finish(i);
-                        self.jobs[i].finish_at_s = exits;
-                        self.jobs[i].completed_s = completed.filter(|_| self.artifact.is_some());
+                        self.predict_finish(i);
                     }
                 }
                 Action::Stop { id, attempt, .. } | Action::Kill { id, attempt } => {
@@ -831,20 +827,27 @@ impl<'w, 'o> Engine<'w, 'o> {
         s.anchor_s = t;
     }
 
-    /// When job `i`, just (re)started, will complete, and when it exits (`INFINITY`: never). In
-    /// Pollux's world it exits at the end of the chunk whose step found the completion.
-    fn predict_finish(&self, i: usize) -> (Option<f64>, f64) {
+    /// Sets when job `i`, just (re)started or rebatched, will complete (kept in Pollux's world
+    /// only, where it exits later) and when it exits (`INFINITY`: never). In Pollux's world it
+    /// exits at the end of the chunk whose step found the completion.
+    fn predict_finish(&mut self, i: usize) {
         let s = &self.jobs[i];
-        let Some(run) = &s.run else {
-            return (None, f64::INFINITY);
-        };
-        let from = s.anchor_s.max(run.restart_until_s);
-        let w = self.walk(s, run, from, f64::INFINITY, s.progress, s.epoch);
-        match w.completed_s {
-            Some(done) if s.profile.is_some() => (Some(done), w.chunk_end_s.max(done)),
-            Some(done) => (Some(done), done),
+        let (completed, exits) = match &s.run {
             None => (None, f64::INFINITY),
-        }
+            Some(run) => {
+                let from = s.anchor_s.max(run.restart_until_s);
+                let w = self.walk(s, run, from, f64::INFINITY, s.progress, s.epoch);
+                match w.completed_s {
+                    Some(done) if s.profile.is_some() => (Some(done), w.chunk_end_s.max(done)),
+                    Some(done) => (Some(done), done),
+                    None => (None, f64::INFINITY),
+                }
+            }
+        };
+        let artifact = self.artifact.is_some();
+        let s = &mut self.jobs[i];
+        s.finish_at_s = exits;
+        s.completed_s = completed.filter(|_| artifact);
     }
 
     /// The exits of every job that completes by `t`.
