@@ -96,19 +96,16 @@ pub const PRIOR: AnalyticModel = AnalyticModel {
     max_local_batch: None,
 };
 
-/// A learned `model` as `job` runs it: with gradient accumulation beyond the memory of its
-/// current model ([`ThroughputModel::memory_local_batch`], kept from its submission) up to its
-/// per-GPU batch limit, else as it is. A refit replaces the step-time model, never how the job
-/// runs its batches.
+/// A learned or stored `model` as `job` runs it: with gradient accumulation beyond the memory
+/// of its current model ([`ThroughputModel::memory_local_batch`], kept from its submission) up
+/// to its per-GPU batch limit, else as it is. A refit or a profile update replaces the
+/// step-time model, never how the job runs its batches.
 pub fn learned_model(model: AnalyticModel, job: &Job) -> Arc<dyn ThroughputModel> {
-    match job.throughput.memory_local_batch() {
-        Some(memory) if memory < job.max_local_batch => Arc::new(Accumulating {
-            inner: Arc::new(model),
-            memory_local: memory,
-            max_local: job.max_local_batch,
-        }),
-        _ => Arc::new(model),
-    }
+    let memory = job
+        .throughput
+        .memory_local_batch()
+        .unwrap_or(job.max_local_batch);
+    Accumulating::wrap(Arc::new(model), memory, job.max_local_batch)
 }
 
 /// Reads a stored `grad`: the latest report's statistics, or (in records stored before the

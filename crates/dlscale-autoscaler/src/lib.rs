@@ -31,4 +31,4 @@ pub use input::{
     Submission,
 };
 pub use output::{Action, Event, LaunchSpec, Next, Refusal, Shape, Step, StopReason, Trigger};
-pub use record::{JobRecord, Launch, Progress, Status, StopRequest, Waiting};
+pub use record::{JobRecord, Launch, PendingRebatch, Progress, Status, StopRequest, Waiting};

@@ -232,8 +232,20 @@ pub enum Event {
         attempt: u32,
         /// The global batch it ran with.
         from: BatchSize,
-        /// What it runs with now.
+        /// What it is to run with: its workers take it at a step boundary
+        /// ([`Event::RebatchTaken`]).
         shape: Shape,
+    },
+    /// The workers of a launch reported running the batch decided for it in place.
+    RebatchTaken {
+        /// Job id.
+        id: String,
+        /// Launch number.
+        attempt: u32,
+        /// The global batch they run now.
+        batch_size: BatchSize,
+        /// Seconds from the decision to the report.
+        after_s: f64,
     },
     /// The executor started it.
     Started {
@@ -332,6 +344,7 @@ impl Event {
             Event::Submitted { id }
             | Event::Launching { id, .. }
             | Event::Rebatched { id, .. }
+            | Event::RebatchTaken { id, .. }
             | Event::Started { id, .. }
             | Event::Adopted { id, .. }
             | Event::Stopping { id, .. }
@@ -353,6 +366,7 @@ impl Event {
             Event::Decided { .. } => "decided",
             Event::Launching { .. } => "launch",
             Event::Rebatched { .. } => "rebatch",
+            Event::RebatchTaken { .. } => "rebatch-taken",
             Event::Started { .. } => "started",
             Event::Adopted { .. } => "adopted",
             Event::Stopping { .. } => "stop",
@@ -404,8 +418,19 @@ impl fmt::Display for Event {
                 shape,
             } => write!(
                 f,
-                "{id}: launch {attempt}: batch {from} → {} ({} per worker, {} micro-step(s)) in place",
+                "{id}: launch {attempt}: batch {from} → {} ({} per worker, {} micro-step(s)) in place, \
+                 once its workers take it",
                 shape.batch_size, shape.local_batch_size, shape.micro_steps
+            ),
+            Event::RebatchTaken {
+                id,
+                attempt,
+                batch_size,
+                after_s,
+            } => write!(
+                f,
+                "{id}: launch {attempt}: its workers run batch {batch_size} ({after_s:.0} s after \
+                 it was decided)"
             ),
             Event::Started { id, attempt } => write!(f, "{id}: launch {attempt} started"),
             Event::Adopted { id, attempt } => {

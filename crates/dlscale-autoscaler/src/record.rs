@@ -96,7 +96,8 @@ pub struct StopRequest {
 /// The current (or last) launch of a job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Launch {
-    /// What it runs with.
+    /// What it runs with: the shape it was launched with, and the batch its workers last
+    /// reported taking.
     pub shape: Shape,
     /// When it was handed to the executor.
     pub launched_s: f64,
@@ -104,6 +105,26 @@ pub struct Launch {
     pub started_s: Option<f64>,
     /// The stop asked of it, if one.
     pub stop: Option<StopRequest>,
+    /// A batch decided for it that its workers have not taken yet (a job that changes batch
+    /// in place): it runs `shape` until a report comes at this batch. A stop supersedes it.
+    #[serde(default)]
+    pub rebatch: Option<PendingRebatch>,
+}
+
+impl Launch {
+    /// What its workers are to run with: the pending rebatch, else what they run.
+    pub fn decided(&self) -> &Shape {
+        self.rebatch.as_ref().map_or(&self.shape, |r| &r.shape)
+    }
+}
+
+/// A batch decided for a running launch, not taken by its workers yet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingRebatch {
+    /// The shape to run with (same GPUs and nodes, another batch).
+    pub shape: Shape,
+    /// When it was decided.
+    pub at_s: f64,
 }
 
 /// What the job's workers reported last.

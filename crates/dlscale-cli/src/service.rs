@@ -14,7 +14,7 @@ use dlscale_server::api::dto::JobView;
 use dlscale_server::api::LOG_OFFSET_HEADER;
 use dlscale_server::client::{segment, ApiClient, ApiFailure, Method};
 use dlscale_server::profile::{run_profile, ProfileOptions, ProfilePoint};
-use dlscale_server::spec::{analytic_json, JobSpec};
+use dlscale_server::spec::JobSpec;
 use dlscale_server::{ConfigFile, ServerConfig};
 use serde_json::Value;
 
@@ -413,12 +413,17 @@ fn jobs_text(jobs: &[JobView], args: &JobsArgs) -> Result<String> {
     let now = now_s();
     for j in jobs {
         let age = j.finished_at.unwrap_or(now) - j.submitted_at;
+        // What runs; a batch decided but not taken yet follows an arrow.
+        let batch = match j.pending_batch_size {
+            Some(p) => format!("{}→{p}", j.batch_size),
+            None => j.batch_size.to_string(),
+        };
         out += &format!(
             "{:<20} {:<10} {:>4} {:>6} {:>8} {:>8} {:>9} {:<19} {:>8}\n",
             j.id,
             j.state.name(),
             j.gpus,
-            j.batch_size,
+            batch,
             opt(j.step),
             j.restarts,
             opt(j.loss.map(|l| format!("{l:.4}"))),
@@ -467,6 +472,16 @@ pub fn run_job(args: &JobArgs) -> Result<()> {
         "batch_size:  {} ({} per worker)",
         j.batch_size, j.local_batch_size
     );
+    if let (Some(batch), Some(since)) = (j.pending_batch_size, j.pending_since) {
+        println!(
+            "pending:     batch {batch}, decided {}, not taken by the workers yet",
+            local_time(since)
+        );
+    }
+    println!("uid:         {}", j.uid);
+    if let Some(from) = &j.resume_from {
+        println!("resumed:     from the checkpoints of job {from}");
+    }
     println!("restarts:    {}", j.restarts);
     println!("failures:    {}", j.failures);
     println!("step:        {}", opt(j.step));
@@ -691,7 +706,8 @@ pub fn run_profile_cmd(args: &ProfileArgs) -> Result<()> {
     for a in &q.assumptions {
         println!("assumed: {a}");
     }
-    let m = analytic_json(&report.model);
+    // The job-file form of the model (`model = {...}`), every parameter kept.
+    let m = serde_json::to_value(dlscale_core::jobfile::ModelField::Fitted(report.model))?;
     println!("model: {m}");
     if let Some(out) = &args.out {
         std::fs::write(out, serde_json::to_string_pretty(&m)? + "\n")

@@ -16,7 +16,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::efficiency::GradNoise;
@@ -52,17 +52,20 @@ impl FileFormat {
 /// One job as written in a job file, before validation. Deserializing it ignores fields it does
 /// not have (the service's [`RUN_FIELDS`] among them): readers of job files check the fields
 /// first ([`check_fields`], as [`parse_jobs`] and [`entry_from_object`] do).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct JobEntry {
     /// Unique id.
     pub id: String,
-    /// Bundled model name, or analytic parameters.
-    pub model: ModelField,
+    /// Bundled model name, or analytic parameters; required by [`JobEntry::into_job`] (the
+    /// service fills it from a stored profile or what it learned, [`ModelField::Fitted`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelField>,
     /// Smallest global batch.
     pub min_batch: BatchSize,
     /// Largest global batch.
     pub max_batch: BatchSize,
     /// Largest per-GPU batch; defaults to the model's memory limit when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_local_batch: Option<BatchSize>,
     /// Smallest per-GPU batch (default 1: no bound).
     #[serde(default = "one")]
@@ -70,24 +73,34 @@ pub struct JobEntry {
     /// Most micro-steps per step (gradient accumulation, default 1: none): a per-GPU batch up to
     /// `max_accum_steps × max_local_batch` runs as `ceil(batch / max_local_batch)` micro-steps,
     /// which the launch passes to the workers as `DLSCALE_ACCUM_STEPS`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_accum_steps: Option<u32>,
     /// Fewest GPUs (default 1).
     #[serde(default = "one")]
     pub min_gpus: GpuCount,
     /// Most GPUs (default: no limit beyond the model's and the cluster's).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_gpus: Option<GpuCount>,
     /// Only powers of two.
     #[serde(default)]
     pub powers_of_two: bool,
     /// The user's batch (default `min_batch`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub batch_size: Option<BatchSize>,
     /// The user's GPU count (default: the fewest that fit `batch_size`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub gpus: Option<GpuCount>,
     /// Remaining work in samples.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub work_samples: Option<f64>,
+    /// Remaining work in steps at `batch_size` (the length a loop that counts steps knows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u64>,
     /// Remaining work in epochs (needs `dataset_samples` or a bundled model).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub epochs: Option<f64>,
     /// Samples per epoch (default: the bundled model's data-set size).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub dataset_samples: Option<f64>,
     /// Priority weight (default 1).
     #[serde(default = "unit_weight")]
@@ -96,6 +109,7 @@ pub struct JobEntry {
     #[serde(default)]
     pub epoch: usize,
     /// The job's current allocation, if it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub current: Option<CurrentAllocation>,
     /// GPU-seconds the job has received so far (default 0), for policies that rank by attained
     /// service (`tiresias`).
@@ -103,13 +117,42 @@ pub struct JobEntry {
     pub attained_gpu_s: f64,
 }
 
-/// The `model` field: a name or inline parameters.
-#[derive(Debug, Clone)]
+/// The `model` field: a name or inline parameters, or a model a program supplies.
+#[derive(Debug, Clone, PartialEq)]
 pub enum ModelField {
     /// A bundled profile.
     Name(String),
     /// Analytic parameters.
     Analytic(AnalyticSpec),
+    /// A fitted model, every parameter kept (overlap, memory limit): a stored profile or a
+    /// learned fit, set by the service rather than read from a file.
+    Fitted(AnalyticModel),
+}
+
+/// A name is written as a string, parameters as a table; a fitted model as the table of its
+/// parameters (its memory limit is the job's `max_local_batch`).
+impl Serialize for ModelField {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            ModelField::Name(name) => serializer.serialize_str(name),
+            ModelField::Analytic(spec) => spec.serialize(serializer),
+            ModelField::Fitted(m) => AnalyticSpec {
+                compute_base_s: m.compute_base_s,
+                compute_per_sample_s: m.compute_per_sample_s,
+                sync_intra_base_s: m.sync_intra_base_s,
+                sync_intra_per_gpu_s: m.sync_intra_per_gpu_s,
+                sync_inter_base_s: m.sync_inter_base_s,
+                sync_inter_per_gpu_s: m.sync_inter_per_gpu_s,
+                overlap_gamma: m.overlap_gamma,
+                noise_scale: None,
+                init_batch: None,
+            }
+            .serialize(serializer),
+        }
+    }
 }
 
 /// A string is a profile name, a table is analytic parameters. Written by hand (not
@@ -144,7 +187,7 @@ impl<'de> Deserialize<'de> for ModelField {
 }
 
 /// Inline analytic model parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AnalyticSpec {
     /// See [`AnalyticModel::compute_base_s`].
@@ -168,8 +211,10 @@ pub struct AnalyticSpec {
     #[serde(default = "no_overlap")]
     pub overlap_gamma: f64,
     /// Gradient noise scale φ, for goodput.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub noise_scale: Option<f64>,
     /// Initial batch for the noise scale (default `min_batch`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub init_batch: Option<BatchSize>,
 }
 
@@ -181,7 +226,7 @@ fn no_overlap() -> f64 {
 }
 
 /// The fields of a job that the allocator reads: those of [`JobEntry`].
-pub const JOB_FIELDS: [&str; 19] = [
+pub const JOB_FIELDS: [&str; 20] = [
     "id",
     "model",
     "min_batch",
@@ -195,6 +240,7 @@ pub const JOB_FIELDS: [&str; 19] = [
     "batch_size",
     "gpus",
     "work_samples",
+    "steps",
     "epochs",
     "dataset_samples",
     "weight",
@@ -205,7 +251,7 @@ pub const JOB_FIELDS: [&str; 19] = [
 
 /// The fields of a job that only the service reads: how to run it, and what it learns from.
 /// Whatever else reads a job file accepts and ignores them.
-pub const RUN_FIELDS: [&str; 8] = [
+pub const RUN_FIELDS: [&str; 9] = [
     "command",
     "workdir",
     "launcher",
@@ -214,6 +260,7 @@ pub const RUN_FIELDS: [&str; 8] = [
     "max_retries",
     "family",
     "batch_in_place",
+    "resume_from",
 ];
 
 /// The listed form of a job file (its fields checked before: [`check_fields`]).
@@ -618,7 +665,8 @@ impl JobEntry {
             Option<JobEfficiency>,
             Option<f64>,
         ) = match &self.model {
-            ModelField::Name(name) => {
+            None => return Err(CoreError::job(&id, "model", "required")),
+            Some(ModelField::Name(name)) => {
                 let profile = profiles::bundled(name)
                     .map_err(|e| CoreError::job(&id, "model", e.to_string()))?;
                 let current_batch = self
@@ -631,7 +679,11 @@ impl JobEntry {
                 let per_epoch = profile.efficiency.as_ref().map(|e| e.samples_per_epoch());
                 (name.clone(), profile.throughput, efficiency, per_epoch)
             }
-            ModelField::Analytic(spec) => {
+            Some(ModelField::Fitted(model)) => {
+                model.validate(&id)?;
+                ("analytic".to_string(), Arc::new(*model), None, None)
+            }
+            Some(ModelField::Analytic(spec)) => {
                 let model = AnalyticModel {
                     compute_base_s: spec.compute_base_s,
                     compute_per_sample_s: spec.compute_per_sample_s,
@@ -675,35 +727,46 @@ impl JobEntry {
                 ))
             }
         };
-        let (throughput, max_local_batch) = match self.max_accum_steps {
-            None | Some(1) => (throughput, max_local_batch),
-            Some(steps) if (2..=MAX_ACCUM_STEPS).contains(&steps) => {
-                let max_local = max_local_batch.saturating_mul(steps);
-                let accumulating: Arc<dyn ThroughputModel> = Arc::new(Accumulating {
-                    inner: throughput,
-                    memory_local: max_local_batch,
-                    max_local,
-                });
-                (accumulating, max_local)
+        let steps = self.max_accum_steps.unwrap_or(1);
+        if !(1..=MAX_ACCUM_STEPS).contains(&steps) {
+            return Err(CoreError::job(
+                &id,
+                "max_accum_steps",
+                format!("must be between 1 and {MAX_ACCUM_STEPS}, got {steps}"),
+            ));
+        }
+        let max_local = max_local_batch.saturating_mul(steps);
+        let throughput = Accumulating::wrap(throughput, max_local_batch, max_local);
+        let max_local_batch = max_local;
+        // One length: the second one given is the field at fault.
+        let given = [
+            ("work_samples", self.work_samples.is_some()),
+            ("steps", self.steps.is_some()),
+            ("epochs", self.epochs.is_some()),
+        ];
+        if let Some((second, _)) = given.iter().filter(|(_, is)| *is).nth(1) {
+            return Err(CoreError::job(
+                &id,
+                *second,
+                "give one of work_samples, steps and epochs, not several",
+            ));
+        }
+        let remaining_samples = match (self.work_samples, self.steps, self.epochs) {
+            (Some(samples), _, _) => Some(samples),
+            (None, Some(steps), _) => {
+                let batch = self.batch_size.ok_or_else(|| {
+                    CoreError::job(
+                        &id,
+                        "batch_size",
+                        "required with steps: the batch its steps are counted at",
+                    )
+                })?;
+                if steps == 0 {
+                    return Err(CoreError::job(&id, "steps", "must be at least 1"));
+                }
+                Some(steps as f64 * f64::from(batch))
             }
-            Some(steps) => {
-                return Err(CoreError::job(
-                    &id,
-                    "max_accum_steps",
-                    format!("must be between 1 and {MAX_ACCUM_STEPS}, got {steps}"),
-                ))
-            }
-        };
-        let remaining_samples = match (self.work_samples, self.epochs) {
-            (Some(_), Some(_)) => {
-                return Err(CoreError::job(
-                    &id,
-                    "epochs",
-                    "give either work_samples or epochs, not both",
-                ))
-            }
-            (Some(samples), None) => Some(samples),
-            (None, Some(epochs)) => {
+            (None, None, Some(epochs)) => {
                 let per_epoch = self.dataset_samples.or(samples_per_epoch).ok_or_else(|| {
                     CoreError::job(
                         &id,
@@ -730,7 +793,7 @@ impl JobEntry {
                 }
                 Some(samples)
             }
-            (None, None) => None,
+            (None, None, None) => None,
         };
         let gpu_range = GpuRange {
             min: self.min_gpus,

@@ -14,6 +14,9 @@
 //! No lock is held across an external command or an fsync: API reads answer from the last
 //! committed view, SQLite calls run on the blocking pool, executor commands in tasks of their own.
 
+// The OpenAPI document is one `serde_json::json!` literal per schema; the job's is deep.
+#![recursion_limit = "256"]
+
 pub mod api;
 pub mod client;
 pub mod config;

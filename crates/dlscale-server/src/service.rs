@@ -96,12 +96,17 @@ impl View {
         jobs
     }
 
-    /// The launches that hold GPUs: what an observation is asked about.
-    pub fn launches(&self) -> Vec<(String, u32)> {
+    /// The launches that hold GPUs: what an observation is asked about. `data_dir` holds their
+    /// files.
+    pub fn launches(&self, data_dir: &std::path::Path) -> Vec<executor::Believed> {
         self.ordered()
             .iter()
             .filter(|j| j.record.status.holds_gpus())
-            .map(|j| (j.record.id.clone(), j.record.attempt))
+            .map(|j| executor::Believed {
+                id: j.record.id.clone(),
+                attempt: j.record.attempt,
+                files: executor::JobFiles::of(data_dir, &j.spec),
+            })
             .collect()
     }
 }
@@ -443,7 +448,8 @@ fn logged_completions(service: &Service, obs: &Observation) -> Vec<RecordedInput
             if job.record.completed_attempt == Some(l.attempt) {
                 return None;
             }
-            let tail = executor::log_tail(&service.executor.ctx().data_dir, &l.id, 64 * 1024)?;
+            let files = executor::JobFiles::of(&service.executor.ctx().data_dir, &job.spec);
+            let tail = executor::log_tail(&files, 64 * 1024)?;
             let (step, samples) = executor::logged_completion(&tail, l.attempt)?;
             Some(Input::Completed {
                 id: l.id.clone(),
@@ -464,7 +470,7 @@ fn spawn_pollers(service: Arc<Service>) {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let believed = s.view().launches();
+            let believed = s.view().launches(&s.executor.ctx().data_dir);
             match s.executor.observe(&believed).await {
                 Ok(obs) => {
                     let mut inputs = logged_completions(&s, &obs);

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use dlscale_autoscaler::{ModelSource, Submission};
-use dlscale_core::jobfile::{self, JobEntry};
+use dlscale_core::jobfile::{self, JobEntry, ModelField};
 use dlscale_core::throughput::AnalyticModel;
 use dlscale_core::{CoreError, Job};
 use serde::{Deserialize, Serialize};
@@ -83,8 +83,30 @@ pub struct JobSpec {
     /// a batch change on the same GPUs is then answered to its reports, not a restart.
     #[serde(default)]
     pub batch_in_place: bool,
-    /// The job-file fields, as submitted.
-    pub entry: Map<String, Value>,
+    /// The ended job whose checkpoints it starts from (`resume_from`: that job's id; the
+    /// submission is found when the job is accepted). Without it a job starts from nothing,
+    /// whatever ran under its id before.
+    #[serde(default)]
+    pub resume_from: Option<Source>,
+    /// This submission's own identity, made when it is accepted: its files are its own
+    /// ([`crate::executor::JobFiles`]) even when its id was used before. Empty in submissions
+    /// stored before it existed.
+    #[serde(default)]
+    pub uid: String,
+    /// The job-file fields, as submitted and typed; `model` is `None` when the job names a
+    /// profile or learns its model.
+    pub entry: JobEntry,
+}
+
+/// A submission whose checkpoints another starts from.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Source {
+    /// Its job id.
+    pub id: String,
+    /// Its [`JobSpec::uid`]; empty until the submission naming it is accepted (and for a
+    /// submission stored before uids existed).
+    #[serde(default)]
+    pub uid: String,
 }
 
 /// Environment variables the server sets itself; a submission may not override them.
@@ -254,6 +276,10 @@ impl JobSpec {
         if let Some(f) = &family {
             validate_id("family", f)?;
         }
+        let resume_from = take_string(&mut map, "resume_from")?;
+        if let Some(r) = &resume_from {
+            validate_id("resume_from", r)?;
+        }
         let batch_in_place = match map.remove("batch_in_place") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => b,
@@ -289,7 +315,10 @@ impl JobSpec {
                 "give either 'model' or 'profile', not both",
             ));
         }
-        let spec = JobSpec {
+        // Types and unknown fields of the job-file part; values are checked when the job is
+        // built ([`JobSpec::submission`]).
+        let entry = jobfile::entry_from_object(map, "").map_err(core_error)?;
+        Ok(JobSpec {
             id,
             command,
             workdir,
@@ -299,17 +328,19 @@ impl JobSpec {
             max_retries,
             family,
             batch_in_place,
-            entry: map,
-        };
-        // Types and unknown fields of the job-file part, checked now with the prior model.
-        spec.entry_with(None)?;
-        Ok(spec)
+            resume_from: resume_from.map(|id| Source {
+                id,
+                uid: String::new(),
+            }),
+            uid: String::new(),
+            entry,
+        })
     }
 
     /// Where the job's throughput model comes from: its `model` field, a stored profile, or
     /// learned from its own reports (starting from [`PRIOR`]).
     pub fn model_source(&self) -> ModelSource {
-        if self.entry.contains_key("model") {
+        if self.entry.model.is_some() {
             ModelSource::Given
         } else if let Some(p) = &self.profile {
             ModelSource::Profile(p.clone())
@@ -399,18 +430,16 @@ impl JobSpec {
         ))
     }
 
-    fn entry_with(&self, model: Option<&AnalyticModel>) -> Result<JobEntry, ApiError> {
-        let mut map = self.entry.clone();
-        if !map.contains_key("model") {
-            map.insert("model".into(), analytic_json(model.unwrap_or(&PRIOR)));
-        }
-        jobfile::entry_from_object(map, "").map_err(core_error)
-    }
-
-    /// Validates the job-file fields into the allocator's job. Without a `model` field, `model`
-    /// (a stored or fitted profile) is used, or the linear-scaling prior when it is `None`.
+    /// Validates the job-file fields into the allocator's job: the one way from a submission
+    /// to the core's `Job`, at submission, restore and replay. Without a `model` field, `model`
+    /// (a stored or fitted profile, every parameter kept) is used, or the linear-scaling prior
+    /// when it is `None`.
     pub fn build_job(&self, model: Option<&AnalyticModel>) -> Result<Job, ApiError> {
-        self.entry_with(model)?.into_job().map_err(core_error)
+        let mut entry = self.entry.clone();
+        if entry.model.is_none() {
+            entry.model = Some(ModelField::Fitted(*model.unwrap_or(&PRIOR)));
+        }
+        entry.into_job().map_err(core_error)
     }
 }
 
@@ -422,18 +451,6 @@ fn is_executable(path: &std::path::Path) -> bool {
 /// The model of a job without any measurement yet: the autoscaler's, which the simulator uses
 /// too.
 pub use dlscale_autoscaler::learn::PRIOR;
-
-/// The job-file form (`model = {...}`) of an analytic model.
-pub fn analytic_json(m: &AnalyticModel) -> Value {
-    serde_json::json!({
-        "compute_base_s": m.compute_base_s,
-        "compute_per_sample_s": m.compute_per_sample_s,
-        "sync_intra_base_s": m.sync_intra_base_s,
-        "sync_intra_per_gpu_s": m.sync_intra_per_gpu_s,
-        "sync_inter_base_s": m.sync_inter_base_s,
-        "sync_inter_per_gpu_s": m.sync_inter_per_gpu_s,
-    })
-}
 
 #[cfg(test)]
 mod tests {
@@ -719,7 +736,13 @@ mod tests {
         v["family"] = json!("resnet-50");
         let spec = JobSpec::from_value(v).unwrap();
         assert_eq!(spec.family.as_deref(), Some("resnet-50"));
-        assert!(!spec.entry.contains_key("family"), "not a job-file field");
+        assert!(
+            serde_json::to_value(&spec.entry)
+                .unwrap()
+                .get("family")
+                .is_none(),
+            "not a job-file field"
+        );
         let sub = spec.submission(None).unwrap();
         assert_eq!(
             (sub.family.as_deref(), sub.model),
@@ -765,7 +788,10 @@ mod tests {
             }
             let spec = JobSpec::from_value(v).unwrap();
             assert_eq!(spec.batch_in_place, expected);
-            assert!(!spec.entry.contains_key("batch_in_place"));
+            assert!(serde_json::to_value(&spec.entry)
+                .unwrap()
+                .get("batch_in_place")
+                .is_none());
             assert_eq!(spec.submission(None).unwrap().batch_in_place, expected);
         }
         for bad in [json!("yes"), json!(1), json!([true])] {

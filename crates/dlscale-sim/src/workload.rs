@@ -524,7 +524,7 @@ pub fn read_native(text: &str, source_name: &str, options: &ReadOptions) -> Resu
                     return Err((
                         None,
                         format!(
-                        "job '{}': give work_samples or epochs (its model has no training length)",
+                        "job '{}': give work_samples, steps or epochs (its model has no training length)",
                         job.id
                     ),
                     ))

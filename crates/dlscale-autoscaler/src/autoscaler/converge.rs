@@ -5,7 +5,7 @@ use dlscale_core::GpuCount;
 
 use super::{Autoscaler, Out, Target};
 use crate::output::{Action, Event, LaunchSpec, Shape, StopReason};
-use crate::record::{Launch, Status, StopRequest, Waiting};
+use crate::record::{Launch, PendingRebatch, Status, StopRequest, Waiting};
 
 impl Autoscaler {
     /// Stops running jobs whose target differs; launches waiting jobs whose GPUs are free.
@@ -19,13 +19,14 @@ impl Autoscaler {
             let target = self.plan.get(&r.seq);
             match (r.status, target) {
                 (Status::Starting | Status::Running, Some(Target::Run(shape))) => {
-                    let current = r.launch.as_ref().map(|l| &l.shape);
+                    // What it was last told to run: a pending rebatch counts as decided.
+                    let current = r.launch.as_ref().map(|l| l.decided());
                     let in_place = |c: &Shape| {
                         r.batch_in_place && c.gpus == shape.gpus && c.shares == shape.shares
                     };
                     if current.is_some_and(|c| c != shape && in_place(c)) {
                         let shape = shape.clone();
-                        self.rebatch(i, shape, out);
+                        self.rebatch(now, i, shape, out);
                     } else if current != Some(shape) {
                         let reason = match current {
                             Some(c) if c.gpus == shape.gpus && c.batch_size == shape.batch_size => {
@@ -142,6 +143,7 @@ impl Autoscaler {
             launched_s: now,
             started_s: None,
             stop: None,
+            rebatch: None,
         });
         let (id, attempt) = (r.id.clone(), r.attempt);
         out.touched.insert(id.clone());
@@ -154,13 +156,19 @@ impl Autoscaler {
         out.action(Action::Launch(LaunchSpec { id, attempt, shape }));
     }
 
-    /// Has the running launch of job `i` take `shape`'s batch on the GPUs it holds.
-    fn rebatch(&mut self, i: usize, shape: Shape, out: &mut Out) {
+    /// Has the running launch of job `i` take `shape`'s batch on the GPUs it holds: pending
+    /// until its workers report at that batch ([`Autoscaler::metrics`]), or cleared when the
+    /// decision goes back to the batch they run.
+    fn rebatch(&mut self, now: f64, i: usize, shape: Shape, out: &mut Out) {
         let r = &mut self.live[i];
         let Some(launch) = r.launch.as_mut() else {
             return;
         };
-        let from = std::mem::replace(&mut launch.shape, shape.clone()).batch_size;
+        let from = launch.decided().batch_size;
+        launch.rebatch = (shape != launch.shape).then(|| PendingRebatch {
+            shape: shape.clone(),
+            at_s: now,
+        });
         let (id, attempt) = (r.id.clone(), r.attempt);
         out.touched.insert(id.clone());
         out.event(Event::Rebatched {
@@ -192,6 +200,9 @@ impl Autoscaler {
             killed_s: None,
             next: next.clone(),
         });
+        // A batch its workers have not taken is not taken now: the next launch runs what was
+        // decided for it.
+        launch.rebatch = None;
         r.status = Status::Stopping;
         let (id, attempt) = (r.id.clone(), r.attempt);
         if launch.started_s.is_some() {

@@ -58,8 +58,8 @@ impl Autoscaler {
             let launch = r.launch.as_ref();
             job.current = match (r.status, launch) {
                 (Status::Starting | Status::Running, Some(l)) => Some(CurrentAllocation {
-                    gpus: l.shape.gpus,
-                    batch: l.shape.batch_size,
+                    gpus: l.decided().gpus,
+                    batch: l.decided().batch_size,
                     age_s: (now - r.submitted_s).max(0.0),
                     restarts: r.restarts + r.failures,
                     batch_in_place: r.batch_in_place,

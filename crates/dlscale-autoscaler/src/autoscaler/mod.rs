@@ -506,11 +506,11 @@ impl Autoscaler {
                 None
             }
             Input::ProfileUpdated { name, model } => {
-                let model: Arc<dyn dlscale_core::throughput::ThroughputModel> = Arc::new(model);
                 let mut changed = Vec::new();
                 for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
                     if r.model == ModelSource::Profile(name.clone()) {
-                        job.throughput = Arc::clone(&model);
+                        // As a refit: the job keeps its memory limit and accumulation.
+                        job.throughput = crate::learn::learned_model(model, job);
                         changed.push(r.id.clone());
                     }
                 }
@@ -697,7 +697,7 @@ impl Autoscaler {
         out: &mut Out,
     ) -> Option<Refusal> {
         let r = &mut self.live[i];
-        let Some(launch) = r.launch.as_ref().filter(|_| r.status.holds_gpus()) else {
+        let Some(launch) = r.launch.as_mut().filter(|_| r.status.holds_gpus()) else {
             return Some(Refusal::NotCurrent { attempt: r.attempt });
         };
         let current = match report.attempt {
@@ -707,6 +707,21 @@ impl Autoscaler {
         if !current {
             return Some(Refusal::NotCurrent { attempt: r.attempt });
         }
+        // Its workers took the batch decided for them: that is what runs now.
+        if let Some(taken) = launch
+            .rebatch
+            .take_if(|p| p.shape.batch_size == report.batch_size)
+        {
+            out.event(Event::RebatchTaken {
+                id: r.id.clone(),
+                attempt: r.attempt,
+                batch_size: report.batch_size,
+                after_s: (now - taken.at_s).max(0.0),
+            });
+            launch.shape = taken.shape;
+            out.touched.insert(r.id.clone());
+        }
+        let launch = &*launch;
         // The launch's own placement and micro-steps: what the reported step time was measured at.
         let (gpus, nodes) = (launch.shape.gpus, launch.shape.shares.len().max(1) as u32);
         let measured = Measured {

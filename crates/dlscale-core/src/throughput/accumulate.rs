@@ -49,6 +49,27 @@ pub struct Accumulating {
     pub max_local: BatchSize,
 }
 
+impl Accumulating {
+    /// `inner` bounded by memory: as it is when `max_local ≤ memory_local` (no accumulation),
+    /// else accumulating beyond `memory_local` up to `max_local`. The one way a job's model is
+    /// given its memory limits, at submission and whenever its model is replaced.
+    pub fn wrap(
+        inner: Arc<dyn ThroughputModel>,
+        memory_local: BatchSize,
+        max_local: BatchSize,
+    ) -> Arc<dyn ThroughputModel> {
+        if max_local <= memory_local {
+            inner
+        } else {
+            Arc::new(Accumulating {
+                inner,
+                memory_local,
+                max_local,
+            })
+        }
+    }
+}
+
 impl ThroughputModel for Accumulating {
     fn step_time_s(&self, gpus: GpuCount, nodes: u32, local_batch: u32) -> Option<f64> {
         if local_batch > self.max_local {

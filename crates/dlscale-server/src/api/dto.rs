@@ -62,6 +62,20 @@ pub struct JobView {
     pub batch_size: u32,
     /// Per-worker batch of the current or last launch.
     pub local_batch_size: u32,
+    /// A batch decided for the running launch that its workers have not taken yet (they run
+    /// `batch_size` until they do; a stop supersedes it).
+    #[serde(default)]
+    pub pending_batch_size: Option<u32>,
+    /// When that batch was decided, seconds since the epoch.
+    #[serde(default)]
+    pub pending_since: Option<f64>,
+    /// This submission's own identity: its files are under `jobs/<id>/<uid>/` in the data
+    /// directory, whoever had its id before.
+    #[serde(default)]
+    pub uid: String,
+    /// The ended job whose checkpoints it started from, if it named one (`resume_from`).
+    #[serde(default)]
+    pub resume_from: Option<String>,
     /// Relaunches after stops and lost launches.
     pub restarts: u32,
     /// Failed launches.
@@ -177,11 +191,19 @@ fn message(r: &JobRecord, target: Option<&Target>) -> String {
             r.attempt,
             shape.map_or(String::new(), |s| s.to_string())
         ),
-        Status::Running => format!(
-            "running launch {} ({})",
-            r.attempt,
-            shape.map_or(String::new(), |s| s.to_string())
-        ),
+        Status::Running => {
+            let pending = r.launch.as_ref().and_then(|l| l.rebatch.as_ref());
+            format!(
+                "running launch {} ({}){}",
+                r.attempt,
+                shape.map_or(String::new(), |s| s.to_string()),
+                pending.map_or(String::new(), |p| format!(
+                    "; batch {} decided at {}, not taken yet",
+                    p.shape.batch_size,
+                    utc_clock(p.at_s)
+                ))
+            )
+        }
         Status::Stopping => {
             let stop = r.launch.as_ref().and_then(|l| l.stop.as_ref());
             match stop {
@@ -212,6 +234,7 @@ impl JobView {
         let holds = record.status.holds_gpus();
         let launch = record.launch.as_ref();
         let shape = launch.map(|l| &l.shape);
+        let pending = launch.and_then(|l| l.rebatch.as_ref()).filter(|_| holds);
         JobView {
             id: record.id.clone(),
             state: record.status,
@@ -233,6 +256,10 @@ impl JobView {
             slurm_job_id: handle.filter(|_| holds).and_then(|h| h.slurm_job_id),
             batch_size: shape.map_or(0, |s| s.batch_size),
             local_batch_size: shape.map_or(0, |s| s.local_batch_size),
+            pending_batch_size: pending.map(|p| p.shape.batch_size),
+            pending_since: pending.map(|p| p.at_s),
+            uid: spec.uid.clone(),
+            resume_from: spec.resume_from.as_ref().map(|r| r.id.clone()),
             restarts: record.restarts,
             failures: record.failures,
             attempt: record.attempt,

@@ -42,7 +42,7 @@ pub use report::{validate_report, GRAD_FIELDS, METRICS_FIELDS};
 
 use crate::config::MetricsAccess;
 use crate::error::ApiError;
-use crate::executor::{log_path, random_hex, Handle};
+use crate::executor::{random_hex, Handle, JobFiles};
 use crate::metrics::RouteLabels;
 use crate::service::{Estimates, LiveJob, Service, Unavailable, View};
 use crate::spec::{validate_id, JobSpec};
@@ -500,7 +500,7 @@ fn job_view(s: &Service, job: &FoundJob, handles: &BTreeMap<(String, u32), Handl
         &job.record,
         job.target.as_ref(),
         handle,
-        log_path(&s.config.data_dir, &job.record.id),
+        JobFiles::of(&s.config.data_dir, &job.spec).log(),
     );
     let e = job.estimates;
     (
@@ -690,10 +690,15 @@ async fn list_jobs(
 /// Validates one submission into what the driver is handed: its spec checked against this
 /// machine (workdir, program), the stored profile it names, and this server's cluster and
 /// policy (it must be able to run some day).
-async fn accept(s: &Service, spec: JobSpec) -> Result<Received, ApiError> {
+async fn accept(s: &Service, mut spec: JobSpec) -> Result<Received, ApiError> {
     spec.check_runnable()?;
+    // Its own files, whoever had its id before.
+    spec.uid = random_hex(6).map_err(ApiError::internal)?;
+    if let Some(from) = spec.resume_from.as_mut() {
+        from.uid = resumable(s, &from.id).await?;
+    }
     let profile_model = match &spec.profile {
-        Some(name) if !spec.entry.contains_key("model") => {
+        Some(name) if spec.entry.model.is_none() => {
             let profiles = s.store.profiles().await.map_err(ApiError::internal)?;
             let found = profiles.into_iter().find(|p| &p.name == name);
             Some(
@@ -755,6 +760,36 @@ async fn accept(s: &Service, spec: JobSpec) -> Result<Received, ApiError> {
         spec,
         profile_model,
     })
+}
+
+/// The uid of the newest submission of job `id`, which a new one may start from: it has
+/// ended and left a checkpoint directory.
+async fn resumable(s: &Service, id: &str) -> Result<String, ApiError> {
+    let field = "resume_from";
+    if s.view().jobs.contains_key(id) {
+        return Err(ApiError::conflict(format!(
+            "field '{field}': job '{id}' has not ended; a job starts only from the checkpoints \
+             of one that has (cancel it first)"
+        ))
+        .with_field(field));
+    }
+    let stored = s
+        .store
+        .job(id.to_string())
+        .await
+        .map_err(ApiError::internal)?
+        .ok_or_else(|| ApiError::field(field, format!("field '{field}': no job '{id}'")))?;
+    let checkpoints = JobFiles::of(&s.config.data_dir, &stored.spec).checkpoints();
+    if !checkpoints.is_dir() {
+        return Err(ApiError::field(
+            field,
+            format!(
+                "field '{field}': job '{id}' left no checkpoints ({} does not exist)",
+                checkpoints.display()
+            ),
+        ));
+    }
+    Ok(stored.spec.uid)
 }
 
 /// Names the job of a multi-job submission in an error.
@@ -916,8 +951,8 @@ async fn logs(
     q: Result<Query<LogsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
-    find_job(&s, &id).await?;
-    let path = log_path(&s.config.data_dir, &id);
+    let job = find_job(&s, &id).await?;
+    let path = JobFiles::of(&s.config.data_dir, &job.spec).log();
     let (text, end) = match tokio::fs::File::open(&path).await {
         Ok(mut f) => {
             let len = f.metadata().await.map_err(ApiError::internal)?.len();
@@ -1048,7 +1083,8 @@ async fn report_metrics(
             accepted: true,
             reason: None,
             batch: s.view().jobs.get(&id).and_then(|j| {
-                let shape = j.record.shape()?;
+                // The batch decided for it: pending until its workers report taking it.
+                let shape = j.record.shape().and(j.record.launch.as_ref())?.decided();
                 (j.spec.batch_in_place && attempt == Some(j.record.attempt)).then_some(
                     BatchAnswer {
                         batch_size: shape.batch_size,

@@ -28,8 +28,8 @@ use dlscale_autoscaler::{
 use dlscale_core::placement::{Node, Topology};
 
 use super::{
-    launch_marker, log_path, parse_launch_marker, read_exit, run_dir, worker_env, Capacity,
-    ExecContext, Handle, LaunchJob, NodeInfo, Reports,
+    launch_marker, parse_launch_marker, read_exit, worker_env, Believed, Capacity, ExecContext,
+    Handle, JobFiles, LaunchJob, NodeInfo, Reports,
 };
 use crate::fault;
 use crate::spec::{JobSpec, Launcher};
@@ -265,7 +265,7 @@ impl LocalExecutor {
     /// Every live launch of this server (found by marker), and how the `believed` launches that
     /// are not live ended. A launch whose wrapper exited but whose processes linger counts as
     /// live while they are ended.
-    pub async fn observe(&self, believed: &[(String, u32)]) -> Result<Observation> {
+    pub async fn observe(&self, believed: &[Believed]) -> Result<Observation> {
         let taken_at_s = now();
         let instance = self.ctx.instance.clone();
         let found = tokio::task::spawn_blocking(move || scan(&instance))
@@ -300,17 +300,17 @@ impl LocalExecutor {
             });
         }
         let waited = lock(&self.waited).clone();
-        for (id, attempt) in believed {
-            let key = (id.clone(), *attempt);
+        for b in believed {
+            let key = (b.id.clone(), b.attempt);
             // Found, or being started or waited for by this process (its waiter reports the end).
             if found.contains_key(&key) || waited.contains(&key) {
                 continue;
             }
-            let outcome = read_exit(&run_dir(&self.ctx.data_dir, id, *attempt))
-                .map_or(Outcome::Vanished, Outcome::Exited);
+            let outcome =
+                read_exit(&b.files.run(b.attempt)).map_or(Outcome::Vanished, Outcome::Exited);
             launches.push(ObservedLaunch {
-                id: id.clone(),
-                attempt: *attempt,
+                id: b.id.clone(),
+                attempt: b.attempt,
                 state: LaunchState::Ended { outcome },
             });
         }
@@ -325,7 +325,7 @@ impl LocalExecutor {
         drop(tracked);
         Ok(Observation {
             taken_at_s,
-            asked: believed.to_vec(),
+            asked: Believed::keys(believed),
             launches,
         })
     }
@@ -472,6 +472,7 @@ pub fn plan(
         }
     };
     let mut env = worker_env(spec, attempt, shape, token, ctx);
+    let files = JobFiles::of(&ctx.data_dir, spec);
     let slots = slots
         .iter()
         .map(u32::to_string)
@@ -489,8 +490,8 @@ pub fn plan(
         argv,
         env,
         workdir: spec.workdir.clone(),
-        log: log_path(&ctx.data_dir, &spec.id),
-        run_dir: run_dir(&ctx.data_dir, &spec.id, attempt),
+        log: files.log(),
+        run_dir: files.run(attempt),
     }
 }
 

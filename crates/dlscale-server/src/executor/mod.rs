@@ -30,31 +30,141 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::fault;
-use crate::spec::{JobSpec, Launcher};
+use crate::spec::JobSpec;
 use crate::store::RecordedInput;
 
 /// Exit code the worker library uses after a checkpoint on SIGTERM (set via
 /// `DLSCALE_STOP_EXIT_CODE`); for logs only, as any exit after a stop is a stop.
 pub const STOP_EXIT_CODE: i32 = 75;
 
-/// Where a job keeps its files: `<data_dir>/jobs/<id>/`.
-pub fn job_dir(data_dir: &Path, id: &str) -> PathBuf {
-    data_dir.join("jobs").join(id)
+/// The files of one submission: its log, checkpoints and one `run-<attempt>/` directory per
+/// launch, under `<data_dir>/jobs/<id>/<uid>/`. Each submission has its own ([`JobSpec::uid`]),
+/// so a job submitted under the id of one that ended never sees the other's checkpoints, log
+/// or exit codes; it starts from them only when it says so (`resume_from`, copied at its
+/// first launch: [`JobFiles::prepare`]). Submissions stored before uids existed keep the
+/// directory they had, `<data_dir>/jobs/<id>/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobFiles {
+    root: PathBuf,
 }
 
-/// The job's log file.
-pub fn log_path(data_dir: &Path, id: &str) -> PathBuf {
-    job_dir(data_dir, id).join("log")
+impl JobFiles {
+    /// The files of submission `uid` of job `id` (`uid` empty: a submission stored before
+    /// uids existed).
+    pub fn new(data_dir: &Path, id: &str, uid: &str) -> JobFiles {
+        let by_id = data_dir.join("jobs").join(id);
+        JobFiles {
+            root: if uid.is_empty() {
+                by_id
+            } else {
+                by_id.join(uid)
+            },
+        }
+    }
+
+    /// The files of `spec`'s submission.
+    pub fn of(data_dir: &Path, spec: &JobSpec) -> JobFiles {
+        JobFiles::new(data_dir, &spec.id, &spec.uid)
+    }
+
+    /// The files of the job `spec` resumes from, if it names one.
+    pub fn resumed_by(data_dir: &Path, spec: &JobSpec) -> Option<JobFiles> {
+        let from = spec.resume_from.as_ref()?;
+        Some(JobFiles::new(data_dir, &from.id, &from.uid))
+    }
+
+    /// The submission's directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Its log, every launch's output appended.
+    pub fn log(&self) -> PathBuf {
+        self.root.join("log")
+    }
+
+    /// Its checkpoint directory (`DLSCALE_CHECKPOINT_DIR`).
+    pub fn checkpoints(&self) -> PathBuf {
+        self.root.join("checkpoints")
+    }
+
+    /// The directory of launch `attempt`.
+    pub fn run(&self, attempt: u32) -> PathBuf {
+        self.root.join(format!("run-{attempt}"))
+    }
+
+    /// Makes the directory before a launch. A submission that resumes from `source` gets a
+    /// copy of its checkpoints the first time (never the same files: the two jobs' writes stay
+    /// apart), made under a temporary name and renamed, so a crash midway leaves no half copy
+    /// that looks complete.
+    pub fn prepare(&self, source: Option<&JobFiles>) -> Result<()> {
+        std::fs::create_dir_all(&self.root)
+            .with_context(|| format!("cannot create {}", self.root.display()))?;
+        let (Some(source), false) = (source, self.checkpoints().exists()) else {
+            return Ok(());
+        };
+        let from = source.checkpoints();
+        let tmp = self.root.join("checkpoints.copying");
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp)
+                .with_context(|| format!("cannot remove {}", tmp.display()))?;
+        }
+        copy_tree(&from, &tmp).with_context(|| {
+            format!(
+                "cannot copy the checkpoints to resume from, {}, to {}",
+                from.display(),
+                tmp.display()
+            )
+        })?;
+        std::fs::rename(&tmp, self.checkpoints())
+            .with_context(|| format!("cannot rename {}", tmp.display()))
+    }
 }
 
-/// The job's checkpoint directory (`DLSCALE_CHECKPOINT_DIR`).
-pub fn checkpoint_dir(data_dir: &Path, id: &str) -> PathBuf {
-    job_dir(data_dir, id).join("checkpoints")
+/// A launch the autoscaler believes is live, and its job's files (where an ended launch's exit
+/// code is recorded).
+#[derive(Debug, Clone)]
+pub struct Believed {
+    /// Job id.
+    pub id: String,
+    /// Launch number.
+    pub attempt: u32,
+    /// Its submission's files.
+    pub files: JobFiles,
 }
 
-/// The directory of one launch.
-pub fn run_dir(data_dir: &Path, id: &str, attempt: u32) -> PathBuf {
-    job_dir(data_dir, id).join(format!("run-{attempt}"))
+impl Believed {
+    /// `(job id, attempt)` of each, as the autoscaler's observation lists them.
+    pub fn keys(believed: &[Believed]) -> Vec<(String, u32)> {
+        believed.iter().map(|b| (b.id.clone(), b.attempt)).collect()
+    }
+
+    /// The exit code launch `attempt` of `id` recorded, if it is one of `believed`.
+    pub fn recorded_exit(believed: &[Believed], id: &str, attempt: u32) -> Option<i32> {
+        let b = believed
+            .iter()
+            .find(|b| b.id == id && b.attempt == attempt)?;
+        read_exit(&b.files.run(attempt))
+    }
+}
+
+/// Copies directory `from` to `to` (which must not exist): files, directories and symbolic
+/// links, recursively.
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
+        } else {
+            std::fs::copy(&src, &dst)?;
+        }
+    }
+    Ok(())
 }
 
 /// The exit code a launch's wrapper recorded in its run directory, if it did.
@@ -120,9 +230,9 @@ pub fn logged_completion(log_tail: &str, attempt: u32) -> Option<(u64, Option<u6
 
 /// The end of a job's log (at most `max_bytes`, from a line start where it is cut), or `None`
 /// when it cannot be read.
-pub fn log_tail(data_dir: &Path, id: &str, max_bytes: u64) -> Option<String> {
+pub fn log_tail(files: &JobFiles, max_bytes: u64) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(log_path(data_dir, id)).ok()?;
+    let mut f = std::fs::File::open(files.log()).ok()?;
     let len = f.metadata().ok()?.len();
     f.seek(SeekFrom::Start(len.saturating_sub(max_bytes)))
         .ok()?;
@@ -140,7 +250,7 @@ pub fn log_tail(data_dir: &Path, id: &str, max_bytes: u64) -> Option<String> {
 /// One line in the job's log where dlscale stopped a launch, so that what follows it (a
 /// `SignalException` traceback from torchrun, a checkpoint message) reads as expected rather than
 /// as a crash. Best effort: the log is the job's, and a failed write loses only the mark.
-pub fn mark_stop_in_log(data_dir: &Path, id: &str, attempt: u32, reason: StopReason) {
+pub fn mark_stop_in_log(files: &JobFiles, id: &str, attempt: u32, reason: StopReason) {
     use std::io::Write;
     let then = match reason {
         StopReason::Cancel => "it is not relaunched (cancelled)",
@@ -152,7 +262,7 @@ pub fn mark_stop_in_log(data_dir: &Path, id: &str, attempt: u32, reason: StopRea
     );
     let appended = std::fs::OpenOptions::new()
         .append(true)
-        .open(log_path(data_dir, id))
+        .open(files.log())
         .and_then(|mut f| f.write_all(line.as_bytes()));
     if let Err(e) = appended {
         tracing::debug!("job {id}: cannot mark the stop in its log: {e}");
@@ -202,7 +312,7 @@ pub fn worker_env(
         "1".to_string(),
     );
     env.extend(spec.env.clone());
-    let ckpt = checkpoint_dir(&ctx.data_dir, &spec.id);
+    let ckpt = JobFiles::of(&ctx.data_dir, spec).checkpoints();
     let nodes: Vec<&str> = shape.shares.iter().map(|s| &*s.node).collect();
     for (k, v) in [
         ("DLSCALE_JOB_ID", spec.id.clone()),
@@ -326,7 +436,7 @@ impl Executor {
 
     /// A snapshot: every live launch of this server, and how those of `believed` (job id,
     /// attempt) that are not live ended, where that is known.
-    pub async fn observe(&self, believed: &[(String, u32)]) -> Result<Observation> {
+    pub async fn observe(&self, believed: &[Believed]) -> Result<Observation> {
         match self {
             Executor::Local(l) => l.observe(believed).await,
             Executor::Slurm(s) => s.observe(believed).await,
@@ -339,10 +449,15 @@ impl Executor {
     pub async fn carry_out(&self, action: &Action, job: Option<&LaunchJob>) -> Vec<RecordedInput> {
         match action {
             Action::Launch(l) => {
-                let started = match (self, job) {
-                    (_, None) => Err(anyhow::anyhow!("the job is unknown to the executor")),
-                    (Executor::Local(x), Some(job)) => x.launch(l, job).await,
-                    (Executor::Slurm(x), Some(job)) => x.launch(l, job).await,
+                let started = match job {
+                    None => Err(anyhow::anyhow!("the job is unknown to the executor")),
+                    Some(job) => match self.prepare(job).await {
+                        Err(e) => Err(e),
+                        Ok(()) => match self {
+                            Executor::Local(x) => x.launch(l, job).await,
+                            Executor::Slurm(x) => x.launch(l, job).await,
+                        },
+                    },
                 };
                 let (id, attempt) = (l.id.clone(), l.attempt);
                 vec![match started {
@@ -361,14 +476,14 @@ impl Executor {
             } => {
                 let delivered = match self {
                     Executor::Local(x) => x.stop(id, *attempt).await,
-                    Executor::Slurm(x) => {
-                        let launcher = job.map_or(Launcher::Torchrun, |j| j.spec.launcher);
-                        x.stop_launch(id, *attempt, launcher).await
-                    }
+                    Executor::Slurm(x) => x.stop_launch(id, *attempt, job).await,
                 };
                 match delivered {
                     Ok(true) => {
-                        mark_stop_in_log(&self.ctx().data_dir, id, *attempt, *reason);
+                        if let Some(job) = job {
+                            let files = JobFiles::of(&self.ctx().data_dir, &job.spec);
+                            mark_stop_in_log(&files, id, *attempt, *reason);
+                        }
                         fault::point("after-signal");
                         vec![Input::StopDelivered {
                             id: id.clone(),
@@ -392,6 +507,16 @@ impl Executor {
                 Vec::new()
             }
         }
+    }
+
+    /// Makes `job`'s directory before a launch, with the checkpoints it resumes from.
+    async fn prepare(&self, job: &LaunchJob) -> Result<()> {
+        let data_dir = &self.ctx().data_dir;
+        let files = JobFiles::of(data_dir, &job.spec);
+        let source = JobFiles::resumed_by(data_dir, &job.spec);
+        tokio::task::spawn_blocking(move || files.prepare(source.as_ref()))
+            .await
+            .context("preparing the job's directory failed")?
     }
 
     /// What the executor tracks of each live launch, by (job id, attempt).

@@ -35,8 +35,8 @@ use dlscale_core::placement::{Node, Topology};
 
 use super::squeue::{interpret, is_terminal_state, parse_sinfo, parse_squeue};
 use super::{
-    launch_marker, log_path, read_exit, run_dir, worker_env, Capacity, ExecContext, Handle,
-    LaunchJob, NodeInfo,
+    launch_marker, worker_env, Believed, Capacity, ExecContext, Handle, JobFiles, LaunchJob,
+    NodeInfo,
 };
 use crate::fault;
 use crate::spec::Launcher;
@@ -231,18 +231,17 @@ impl SlurmExecutor {
 
     /// One `squeue --json`, read for the autoscaler (see [`interpret`]); duplicates of a launch
     /// are cancelled here.
-    pub async fn observe(&self, believed: &[(String, u32)]) -> Result<Observation> {
+    pub async fn observe(&self, believed: &[Believed]) -> Result<Observation> {
         let taken_at_s = now();
         let text = self.run("squeue", &["--json".to_string()]).await?;
         let snap = parse_squeue(&text, &self.ctx.instance)?;
         *lock(&self.foreign_gpus) = snap.foreign_gpus;
         let known = lock(&self.jobs).clone();
-        let data_dir = self.ctx.data_dir.clone();
         let reading = interpret(
             &snap.ours,
-            believed,
+            &Believed::keys(believed),
             &known,
-            |id, attempt| read_exit(&run_dir(&data_dir, id, attempt)),
+            |id, attempt| Believed::recorded_exit(believed, id, attempt),
             taken_at_s,
         );
         for (job_id, why) in &reading.duplicates {
@@ -266,12 +265,18 @@ impl SlurmExecutor {
 
     /// Asks launch `attempt` of `id` to stop; `false` when it cannot be delivered yet (not
     /// known here, or not running yet): the autoscaler asks again at the next observation.
-    pub async fn stop_launch(&self, id: &str, attempt: u32, launcher: Launcher) -> Result<bool> {
+    pub async fn stop_launch(
+        &self,
+        id: &str,
+        attempt: u32,
+        job: Option<&LaunchJob>,
+    ) -> Result<bool> {
         let Some(job_id) = lock(&self.jobs).get(&(id.to_string(), attempt)).copied() else {
             return Ok(false);
         };
-        let dir = run_dir(&self.ctx.data_dir, id, attempt);
-        self.stop(job_id, launcher, &dir).await
+        let launcher = job.map_or(Launcher::Torchrun, |j| j.spec.launcher);
+        let dir = job.map(|j| JobFiles::of(&self.ctx.data_dir, &j.spec).run(attempt));
+        self.stop(job_id, launcher, dir.as_deref()).await
     }
 
     /// Cancels the Slurm jobs of launch `attempt` of `id` (found by name when it is a stale
@@ -320,8 +325,8 @@ impl SlurmExecutor {
         }
         let spec = &job.spec;
         let nodes = shares.len() as u32;
-        let dir = run_dir(&self.ctx.data_dir, &spec.id, l.attempt);
-        let log = log_path(&self.ctx.data_dir, &spec.id);
+        let files = JobFiles::of(&self.ctx.data_dir, spec);
+        let (dir, log) = (files.run(l.attempt), files.log());
         let port = self.next_port();
         let addrs: BTreeMap<String, String> = lock(&self.nodes)
             .iter()
@@ -334,7 +339,7 @@ impl SlurmExecutor {
                 l.attempt, l.id, l.shape.gpus, l.shape.batch_size, l.shape.local_batch_size
             );
             let (dir, log) = (dir.clone(), log.clone());
-            let ckpt = super::checkpoint_dir(&self.ctx.data_dir, &spec.id);
+            let ckpt = files.checkpoints();
             tokio::task::spawn_blocking(move || scripts.write(&dir, &log, &ckpt, &header))
                 .await
                 .context("writing the batch script failed")??;
@@ -421,7 +426,12 @@ impl SlurmExecutor {
     /// job, which runs in the batch shell itself — to the batch shell, which passes it on to the
     /// command's process group. A pending job is cancelled. While nothing can take the signal yet
     /// (the step has not started; the batch shell has not set up its handler): `NotYet`.
-    pub async fn stop(&self, job_id: u64, launcher: Launcher, run_dir: &Path) -> Result<bool> {
+    pub async fn stop(
+        &self,
+        job_id: u64,
+        launcher: Launcher,
+        run_dir: Option<&Path>,
+    ) -> Result<bool> {
         let Some(job) = self.show_job(job_id).await? else {
             return Ok(true);
         };
@@ -430,7 +440,7 @@ impl SlurmExecutor {
             "RUNNING" => {
                 let mut args = vec!["--signal=TERM".to_string()];
                 if launcher == Launcher::Plain {
-                    if !run_dir.join("ready").exists() {
+                    if !run_dir.is_some_and(|d| d.join("ready").exists()) {
                         return Ok(false);
                     }
                     args.push("--batch".to_string());
@@ -485,7 +495,7 @@ impl Scripts {
         let shares = &l.shape.shares;
         let nodes = shares.len();
         let per_node = shares.first().map_or(0, |s| s.gpus);
-        let dir = run_dir(&exec.ctx.data_dir, &spec.id, l.attempt);
+        let dir = JobFiles::of(&exec.ctx.data_dir, spec).run(l.attempt);
         let env = worker_env(spec, l.attempt, &l.shape, &job.token, &exec.ctx);
         // node name → address, for the rendezvous endpoint and torchrun's --local-addr.
         let mut addr_case = String::from("case \"$SLURMD_NODENAME\" in\n");
