@@ -6,12 +6,13 @@
 mod steps;
 
 use dlscale_autoscaler::{
-    Action, Autoscaler, AutoscalerConfig, Input, JobRecord, LaunchState, Next, Observation,
-    ObservedLaunch, Outcome, Refusal, Status, Step, StopReason, Waiting,
+    Action, Autoscaler, AutoscalerConfig, Input, JobRecord, LaunchState, ModelSource, Next,
+    Observation, ObservedLaunch, Outcome, Refusal, Status, Step, StopReason, Waiting,
 };
 use dlscale_core::allocator::{ELASTIC_BATCH, STATIC};
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::{ShapeRule, Topology};
+use dlscale_core::throughput::{AnalyticModel, ThroughputModel};
 use dlscale_core::{Job, Settings};
 use steps::{config, started, submit, submit_as};
 
@@ -693,4 +694,54 @@ fn a_launch_carries_its_micro_steps_and_reports_are_recorded_at_its_placement() 
     // The model learned from it still accumulates beyond memory.
     assert_eq!(job.throughput.micro_steps(128), 4);
     assert_eq!(job.throughput.memory_local_batch(), Some(32));
+}
+
+/// A job that names a stored profile and accumulates gradients beyond memory keeps doing so when
+/// the profile is updated: the new model is given the job's memory limit, as a refit is, so no
+/// per-GPU batch beyond memory is ever offered as one micro-step.
+#[test]
+fn a_profile_update_keeps_the_jobs_accumulation() {
+    let text = r#"{"jobs": [{"id": "p", "model": {"compute_per_sample_s": 0.001},
+        "min_batch": 32, "max_batch": 512, "max_local_batch": 32, "max_accum_steps": 4,
+        "max_gpus": 2}]}"#;
+    let job = parse_jobs(text, FileFormat::Json, "test")
+        .unwrap()
+        .remove(0);
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 2));
+    a.handle(
+        0.0,
+        vec![submit_as(job, ModelSource::Profile("prof".into()), None)],
+    );
+    let micro = |a: &Autoscaler| {
+        let job = a.job("p").unwrap().1;
+        (
+            job.throughput.micro_steps(128),
+            job.throughput.step_time_s(1, 1, 129),
+        )
+    };
+    assert_eq!(
+        micro(&a),
+        (4, None),
+        "as submitted: 128 per GPU in 4 micro-steps of 32"
+    );
+    let updated = AnalyticModel {
+        compute_per_sample_s: 0.002,
+        ..dlscale_autoscaler::learn::PRIOR
+    };
+    a.handle(
+        1.0,
+        vec![Input::ProfileUpdated {
+            name: "prof".into(),
+            model: updated,
+        }],
+    );
+    assert_eq!(
+        micro(&a),
+        (4, None),
+        "updated: still 4 micro-steps, nothing beyond 128"
+    );
+    let job = a.job("p").unwrap().1;
+    // One micro-step of 32 at the new model's speed, four times on one GPU.
+    let step = job.throughput.step_time_s(1, 1, 128).unwrap();
+    assert!((step - 4.0 * updated.step_time_s(1, 1, 32).unwrap()).abs() < 1e-12);
 }

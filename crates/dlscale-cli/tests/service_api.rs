@@ -5,6 +5,7 @@ mod service_support;
 use std::time::Duration;
 
 use dlscale_autoscaler::Status as JobStatus;
+use dlscale_server::api::dto::JobView;
 use dlscale_server::client::{ApiClient, Method};
 use serde_json::{json, Value};
 use service_support::{assert_replays, Server, TOKEN};
@@ -595,5 +596,122 @@ async fn a_model_familys_measurements_outlive_its_jobs_and_a_restart() {
     // Trusted with twice the GPUs the family was measured on (the prior: only its request).
     assert_eq!(b.gpus, 2 * a.gpus, "{b:#?}");
     server.cancel("b").await;
+    assert_replays(&server);
+}
+
+/// An id may be used again once its job has ended, but every submission has its own files: a
+/// job submitted under the id of a cancelled one starts from nothing and writes its own log and
+/// checkpoints; it starts from another job's checkpoints only when it says so (`resume_from`),
+/// and then from a copy of them. Every submission keeps its own history row.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reused_id_starts_afresh_unless_it_resumes_from_the_ended_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), CONFIG).await;
+    let worker = |total: u32| {
+        let mut j = job("reuse", WORKER);
+        j["max_gpus"] = json!(1);
+        j["env"] = json!({"TOTAL": total.to_string()});
+        j
+    };
+    let log = |j: &JobView| std::fs::read_to_string(&j.log).unwrap();
+    let checkpoint = |j: &JobView| {
+        let ck = j.log.parent().unwrap().join("checkpoints/step");
+        std::fs::read_to_string(ck)
+            .unwrap()
+            .trim()
+            .parse::<u32>()
+            .unwrap()
+    };
+
+    // The first job runs a while and is cancelled: it checkpoints where it stopped.
+    server.submit(worker(10_000)).await;
+    server
+        .wait_job("reuse", 20.0, "some steps", |j| {
+            j.state == JobStatus::Running
+                && std::fs::read_to_string(&j.log).is_ok_and(|l| l.contains("step=5 "))
+        })
+        .await;
+    server.cancel("reuse").await;
+    let first = server
+        .wait_job("reuse", 20.0, "cancelled", |j| {
+            j.state == JobStatus::Cancelled
+        })
+        .await;
+    let stopped_at = checkpoint(&first);
+    assert!(stopped_at >= 5, "{}", log(&first));
+
+    // The same id again, without resume_from: a job of its own, from step 0.
+    let second = server.submit(worker(3)).await;
+    assert_ne!(second.uid, first.uid);
+    assert_ne!(second.log, first.log);
+    let second = server
+        .wait_job("reuse", 30.0, "success", |j| {
+            j.state == JobStatus::Succeeded
+        })
+        .await;
+    let text = log(&second);
+    assert!(text.contains("dlscale: resumed step=0 "), "{text}");
+    assert!(!text.contains(&format!("step={stopped_at} ")), "{text}");
+    assert_eq!(checkpoint(&second), 3);
+    assert_eq!(
+        checkpoint(&first),
+        stopped_at,
+        "the first job's checkpoint is untouched"
+    );
+    assert!(
+        !log(&first).contains("done step=3"),
+        "the second job wrote into the first's log"
+    );
+
+    // Resuming from a job that has not ended, or from none, is refused naming the field.
+    let mut live = job("live", "sleep 30");
+    live["max_gpus"] = json!(1);
+    server.submit(live).await;
+    for (from, status) in [("live", 409), ("nobody", 400)] {
+        let mut j = worker(6);
+        j["id"] = json!(format!("from-{from}"));
+        j["resume_from"] = json!(from);
+        let (s, b) = server.json(Method::POST, "/v1/jobs", Some(j)).await;
+        assert_eq!(
+            (s, b["field"].as_str()),
+            (status, Some("resume_from")),
+            "{b}"
+        );
+    }
+
+    // Asked to, it starts from a copy of the newest ended job's checkpoints (the second's).
+    let mut third = worker(6);
+    third["resume_from"] = json!("reuse");
+    let third = server.submit(third).await;
+    assert_eq!(third.resume_from.as_deref(), Some("reuse"));
+    let third = server
+        .wait_job("reuse", 30.0, "success", |j| {
+            j.state == JobStatus::Succeeded
+        })
+        .await;
+    assert!(
+        log(&third).contains("dlscale: resumed step=3 "),
+        "{}",
+        log(&third)
+    );
+    assert_eq!(checkpoint(&third), 6);
+    assert_eq!(
+        checkpoint(&second),
+        3,
+        "a copy: the source's checkpoint is its own"
+    );
+
+    // Three submissions, three history rows.
+    let all: Vec<JobView> = server
+        .client
+        .call(Method::GET, "/v1/jobs?all=true", None)
+        .await
+        .unwrap();
+    let uids: std::collections::BTreeSet<&str> = all
+        .iter()
+        .filter(|j| j.id == "reuse")
+        .map(|j| j.uid.as_str())
+        .collect();
+    assert_eq!(uids.len(), 3, "{all:#?}");
     assert_replays(&server);
 }

@@ -74,7 +74,12 @@ async fn a_program_that_exits_0_on_sigterm_is_relaunched_not_finished() {
         "a ran in one launch only: {attempts:?}"
     );
     // The job's log says, in one line, that the stop was dlscale's.
-    let log = std::fs::read_to_string(dir.path().join("jobs/a/log")).unwrap();
+    let log = std::fs::read_to_string(&a.log).unwrap();
+    assert!(
+        a.log.starts_with(dir.path().join("jobs/a").join(&a.uid)),
+        "{}",
+        a.log.display()
+    );
     let marks: Vec<&str> = log
         .lines()
         .filter(|l| l.starts_with("[dlscale] launch 1 stopped (rescale): SIGTERM sent"))

@@ -216,7 +216,14 @@ struct Grid {
     /// One row per allowed count, ascending in GPUs.
     rows: Vec<Row>,
     candidates: Vec<Candidate>,
+    /// The batch the job asked for ([`crate::job::Requested::batch`]): among candidates whose
+    /// metrics tie, the one closest to it is best (a model that cannot tell batches apart yet,
+    /// such as the linear prior of a job not measured, then runs the user's batch).
+    preferred_batch: BatchSize,
 }
+
+/// Metrics this close (relative) are a tie: float rounding of equal throughputs, not a gain.
+const METRIC_TIE: f64 = 1e-12;
 
 /// The part of a job's value table that does not depend on where the job runs now: every
 /// candidate batch's throughput and metric at every GPU count.
@@ -249,19 +256,29 @@ struct Row {
 }
 
 impl Grid {
-    /// Per row, the candidate with the largest metric under `terms` (the first on ties).
+    /// Per row, the candidate with the largest metric under `terms`; on ties the one whose
+    /// batch is closest to [`Grid::preferred_batch`] (the first of those).
     fn bests(&self, terms: Option<(f64, f64)>) -> Vec<Option<u32>> {
+        let distance = |i: usize| self.candidates[i].batch.abs_diff(self.preferred_batch);
         self.rows
             .iter()
             .map(|row| {
-                let mut best: Option<(u32, f64)> = None;
+                let mut best: Option<(usize, f64)> = None;
                 for i in row.range.clone() {
                     let metric = self.candidates[i].metric(terms);
-                    if best.is_none_or(|(_, m)| metric > m) {
-                        best = Some((i as u32, metric));
+                    let better = best.is_none_or(|(b, m)| {
+                        let tie = (metric - m).abs() <= METRIC_TIE * m.abs().max(metric.abs());
+                        if tie {
+                            distance(i) < distance(b)
+                        } else {
+                            metric > m
+                        }
+                    });
+                    if better {
+                        best = Some((i, metric));
                     }
                 }
-                best.map(|(i, _)| i)
+                best.map(|(i, _)| i as u32)
             })
             .collect()
     }
@@ -310,7 +327,11 @@ impl OptionTable {
                 range: start..end,
             });
         }
-        let grid = Grid { rows, candidates };
+        let grid = Grid {
+            rows,
+            candidates,
+            preferred_batch: job.requested.batch,
+        };
         let terms = eval.efficiency;
         OptionTable {
             utility,
@@ -561,6 +582,9 @@ fn metric_of(throughput: f64, batch: BatchSize, efficiency: Option<(f64, f64)>) 
 pub struct CandidateGrid {
     /// Ends and size of the share grid now held.
     key: Option<(u32, u32, usize)>,
+    /// Where the requested batch's share was put into the grid for the last count, when the
+    /// grid lacked it (taken out again before the grid is reused).
+    requested_at: Option<usize>,
     /// Per-GPU share of each candidate.
     pub shares: Vec<BatchSize>,
     /// Global batch of each candidate.
@@ -571,6 +595,9 @@ impl CandidateGrid {
     /// Fills the candidates of `job` at `gpus` GPUs.
     pub fn fill(&mut self, job: &Job, gpus: GpuCount, choice: BatchChoice) {
         self.batches.clear();
+        if let Some(at) = self.requested_at.take() {
+            self.shares.remove(at);
+        }
         let upper = job.batch.max.min(job.max_local_batch.saturating_mul(gpus));
         let lower = job
             .batch
@@ -596,6 +623,15 @@ impl CandidateGrid {
                 if self.key != Some(key) {
                     self.key = Some(key);
                     share_grid(lo, hi, max_candidates, &mut self.shares);
+                }
+                // The user's batch is always a candidate where it fits, so that a model that
+                // cannot tell batches apart runs it (ties go to it: `Grid::bests`).
+                let requested = job.requested.batch.div_ceil(gpus);
+                if (lo..=hi).contains(&requested) {
+                    if let Err(at) = self.shares.binary_search(&requested) {
+                        self.shares.insert(at, requested);
+                        self.requested_at = Some(at);
+                    }
                 }
                 // With share ≤ hi, min(share·g, upper) has exactly `share` as its per-GPU share.
                 self.batches.extend(
@@ -705,6 +741,49 @@ mod tests {
             table.options(&job, &cluster, &restart),
             job_options(&job, &cluster, utility, choice, &restart)
         );
+    }
+
+    /// A model that cannot tell batches apart (the linear prior of a job not measured yet)
+    /// runs the batch the user asked for wherever it fits, and the closest one elsewhere.
+    #[test]
+    fn tied_batches_go_to_the_users_batch() {
+        let prior = AnalyticModel {
+            compute_base_s: 0.0,
+            compute_per_sample_s: 0.001,
+            sync_intra_base_s: 0.0,
+            sync_intra_per_gpu_s: 0.0,
+            sync_inter_base_s: 0.0,
+            sync_inter_per_gpu_s: 0.0,
+            overlap_gamma: 1.0,
+            max_local_batch: None,
+        };
+        let text = r#"{"id": "a", "model": {"compute_per_sample_s": 0.001}, "min_batch": 16,
+            "max_batch": 1024, "max_local_batch": 64, "batch_size": 96}"#;
+        let mut job = crate::jobfile::parse_jobs(text, crate::jobfile::FileFormat::Json, "t")
+            .unwrap()
+            .remove(0);
+        job.throughput = Arc::new(prior);
+        let cluster = Cluster::new(1, 8).unwrap();
+        let batches: Vec<(GpuCount, BatchSize)> = job_options(
+            &job,
+            &cluster,
+            Utility::Speedup,
+            BatchChoice::Free { max_candidates: 32 },
+            &RestartAwareness::default(),
+        )
+        .iter()
+        .map(|o| (o.gpus, o.batch))
+        .collect();
+        // One GPU holds 64 at most; 96 fits from 2 GPUs on (as 48, 32, 24, ... per GPU) wherever
+        // it divides evenly; at 5 and 7 GPUs the tie is between batches as near as the grid has.
+        for &(gpus, batch) in &batches {
+            match gpus {
+                1 => assert_eq!(batch, 64),
+                2 | 3 | 4 | 6 | 8 => assert_eq!(batch, 96, "{gpus} GPUs"),
+                _ => assert!(batch.abs_diff(96) <= gpus, "{gpus} GPUs: {batch}"),
+            }
+        }
+        assert_eq!(batches.len(), 8);
     }
 
     /// With gradient accumulation the table may pick a per-GPU batch beyond memory, valued at

@@ -6,12 +6,12 @@
 //! data_dir = "/var/lib/dlscale"
 //! token = "s3cret"            # bearer token; DLSCALE_TOKEN overrides it
 //! policy = "elastic-batch"    # any policy of dlscale_core::REGISTRY
-//! utility = "speedup"         # speedup | throughput | goodput | fair | fair:P
+//! utility = "fair"            # fair (p = -1) | fair:P | goodput | speedup | throughput
 //! admission = "queue"         # queue | drop
-//! backfill = false
+//! backfill = true
 //! min_gain = 0.05             # a running job is rescaled only for > 5 % predicted gain
-//! restart_cost_s = 0          # Pollux-style restart penalty (0: off)
-//! remaining_exponent = 0      # shortest remaining first, for jobs declaring epochs (0: off)
+//! restart_cost_s = 30         # Pollux-style restart penalty (0: off)
+//! remaining_exponent = 1.5    # shortest remaining first, for jobs declaring a length (0: off)
 //! remaining_scale_s = 3600    # seconds left at which remaining time starts to weigh
 //! counts = "any"              # GPU counts offered: any | powers-of-two | whole-nodes-beyond-one
 //! consolidate = false         # cap a restart that would spread a job at what packs it
@@ -293,21 +293,26 @@ impl ServerConfig {
             Some(p) => *policy_info(p).map_err(|e| anyhow!("policy: {e}"))?,
             None => ELASTIC_BATCH,
         };
+        // Unset keys take what the yardstick shows best (`Settings::recommended`).
+        let best = Settings::recommended();
         let utility = match file.utility.as_deref() {
             Some(u) => Utility::from_str(u).map_err(|e| anyhow!("utility: {e}"))?,
-            None => Utility::Speedup,
+            None => best.utility,
         };
         let admission = match file.admission.as_deref() {
             Some(a) => Admission::from_str(a).map_err(|e| anyhow!("admission: {e}"))?,
-            None => Admission::Queue,
+            None => best.admission,
         };
         let settings = Settings {
             utility,
             admission,
-            backfill: file.backfill.unwrap_or(false),
+            backfill: file.backfill.unwrap_or(best.backfill),
             restart: RestartAwareness {
-                min_gain: non_negative("min_gain", file.min_gain.unwrap_or(0.05))?,
-                cost_s: non_negative("restart_cost_s", file.restart_cost_s.unwrap_or(0.0))?,
+                min_gain: non_negative("min_gain", file.min_gain.unwrap_or(best.restart.min_gain))?,
+                cost_s: non_negative(
+                    "restart_cost_s",
+                    file.restart_cost_s.unwrap_or(best.restart.cost_s),
+                )?,
             },
             counts: match file.counts.as_deref() {
                 Some(c) => CountRule::from_str(c).map_err(|e| anyhow!("counts: {e}"))?,
@@ -317,16 +322,17 @@ impl ServerConfig {
             weighing: Weighing {
                 remaining_exponent: non_negative(
                     "remaining_exponent",
-                    file.remaining_exponent.unwrap_or(0.0),
+                    file.remaining_exponent
+                        .unwrap_or(best.weighing.remaining_exponent),
                 )?,
                 remaining_scale_s: duration_s(
                     "remaining_scale_s",
                     file.remaining_scale_s
-                        .unwrap_or(Weighing::DEFAULT_REMAINING_SCALE_S),
+                        .unwrap_or(best.weighing.remaining_scale_s),
                 )?,
-                ..Weighing::default()
+                ..best.weighing
             },
-            ..Settings::default()
+            ..best
         };
         if file.slots == Some(0) {
             bail!("slots must be at least 1");

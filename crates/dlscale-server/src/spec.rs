@@ -482,6 +482,53 @@ mod tests {
         assert!(spec.build_job(None).is_ok());
     }
 
+    /// A stored profile reaches the job with every parameter: its overlap of compute and
+    /// all-reduce, and its memory limit (which caps the job's `max_local_batch`).
+    #[test]
+    fn a_profile_reaches_the_job_with_its_overlap_and_memory_limit() {
+        use dlscale_core::throughput::ThroughputModel;
+        let profile = AnalyticModel {
+            compute_base_s: 0.01,
+            compute_per_sample_s: 0.001,
+            sync_intra_base_s: 0.02,
+            sync_intra_per_gpu_s: 0.001,
+            overlap_gamma: 3.0,
+            max_local_batch: Some(48),
+            ..PRIOR
+        };
+        let mut v = base();
+        v["profile"] = json!("fitted");
+        let spec = JobSpec::from_value(v).unwrap();
+        assert_eq!(spec.model_source(), ModelSource::Profile("fitted".into()));
+        let job = spec.submission(Some(&profile)).unwrap().job;
+        for (gpus, local) in [(1, 16), (2, 32), (4, 48)] {
+            assert_eq!(
+                job.throughput.step_time_s(gpus, 1, local),
+                profile.step_time_s(gpus, 1, local),
+                "{gpus} GPUs × {local}"
+            );
+        }
+        assert_eq!(job.max_local_batch, 48, "the profile's memory limit holds");
+    }
+
+    /// A length in steps is steps × the batch they are counted at, which it needs.
+    #[test]
+    fn a_length_in_steps_is_counted_at_the_stated_batch() {
+        let mut v = base();
+        v["steps"] = json!(500);
+        v["batch_size"] = json!(64);
+        let job = JobSpec::from_value(v).unwrap().build_job(None).unwrap();
+        assert_eq!(job.remaining_samples, Some(32_000.0));
+        let mut v = base();
+        v["steps"] = json!(500);
+        assert_eq!(err(v).field.as_deref(), Some("batch_size"));
+        let mut v = base();
+        v["steps"] = json!(500);
+        v["batch_size"] = json!(64);
+        v["work_samples"] = json!(1000);
+        assert_eq!(err(v).field.as_deref(), Some("steps"), "one length only");
+    }
+
     #[test]
     fn errors_name_the_field() {
         let cases: Vec<(Value, &str)> = vec![
@@ -726,6 +773,17 @@ mod tests {
         stored.as_object_mut().unwrap().remove("family");
         let old: JobSpec = serde_json::from_value(stored).unwrap();
         assert_eq!(old.family, None);
+        // A spec stored before submissions had their own identity, its job-file fields as
+        // submitted: it reads with an empty uid (the job's files stay where they were) and
+        // builds the same job.
+        let stored = json!({"id": "a", "command": ["train.py"], "workdir": "/tmp",
+            "launcher": "plain", "env": {}, "profile": null, "max_retries": null,
+            "entry": {"id": "a", "min_batch": 32, "max_batch": 256, "max_local_batch": 64,
+                      "model": {"compute_per_sample_s": 0.001, "overlap_gamma": 2.0}}});
+        let old: JobSpec = serde_json::from_value(stored).unwrap();
+        assert_eq!((old.uid.as_str(), &old.resume_from), ("", &None));
+        let job = old.build_job(None).unwrap();
+        assert_eq!((job.batch.max, job.max_local_batch), (256, 64));
     }
 
     /// A learned job's family reaches the autoscaler; it is checked like an id, and a job with a

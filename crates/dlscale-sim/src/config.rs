@@ -7,10 +7,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use dlscale_core::placement::ShapeRule;
-use dlscale_core::{
-    Admission, Cluster, CountRule, PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility,
-    Weighing,
-};
+use dlscale_core::{Cluster, CountRule, PolicyInfo, PolicyOptions, Settings};
 
 use crate::error::{Result, SimError};
 
@@ -249,21 +246,12 @@ impl SimConfig {
             restart_delay_s: 30.0,
             progress: ProgressMode::Goodput,
             settings: Settings {
-                utility: Utility::Fair { p: -1.0 },
-                admission: Admission::Queue,
-                backfill: true,
-                restart: RestartAwareness {
-                    min_gain: 0.05,
-                    cost_s: 30.0,
-                },
                 // dlscale's own policies: counts that tile 4-GPU nodes, and no restart into a
                 // spread shape (spread shapes are slow in the artifact's world); the baselines
                 // run at the counts they choose.
                 consolidate: true,
                 counts: CountRule::PowersOfTwo,
-                // Jobs declare their length: shortest remaining first.
-                weighing: Weighing::shortest_remaining_first(1.5),
-                ..Settings::default()
+                ..Settings::recommended()
             },
             policy_options: PolicyOptions {
                 tiresias_threshold_gpu_s: 57_600.0,

@@ -217,26 +217,29 @@ impl Server {
         }
     }
 
-    /// Kills every job process group the server launched (cleanup).
+    /// Kills every job process group the server launched (cleanup): each `run-*/pid` under
+    /// `jobs/<id>/<uid>/`.
     pub fn kill_jobs(&self) {
-        let Ok(jobs) = std::fs::read_dir(self.data_dir.join("jobs")) else {
-            return;
+        let dirs = |dir: PathBuf| {
+            std::fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
         };
-        for job in jobs.flatten() {
-            let Ok(runs) = std::fs::read_dir(job.path()) else {
-                continue;
-            };
-            for run in runs.flatten() {
-                if let Some(pid) = std::fs::read_to_string(run.path().join("pid"))
-                    .ok()
-                    .and_then(|p| p.trim().parse::<i32>().ok())
-                {
-                    if pid > 1 {
-                        let _ = Command::new("kill")
-                            .args(["-KILL", "--", &format!("-{pid}")])
-                            .stderr(Stdio::null())
-                            .status();
-                    }
+        for run in dirs(self.data_dir.join("jobs"))
+            .flat_map(dirs)
+            .flat_map(dirs)
+        {
+            if let Some(pid) = std::fs::read_to_string(run.join("pid"))
+                .ok()
+                .and_then(|p| p.trim().parse::<i32>().ok())
+            {
+                if pid > 1 {
+                    let _ = Command::new("kill")
+                        .args(["-KILL", "--", &format!("-{pid}")])
+                        .stderr(Stdio::null())
+                        .status();
                 }
             }
         }

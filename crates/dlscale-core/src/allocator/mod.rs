@@ -216,7 +216,29 @@ impl Weighing {
     }
 }
 
+impl Settings {
+    /// What Pollux's yardstick (`dlscale reproduce pollux`) shows best for the elastic
+    /// policies, and so the service's defaults: fairness over goodput speedups (`fair`, p = −1:
+    /// no job's batch is driven to its maximum for a marginal gain, as `speedup` drives it),
+    /// queue admission with backfill, restart-aware with a 5 % minimum gain and a 30 s restart
+    /// cost, shortest remaining first (exponent 1.5) for jobs that declare their length.
+    pub fn recommended() -> Settings {
+        Settings {
+            utility: Utility::Fair { p: -1.0 },
+            admission: Admission::Queue,
+            backfill: true,
+            restart: RestartAwareness {
+                min_gain: 0.05,
+                cost_s: 30.0,
+            },
+            weighing: Weighing::shortest_remaining_first(1.5),
+            ..Settings::default()
+        }
+    }
+}
+
 impl Default for Settings {
+    /// The paper's settings: plain speedup, admit-or-drop, no restart awareness.
     fn default() -> Self {
         Settings {
             utility: Utility::Speedup,
