@@ -745,3 +745,45 @@ fn a_profile_update_keeps_the_jobs_accumulation() {
     let step = job.throughput.step_time_s(1, 1, 128).unwrap();
     assert!((step - 4.0 * updated.step_time_s(1, 1, 32).unwrap()).abs() < 1e-12);
 }
+
+/// A loop that counts steps declares its length in steps at its batch (`steps` with
+/// `batch_size`); 15 s from its end it keeps its GPUs when a job arrives, which a job that
+/// declares no length does not.
+#[test]
+fn a_job_declaring_its_length_in_steps_keeps_its_gpus_near_its_end() {
+    for (length, held) in [(r#""steps": 500,"#, true), ("", false)] {
+        let text = format!(
+            r#"{{"jobs": [{{"id": "a", "model": {{"compute_base_s": 0.01, "compute_per_sample_s": 0.001,
+                "sync_intra_base_s": 0.002}}, {length} "batch_size": 64, "gpus": 4,
+                "min_batch": 32, "max_batch": 512, "max_local_batch": 64, "max_gpus": 4}}]}}"#
+        );
+        let job = parse_jobs(&text, FileFormat::Json, "test")
+            .unwrap()
+            .remove(0);
+        let cfg = AutoscalerConfig {
+            restart_cost_s: 30.0,
+            ..config()
+        };
+        let mut a = Autoscaler::new(cfg, Topology::uniform(1, 4));
+        let s = a.handle(0.0, vec![submit(job)]);
+        a.handle(0.0, started(&s));
+        // Step 441 of 500 at batch 64: 59 × 64 = 3,776 samples left at 256 samples/s, 15 s.
+        let report = |step: u64| Input::Metrics {
+            id: "a".into(),
+            report: dlscale_autoscaler::MetricsReport {
+                step,
+                samples_per_s: 256.0,
+                batch_size: 64,
+                world_size: 4,
+                loss: None,
+                samples_seen: step * 64,
+                attempt: Some(1),
+                grad: None,
+                compute_time_s: None,
+            },
+        };
+        a.handle(100.0, vec![report(440), report(441)]);
+        let s = a.handle(110.0, vec![submit(job("b", 4))]);
+        assert_eq!(stops(&s).is_empty(), held, "length {length:?}: {s:?}");
+    }
+}

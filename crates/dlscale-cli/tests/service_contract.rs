@@ -125,7 +125,7 @@ else:  # fork a daemon that re-parents to PID 1, then finish normally
                "workdir": dir.path().display().to_string(), "launcher": "torchrun"})
     };
     let instance = std::fs::read_to_string(dir.path().join("instance")).unwrap();
-    let prefix = |id: &str| format!("dlscale:{}:{id}:", instance.trim());
+    let instance = instance.trim();
 
     server.submit(job("stubborn", "ignore-sigterm")).await;
     server
@@ -133,7 +133,7 @@ else:  # fork a daemon that re-parents to PID 1, then finish normally
         .await;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     // torchrun, its two workers and the wrapper.
-    while launch_processes(&prefix("stubborn")).len() < 4 {
+    while launch_processes(instance, Some("stubborn")).len() < 4 {
         assert!(
             std::time::Instant::now() < deadline,
             "workers never started"
@@ -146,7 +146,7 @@ else:  # fork a daemon that re-parents to PID 1, then finish normally
         if j.state.is_terminal() {
             assert_eq!(j.state, JobStatus::Cancelled, "{j:?}");
             // Marked ended (its slots free) only once nothing of the launch runs.
-            let left = launch_processes(&prefix("stubborn"));
+            let left = launch_processes(instance, Some("stubborn"));
             assert!(left.is_empty(), "processes left after cancel: {left:?}");
             break;
         }
@@ -162,6 +162,6 @@ else:  # fork a daemon that re-parents to PID 1, then finish normally
         .wait_job("forker", 60.0, "the end", |j| j.state.is_terminal())
         .await;
     assert_eq!(done.state, JobStatus::Succeeded, "{done:?}");
-    let left = launch_processes(&prefix("forker"));
+    let left = launch_processes(instance, Some("forker"));
     assert!(left.is_empty(), "the daemon outlived its job: {left:?}");
 }

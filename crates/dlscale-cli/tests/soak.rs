@@ -146,16 +146,14 @@ fn step_counts(trace: &Path) -> BTreeMap<u64, u64> {
 /// Watches the launches of a server: per job, the most launches alive at once (processes that
 /// carry a launch marker; on Slurm, also Slurm jobs under the server's name).
 fn watch_launches(instance: String, executor: Executor) -> Watch<BTreeMap<String, usize>> {
-    let prefix = format!("dlscale:{instance}:");
     Watch::start(
         Duration::from_millis(50),
         move |most: &mut BTreeMap<String, usize>| {
             let mut live: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-            for (pid, _) in launch_processes(&prefix) {
+            for (pid, _) in launch_processes(&instance, None) {
                 if let Some(marker) = marker_of(pid) {
-                    if let Some((id, attempt)) = marker
-                        .strip_prefix(&prefix)
-                        .and_then(|r| r.rsplit_once(':'))
+                    if let Some((_, id, attempt)) =
+                        dlscale_server::executor::parse_launch_marker(&marker)
                     {
                         live.entry(id.to_string())
                             .or_default()
@@ -357,12 +355,13 @@ async fn trial(executor: Executor, seed: u64) -> TrialReport {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Nothing of any launch is left once every job ended.
-    let prefix = format!("dlscale:{instance}:");
     let left_at = Instant::now();
-    while !launch_processes(&prefix).is_empty() && left_at.elapsed() < Duration::from_secs(10) {
+    while !launch_processes(&instance, None).is_empty()
+        && left_at.elapsed() < Duration::from_secs(10)
+    {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let left = launch_processes(&prefix);
+    let left = launch_processes(&instance, None);
     if !left.is_empty() {
         report
             .failures
@@ -560,7 +559,7 @@ async fn a_worker_killed_with_sigkill_redoes_only_the_steps_since_its_checkpoint
     })
     .await;
     let instance = slurm::instance(dir.path());
-    let procs = launch_processes(&format!("dlscale:{instance}:a:"));
+    let procs = launch_processes(&instance, Some("a"));
     let victims: Vec<i32> = procs
         .clone()
         .into_iter()

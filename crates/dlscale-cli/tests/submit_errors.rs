@@ -56,7 +56,7 @@ fn local_mistakes_name_file_line_and_field() {
     );
     assert!(
         err.contains(
-            "command, workdir, launcher, env, profile, max_retries, family, batch_in_place)"
+            "command, workdir, launcher, env, profile, max_retries, family, batch_in_place, resume_from)"
         ),
         "{err}"
     );

@@ -413,9 +413,15 @@ pub fn read_trace(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// Live processes (pid, command line) whose `DLSCALE_LAUNCH` marker starts with `prefix`
-/// (`dlscale:<instance>:<job>:` for every launch of a job).
-pub fn launch_processes(prefix: &str) -> Vec<(i32, String)> {
+/// Live processes (pid, command line) of the launches of server `instance` (of job `job` only,
+/// when given), by the `DLSCALE_LAUNCH` marker they carry.
+pub fn launch_processes(instance: &str, job: Option<&str>) -> Vec<(i32, String)> {
+    let ours = |marker: &[u8]| {
+        std::str::from_utf8(marker)
+            .ok()
+            .and_then(dlscale_server::executor::parse_launch_marker)
+            .is_some_and(|(i, id, _)| i == instance && job.is_none_or(|j| j == id))
+    };
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = entry
@@ -430,7 +436,7 @@ pub fn launch_processes(prefix: &str) -> Vec<(i32, String)> {
         };
         let marked = environ.split(|&b| b == 0).any(|v| {
             v.strip_prefix(b"DLSCALE_LAUNCH=".as_slice())
-                .is_some_and(|m| m.starts_with(prefix.as_bytes()))
+                .is_some_and(ours)
         });
         let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()

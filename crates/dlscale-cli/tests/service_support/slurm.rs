@@ -126,13 +126,13 @@ pub fn squeue() -> Vec<Queued> {
 
 /// The active Slurm jobs of server `instance`, by dlscale job id.
 pub fn ours(instance: &str) -> BTreeMap<String, Vec<Queued>> {
-    let prefix = format!("dlscale:{instance}:");
     let mut out: BTreeMap<String, Vec<Queued>> = BTreeMap::new();
     for q in squeue() {
-        if let Some(rest) = q.name.strip_prefix(&prefix) {
-            if let Some((id, _)) = rest.rsplit_once(':') {
+        match dlscale_server::executor::parse_launch_marker(&q.name) {
+            Some((i, id, _)) if i == instance => {
                 out.entry(id.to_string()).or_default().push(q.clone());
             }
+            _ => {}
         }
     }
     out
@@ -143,7 +143,10 @@ pub fn ours(instance: &str) -> BTreeMap<String, Vec<Queued>> {
 pub fn clear_queue() {
     let stale: Vec<String> = squeue()
         .into_iter()
-        .filter(|q| q.name.starts_with("dlscale:") || q.name == "dlscale-test-foreign")
+        .filter(|q| {
+            dlscale_server::executor::parse_launch_marker(&q.name).is_some()
+                || q.name == "dlscale-test-foreign"
+        })
         .map(|q| q.slurm_id.to_string())
         .collect();
     if !stale.is_empty() {

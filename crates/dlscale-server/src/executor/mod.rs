@@ -190,18 +190,32 @@ pub struct ExecContext {
     pub instance: String,
 }
 
-/// The marker of one launch, `dlscale:<instance>:<job id>:<attempt>`: every process of the launch
-/// inherits it as `DLSCALE_LAUNCH` (local executor) and it is the Slurm job name (Slurm executor).
+/// The marker of one launch, `<job id>:<attempt>:dlscale:<instance>`: every process of the
+/// launch inherits it as `DLSCALE_LAUNCH` (local executor) and it is the Slurm job name (Slurm
+/// executor), the job id first so that a plain `squeue` (which shows 8 characters of a name)
+/// tells jobs apart.
 pub fn launch_marker(instance: &str, id: &str, attempt: u32) -> String {
-    format!("dlscale:{instance}:{id}:{attempt}")
+    format!("{id}:{attempt}:dlscale:{instance}")
 }
 
-/// `(instance, job id, attempt)` of a marker written by [`launch_marker`].
+/// `(instance, job id, attempt)` of a marker written by [`launch_marker`], or by versions before
+/// it (`dlscale:<instance>:<job id>:<attempt>`), whose launches a server that was upgraded
+/// while they ran finds again. Job ids and instances hold no `:`.
 pub fn parse_launch_marker(marker: &str) -> Option<(&str, &str, u32)> {
-    let rest = marker.strip_prefix("dlscale:")?;
-    let (instance, rest) = rest.split_once(':')?;
-    let (id, attempt) = rest.rsplit_once(':')?;
-    if id.is_empty() || instance.is_empty() {
+    let (instance, id, attempt) = match marker.strip_prefix("dlscale:") {
+        Some(rest) => {
+            let (instance, rest) = rest.split_once(':')?;
+            let (id, attempt) = rest.split_once(':')?;
+            (instance, id, attempt)
+        }
+        None => {
+            let (launch, instance) = marker.split_once(":dlscale:")?;
+            let (id, attempt) = launch.split_once(':')?;
+            (instance, id, attempt)
+        }
+    };
+    let plain = |s: &str| !s.is_empty() && !s.contains(':');
+    if !(plain(id) && plain(instance)) {
         return None;
     }
     Some((instance, id, attempt.parse().ok()?))

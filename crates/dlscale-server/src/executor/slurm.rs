@@ -10,7 +10,7 @@
 //! launch's run directory (`<data_dir>/jobs/<id>/run-<attempt>/`); the data directory must be on
 //! a file system every node sees (checkpoints, logs).
 //!
-//! Each Slurm job is named `dlscale:<instance>:<job id>:<attempt>`; `<instance>` is a random id
+//! Each Slurm job is named `<job id>:<attempt>:dlscale:<instance>`; `<instance>` is a random id
 //! kept in `<data_dir>/instance`, so a restarted server recognises its own jobs and leaves other
 //! servers' (and users') jobs alone. Slurm's state is read with `squeue --json` (which ignores
 //! `-j`/`-t` filters, so jobs are filtered here) and `sinfo --json`.
@@ -687,12 +687,27 @@ mod tests {
     #[test]
     fn markers_round_trip() {
         let name = launch_marker("ab12", "my.job-1", 7);
-        assert_eq!(name, "dlscale:ab12:my.job-1:7");
         assert_eq!(
-            super::super::parse_launch_marker(&name),
+            name, "my.job-1:7:dlscale:ab12",
+            "the job id first, for squeue"
+        );
+        let parse = super::super::parse_launch_marker;
+        assert_eq!(parse(&name), Some(("ab12", "my.job-1", 7)));
+        // Launches of a version before the id came first are still found.
+        assert_eq!(
+            parse("dlscale:ab12:my.job-1:7"),
             Some(("ab12", "my.job-1", 7))
         );
-        assert_eq!(super::super::parse_launch_marker("dlscale:ab12:x"), None);
-        assert_eq!(super::super::parse_launch_marker("other"), None);
+        for bad in [
+            "dlscale:ab12:x",
+            "other",
+            "x:1:dlscale:",
+            ":1:dlscale:ab12",
+            "x:y:dlscale:ab12",
+            "x:1:2:dlscale:ab12",
+            "dlscale:ab12:a:b:1",
+        ] {
+            assert_eq!(parse(bad), None, "{bad}");
+        }
     }
 }
