@@ -6,9 +6,10 @@
 # Usage: scripts/dashboard-screenshot.sh [OUT.png]        (default: docs/dashboard.png)
 #
 # It runs the dashboard's browser test (crates/dlscale-cli/tests/dashboard_browser.rs), which
-# does all of that, with DLSCALE_DASHBOARD_SCREENSHOT set. The picture is taken over the DevTools
-# protocol rather than with `chromium --screenshot`: the page needs a login (the token lives in
-# the tab's session storage), and --screenshot could only pass the token in the URL.
+# does all of that, with DLSCALE_DASHBOARD_SCREENSHOT set: it logs in once through the page
+# (POST /v1/session: the token in a JSON body, a session cookie back), then opens the page in a
+# new tab, as a bookmark would, and that tab's picture is written. The browser's cookie jar
+# carries the session; the token is never in a URL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-docs/dashboard.png}")

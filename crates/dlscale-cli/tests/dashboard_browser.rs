@@ -1,9 +1,12 @@
 //! The dashboard in a real browser: a real `dlscale serve` (local executor, four slots) runs
 //! real jobs (`examples/plain_job.py`), and headless Chromium, driven over the Chrome DevTools
 //! Protocol, opens the page. A wrong token is refused and shows nothing; with the right one the
-//! page shows the jobs and the GPU each holds; when more jobs arrive, the first one's rescale
-//! appears in its timeline and in the decision list, with the reasons of the last decision; a
-//! reload keeps the session, logging out ends it.
+//! page shows the jobs, each in a colour of its own, and the GPU each holds; when more jobs
+//! arrive, the first one's rescale appears in its timeline and in the decision list, with the
+//! reasons of the last decision. The login is a session cookie the page's script cannot read:
+//! a reload and a new tab (a bookmark) show the data at once, logging out ends it, and the token
+//! is never in a URL. A second server, one slot, shows a long job name whole, a queued job's
+//! "waiting until", and ended jobs and decisions a page at a time.
 //!
 //! Skips, saying why, without Chromium (`chromium`, `chromium-browser` or `google-chrome` on
 //! PATH, or `DLSCALE_CHROMIUM`), unless `DLSCALE_REQUIRE_CHROMIUM=1` (as `scripts/test-all.sh`
@@ -114,18 +117,34 @@ impl Browser {
 
     /// A connection to its first page.
     fn page(&self) -> Page {
+        self.connect(|t| t["type"] == "page")
+    }
+
+    /// A new tab of the same browser (the same cookies) at `url`, as a bookmark opens it.
+    fn tab(&self, page: &mut Page, url: &str) -> Page {
+        let created = page.call("Target.createTarget", json!({ "url": url }));
+        let id = created["targetId"].clone();
+        self.connect(|t| t["id"] == id)
+    }
+
+    /// A connection to the first target `pick` chooses.
+    fn connect(&self, pick: impl Fn(&Value) -> bool) -> Page {
         let targets: Value = serde_json::from_slice(&self.get("/json/list")).unwrap();
         let url = targets
             .as_array()
-            .and_then(|t| t.iter().find(|t| t["type"] == "page"))
+            .and_then(|t| t.iter().find(|t| pick(t)))
             .and_then(|t| t["webSocketDebuggerUrl"].as_str())
-            .unwrap_or_else(|| panic!("no page target: {targets}"))
+            .unwrap_or_else(|| panic!("no such target: {targets}"))
             .to_string();
         let (ws, _) = tungstenite::connect(url.as_str()).unwrap();
         if let MaybeTlsStream::Plain(s) = ws.get_ref() {
             s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         }
-        Page { ws, next: 0 }
+        Page {
+            ws,
+            next: 0,
+            events: Vec::new(),
+        }
     }
 }
 
@@ -175,10 +194,12 @@ impl Drop for Browser {
 struct Page {
     ws: WebSocket<MaybeTlsStream<TcpStream>>,
     next: u64,
+    /// The events received so far (those of the domains enabled, e.g. `Network`).
+    events: Vec<Value>,
 }
 
 impl Page {
-    /// Sends a command and waits for its answer (events in between are skipped).
+    /// Sends a command and waits for its answer (events in between are kept in `events`).
     fn call(&mut self, method: &str, params: Value) -> Value {
         self.next += 1;
         let id = self.next;
@@ -193,6 +214,9 @@ impl Page {
             if answer["id"] == json!(id) {
                 assert!(answer.get("error").is_none(), "{method}: {answer}");
                 return answer["result"].clone();
+            }
+            if answer.get("method").is_some() {
+                self.events.push(answer);
             }
         }
     }
@@ -245,6 +269,18 @@ impl Page {
         ));
     }
 
+    /// The browser's cookies for `url`.
+    fn cookies(&mut self, url: &str) -> Vec<Value> {
+        let r = self.call("Network.getCookies", json!({ "urls": [url] }));
+        r["cookies"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Clicks the element `selector` matches.
+    fn click(&mut self, selector: &str) {
+        let selector = serde_json::to_string(selector).unwrap();
+        self.eval(&format!("document.querySelector({selector}).click(); true"));
+    }
+
     /// The text of the elements `selector` matches.
     fn texts(&mut self, selector: &str) -> Vec<String> {
         let selector = serde_json::to_string(selector).unwrap();
@@ -260,17 +296,36 @@ const TIMELINE: &str =
     "JSON.stringify([...document.querySelectorAll('.timeline[data-job=\"a\"] .seg')]\
      .map(s => Number(s.getAttribute('data-gpus'))))";
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_dashboard_shows_jobs_gpus_a_rescale_and_its_reasons_and_refuses_a_wrong_token() {
-    let exe = match chromium() {
-        Ok(exe) => exe,
+/// Chromium, or why the test skips (a panic where `DLSCALE_REQUIRE_CHROMIUM=1`).
+fn chromium_or_skip() -> Option<PathBuf> {
+    match chromium() {
+        Ok(exe) => Some(exe),
         Err(why) if std::env::var("DLSCALE_REQUIRE_CHROMIUM").as_deref() == Ok("1") => {
             panic!("DLSCALE_REQUIRE_CHROMIUM=1 but {why}")
         }
         Err(why) => {
             eprintln!("skipping the dashboard browser test: {why}; install Debian's chromium");
-            return;
+            None
         }
+    }
+}
+
+/// The session cookies the browser holds for `base`.
+fn session_cookies(page: &mut Page, base: &str) -> Vec<Value> {
+    page.cookies(base)
+        .into_iter()
+        .filter(|c| {
+            c["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("dlscale_session"))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dashboard_shows_jobs_gpus_a_rescale_and_its_reasons_and_refuses_a_wrong_token() {
+    let Some(exe) = chromium_or_skip() else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), CONFIG).await;
@@ -302,21 +357,30 @@ async fn the_dashboard_shows_jobs_gpus_a_rescale_and_its_reasons_and_refuses_a_w
     let browser = Browser::start(&exe);
     let mut page = browser.page();
     page.call("Page.enable", json!({}));
+    page.call("Network.enable", json!({}));
     page.call("Page.navigate", json!({"url": format!("{base}/")}));
     page.wait(
         20.0,
         "the login form",
         "!document.querySelector('#login-panel').hidden",
     );
+    assert_eq!(
+        page.eval("document.querySelector('#login-error').textContent"),
+        json!(""),
+        "no session yet is no error"
+    );
 
-    // A wrong token is refused: the server's message, no data, nothing kept.
+    // A wrong token is refused: the server's message, no data, no session.
     page.log_in("not-the-token");
     let error = page.wait(
         20.0,
         "the refusal",
         "document.querySelector('#login-error').textContent",
     );
-    assert_eq!(error, json!("invalid bearer token"));
+    assert_eq!(
+        error,
+        json!("invalid token: a session needs the server's admin token")
+    );
     assert_eq!(
         page.eval("document.querySelector('#board').hidden"),
         json!(true)
@@ -325,10 +389,7 @@ async fn the_dashboard_shows_jobs_gpus_a_rescale_and_its_reasons_and_refuses_a_w
         page.eval("document.querySelectorAll('#jobs tbody tr').length"),
         json!(0)
     );
-    assert_eq!(
-        page.eval("sessionStorage.getItem('dlscale-token')"),
-        Value::Null
-    );
+    assert_eq!(session_cookies(&mut page, &base), Vec::<Value>::new());
 
     // The right one: the job, and the slots it holds.
     page.log_in(TOKEN);
@@ -341,6 +402,24 @@ async fn the_dashboard_shows_jobs_gpus_a_rescale_and_its_reasons_and_refuses_a_w
         10.0,
         "a's four slots",
         "document.querySelectorAll('#nodes .gpu[data-job=\"a\"]').length === 4",
+    );
+    // The session is a cookie for this port's /v1 routes that the page's script cannot read;
+    // the page keeps nothing of the token.
+    let cookies = session_cookies(&mut page, &format!("{base}/v1/jobs"));
+    assert_eq!(cookies.len(), 1, "{cookies:?}");
+    let cookie = &cookies[0];
+    assert_eq!(
+        cookie["name"],
+        json!(format!("dlscale_session_{}", server.port))
+    );
+    assert_eq!(
+        (&cookie["httpOnly"], &cookie["sameSite"], &cookie["path"]),
+        (&json!(true), &json!("Strict"), &json!("/v1")),
+        "{cookie}"
+    );
+    assert_eq!(
+        page.eval("[document.cookie, sessionStorage.length, localStorage.length]"),
+        json!(["", 0, 0])
     );
     assert_eq!(page.texts("#nodes .node-name"), vec!["local".to_string()]);
     assert_eq!(page.eval(TIMELINE), json!("[4]"));
@@ -394,6 +473,43 @@ async fn the_dashboard_shows_jobs_gpus_a_rescale_and_its_reasons_and_refuses_a_w
         );
     }
 
+    // Each job one colour, in its slots, its swatch and its timeline, and no two alike.
+    let painted = page.eval(
+        "(() => { const by = {}; \
+           const add = (id, c) => (by[id] = by[id] || []).includes(c) || by[id].push(c); \
+           for (const g of document.querySelectorAll('#nodes .gpu[data-job]')) \
+             add(g.dataset.job, getComputedStyle(g).backgroundColor); \
+           for (const r of document.querySelectorAll('#jobs tbody tr[data-job]')) \
+             add(r.dataset.job, getComputedStyle(r.querySelector('.swatch')).backgroundColor); \
+           for (const t of document.querySelectorAll('.timeline[data-job]')) \
+             add(t.dataset.job, getComputedStyle(t.querySelector('.seg')).fill); \
+           return by; })()",
+    );
+    let painted = painted.as_object().unwrap();
+    assert_eq!(painted.len(), 3, "{painted:?}");
+    let colours: std::collections::BTreeSet<&str> = painted
+        .values()
+        .map(|c| {
+            let c = c.as_array().unwrap();
+            assert_eq!(c.len(), 1, "one colour per job: {painted:?}");
+            c[0].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(colours.len(), 3, "{painted:?}");
+    // However many jobs live at once, none shares a colour; the first twelve are twelve hues
+    // at least 30° apart; a job keeps its colour when another one ends.
+    let palette = page.eval(
+        "(() => { const c = new Colours(); const ids = [...Array(40).keys()].map(k => 'job-' + k); \
+           c.assign(ids); const all = ids.map(id => c.of(id)); \
+           const hues = all.slice(0, 12).map(s => Number(/hsl\\((\\d+)/.exec(s)[1])); \
+           let gap = 360; for (const h of hues) for (const k of hues) \
+             if (h !== k) gap = Math.min(gap, Math.abs(h - k), 360 - Math.abs(h - k)); \
+           const before = c.of('job-7'); c.assign(ids.filter(id => id !== 'job-3')); \
+           c.assign(ids.filter(id => id !== 'job-3').concat(['new'])); \
+           return [new Set(all).size, new Set(hues).size, gap, c.of('job-7') === before, c.of('new') === all[3]]; })()",
+    );
+    assert_eq!(palette, json!([40, 12, 30, true, true]));
+
     // The decision list shows the rescale, as the API has it, and why each job has its GPUs.
     let (_, decisions) = server.json(Method::GET, "/v1/decisions", None).await;
     let rescale = decisions["decisions"]
@@ -436,26 +552,223 @@ async fn the_dashboard_shows_jobs_gpus_a_rescale_and_its_reasons_and_refuses_a_w
     let rows = page.texts("#jobs tbody tr td:first-child");
     assert_eq!(rows, ["a", "b", "c"]);
 
+    // A new tab, as a bookmark or a headless screenshot opens the page: the data at once.
+    let mut bookmark = browser.tab(&mut page, &format!("{base}/"));
+    bookmark.call("Page.enable", json!({}));
+    let board = "!document.querySelector('#board').hidden && \
+                 document.querySelectorAll('#jobs tbody tr').length === 3";
+    bookmark.wait(20.0, "the board in a new tab, without a login", board);
     if let Some(file) = std::env::var_os("DLSCALE_DASHBOARD_SCREENSHOT") {
-        screenshot(&mut page, Path::new(&file));
+        screenshot(&mut bookmark, Path::new(&file));
     }
 
-    // A reload keeps the session; logging out ends it.
+    // A reload keeps the session; logging out ends it, in every tab.
     page.call("Page.reload", json!({}));
-    page.wait(
-        20.0,
-        "the board after a reload",
-        "!document.querySelector('#board').hidden && document.querySelectorAll('#jobs tbody tr').length === 3",
-    );
-    page.eval("document.querySelector('#logout').click(); true");
+    page.wait(20.0, "the board after a reload", board);
+    page.click("#logout");
     page.wait(
         10.0,
         "the login form after logging out",
         "!document.querySelector('#login-panel').hidden",
     );
     assert_eq!(
-        page.eval("sessionStorage.getItem('dlscale-token')"),
-        Value::Null
+        session_cookies(&mut page, &format!("{base}/v1/jobs")),
+        Vec::<Value>::new()
+    );
+    let told = bookmark.wait(
+        10.0,
+        "the other tab logged out",
+        "!document.querySelector('#login-panel').hidden && \
+         document.querySelector('#login-error').textContent",
+    );
+    assert_eq!(told, json!("the session has ended: log in again"));
+    page.call("Page.reload", json!({}));
+    page.wait(
+        20.0,
+        "the login form after a reload",
+        "!document.querySelector('#login-panel').hidden",
+    );
+
+    // The token went to the server once per login, in a POST body; never in a URL or a header.
+    let requests: Vec<&Value> = page
+        .events
+        .iter()
+        .filter(|e| e["method"] == "Network.requestWillBeSent")
+        .map(|e| &e["params"]["request"])
+        .collect();
+    let logins: Vec<&&Value> = requests
+        .iter()
+        .filter(|r| r["postData"].as_str().is_some_and(|b| b.contains(TOKEN)))
+        .collect();
+    assert_eq!(logins.len(), 1, "one login with the token: {logins:?}");
+    assert_eq!(
+        (&logins[0]["method"], &logins[0]["url"]),
+        (&json!("POST"), &json!(format!("{base}/v1/session")))
+    );
+    assert!(
+        requests.len() > 10,
+        "the page's requests were seen: {}",
+        requests.len()
+    );
+    for r in &requests {
+        let url = r["url"].as_str().unwrap_or_default();
+        assert!(!url.contains(TOKEN), "the token in a URL: {url}");
+        assert!(
+            !r["headers"].to_string().contains(TOKEN),
+            "the token in a header: {r}"
+        );
+    }
+    let history = page.call("Page.getNavigationHistory", json!({}));
+    assert!(!history.to_string().contains(TOKEN), "{history}");
+}
+
+/// A job that holds its slot for ten minutes (it reports nothing).
+fn sleeper(id: &str) -> Value {
+    json!({"id": id, "min_batch": 8, "max_batch": 8, "max_local_batch": 8,
+           "command": ["sleep", "600"], "workdir": "/tmp", "launcher": "plain"})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dashboard_shows_long_names_whole_when_a_queued_job_waits_until_and_pages_the_past() {
+    let Some(exe) = chromium_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // One slot; its job keeps it for its cooldown, so later ones wait until that ends.
+    let server = Server::start(
+        dir.path(),
+        "slots = 1\ncooldown_s = 600\ninterval_s = 0.5\ngrace_s = 3\n",
+    )
+    .await;
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let long = "an-unusually-long-job-name-that-a-slot-must-show-whole";
+    server.submit(sleeper(long)).await;
+    server
+        .wait_job(long, 30.0, "running", |j| j.state.name() == "running")
+        .await;
+    server.submit(sleeper("waiter")).await;
+    let waiter = server
+        .wait_job("waiter", 20.0, "a waiting-until time", |j| {
+            j.waiting_until.is_some()
+        })
+        .await;
+    let until = waiter.waiting_until.unwrap();
+    // More ended jobs and decisions than one page shows.
+    let ended: Vec<String> = (0..11).map(|k| format!("gone-{k:02}")).collect();
+    for id in &ended {
+        server.submit(sleeper(id)).await;
+        server.cancel(id).await;
+    }
+    let (_, kept) = server
+        .json(Method::GET, "/v1/decisions?limit=50", None)
+        .await;
+    let kept = kept["decisions"].as_array().map_or(0, Vec::len);
+    assert!(kept > 10, "more decisions than a page: {kept}");
+
+    let browser = Browser::start(&exe);
+    let mut page = browser.page();
+    page.call("Page.enable", json!({}));
+    page.call("Page.navigate", json!({"url": format!("{base}/")}));
+    page.wait(
+        20.0,
+        "the login form",
+        "!document.querySelector('#login-panel').hidden",
+    );
+    page.log_in(TOKEN);
+    let job = serde_json::to_string(long).unwrap();
+    page.wait(
+        20.0,
+        "the long-named job in its slot",
+        &format!("document.querySelector('#nodes .gpu[data-job={job}]')"),
+    );
+
+    // Its name whole: nothing of it cut off or spilling out of its slot.
+    let shown = page.eval(&format!(
+        "(() => {{ const g = document.querySelector('#nodes .gpu[data-job={job}]'); \
+           const n = g.querySelector('.gpu-job'); \
+           return [n.textContent, n.scrollWidth <= n.clientWidth, g.scrollWidth <= g.clientWidth, \
+                   g.scrollHeight <= g.clientHeight]; }})()"
+    ));
+    assert_eq!(shown, json!([long, true, true, true]));
+
+    // The queued job says until when it waits.
+    let why = page.wait(
+        10.0,
+        "the waiting job's time",
+        "document.querySelector('#jobs tbody tr[data-job=\"waiter\"] td.why')?.textContent",
+    );
+    let clock = page.eval(&format!("new Date({until} * 1000).toLocaleTimeString()"));
+    let clock = clock.as_str().unwrap();
+    assert!(
+        why.as_str()
+            .unwrap()
+            .contains(&format!("waiting until {clock}")),
+        "{why} vs {clock}"
+    );
+
+    // Ended jobs: ten, newest first; the eleventh on the older page; back again.
+    let ended_rows = "JSON.stringify([...document.querySelectorAll('#jobs tbody tr.ended')].map(r => r.dataset.job))";
+    let newest: Vec<String> = ended.iter().rev().take(10).cloned().collect();
+    let first = page.wait(
+        10.0,
+        "a page of ended jobs",
+        &format!("(() => {{ const r = JSON.parse({ended_rows}); return r.length === 10 ? r : null; }})()"),
+    );
+    assert_eq!(first, json!(newest));
+    assert_eq!(
+        page.eval("[document.querySelector('#ended-pager').hidden, document.querySelector('#ended-newer').disabled]"),
+        json!([false, true])
+    );
+    page.click("#ended-older");
+    page.wait(
+        10.0,
+        "the older page of ended jobs",
+        &format!("{ended_rows} === JSON.stringify(['gone-00'])"),
+    );
+    assert_eq!(
+        page.eval("document.querySelector('#ended-older').disabled"),
+        json!(true)
+    );
+    assert_eq!(
+        page.texts("#jobs tbody tr:not(.ended) td:first-child"),
+        [long, "waiter"],
+        "the live jobs stay"
+    );
+    page.click("#ended-newer");
+    page.wait(
+        10.0,
+        "the newest ended jobs again",
+        &format!(
+            "{ended_rows} === {}",
+            serde_json::to_string(&first.to_string()).unwrap()
+        ),
+    );
+
+    // Decisions: ten, the reasons with the newest; older ones on the next page.
+    let ats = "JSON.stringify([...document.querySelectorAll('#decisions .decision')].map(d => Number(d.dataset.at)))";
+    let newest = page.wait(
+        10.0,
+        "a page of decisions",
+        &format!("(() => {{ const a = JSON.parse({ats}); return a.length === 10 ? a : null; }})()"),
+    );
+    assert_eq!(
+        page.eval("document.querySelectorAll('#decisions .reasons').length"),
+        json!(1)
+    );
+    page.click("#decisions-older");
+    let older = page.wait(
+        10.0,
+        "the older page of decisions",
+        &format!(
+            "(() => {{ const a = JSON.parse({ats}); return a.length > 0 && a[0] < {} ? a : null; }})()",
+            newest[9]
+        ),
+    );
+    assert_eq!(older.as_array().unwrap().len(), (kept - 10).min(10));
+    assert_eq!(
+        page.eval("document.querySelectorAll('#decisions .reasons').length"),
+        json!(0),
+        "the reasons go with the newest decision"
     );
 }
 

@@ -398,15 +398,23 @@ impl Store {
         .await
     }
 
-    /// Every job (`all`) or the ended ones, newest first, at most `limit`.
-    pub async fn jobs(&self, ended_only: bool, limit: u32) -> Result<Vec<StoredJob>> {
+    /// Every job or only the ended ones (`ended_only`), newest first, that arrived before
+    /// arrival number `before` (every one when `None`), at most `limit`.
+    pub async fn jobs(
+        &self,
+        ended_only: bool,
+        before: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<StoredJob>> {
+        let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
         self.read(move |conn| {
             let filter = if ended_only {
-                "WHERE status NOT IN ('queued', 'starting', 'running', 'stopping') ORDER BY seq DESC LIMIT ?1"
+                "WHERE status NOT IN ('queued', 'starting', 'running', 'stopping') AND seq < ?2 \
+                 ORDER BY seq DESC LIMIT ?1"
             } else {
-                "ORDER BY seq DESC LIMIT ?1"
+                "WHERE seq < ?2 ORDER BY seq DESC LIMIT ?1"
             };
-            query_jobs(conn, filter, params![limit])
+            query_jobs(conn, filter, params![limit, before])
         })
         .await
     }

@@ -199,6 +199,12 @@ async fn the_router_the_document_and_the_dtos_agree() {
     })
     .unwrap();
     assert_schema("CompletionReport", &completion);
+    let session = serde_json::to_value(api::session::SessionView {
+        open: true,
+        expires_at: Some(1.0),
+    })
+    .unwrap();
+    assert_schema("Session", &session);
     let (status, error) = call(
         &app,
         "POST",
@@ -413,6 +419,13 @@ async fn a_waiting_job_says_why_and_until_when() {
         "{b}"
     );
     assert!(waiting.ends_with(" UTC"), "{waiting}");
+    // The same time as data: a's cooldown end, after now.
+    let until = b["waiting_until"].as_f64().unwrap_or_else(|| panic!("{b}"));
+    assert!(until > b["submitted_at"].as_f64().unwrap(), "{b}");
+    assert!(
+        waiting.ends_with(&dlscale_server::api::dto::utc_clock(until)),
+        "{waiting} vs {until}"
+    );
     for id in ["a", "b"] {
         call(&app, "DELETE", &format!("/v1/jobs/{id}"), None).await;
     }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use dlscale_core::synthetic::KINDS;
 use dlscale_core::{build_policy, Cluster, DecisionRequest, Settings, Utility};
-use dlscale_sim::plot::{line_chart, Chart, Series};
+use dlscale_sim::plot::{line_chart, Axis, Chart, Series};
 
 /// The system allocator, counting live bytes and their peak.
 struct Counting;
@@ -119,6 +119,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             title: "Elastic-batch decision time (median, one core)",
             x_label,
             y_label: "log10(ms)",
+            x_axis: Axis::Linear,
             series: &time,
             markers: true,
         },
@@ -129,6 +130,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             title: "Elastic-batch decision memory (peak heap)",
             x_label,
             y_label: "log10(MB)",
+            x_axis: Axis::Linear,
             series: &memory,
             markers: true,
         },

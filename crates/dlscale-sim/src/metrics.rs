@@ -201,8 +201,9 @@ pub struct TimePoint {
     pub running_jobs: f64,
     /// Mean number of waiting jobs.
     pub waiting_jobs: f64,
-    /// Mean GPUs per running job.
-    pub gpus_per_job: f64,
+    /// Mean GPUs per running job; `None` when no job ran during the bucket (a mean over
+    /// nothing, not zero GPUs).
+    pub gpus_per_job: Option<f64>,
 }
 
 impl Default for Timeline {
@@ -270,7 +271,7 @@ impl Timeline {
                 utilization: b[0] / self.bucket_s / f64::from(total_gpus.max(1)),
                 running_jobs: b[1] / self.bucket_s,
                 waiting_jobs: b[2] / self.bucket_s,
-                gpus_per_job: if b[1] > 0.0 { b[0] / b[1] } else { 0.0 },
+                gpus_per_job: (b[1] > 0.0).then(|| b[0] / b[1]),
             })
             .collect()
     }
@@ -303,10 +304,19 @@ mod tests {
             (gpu_s - expected).abs() < 1e-6 * expected,
             "{gpu_s} vs {expected}"
         );
-        assert!(
-            (series[0].gpus_per_job - (360.0 + 8.0 * (width - 90.0)) / (180.0 + width - 90.0))
-                .abs()
-                < 1e-9
-        );
+        let per_job = series[0].gpus_per_job.unwrap();
+        assert!((per_job - (360.0 + 8.0 * (width - 90.0)) / (180.0 + width - 90.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_bucket_without_a_running_job_has_no_gpus_per_job() {
+        let mut t = Timeline::default();
+        // One job waits for the first minute, runs on 4 GPUs for the second, nothing the third,
+        // then runs on 2.
+        t.add(0.0, 60.0, 0.0, 0.0, 1.0);
+        t.add(60.0, 120.0, 4.0, 1.0, 0.0);
+        t.add(180.0, 240.0, 2.0, 1.0, 0.0);
+        let per_job: Vec<Option<f64>> = t.series(8).iter().map(|p| p.gpus_per_job).collect();
+        assert_eq!(per_job, [None, Some(4.0), None, Some(2.0)]);
     }
 }

@@ -16,7 +16,7 @@ use crate::config::SimConfig;
 use crate::engine::{simulate, SimResult};
 use crate::error::{Result, SimError};
 use crate::metrics::{CsvJobWriter, Summary, WithProgress};
-use crate::plot::{line_chart, Chart, Series};
+use crate::plot::{line_chart, Axis, Chart, Series};
 use crate::workload::Workload;
 
 /// Runs every policy on `workload`, streaming per-job rows to `jobs.csv`, then writes
@@ -157,6 +157,7 @@ fn plot_results(dir: &Path, results: &[SimResult], config: &SimConfig) -> Result
             title: &title("JCT CDF"),
             x_label: "job completion time (h)",
             y_label: "fraction of completed jobs",
+            x_axis: Axis::Linear,
             series: &cdf,
             markers: false,
         },
@@ -168,17 +169,20 @@ fn plot_results(dir: &Path, results: &[SimResult], config: &SimConfig) -> Result
             title: &title("GPU utilisation"),
             x_label: "time (h)",
             y_label: "allocated share of GPUs",
+            x_axis: Axis::Linear,
             series: &util,
             markers: false,
         },
     )?;
-    let per_job = series(&|r| hours(r, &|p| p.gpus_per_job));
+    // A bucket where no job ran has no mean: a gap in the line, not a drop to 0.
+    let per_job = series(&|r| hours(r, &|p| p.gpus_per_job.unwrap_or(f64::NAN)));
     line_chart(
         &dir.join("gpus_per_job"),
         &Chart {
             title: &title("GPUs per running job"),
             x_label: "time (h)",
             y_label: "mean GPUs per running job",
+            x_axis: Axis::Linear,
             series: &per_job,
             markers: false,
         },

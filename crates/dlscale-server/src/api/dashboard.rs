@@ -1,10 +1,11 @@
 //! The dashboard: one page at `/`, its script and its style sheet, bundled into the binary
 //! (plain HTML, JavaScript and CSS; no build step, nothing loaded from elsewhere).
 //!
-//! The page itself is open: it holds no data. It asks for the admin token in a login form,
-//! keeps it in the browser's session storage and sends it as `Authorization: Bearer` to the
-//! `/v1` routes it polls (`/v1/cluster`, `/v1/jobs`, `/v1/decisions`, each live job's
-//! `/v1/jobs/{id}/allocations`), which refuse it without the token as they refuse anyone.
+//! The page itself is open: it holds no data. It asks for the admin token in a login form and
+//! sends it once to `POST /v1/session` (a JSON body), which answers with an HttpOnly session
+//! cookie ([`super::session`]); the `/v1` routes it polls (`/v1/cluster`, `/v1/jobs`, a page of
+//! the ended jobs, a page of `/v1/decisions`, each live job's `/v1/jobs/{id}/allocations`) take
+//! the cookie as they take the token, and refuse the page without it as they refuse anyone.
 
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};

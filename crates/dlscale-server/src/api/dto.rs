@@ -110,6 +110,11 @@ pub struct JobView {
     pub message: String,
     /// Why it waits (queued jobs).
     pub waiting: Option<String>,
+    /// Until when it waits at the latest, seconds since the epoch (queued jobs, where known):
+    /// the retry of a failed launch, or, when the last decision gave it no GPUs, the end of the
+    /// earliest cooldown of a running job, when it is decided for again.
+    #[serde(default)]
+    pub waiting_until: Option<f64>,
     /// Process group of its launch (local executor).
     pub pgid: Option<i32>,
     /// Submission time, seconds since the epoch.
@@ -161,18 +166,27 @@ pub fn utc_clock(at_s: f64) -> String {
     )
 }
 
-/// Until when a job the last decision gave no GPUs waits at the latest: the next decision that
-/// comes by itself is the end of the earliest cooldown of a running job (`cooldowns`: job id and
-/// when its cooldown ends); otherwise only an arrival or an end decides again.
-pub fn not_chosen_until(now_s: f64, cooldowns: impl Iterator<Item = (String, f64)>) -> String {
-    let next = cooldowns
+/// When a job the last decision gave no GPUs is decided for again at the latest: the next
+/// decision that comes by itself is at the end of the earliest cooldown of a running job that is
+/// still to come (`cooldowns`: job id and when its cooldown ends); `None` when there is none (only
+/// an arrival or an end decides again).
+pub fn next_cooldown_end(
+    now_s: f64,
+    cooldowns: impl Iterator<Item = (String, f64)>,
+) -> Option<(String, f64)> {
+    cooldowns
         .filter(|&(_, end_s)| end_s > now_s)
-        .min_by(|a, b| a.1.total_cmp(&b.1));
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// Until when a job the last decision gave no GPUs waits at the latest, in plain words: `next`
+/// is [`next_cooldown_end`]'s answer.
+pub fn not_chosen_until(next: Option<&(String, f64)>) -> String {
     match next {
         Some((id, end_s)) => format!(
             "decided for again when a job arrives or ends, at the latest when {id}'s cooldown \
              ends at {}",
-            utc_clock(end_s)
+            utc_clock(*end_s)
         ),
         None => "decided for again when a job arrives or ends".to_string(),
     }
@@ -277,6 +291,10 @@ impl JobView {
             },
             message: message(record, target),
             waiting: record.waiting.as_ref().map(waiting_words),
+            waiting_until: match record.waiting {
+                Some(Waiting::ForRetry { at_s }) if record.status == Status::Queued => Some(at_s),
+                _ => None,
+            },
             pgid: handle.filter(|_| holds).and_then(|h| h.pgid),
             submitted_at: record.submitted_s,
             started_at: record.history.runs.first().map(|r| r.start_s),
@@ -533,6 +551,10 @@ pub fn changes(decision: &DecisionRecord, before: Option<&DecisionRecord>) -> Ve
 pub struct DecisionsView {
     /// The recent decisions, newest first.
     pub decisions: Vec<DecisionEntry>,
+    /// When older decisions are kept: the `before` that asks for them (the time of the oldest
+    /// decision of this page).
+    #[serde(default)]
+    pub older: Option<f64>,
     /// Why each job has what the newest decision gave it.
     pub explanations: Vec<ExplainView>,
 }
@@ -568,15 +590,24 @@ mod tests {
     #[test]
     fn a_job_left_without_gpus_is_told_the_earliest_cooldown_end() {
         let cooldowns = vec![("a".to_string(), 3_661.0), ("b".to_string(), 7_322.0)];
+        let next = super::next_cooldown_end(0.0, cooldowns.clone().into_iter());
+        assert_eq!(next, Some(("a".to_string(), 3_661.0)));
         assert_eq!(
-            super::not_chosen_until(0.0, cooldowns.clone().into_iter()),
+            super::not_chosen_until(next.as_ref()),
             "decided for again when a job arrives or ends, at the latest when a's cooldown ends \
              at 01:01:01 UTC"
         );
         // Cooldowns already over do not count.
-        assert!(super::not_chosen_until(5_000.0, cooldowns.clone().into_iter()).contains("b's"));
         assert_eq!(
-            super::not_chosen_until(9_000.0, cooldowns.into_iter()),
+            super::next_cooldown_end(5_000.0, cooldowns.clone().into_iter()),
+            Some(("b".to_string(), 7_322.0))
+        );
+        assert_eq!(
+            super::next_cooldown_end(9_000.0, cooldowns.into_iter()),
+            None
+        );
+        assert_eq!(
+            super::not_chosen_until(None),
             "decided for again when a job arrives or ends"
         );
     }

@@ -19,6 +19,10 @@ pub struct DecisionsQuery {
     /// At most this many decisions, newest first (default 20, at most 50).
     #[serde(default)]
     pub limit: Option<usize>,
+    /// Only the decisions made before this time (seconds since the epoch): the `older` of the
+    /// page before.
+    #[serde(default)]
+    pub before: Option<f64>,
 }
 
 /// How many decisions `GET /v1/decisions` answers with by default.
@@ -28,15 +32,21 @@ pub(super) async fn decisions(
     State(s): State<AppState>,
     q: Result<Query<DecisionsQuery>, QueryRejection>,
 ) -> Result<Json<DecisionsView>, ApiError> {
-    let limit = query(q)?
-        .limit
-        .unwrap_or(DEFAULT_DECISIONS)
-        .min(RECENT_DECISIONS);
+    let q = query(q)?;
+    let limit = q.limit.unwrap_or(DEFAULT_DECISIONS).min(RECENT_DECISIONS);
     let view = s.view();
     let recent = &view.decisions;
-    let decisions = (0..recent.len())
+    let before = q.before.unwrap_or(f64::INFINITY);
+    let mut older = (0..recent.len())
         .rev()
-        .take(limit)
+        .filter(|&k| recent[k].record.at_s < before);
+    let page: Vec<usize> = older.by_ref().take(limit).collect();
+    let older = match (older.next(), page.last()) {
+        (Some(_), Some(&last)) => Some(recent[last].record.at_s),
+        _ => None,
+    };
+    let decisions = page
+        .into_iter()
         .map(|k| DecisionEntry::new(&recent[k], k.checked_sub(1).map(|b| &*recent[b].record)))
         .collect();
     let explanations = match s.explanations().await {
@@ -45,6 +55,7 @@ pub(super) async fn decisions(
     };
     Ok(Json(DecisionsView {
         decisions,
+        older,
         explanations,
     }))
 }

@@ -4,8 +4,10 @@
 //!
 //! Access ([`Access`]): `/healthz` is open; `/metrics` is open to the clients
 //! `metrics_without_token` names (loopback by default) and needs the admin token otherwise; every
-//! `/v1` route needs a token — the admin token, or for the routes a job's own workers call
-//! (read the job, report metrics, report completion) that job's token. Errors are JSON
+//! `/v1` route needs a token — the admin token (or the dashboard's session cookie, which stands
+//! for it: [`session`]), or for the routes a job's own workers call (read the job, report
+//! metrics, report completion) that job's token; `/v1/session` itself takes the admin token in
+//! its body. Errors are JSON
 //! (`{"error", "field"}`); a 500 never carries its cause (it is logged).
 //!
 //! Handlers read from the service's last committed [`View`](crate::service::View) or the
@@ -17,6 +19,7 @@ pub mod dto;
 pub mod insight;
 pub mod openapi;
 mod report;
+pub mod session;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -24,7 +27,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{ConnectInfo, FromRequestParts, MatchedPath, Path, Query, Request, State};
+use axum::extract::{
+    ConnectInfo, Extension, FromRequestParts, MatchedPath, Path, Query, Request, State,
+};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -123,7 +128,7 @@ pub const ROUTES: &[Route] = &[
         verb: Verb::Get,
         path: "/",
         access: Access::Open,
-        summary: "The dashboard: a live page of the nodes, the jobs, their allocations over time and the decisions with their reasons (it asks for the token; its data comes from the /v1 routes)",
+        summary: "The dashboard: a live page of the nodes, the jobs, their allocations over time and the decisions with their reasons (it asks for the token once, for a session; its data comes from the /v1 routes)",
         handler: || get(dashboard::index),
     },
     Route {
@@ -153,6 +158,20 @@ pub const ROUTES: &[Route] = &[
         access: Access::Metrics,
         summary: "Prometheus metrics",
         handler: || get(prometheus),
+    },
+    Route {
+        verb: Verb::Post,
+        path: "/v1/session",
+        access: Access::Open,
+        summary: "Log in (the dashboard): the admin token, in a JSON body, for an HttpOnly session cookie that the /v1 routes accept in its stead",
+        handler: || post(session::log_in),
+    },
+    Route {
+        verb: Verb::Delete,
+        path: "/v1/session",
+        access: Access::Open,
+        summary: "Log out: ends the session the cookie names and deletes the cookie",
+        handler: || delete(session::log_out),
     },
     Route {
         verb: Verb::Get,
@@ -290,6 +309,7 @@ pub fn router(service: AppState) -> Router {
             )
         })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .layer(Extension(Arc::new(session::Sessions::default())))
         .with_state(service)
 }
 
@@ -349,10 +369,10 @@ async fn authorize(
             if open {
                 Ok(())
             } else {
-                check_token(&s, bearer(&request), None).await
+                admit(&s, credential(&request), None).await
             }
         }
-        Access::Admin => check_token(&s, bearer(&request), None).await,
+        Access::Admin => admit(&s, credential(&request), None).await,
         Access::Job => {
             let (mut parts, body) = request.into_parts();
             let id = Path::<BTreeMap<String, String>>::from_request_parts(&mut parts, &())
@@ -360,7 +380,7 @@ async fn authorize(
                 .ok()
                 .and_then(|Path(p)| p.get("id").cloned());
             let request = Request::from_parts(parts, body);
-            match check_token(&s, bearer(&request), id.as_deref()).await {
+            match admit(&s, credential(&request), id.as_deref()).await {
                 Ok(()) => return next.run(request).await,
                 Err(e) => return e.into_response(),
             }
@@ -369,6 +389,55 @@ async fn authorize(
     match admitted {
         Ok(()) => next.run(request).await,
         Err(e) => e.into_response(),
+    }
+}
+
+/// What a request authenticates with.
+enum Credential {
+    /// A bearer token.
+    Token(String),
+    /// An open session of the dashboard, which stands for the admin token.
+    Session,
+    /// Nothing.
+    Nothing,
+}
+
+/// A request's credential: its bearer token or, without one, its session cookie. A session
+/// must be open and, unless the request only reads, come from this server's own page
+/// ([`session::same_origin`]).
+fn credential(request: &Request) -> Result<Credential, ApiError> {
+    if let Some(token) = bearer(request) {
+        return Ok(Credential::Token(token.to_string()));
+    }
+    let Some(id) = session::cookie(request.headers()) else {
+        return Ok(Credential::Nothing);
+    };
+    let open = request
+        .extensions()
+        .get::<Arc<session::Sessions>>()
+        .is_some_and(|sessions| sessions.valid(&id, Instant::now()));
+    if !open {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "the session has ended or is unknown: log in again",
+        ));
+    }
+    if !request.method().is_safe() {
+        session::same_origin(request.headers())?;
+    }
+    Ok(Credential::Session)
+}
+
+/// Admits a request by its [`credential`] (`job`: the job its path names).
+async fn admit(
+    s: &Service,
+    credential: Result<Credential, ApiError>,
+    job: Option<&str>,
+) -> Result<(), ApiError> {
+    match credential? {
+        Credential::Token(token) => check_token(s, Some(&token), job).await,
+        Credential::Session => Ok(()),
+        Credential::Nothing => check_token(s, None, job).await,
     }
 }
 
@@ -516,7 +585,9 @@ fn job_view(s: &Service, job: &FoundJob, handles: &BTreeMap<(String, u32), Handl
             let running = j.record.status == Status::Running && launch.stop.is_none();
             running.then(|| (j.record.id.clone(), launch.launched_s + cooldown_s))
         });
-        let until = dto::not_chosen_until(crate::store::now(), cooldowns);
+        let next = dto::next_cooldown_end(crate::store::now(), cooldowns);
+        view.waiting_until = next.as_ref().map(|&(_, end_s)| end_s);
+        let until = dto::not_chosen_until(next.as_ref());
         view.waiting = view.waiting.map(|w| format!("{w}; {until}"));
         view.message = format!("{}; {until}", view.message);
     }
@@ -650,10 +721,21 @@ pub struct JobsQuery {
     /// Every job, ended ones included, newest first (default: live jobs in arrival order).
     #[serde(default)]
     pub all: bool,
-    /// With `all`: at most this many (default 1000).
+    /// Only the ended jobs, newest first.
+    #[serde(default)]
+    pub ended: bool,
+    /// With `all` or `ended`: at most this many (default 1000).
     #[serde(default)]
     pub limit: Option<u32>,
+    /// With `all` or `ended`: only the jobs that arrived before this one, the
+    /// [`NEXT_BEFORE_HEADER`] of the page before.
+    #[serde(default)]
+    pub before: Option<u64>,
 }
+
+/// The header of a page of `GET /v1/jobs?all=true` or `?ended=true` that older jobs follow:
+/// the `before` of the next page.
+pub const NEXT_BEFORE_HEADER: &str = "x-next-before";
 
 fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     q.map(|Query(q)| q)
@@ -663,28 +745,52 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
 async fn list_jobs(
     State(s): State<AppState>,
     q: Result<Query<JobsQuery>, QueryRejection>,
-) -> Result<Json<Vec<JobView>>, ApiError> {
+) -> Result<Response, ApiError> {
     let q = query(q)?;
+    if q.all && q.ended {
+        return Err(ApiError::bad_request(
+            "invalid query: 'all' (every job) and 'ended' (the ended ones) exclude each other",
+        ));
+    }
     let handles = s.executor.handles();
-    let jobs: Vec<FoundJob> = if q.all {
-        let view = s.view();
-        s.store
-            .jobs(false, q.limit.unwrap_or(1000))
+    let (jobs, next_before) = if q.all || q.ended {
+        let limit = q.limit.unwrap_or(1000);
+        let mut stored = s
+            .store
+            .jobs(q.ended, q.before, limit.saturating_add(1))
             .await
-            .map_err(ApiError::internal)?
+            .map_err(ApiError::internal)?;
+        let more = stored.len() > limit as usize;
+        stored.truncate(limit as usize);
+        let next_before = stored.last().filter(|_| more).map(|j| j.record.seq);
+        let view = s.view();
+        let jobs: Vec<FoundJob> = stored
             .into_iter()
             .map(|j| FoundJob::stored(j, &view))
-            .collect()
+            .collect();
+        (jobs, next_before)
     } else {
-        s.view()
+        if q.before.is_some() {
+            return Err(ApiError::bad_request(
+                "invalid query: 'before' pages the ended jobs or all of them: add ended=true or all=true",
+            ));
+        }
+        let jobs = s
+            .view()
             .ordered()
             .into_iter()
             .map(|j| FoundJob::live(j))
-            .collect()
+            .collect();
+        (jobs, None)
     };
-    Ok(Json(
-        jobs.iter().map(|j| job_view(&s, j, &handles)).collect(),
-    ))
+    let views: Vec<JobView> = jobs.iter().map(|j| job_view(&s, j, &handles)).collect();
+    let mut response = Json(views).into_response();
+    if let Some(seq) = next_before {
+        response
+            .headers_mut()
+            .insert(NEXT_BEFORE_HEADER, HeaderValue::from(seq));
+    }
+    Ok(response)
 }
 
 /// Validates one submission into what the driver is handed: its spec checked against this

@@ -38,6 +38,11 @@ fn query_param(name: &str, schema: Value, description: &str) -> Value {
     json!({"name": name, "in": "query", "required": false, "schema": schema, "description": description})
 }
 
+fn csrf_header() -> Value {
+    json!({"name": super::session::CSRF_HEADER, "in": "header", "required": true, "schema": {"type": "string"},
+           "description": "any value: shows that this server's own page sent the request"})
+}
+
 /// Parameters, request body and responses of one route.
 fn details(route: &Route) -> Value {
     let id = path_param("id");
@@ -51,7 +56,9 @@ fn details(route: &Route) -> Value {
         }
         (Verb::Get, "/v1/decisions") => json!({
             "parameters": [query_param("limit", json!({"type": "integer", "minimum": 0, "maximum": 50, "default": 20}),
-                "at most this many decisions, newest first")],
+                "at most this many decisions, newest first"),
+                query_param("before", json!({"type": "number"}),
+                    "only decisions made before this time (seconds since the epoch): the `older` of the page before")],
             "responses": {"200": ok("decisions", schema_ref("Decisions")), "400": error("invalid query")}}),
         (Verb::Get, "/v1/jobs/{id}/explain") => json!({"parameters": [id],
             "responses": {"200": ok("the explanation", schema_ref("Explain")), "404": error("unknown job")}}),
@@ -69,8 +76,26 @@ fn details(route: &Route) -> Value {
         (Verb::Get, "/v1/jobs") => json!({
             "parameters": [
                 query_param("all", json!({"type": "boolean", "default": false}), "every job, ended ones included, newest first"),
-                query_param("limit", json!({"type": "integer", "minimum": 0, "default": 1000}), "with all: at most this many")],
-            "responses": {"200": ok("jobs", array_of("Job")), "400": error("invalid query")}}),
+                query_param("ended", json!({"type": "boolean", "default": false}), "only the ended jobs, newest first"),
+                query_param("limit", json!({"type": "integer", "minimum": 0, "default": 1000}), "with all or ended: at most this many"),
+                query_param("before", json!({"type": "integer", "minimum": 0}),
+                    "with all or ended: only jobs that arrived before this one, the X-Next-Before of the page before")],
+            "responses": {"200": {"description": "jobs; with all or ended, the header X-Next-Before when older jobs follow",
+                "headers": {"X-Next-Before": {"schema": {"type": "integer"}}},
+                "content": json_content(array_of("Job"))},
+                "400": error("invalid query")}}),
+        (Verb::Post, "/v1/session") => json!({
+            "requestBody": {"required": true, "content": json_content(object(&["token"], json!({"token": {"type": "string",
+                "description": "the server's admin token"}})))},
+            "parameters": [csrf_header()],
+            "responses": {"201": {"description": "logged in: Set-Cookie dlscale_session_PORT (HttpOnly, SameSite=Strict, Path=/v1)",
+                "content": json_content(schema_ref("Session"))},
+                "400": error("invalid body"), "401": error("not the admin token"),
+                "403": error("no X-Dlscale-Csrf header, or another origin")}}),
+        (Verb::Delete, "/v1/session") => json!({
+            "parameters": [csrf_header()],
+            "responses": {"200": ok("logged out; the cookie is deleted", schema_ref("Session")),
+                "403": error("no X-Dlscale-Csrf header, or another origin")}}),
         (Verb::Post, "/v1/jobs") => json!({
             "requestBody": {"required": true, "content": json_content(json!({"oneOf": [
                 schema_ref("JobSubmission"), array_of("JobSubmission")]}))},
@@ -128,8 +153,16 @@ fn operation(route: &Route) -> Value {
         Access::Job => Some("the admin token or the job's own token (its workers' DLSCALE_TOKEN)"),
     };
     if let Some(who) = who {
-        op["security"] = json!([{"bearer": []}]);
-        op["description"] = json!(format!("Needs {who}."));
+        op["security"] = if route.access == Access::Metrics {
+            json!([{"bearer": []}])
+        } else {
+            json!([{"bearer": []}, {"session": []}])
+        };
+        op["description"] = json!(format!(
+            "Needs {who}. The dashboard's session cookie stands for the admin token; a request it \
+             authenticates that is not a GET must carry the header X-Dlscale-Csrf and come from \
+             this server's origin."
+        ));
         op["responses"]["401"] = error("missing or wrong bearer token");
         if route.access == Access::Admin {
             op["responses"]["403"] = error("a job's token, which only serves that job");
@@ -204,7 +237,9 @@ pub fn schemas() -> Value {
             "noise_scale": nullable(num.clone()),
             "family": nullable(string.clone()),
             "exit_code": nullable(json!({"type": "integer"})), "message": string,
-            "waiting": nullable(string.clone()), "pgid": nullable(json!({"type": "integer"})),
+            "waiting": nullable(string.clone()),
+            "waiting_until": nullable(json!({"type": "number", "description": "until when it waits at the latest, seconds since the epoch"})),
+            "pgid": nullable(json!({"type": "integer"})),
             "submitted_at": num, "started_at": nullable(num.clone()), "finished_at": nullable(num.clone()),
             "log": string, "command": {"type": "array", "items": string},
             "events": array_of("Event")})),
@@ -228,7 +263,10 @@ pub fn schemas() -> Value {
             "until": {"type": "number", "description": "when the last of those was made"},
             "jobs": array_of("DecisionJob")})),
         "Decisions": object(&["decisions", "explanations"], json!({"decisions": array_of("DecisionEntry"),
+            "older": nullable(json!({"type": "number", "description": "when older decisions are kept: the `before` that asks for them"})),
             "explanations": array_of("Explain")})),
+        "Session": object(&["open"], json!({"open": {"type": "boolean"},
+            "expires_at": nullable(json!({"type": "number", "description": "when the session ends, seconds since the epoch"}))})),
         "Explain": object(&["id", "summary"], json!({"id": string, "decided_at": nullable(num.clone()),
             "summary": {"type": "string", "description": "in plain words"},
             "explanation": nullable(schema_ref("Explanation"))})),
@@ -296,9 +334,11 @@ pub fn document() -> Value {
     json!({
         "openapi": "3.0.3",
         "info": {"title": "dlscale", "version": env!("CARGO_PKG_VERSION"),
-                 "description": "Elastic autoscaler for deep-learning training jobs. Every /v1 route needs `Authorization: Bearer <token>`."},
+                 "description": "Elastic autoscaler for deep-learning training jobs. Every /v1 route needs `Authorization: Bearer <token>` (or the dashboard's session cookie from POST /v1/session, which takes the admin token in its body)."},
         "paths": paths,
         "components": {"schemas": schemas(),
-                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"},
+                           "session": {"type": "apiKey", "in": "cookie", "name": "dlscale_session_PORT",
+                               "description": "set by POST /v1/session; PORT is the port the browser addressed"}}}
     })
 }

@@ -14,7 +14,7 @@ use crate::config::{ProgressMode, SimConfig};
 use crate::engine::simulate;
 use crate::error::{Result, SimError};
 use crate::metrics::{JobRecord, Outcome, SimObserver, Summary};
-use crate::plot::{line_chart, Chart, Series};
+use crate::plot::{line_chart, Axis, Chart, Series};
 use crate::workload::{generate, BatchRangeRule, GeneratorSpec, MinGpusRule, UserBatch};
 
 use super::words::*;
@@ -258,6 +258,7 @@ pub fn reproduce_paper(
                 title,
                 x_label: "arrival rate (jobs/h)",
                 y_label,
+                x_axis: Axis::Log,
                 series: &series,
                 markers: true,
             },

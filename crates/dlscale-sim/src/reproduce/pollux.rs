@@ -12,7 +12,7 @@ use crate::config::{Knowledge, Reporting, SimConfig};
 use crate::engine::simulate;
 use crate::error::{Result, SimError};
 use crate::metrics::Summary;
-use crate::plot::{line_chart, Chart, Series};
+use crate::plot::{line_chart, Axis, Chart, Series};
 use crate::workload::BUNDLED_POLLUX_WORKLOADS;
 
 use super::pollux_loads::{pollux_workload, published_avg_jct_s, Load};
@@ -324,6 +324,7 @@ pub fn reproduce_pollux(
                 title: &title,
                 x_label: "workload",
                 y_label: "average JCT (s)",
+                x_axis: Axis::Linear,
                 series: &series,
                 markers: true,
             },

@@ -1,17 +1,28 @@
 // The dlscale dashboard: polls the token-protected /v1 routes and draws the nodes and the GPUs
 // each job holds, the jobs, each live job's GPUs and batch over time, and the recent decisions
 // with their reasons. Plain DOM, no library; every value from the server goes in as text.
+//
+// It logs in once per session: the admin token goes to POST /v1/session in a JSON body, and
+// the server answers with an HttpOnly cookie that this script never sees and that every later
+// request (and a reload, or another tab) carries. The token is kept nowhere.
 "use strict";
 
-const TOKEN_KEY = "dlscale-token";
 const POLL_MS = 2000;
 const MAX_TIMELINES = 12;
+const ENDED_PAGE = 10;
+const DECISIONS_PAGE = 10;
 const TERMINAL = new Set(["succeeded", "failed", "cancelled", "dropped"]);
 const SVG_NS = "http://www.w3.org/2000/svg";
+// Shows the server that this page sent a request (it refuses cookie-authenticated changes
+// without it; another site's page cannot add it).
+const CSRF = { "X-Dlscale-Csrf": "1" };
 
 let timer = null;
 // Each login starts a new round of polling; answers of an older round are dropped.
 let round = 0;
+// Whether the board has been shown since the last login form: a refusal then means that the
+// session ended, and says so.
+let shown = false;
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -40,13 +51,83 @@ function svg(tag, attrs, ...children) {
   return e;
 }
 
-/** A stable colour per job id: its FNV-1a hash spread over the hues by the golden ratio. */
-function colour(id) {
-  let h = 2166136261;
-  for (const ch of id) h = Math.imul(h ^ ch.codePointAt(0), 16777619);
-  const hue = Math.round((((h >>> 0) * 0.6180339887) % 1) * 360);
-  return `hsl(${hue}, 60%, 64%)`;
+/**
+ * The k-th colour: twelve hues 30° apart, in an order that puts far-apart hues next to each
+ * other; past twelve, the same hues shifted and lighter or darker, so no two are the same.
+ */
+function paletteColour(k) {
+  const ORDER = [0, 6, 3, 9, 1, 7, 4, 10, 2, 8, 5, 11];
+  const LIGHTNESS = [64, 78, 52];
+  const ring = Math.floor(k / ORDER.length);
+  const hue = (ORDER[k % ORDER.length] * 30 + ring * 15) % 360;
+  return `hsl(${hue}, 62%, ${LIGHTNESS[ring % LIGHTNESS.length]}%)`;
 }
+
+/**
+ * Colours of the live jobs: each job takes the lowest palette entry no other live job holds,
+ * in arrival order, and keeps it while it lives; so the live jobs never share a colour, and no
+ * job's colour changes when another one ends.
+ */
+class Colours {
+  constructor() {
+    this.held = new Map();
+  }
+
+  /** Releases the colours of the jobs no longer live, then gives each new one its colour. */
+  assign(liveIds) {
+    const live = new Set(liveIds);
+    for (const id of [...this.held.keys()]) if (!live.has(id)) this.held.delete(id);
+    for (const id of liveIds) this.of(id);
+  }
+
+  /** The colour of job `id` (a job not yet seen takes the lowest free entry). */
+  of(id) {
+    if (!this.held.has(id)) {
+      const taken = new Set(this.held.values());
+      let k = 0;
+      while (taken.has(k)) k += 1;
+      this.held.set(id, k);
+    }
+    return paletteColour(this.held.get(id));
+  }
+}
+
+const colours = new Colours();
+const colour = (id) => colours.of(id);
+
+/** Paging through older entries: the `before` of each page shown on the way, newest first. */
+class Pager {
+  constructor(name) {
+    this.name = name;
+    this.cursors = [null];
+    // The `before` of the next older page, when the server says there is one.
+    this.next = null;
+  }
+
+  get before() {
+    return this.cursors[this.cursors.length - 1];
+  }
+
+  older() {
+    if (this.next !== null) this.cursors.push(this.next);
+  }
+
+  newer() {
+    if (this.cursors.length > 1) this.cursors.pop();
+  }
+
+  /** Shows its buttons: only when there is more than one page. */
+  render() {
+    const page = this.cursors.length;
+    $(`#${this.name}-pager`).hidden = page === 1 && this.next === null;
+    $(`#${this.name}-newer`).disabled = page === 1;
+    $(`#${this.name}-older`).disabled = this.next === null;
+    $(`#${this.name}-page`).textContent = `page ${page}`;
+  }
+}
+
+let endedPager = new Pager("ended");
+let decisionsPager = new Pager("decisions");
 
 /** What held a job back, in a few words (the full sentence is its tooltip). */
 const LIMITS = {
@@ -82,10 +163,17 @@ function age(seconds) {
 
 class Refused extends Error {}
 
-/** GET `path` with the token; a refused token throws `Refused` with the server's message. */
-async function api(path) {
-  const token = sessionStorage.getItem(TOKEN_KEY) || "";
-  const r = await fetch(path, { headers: { Authorization: `Bearer ${token}` }, cache: "no-store" });
+/**
+ * `method` `path` with the session cookie (and a JSON `body`, if given); the response. A
+ * refusal throws `Refused` with the server's message, another failure an `Error`.
+ */
+async function request(method, path, body) {
+  const init = { method, headers: { ...CSRF }, cache: "no-store", credentials: "same-origin" };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const r = await fetch(path, init);
   if (r.status === 401 || r.status === 403) {
     let message = r.statusText;
     try {
@@ -104,13 +192,23 @@ async function api(path) {
     }
     throw new Error(`${path}: ${message}`);
   }
-  return r.json();
+  return r;
 }
+
+/** GET `path`: its JSON. */
+async function api(path) {
+  return (await request("GET", path)).json();
+}
+
+/** A query's `before=` of a pager's page (nothing on the newest page). */
+const before = (pager) => (pager.before === null ? "" : `&before=${encodeURIComponent(pager.before)}`);
 
 function showLogin(error) {
   clearTimeout(timer);
   round += 1;
-  sessionStorage.removeItem(TOKEN_KEY);
+  shown = false;
+  endedPager = new Pager("ended");
+  decisionsPager = new Pager("decisions");
   $("#board").hidden = true;
   $("#logout").hidden = true;
   $("#summary").textContent = "";
@@ -125,26 +223,32 @@ async function refresh(mine) {
   if (mine !== round) return;
   clearTimeout(timer);
   try {
-    const [cluster, jobs, decisions] = await Promise.all([
+    const [cluster, live, endedPage, decisions] = await Promise.all([
       api("/v1/cluster"),
-      api("/v1/jobs?all=true&limit=50"),
-      api("/v1/decisions"),
+      api("/v1/jobs"),
+      request("GET", `/v1/jobs?ended=true&limit=${ENDED_PAGE}${before(endedPager)}`),
+      api(`/v1/decisions?limit=${DECISIONS_PAGE}${before(decisionsPager)}`),
     ]);
-    const live = jobs.filter((j) => !TERMINAL.has(j.state)).sort((a, b) => a.submitted_at - b.submitted_at);
-    const ended = jobs.filter((j) => TERMINAL.has(j.state)).slice(0, 10);
+    const ended = await endedPage.json();
     const timelines = await Promise.all(
       live.slice(0, MAX_TIMELINES).map((j) =>
         api(`/v1/jobs/${encodeURIComponent(j.id)}/allocations`).then((allocations) => [j, allocations]),
       ),
     );
     if (mine !== round) return;
+    endedPager.next = endedPage.headers.get("X-Next-Before");
+    decisionsPager.next = decisions.older ?? null;
+    colours.assign(live.map((j) => j.id));
     const why = new Map(decisions.explanations.map((e) => [e.id, e]));
     const now = Date.now() / 1000;
     renderSummary(cluster, live);
     renderNodes(cluster);
     renderJobs(live.concat(ended), why, now);
+    endedPager.render();
     renderTimelines(timelines, now);
-    renderDecisions(decisions);
+    renderDecisions(decisions, decisionsPager.before === null);
+    decisionsPager.render();
+    shown = true;
     $("#login-panel").hidden = true;
     $("#board").hidden = false;
     $("#logout").hidden = false;
@@ -153,7 +257,8 @@ async function refresh(mine) {
   } catch (e) {
     if (mine !== round) return;
     if (e instanceof Refused) {
-      showLogin(e.message);
+      // Before the board was shown, a refusal only means that there is no session yet.
+      showLogin(shown ? "the session has ended: log in again" : "");
       return;
     }
     $("#status").className = "error";
@@ -211,14 +316,17 @@ function renderJobs(jobs, why, now) {
     const e = why.get(j.id);
     const ended = TERMINAL.has(j.state);
     const limit = e?.explanation?.limit?.limit;
-    const reason = ended ? j.message : limit ? LIMITS[limit] ?? limit : "";
+    const reasons = ended ? [j.message] : [limit ? LIMITS[limit] ?? limit : ""];
+    if (j.waiting_until != null) reasons.push(`waiting until ${clock(j.waiting_until)}`);
+    const reason = reasons.filter((r) => r).join(" · ");
+    const about = [e ? e.summary : j.message, j.waiting ? `waits: ${j.waiting}` : ""].filter((t) => t).join("\n");
     const nodes = j.nodes.map((s) => `${s.node}×${s.gpus}`).join(" + ");
     const batch = j.batch_size ? `${j.batch_size} (${j.local_batch_size}/GPU)` : "–";
     body.append(
       el(
         "tr",
         { "data-job": j.id, class: ended ? "ended" : "" },
-        el("td", {}, el("span", { class: "swatch", paint: j.id }), j.id),
+        el("td", { class: "job" }, ended ? null : el("span", { class: "swatch", paint: j.id }), j.id),
         el("td", { class: `state ${j.state}` }, j.state),
         el("td", { class: "num" }, j.gpus),
         el("td", {}, nodes || "–"),
@@ -229,7 +337,7 @@ function renderJobs(jobs, why, now) {
         el("td", { class: "num" }, j.noise_scale == null ? "–" : Math.round(j.noise_scale)),
         el("td", { class: "num" }, j.restarts),
         el("td", { class: "num" }, age((j.finished_at ?? now) - j.submitted_at)),
-        el("td", { class: "why", title: e ? e.summary : j.message }, reason),
+        el("td", { class: "why", title: about }, reason),
       ),
     );
   }
@@ -284,13 +392,14 @@ function renderTimelines(timelines, now) {
   if (timelines.length === 0) box.append(el("p", { class: "hint" }, "no live jobs"));
 }
 
-function renderDecisions(view) {
+/** The decisions of `view` (one page); with the reasons of the last one on the newest page. */
+function renderDecisions(view, newest) {
   const list = $("#decisions");
   list.replaceChildren();
   view.decisions.forEach((d, k) => {
     const item = el(
       "li",
-      { class: "decision" },
+      { class: "decision", "data-at": d.at },
       el("div", { class: "decision-head" }, el("time", {}, clock(d.at)), ` after ${d.trigger}: ${gpus(d.gpus)} of ${d.capacity} handed out`),
       el("ul", { class: "changes" }, ...d.changes.map((c) => el("li", {}, c))),
     );
@@ -298,7 +407,7 @@ function renderDecisions(view) {
       const n = d.unchanged_after;
       item.append(el("div", { class: "hint" }, `then ${n} decision${n === 1 ? "" : "s"} that changed nothing, the last at ${clock(d.until)}`));
     }
-    if (k === 0 && view.explanations.length > 0) {
+    if (k === 0 && newest && view.explanations.length > 0) {
       item.append(
         el("div", { class: "why-head" }, "why each job has what it has:"),
         el("ul", { class: "reasons" }, ...view.explanations.map((e) => el("li", { "data-job": e.id }, el("b", {}, e.id), `: ${e.summary}`))),
@@ -310,18 +419,41 @@ function renderDecisions(view) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  $("#login").addEventListener("submit", (event) => {
+  const again = () => {
+    round += 1;
+    refresh(round);
+  };
+  $("#login").addEventListener("submit", async (event) => {
     event.preventDefault();
-    sessionStorage.setItem(TOKEN_KEY, $("#token").value.trim());
+    const token = $("#token").value.trim();
+    $("#token").value = "";
     $("#login-error").textContent = "";
-    round += 1;
-    refresh(round);
+    try {
+      await request("POST", "/v1/session", { token });
+      again();
+    } catch (e) {
+      showLogin(e.message);
+    }
   });
-  $("#logout").addEventListener("click", () => showLogin(""));
-  if (sessionStorage.getItem(TOKEN_KEY)) {
-    round += 1;
-    refresh(round);
-  } else {
-    showLogin("");
+  $("#logout").addEventListener("click", async () => {
+    try {
+      await request("DELETE", "/v1/session");
+      showLogin("");
+    } catch (e) {
+      $("#status").className = "error";
+      $("#status").textContent = `cannot log out: ${e.message}`;
+    }
+  });
+  for (const [pager, name] of [[() => endedPager, "ended"], [() => decisionsPager, "decisions"]]) {
+    $(`#${name}-older`).addEventListener("click", () => {
+      pager().older();
+      again();
+    });
+    $(`#${name}-newer`).addEventListener("click", () => {
+      pager().newer();
+      again();
+    });
   }
+  // A session cookie from an earlier login shows the board at once; without one, the login.
+  again();
 });
