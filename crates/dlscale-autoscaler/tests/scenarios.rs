@@ -757,7 +757,7 @@ fn a_job_declaring_its_length_in_steps_keeps_its_gpus_near_its_end() {
                 "sync_intra_base_s": 0.002}}, {length} "batch_size": 64, "gpus": 4,
                 "min_batch": 32, "max_batch": 512, "max_local_batch": 64, "max_gpus": 4}}]}}"#
         );
-        let job = parse_jobs(&text, FileFormat::Json, "test")
+        let counted = parse_jobs(&text, FileFormat::Json, "test")
             .unwrap()
             .remove(0);
         let cfg = AutoscalerConfig {
@@ -765,7 +765,7 @@ fn a_job_declaring_its_length_in_steps_keeps_its_gpus_near_its_end() {
             ..config()
         };
         let mut a = Autoscaler::new(cfg, Topology::uniform(1, 4));
-        let s = a.handle(0.0, vec![submit(job)]);
+        let s = a.handle(0.0, vec![submit(counted)]);
         a.handle(0.0, started(&s));
         // Step 441 of 500 at batch 64: 59 × 64 = 3,776 samples left at 256 samples/s, 15 s.
         let report = |step: u64| Input::Metrics {
