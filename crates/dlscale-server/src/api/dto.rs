@@ -587,6 +587,46 @@ impl ExplainView {
 
 #[cfg(test)]
 mod tests {
+    use dlscale_autoscaler::{Autoscaler, AutoscalerConfig, Input, PendingRebatch};
+    use dlscale_core::placement::Topology;
+
+    /// A job whose new batch its workers have not taken shows the batch they run, and the
+    /// pending one with the time it was decided.
+    #[test]
+    fn a_pending_rebatch_is_shown_beside_the_batch_that_runs() {
+        let spec = crate::spec::JobSpec::from_value(serde_json::json!({"id": "a",
+            "min_batch": 32, "max_batch": 256, "max_local_batch": 64, "batch_size": 64,
+            "command": ["x"], "workdir": "/tmp", "launcher": "plain", "batch_in_place": true}))
+        .unwrap();
+        let mut a = Autoscaler::new(AutoscalerConfig::default(), Topology::uniform(1, 1));
+        let sub = spec.submission(None).unwrap();
+        let step = a.handle(0.0, vec![Input::Submit { job: Box::new(sub) }]);
+        assert_eq!(step.actions.len(), 1, "launched: {step:?}");
+        a.handle(
+            1.0,
+            vec![Input::LaunchStarted {
+                id: "a".into(),
+                attempt: 1,
+            }],
+        );
+        let mut record = a.job("a").unwrap().0.clone();
+        let launch = record.launch.as_mut().unwrap();
+        let mut shape = launch.shape.clone();
+        shape.batch_size = 32;
+        shape.local_batch_size = 32;
+        launch.rebatch = Some(PendingRebatch { shape, at_s: 7.0 });
+        let view = super::JobView::new(&spec, &record, None, None, "log".into());
+        assert_eq!(
+            (view.batch_size, view.pending_batch_size, view.pending_since),
+            (64, Some(32), Some(7.0))
+        );
+        assert!(
+            view.message.contains("batch 32 decided at"),
+            "{}",
+            view.message
+        );
+    }
+
     #[test]
     fn a_job_left_without_gpus_is_told_the_earliest_cooldown_end() {
         let cooldowns = vec![("a".to_string(), 3_661.0), ("b".to_string(), 7_322.0)];

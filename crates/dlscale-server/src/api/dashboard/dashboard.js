@@ -321,7 +321,9 @@ function renderJobs(jobs, why, now) {
     const reason = reasons.filter((r) => r).join(" · ");
     const about = [e ? e.summary : j.message, j.waiting ? `waits: ${j.waiting}` : ""].filter((t) => t).join("\n");
     const nodes = j.nodes.map((s) => `${s.node}×${s.gpus}`).join(" + ");
-    const batch = j.batch_size ? `${j.batch_size} (${j.local_batch_size}/GPU)` : "–";
+    // What runs; a batch decided in place but not taken by the workers yet follows an arrow.
+    const pending = j.pending_batch_size == null ? "" : ` → ${j.pending_batch_size} (pending since ${clock(j.pending_since)})`;
+    const batch = j.batch_size ? `${j.batch_size} (${j.local_batch_size}/GPU)${pending}` : "–";
     body.append(
       el(
         "tr",
