@@ -597,3 +597,44 @@ async fn a_model_familys_measurements_outlive_its_jobs_and_a_restart() {
     server.cancel("b").await;
     assert_replays(&server);
 }
+
+/// `dlscale job X --format json | head` panicked on the broken pipe. Every command whose reader
+/// has gone now ends quietly, as `cat` does: no panic, nothing on stderr, killed by SIGPIPE.
+#[tokio::test(flavor = "multi_thread")]
+async fn output_into_a_closed_pipe_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), CONFIG).await;
+    server.submit(job("ok", "echo hello")).await;
+    server
+        .wait_job("ok", 20.0, "success", |j| j.state == JobStatus::Succeeded)
+        .await;
+    let commands: [&[&str]; 6] = [
+        &["job", "ok", "--format", "json"],
+        &["job", "ok"],
+        &["jobs", "--all", "--format", "json"],
+        &["logs", "ok"],
+        &["demo", "--format", "json"],
+        &["--help"],
+    ];
+    for args in commands {
+        // The reader is closed before the command starts: its first write finds no reader.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dlscale"))
+            .args(args)
+            .env("DLSCALE_API", format!("http://127.0.0.1:{}", server.port))
+            .env("DLSCALE_TOKEN", TOKEN)
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.is_empty(), "dlscale {args:?}: {stderr}");
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGPIPE),
+            "dlscale {args:?}: {:?}",
+            out.status
+        );
+    }
+}
