@@ -25,7 +25,7 @@ pub mod record;
 
 pub use autoscaler::{equal_batch, Autoscaler, DecidedJob, DecisionRecord, Target};
 pub use config::AutoscalerConfig;
-pub use explain::{DecisionInputs, Explanation, Limit};
+pub use explain::{DecisionInputs, Explanation, Explored, Limit};
 pub use input::{
     Input, LaunchState, MetricsReport, ModelSource, Observation, ObservedLaunch, Oracle, Outcome,
     Submission,

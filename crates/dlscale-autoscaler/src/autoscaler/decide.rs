@@ -9,7 +9,7 @@ use dlscale_core::{
 };
 
 use super::{Autoscaler, DecidedJob, DecisionRecord, Out, Target};
-use crate::explain::{DecisionInputs, HoldCause};
+use crate::explain::{DecisionInputs, Explored, HoldCause};
 use crate::input::ModelSource;
 use crate::output::{Event, Shape, StopReason, Trigger};
 use crate::record::{JobRecord, Status};
@@ -35,10 +35,15 @@ impl Autoscaler {
     }
 
     /// Brings what policies see of every live job up to date: current allocation, hold,
-    /// history, remaining work. Returns why the held jobs are held, by id.
-    pub(super) fn prepare(&mut self, now: f64) -> BTreeMap<String, HoldCause> {
+    /// history, remaining work, a learned job's maximum lowered to its exploration cap. Returns
+    /// why the held jobs are held and which maximums the exploration cap lowered, by id.
+    pub(super) fn prepare(
+        &mut self,
+        now: f64,
+    ) -> (BTreeMap<String, HoldCause>, BTreeMap<String, Explored>) {
         let waiting = self.live.iter().any(|r| r.status == Status::Queued);
         let mut causes = BTreeMap::new();
+        let mut explored = BTreeMap::new();
         let (topology, node_index, families) = (&self.topology, &self.node_index, &self.families);
         // A launch on a node that left (or shrank) cannot be kept as it is: the job is decided
         // for as if it did not run, so that it is moved rather than held where it cannot be.
@@ -52,8 +57,17 @@ impl Autoscaler {
         for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
             job.history.clone_from(&r.history);
             if r.model == ModelSource::Learned && r.max_gpus > 0 {
-                let cap = super::measured(families, r).explore_cap(job.requested.gpus);
+                let measured = super::measured(families, r);
+                let cap = measured.explore_cap(job.requested.gpus);
                 job.gpus.max = r.max_gpus.min(cap).max(job.gpus.min);
+                if job.gpus.max < r.max_gpus {
+                    let e = Explored {
+                        own_max: r.max_gpus,
+                        cap: job.gpus.max,
+                        measured: measured.most_gpus(),
+                    };
+                    explored.insert(r.id.clone(), e);
+                }
             }
             let launch = r.launch.as_ref();
             job.current = match (r.status, launch) {
@@ -100,7 +114,7 @@ impl Autoscaler {
                 causes.insert(r.id.clone(), cause);
             }
         }
-        causes
+        (causes, explored)
     }
 
     /// Runs the policy and places its decision: the new plan.
@@ -110,7 +124,7 @@ impl Autoscaler {
             self.plan = self.live.iter().map(|r| (r.seq, Target::Wait)).collect();
             return;
         };
-        let holds = self.prepare(now);
+        let (holds, explored) = self.prepare(now);
         // Jobs being cancelled are not decided for: they are leaving.
         let cancelling = |r: &JobRecord| {
             r.launch
@@ -300,6 +314,7 @@ impl Autoscaler {
                 jobs,
                 decision,
                 holds,
+                explored,
                 left_out,
                 leaving: leaving.into_iter().collect(),
             }));

@@ -241,10 +241,11 @@ pub fn schemas() -> Value {
             "description": "what keeps the job from more GPUs (or from starting); the fields besides `limit` depend on it",
             "properties": {
                 "limit": {"type": "string", "enum": ["largest", "cooldown", "finishing", "shape", "room",
-                    "no-gain", "min-gain", "restart-cost", "capacity", "admission", "fifo", "dropped",
+                    "exploring", "no-gain", "min-gain", "restart-cost", "capacity", "admission", "fifo", "dropped",
                     "unrunnable", "leaving", "policy"]},
                 "until_s": num, "min_gain": num, "cost_s": num, "rule": string,
-                "need": int, "free": int, "policy": string}},
+                "need": int, "free": int, "policy": string,
+                "measured": nullable(int.clone()), "cap": int}},
         "Policy": object(&["name", "about"], json!({"name": string, "about": string})),
         "Cluster": object(&["executor", "capacity"], json!({
             "executor": {"type": "string", "enum": ["local", "slurm"]},
