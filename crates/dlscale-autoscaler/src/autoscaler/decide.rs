@@ -267,6 +267,11 @@ impl Autoscaler {
                 gpus: d.gpus,
                 batch_size: d.batch_size,
                 predicted_samples_per_s: d.throughput_samples_per_s,
+                held: self
+                    .jobs
+                    .get(i)
+                    .and_then(|j| j.current)
+                    .map(|c| (c.gpus, c.batch)),
             });
             let Some(r) = self.live.get_mut(i) else {
                 continue;

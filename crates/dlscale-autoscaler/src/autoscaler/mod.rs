@@ -62,6 +62,10 @@ pub struct DecidedJob {
     pub batch_size: dlscale_core::BatchSize,
     /// Predicted samples per second.
     pub predicted_samples_per_s: f64,
+    /// What it ran with when decided, as (GPUs, global batch): `None` unless it held GPUs.
+    /// After a restart, what tells an adopted launch from a start.
+    #[serde(default)]
+    pub held: Option<(GpuCount, dlscale_core::BatchSize)>,
 }
 
 /// The last decision, for views.
