@@ -638,3 +638,34 @@ async fn output_into_a_closed_pipe_ends_quietly() {
         );
     }
 }
+
+/// A launcher that cannot be executed (here torchrun, removed after the server checked it at its
+/// start): the job fails after its retries, and its state says why, not only `exit code 127`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_whose_launcher_cannot_be_executed_fails_saying_why() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let torchrun = dir.path().join("torchrun");
+    std::fs::write(&torchrun, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&torchrun, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = format!("{CONFIG}torchrun = \"{}\"\n", torchrun.display());
+    let server = Server::start(dir.path(), &config).await;
+    std::fs::remove_file(&torchrun).unwrap();
+    std::fs::write(dir.path().join("train.py"), "").unwrap();
+    let mut t = job("t", "");
+    t["command"] = json!(["train.py"]);
+    t["launcher"] = json!("torchrun");
+    t["workdir"] = json!(dir.path());
+    server.submit(t).await;
+    let failed = server
+        .wait_job("t", 30.0, "its failure", |j| j.state == JobStatus::Failed)
+        .await;
+    let why = format!(
+        "could not start: the program {} could not be executed: No such file or directory",
+        torchrun.display()
+    );
+    assert_eq!(failed.message, format!("failed ({why})"), "{failed:?}");
+    assert_eq!((failed.failures, failed.exit_code), (2, None));
+    let shown = service_support::cli(&server, &["job", "t"]);
+    assert!(shown.contains(&why), "{shown}");
+}

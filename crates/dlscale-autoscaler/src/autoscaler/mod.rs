@@ -849,6 +849,8 @@ impl Autoscaler {
             .and_then(|l| l.stop.as_ref())
             .is_some_and(|s| s.reason == StopReason::Cancel);
         r.failures += 1;
+        // What `dlscale job` shows of a job that failed: why its launch did not start.
+        r.last_outcome = Some(Outcome::NotStarted(error.clone()));
         let next = if cancelled {
             Next::Cancelled
         } else if r.failures > r.max_retries {

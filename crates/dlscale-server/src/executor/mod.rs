@@ -19,6 +19,7 @@ pub mod slurm;
 pub mod squeue;
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,6 +65,47 @@ pub fn read_exit(run_dir: &Path) -> Option<i32> {
         .trim()
         .parse()
         .ok()
+}
+
+/// Where `program` would be executed from, as `execvp` finds it: a name with a `/` relative to
+/// `workdir`, a bare name in the directories of `path` (`PATH`). The error says why it cannot
+/// be executed, naming the program: `the program X could not be executed: No such file or
+/// directory`.
+pub fn find_program(
+    program: &str,
+    path: Option<&OsStr>,
+    workdir: &Path,
+) -> Result<PathBuf, String> {
+    let fail = |why: &str| format!("the program {program} could not be executed: {why}");
+    let executable = |p: &Path| -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        match std::fs::metadata(p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err("No such file or directory".to_string())
+            }
+            Err(e) => Err(e.to_string()),
+            Ok(m) if m.is_dir() => Err("Is a directory".to_string()),
+            Ok(m) if m.permissions().mode() & 0o111 == 0 => {
+                Err("Permission denied (not executable)".to_string())
+            }
+            Ok(_) => Ok(()),
+        }
+    };
+    if program.is_empty() {
+        return Err(fail("the command is empty"));
+    }
+    if program.contains('/') {
+        let p = workdir.join(program);
+        return executable(&p).map(|()| p).map_err(|why| fail(&why));
+    }
+    let dirs = path.map(std::env::split_paths).into_iter().flatten();
+    for dir in dirs.filter(|d| !d.as_os_str().is_empty()) {
+        let p = dir.join(program);
+        if executable(&p).is_ok() {
+            return Ok(p);
+        }
+    }
+    Err(fail("not found in any directory of PATH"))
 }
 
 /// What every executor needs to know beyond the job.
