@@ -34,8 +34,9 @@ use crate::fault;
 use crate::spec::{JobSpec, Launcher};
 use crate::store::RecordedInput;
 
-/// Exit code the worker library uses after a checkpoint on SIGTERM (set via
-/// `DLSCALE_STOP_EXIT_CODE`); for logs only, as any exit after a stop is a stop.
+/// Exit code of a worker that stopped on SIGTERM after a checkpoint (EX_TEMPFAIL): the worker
+/// library's default (`EXIT_STOPPED`), set in `DLSCALE_STOP_EXIT_CODE` for programs that read
+/// it; for logs only, as any exit after a stop is a stop.
 pub const STOP_EXIT_CODE: i32 = 75;
 
 /// Where a job keeps its files: `<data_dir>/jobs/<id>/`.
@@ -183,7 +184,6 @@ pub fn log_tail(data_dir: &Path, id: &str, max_bytes: u64) -> Option<String> {
 /// `SignalException` traceback from torchrun, a checkpoint message) reads as expected rather than
 /// as a crash. Best effort: the log is the job's, and a failed write loses only the mark.
 pub fn mark_stop_in_log(data_dir: &Path, id: &str, attempt: u32, reason: StopReason) {
-    use std::io::Write;
     let then = match reason {
         StopReason::Cancel => "it is not relaunched (cancelled)",
         _ => "it is relaunched, resuming from its checkpoint if it saved one",
@@ -192,12 +192,29 @@ pub fn mark_stop_in_log(data_dir: &Path, id: &str, attempt: u32, reason: StopRea
         "[dlscale] launch {attempt} stopped ({reason}): SIGTERM sent; {then}. A traceback from \
          torchrun's SignalException below this line is expected.\n"
     );
+    append_to_log(data_dir, id, &line);
+}
+
+/// One line in the job's log where dlscale kills a stopped launch that outlived its grace
+/// period, so that the log says why its output ends there. Best effort, as
+/// [`mark_stop_in_log`].
+pub fn mark_kill_in_log(data_dir: &Path, id: &str, attempt: u32, grace_s: f64) {
+    let line = format!(
+        "[dlscale] launch {attempt} killed after grace: still running {grace_s} s after its stop \
+         (grace_s); SIGKILL sent to every process of it. Whatever it did not checkpoint is lost.\n"
+    );
+    append_to_log(data_dir, id, &line);
+}
+
+/// Appends `line` to the job's log, if it has one.
+fn append_to_log(data_dir: &Path, id: &str, line: &str) {
+    use std::io::Write;
     let appended = std::fs::OpenOptions::new()
         .append(true)
         .open(log_path(data_dir, id))
         .and_then(|mut f| f.write_all(line.as_bytes()));
     if let Err(e) = appended {
-        tracing::debug!("job {id}: cannot mark the stop in its log: {e}");
+        tracing::debug!("job {id}: cannot mark its log: {e}");
     }
 }
 
@@ -447,6 +464,19 @@ impl Executor {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_stop_exit_code_is_the_worker_librarys_default() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../python/src/dlscale/stop.py");
+        let library = std::fs::read_to_string(&path).unwrap();
+        let default = format!("EXIT_STOPPED = {} ", super::STOP_EXIT_CODE);
+        assert!(
+            library.lines().any(|l| l.starts_with(&default)),
+            "{} does not say {default:?}",
+            path.display()
+        );
+    }
+
     #[test]
     fn the_completion_a_launch_logged_is_found_after_its_own_header() {
         let log = "dlscale-server: launch 1 of a: 2 workers\n\
