@@ -27,7 +27,7 @@ mod converge;
 mod decide;
 mod observe;
 
-pub use decide::{describe, equal_batch};
+pub use decide::{decide_placed, describe, equal_batch, PlacedDecision};
 
 use crate::config::AutoscalerConfig;
 use crate::explain::DecisionInputs;
