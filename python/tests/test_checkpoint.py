@@ -108,8 +108,43 @@ def test_sigterm_stop_checkpoints_and_exits_with_configured_code(tmp_path, capsy
     with pytest.raises(SystemExit) as exc:
         job.stop()
     assert exc.value.code == 75
+    # Its exit is bounded: SIGALRM would end it. Disarmed here, where the exit is caught.
+    assert 0 < signal.alarm(0) <= 5
     assert signal.getsignal(signal.SIGTERM) is before  # handler removed again
     out = capsys.readouterr().out
     assert "dlscale: step=4 " in out  # the partial log window is flushed
     assert "dlscale: checkpoint step=4" in out and "dlscale: stopped step=4 samples_seen=128 exit_code=75" in out
     assert load_latest_checkpoint(str(tmp_path))[1]["step"] == 4
+
+
+# A stopped worker whose exit hangs: a non-daemon thread the interpreter waits for at exit.
+_HANGS_AT_EXIT = r"""
+import threading, time
+import dlscale
+job = dlscale.init()
+import torch
+model = torch.nn.Linear(4, 2)
+job.resume(model, torch.optim.SGD(model.parameters(), lr=0.1))
+threading.Thread(target=time.sleep, args=(600,)).start()
+job.stop()
+"""
+
+
+def test_a_stopped_process_whose_exit_hangs_is_ended_after_its_checkpoint(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import clean_env
+    from dlscale.stop import EXIT_WATCHDOG_S
+
+    start = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", _HANGS_AT_EXIT], capture_output=True, text=True,
+                       timeout=120, env=clean_env(DLSCALE_CHECKPOINT_DIR=tmp_path))
+    elapsed = time.monotonic() - start
+    assert r.returncode == -signal.SIGALRM, (r.returncode, r.stdout, r.stderr)
+    assert "dlscale: stopped step=0 samples_seen=0 exit_code=75" in r.stdout, r.stdout
+    assert load_latest_checkpoint(str(tmp_path))[1]["step"] == 0
+    # Ended by the watchdog, not after the thread's ten minutes (importing torch takes a while).
+    assert EXIT_WATCHDOG_S <= elapsed < EXIT_WATCHDOG_S + 60, elapsed

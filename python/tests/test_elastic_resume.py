@@ -44,8 +44,8 @@ def test_sigterm_checkpoint_and_exact_resume_across_world_sizes(tmp_path, procs,
               clean_env(**common, DLSCALE_WORLD_SIZE=1, DLSCALE_BATCH_SIZE=32))
     a.wait_for(STEP_LINE, 60, lambda m: int(m.group(1)) >= 30)
     a.signal(signal.SIGTERM)
-    assert a.wait(30) == 0, a.output
-    n1, seen1 = map(int, one(r"^dlscale: stopped step=(\d+) samples_seen=(\d+) exit_code=0$", a.output))
+    assert a.wait(30) == 75, a.output  # EXIT_STOPPED
+    n1, seen1 = map(int, one(r"^dlscale: stopped step=(\d+) samples_seen=(\d+) exit_code=75$", a.output))
     assert f"dlscale: checkpoint step={n1}" in a.output  # (skipped only if a periodic one had it)
     assert seen1 == 32 * n1 and 30 <= n1 < TOTAL
     assert "dlscale: resumed" not in a.output
@@ -59,7 +59,7 @@ def test_sigterm_checkpoint_and_exact_resume_across_world_sizes(tmp_path, procs,
     b.wait(60)  # torchrun itself exits 1 after a SIGTERM (SignalException), whatever the workers did
     assert one(r"^dlscale: resumed step=(\d+) samples_seen=(\d+) world_size=(\d+) batch_size=(\d+)$",
                b.output) == (str(n1), str(seen1), "2", "48")
-    n2, seen2 = map(int, one(r"^dlscale: stopped step=(\d+) samples_seen=(\d+) exit_code=0$", b.output))
+    n2, seen2 = map(int, one(r"^dlscale: stopped step=(\d+) samples_seen=(\d+) exit_code=75$", b.output))
     assert seen2 == seen1 + 48 * (n2 - n1)
     steps_b = parse_steps(b.output)
     assert steps_b[0][0] == n1 + 1 and all(s[3:] == (2, 48) for s in steps_b)

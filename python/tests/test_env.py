@@ -73,8 +73,8 @@ def test_blank_values_count_as_unset():
 def test_stop_exit_code_env():
     from dlscale import stop_exit_code
 
-    assert stop_exit_code({}) == 0
-    assert stop_exit_code({"DLSCALE_STOP_EXIT_CODE": "75"}) == 75
+    assert stop_exit_code({}) == 75  # EX_TEMPFAIL, as the server sets it
+    assert stop_exit_code({"DLSCALE_STOP_EXIT_CODE": "0"}) == 0
     with pytest.raises(EnvError, match="not an integer"):
         stop_exit_code({"DLSCALE_STOP_EXIT_CODE": "x"})
     with pytest.raises(EnvError, match="0..255"):

@@ -3,8 +3,8 @@
 //! An [`Explanation`] says, for one job of a decision, what the next larger and the next smaller
 //! GPU count would be worth to it (from its value table, valued as the policy valued it), which
 //! job would have to give up the GPUs, and what held it where it is: its cooldown, the minimum
-//! gain, the restart cost, the shape rule, room on the nodes, admission, the capacity, or its own
-//! limits. It is computed on demand from the decision's [`DecisionInputs`] (what the policy was
+//! gain, the restart cost, the shape rule, room on the nodes, the exploration cap of a learned
+//! model, admission, the capacity, or its own limits. It is computed on demand from the decision's [`DecisionInputs`] (what the policy was
 //! shown), so a decision costs nothing more than keeping those; for the same inputs it is the
 //! same, like everything in this crate.
 
@@ -34,6 +34,18 @@ pub enum HoldCause {
     Finishing,
 }
 
+/// A learned job whose maximum the exploration cap lowered: its model is trusted only up to
+/// twice the GPUs it was measured on ([`crate::learn::Measurements::explore_cap`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Explored {
+    /// Its own maximum.
+    pub own_max: GpuCount,
+    /// The maximum the policy was shown.
+    pub cap: GpuCount,
+    /// The most GPUs it was measured on; `None` before any measurement.
+    pub measured: Option<GpuCount>,
+}
+
 /// What a decision was made from, kept for explanations: the policy's request and answer in the
 /// last round of the decision, and what the rounds before left out.
 #[derive(Debug, Clone)]
@@ -59,6 +71,8 @@ pub struct DecisionInputs {
     pub decision: Decision,
     /// Why running jobs were held, by id (those not held are absent).
     pub holds: BTreeMap<String, HoldCause>,
+    /// Learned jobs whose maximum the exploration cap lowered, by id.
+    pub explored: BTreeMap<String, Explored>,
     /// Jobs whose maximum was lowered to what fits on the nodes: their own maximum, by id.
     pub capped: BTreeMap<String, GpuCount>,
     /// Jobs left out because their GPUs fit nowhere on the nodes: they wait for room.
@@ -116,6 +130,14 @@ pub enum Limit {
     },
     /// The GPUs it would need do not fit on the nodes' free GPUs (fragmentation).
     Room,
+    /// Its learned model is not trusted beyond what it was measured on: it gets at most `cap`
+    /// GPUs until it is measured on more.
+    Exploring {
+        /// The most GPUs it was measured on; `None` before any measurement.
+        measured: Option<GpuCount>,
+        /// The most it may be given now.
+        cap: GpuCount,
+    },
     /// More GPUs would not make it faster.
     NoGain,
     /// The gain is real but not above the minimum gain a rescale must bring.
@@ -164,6 +186,7 @@ impl Limit {
                 | Limit::Finishing
                 | Limit::Shape { .. }
                 | Limit::Room
+                | Limit::Exploring { .. }
                 | Limit::MinGain { .. }
                 | Limit::RestartCost { .. }
         )
@@ -276,8 +299,13 @@ impl<'a> Explainer<'a> {
         let table = OptionTable::build(job, cluster, utility, self.choice);
         let remaining_s = remaining_s(job, &table);
         let offered = held_options(&table, job, remaining_s, &self.request);
-        let all = match self.inputs.capped.get(&job.id) {
-            Some(&max) => {
+        // Its own maximum, where the exploration cap or the room on the nodes lowered it.
+        let own_max = match self.inputs.explored.get(&job.id) {
+            Some(e) => Some(e.own_max),
+            None => self.inputs.capped.get(&job.id).copied(),
+        };
+        let all = match own_max {
+            Some(max) => {
                 let mut own = job.clone();
                 own.gpus.max = max;
                 OptionTable::build(&own, cluster, utility, self.choice)
@@ -374,6 +402,10 @@ impl<'a> Explainer<'a> {
         let short = alt
             .as_ref()
             .map_or(0, |m| (m.gpus - g).saturating_sub(free));
+        // The exploration cap holds when the next count is beyond it.
+        let exploring = alt
+            .as_ref()
+            .and_then(|m| inputs.explored.get(&job.id).filter(|e| m.gpus > e.cap));
         let limit = match (&alt, d.state) {
             (_, JobState::Dropped) => Limit::Dropped {
                 need: first_offered.unwrap_or(0),
@@ -392,13 +424,21 @@ impl<'a> Explainer<'a> {
                 }
             },
             (None, _) => Limit::Largest,
-            (Some(m), _) => match inputs.holds.get(&job.id) {
-                Some(HoldCause::Finishing) => Limit::Finishing,
-                Some(&HoldCause::Cooldown { until_s }) => Limit::Cooldown { until_s },
-                None if !self.request.allows(job, m.gpus) => Limit::Shape { rule: inputs.shape },
-                None if inputs.capped.contains_key(&job.id) && m.gpus > job.gpus.max => Limit::Room,
-                None if !knapsack => self.by_policy(),
-                None => {
+            (Some(m), _) => match (inputs.holds.get(&job.id), exploring) {
+                (Some(HoldCause::Finishing), _) => Limit::Finishing,
+                (Some(&HoldCause::Cooldown { until_s }), _) => Limit::Cooldown { until_s },
+                (None, _) if !self.request.allows(job, m.gpus) => {
+                    Limit::Shape { rule: inputs.shape }
+                }
+                (None, Some(e)) => Limit::Exploring {
+                    measured: e.measured,
+                    cap: e.cap,
+                },
+                (None, None) if inputs.capped.contains_key(&job.id) && m.gpus > job.gpus.max => {
+                    Limit::Room
+                }
+                (None, None) if !knapsack => self.by_policy(),
+                (None, None) => {
                     let gain = m.gain.unwrap_or(0.0);
                     let restart = inputs.settings.restart;
                     if gain <= 0.0 {
@@ -644,6 +684,20 @@ impl fmt::Display for Explanation {
                 ": {} do not fit on the free GPUs of the nodes",
                 gpus(m.gpus)
             )?,
+            (Limit::Exploring { measured, cap }, Some(_)) => match measured {
+                Some(n) => write!(
+                    f,
+                    ": not yet measured beyond {}; until it is, its learned model is trusted with \
+                     at most {}",
+                    gpus(*n),
+                    gpus(*cap)
+                )?,
+                None => write!(
+                    f,
+                    ": not yet measured; until it reports, it runs on the {} it asks for",
+                    gpus(*cap)
+                )?,
+            },
             (Limit::NoGain, Some(m)) => write!(f, ": {}, no speed-up", adds(m))?,
             (Limit::MinGain { min_gain }, Some(m)) => write!(
                 f,

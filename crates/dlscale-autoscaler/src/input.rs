@@ -52,6 +52,8 @@ pub enum Outcome {
     CancelledOutside,
     /// The cluster ended it for reasons of its own (time limit, node failure, preemption).
     Interrupted(String),
+    /// The executor could not start it, and says why (`Input::LaunchFailed`).
+    NotStarted(String),
 }
 
 impl std::fmt::Display for Outcome {
@@ -64,6 +66,7 @@ impl std::fmt::Display for Outcome {
                 f.write_str("cancelled outside dlscale: scancel or an administrator")
             }
             Outcome::Interrupted(why) => f.write_str(why),
+            Outcome::NotStarted(why) => write!(f, "could not start: {why}"),
         }
     }
 }

@@ -267,11 +267,16 @@ impl Measurements {
     /// Beyond that the model extrapolates from nothing, so the job grows step by step and is
     /// measured at each step.
     pub fn explore_cap(&self, requested: GpuCount) -> GpuCount {
-        match self.points.iter().map(|p| p.gpus).max() {
+        match self.most_gpus() {
             Some(most) => most.saturating_mul(2).max(requested),
             None => requested,
         }
         .max(1)
+    }
+
+    /// The most GPUs measured; `None` before any measurement.
+    pub fn most_gpus(&self) -> Option<GpuCount> {
+        self.points.iter().map(|p| p.gpus).max()
     }
 
     /// The model to decide with: the fit of the measured configurations (from a single one, the

@@ -23,9 +23,11 @@ pub mod lifecycle;
 pub mod output;
 pub mod record;
 
-pub use autoscaler::{equal_batch, Autoscaler, DecidedJob, DecisionRecord, Target};
+pub use autoscaler::{
+    decide_placed, equal_batch, Autoscaler, DecidedJob, DecisionRecord, PlacedDecision, Target,
+};
 pub use config::AutoscalerConfig;
-pub use explain::{DecisionInputs, Explanation, Limit};
+pub use explain::{DecisionInputs, Explanation, Explored, Limit};
 pub use input::{
     Input, LaunchState, MetricsReport, ModelSource, Observation, ObservedLaunch, Oracle, Outcome,
     Submission,

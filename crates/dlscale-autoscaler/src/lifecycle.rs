@@ -8,7 +8,7 @@
 //! | no | none | exit 0 | succeeded |
 //! | no | none | cancelled outside dlscale | cancelled |
 //! | no | none | vanished, interrupted by the cluster | relaunched (not a failure) |
-//! | no | none | another exit code | retried, or failed past `max_retries` |
+//! | no | none | another exit code, or it could not start | retried, or failed past `max_retries` |
 //!
 //! An exit after dlscale asked for a stop is a stop whatever its code: many programs checkpoint
 //! on SIGTERM and exit 0, and torchrun exits 1 after passing SIGTERM on. A relaunch restarts the
@@ -33,7 +33,7 @@ pub fn settle(
         (false, None, Outcome::Exited(0)) => Next::Succeeded,
         (false, None, Outcome::CancelledOutside) => Next::Cancelled,
         (false, None, Outcome::Vanished | Outcome::Interrupted(_)) => Next::Resume,
-        (false, None, Outcome::Exited(_)) => {
+        (false, None, Outcome::Exited(_) | Outcome::NotStarted(_)) => {
             let failures = failures + 1;
             if failures > max_retries {
                 Next::Failed(failures)
@@ -113,6 +113,13 @@ mod tests {
             (false, None, Exited(1), 0, Next::Retry(1)),
             (false, None, Exited(-9), 1, Next::Retry(2)),
             (false, None, Exited(1), 2, Next::Failed(3)),
+            (
+                false,
+                None,
+                NotStarted("no program".into()),
+                0,
+                Next::Retry(1),
+            ),
         ];
         for (completed, stop, outcome, failures, next) in cases {
             assert_eq!(

@@ -1,6 +1,6 @@
 //! Explanations of real decisions on cases small enough to check by hand: the value of one GPU
 //! more and one fewer, the job that would lose it, and what held a job back (capacity, minimum
-//! gain, cooldown, admission, the shape rule, its own limits).
+//! gain, cooldown, admission, the shape rule, a learned model's exploration cap, its own limits).
 //!
 //! The models are analytic with a fixed batch and no base compute, so throughputs are round:
 //! step time = 0.001 s × per-GPU batch (+ the in-node sync on two or more GPUs). The utility is
@@ -8,11 +8,13 @@
 
 mod steps;
 
-use dlscale_autoscaler::{Autoscaler, AutoscalerConfig, Explanation, Input, Limit, Outcome};
+use dlscale_autoscaler::{
+    Autoscaler, AutoscalerConfig, Explanation, Input, Limit, MetricsReport, ModelSource, Outcome,
+};
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::{ShapeRule, Topology};
 use dlscale_core::{Admission, Job, JobState, Settings, Utility, Weighing};
-use steps::{started, submit};
+use steps::{started, submit, submit_as};
 
 /// A job with a fixed batch of `batch` (all of it fits one GPU) and in-node sync `sync_s`.
 fn job(id: &str, batch: u32, sync_s: f64, min_gpus: u32, max_gpus: u32) -> Job {
@@ -307,4 +309,74 @@ fn inputs_are_kept_only_when_asked() {
     a.keep_inputs(false);
     a.handle(0.0, vec![submit(job("a", 60, 0.0, 1, 2))]);
     assert!(a.last_decision().is_some() && a.last_inputs().is_none());
+}
+
+/// A learned job's report: `samples_per_s` on its launch `attempt` at `batch`.
+fn report(attempt: u32, batch: u32, samples_per_s: f64) -> Input {
+    Input::Metrics {
+        id: "a".into(),
+        report: MetricsReport {
+            step: 1,
+            samples_per_s,
+            batch_size: batch,
+            world_size: 0,
+            loss: None,
+            samples_seen: 1000,
+            attempt: Some(attempt),
+            grad: None,
+            compute_time_s: None,
+        },
+    }
+}
+
+#[test]
+fn a_learned_job_held_by_its_exploration_cap_says_so() {
+    // a learns its model (up to 8 GPUs, asking for 2): it is trusted on what it asks for before
+    // it reports, and on twice the GPUs measured after.
+    let mut learned = job("a", 64, 0.0, 1, 8);
+    learned.requested.gpus = 2;
+    let mut a = autoscaler(Topology::uniform(1, 8), |_| {});
+    let s = a.handle(0.0, vec![submit_as(learned, ModelSource::Learned, None)]);
+    let e = explain(&a, "a");
+    assert_eq!(
+        (e.gpus, e.limit.clone()),
+        (
+            2,
+            Limit::Exploring {
+                measured: None,
+                cap: 2
+            }
+        )
+    );
+    assert_eq!(e.more.as_ref().map(|m| m.gpus), Some(3), "{e:?}");
+    assert!(
+        e.to_string().starts_with(
+            "held at 2 GPUs: not yet measured; until it reports, it runs on the 2 GPUs it asks for"
+        ),
+        "{e}"
+    );
+    // Measured on 2 GPUs (a warm-up report, then one that counts): trusted up to 4.
+    a.handle(0.0, started(&s));
+    a.handle(30.0, vec![report(1, 64, 2000.0)]);
+    a.handle(60.0, vec![report(1, 64, 2000.0)]);
+    a.handle(61.0, vec![submit(job("b", 64, 0.0, 1, 1))]);
+    let e = explain(&a, "a");
+    assert_eq!(
+        (e.gpus, e.limit.clone()),
+        (
+            4,
+            Limit::Exploring {
+                measured: Some(2),
+                cap: 4
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        e.to_string().starts_with(
+            "held at 4 GPUs: not yet measured beyond 2 GPUs; until it is, its learned model is \
+             trusted with at most 4 GPUs"
+        ),
+        "{e}"
+    );
 }

@@ -6,7 +6,7 @@
 mod steps;
 
 use dlscale_autoscaler::{
-    Action, Autoscaler, AutoscalerConfig, Input, JobRecord, LaunchState, ModelSource, Next,
+    Action, Autoscaler, AutoscalerConfig, Event, Input, JobRecord, LaunchState, ModelSource, Next,
     Observation, ObservedLaunch, Outcome, Refusal, Status, Step, StopReason, Waiting,
 };
 use dlscale_core::allocator::{ELASTIC_BATCH, STATIC};
@@ -388,6 +388,15 @@ fn after_a_restart_live_launches_are_adopted_lost_ones_relaunched_stale_ones_kil
         launches(&s).is_empty(),
         "nothing relaunched before an observation: {s:?}"
     );
+    // The decision after the restart knows what each job ran with: a running job is not new.
+    let held: Vec<_> = b
+        .last_decision()
+        .unwrap()
+        .jobs
+        .iter()
+        .map(|j| (j.id.as_str(), j.held))
+        .collect();
+    assert_eq!(held, [("a", Some((2, 128))), ("b", Some((2, 128)))]);
     // The executor sees a's launch alive, and an old launch of a (attempt 0) too; b is gone.
     let s = b.handle(
         6.0,
@@ -410,6 +419,14 @@ fn after_a_restart_live_launches_are_adopted_lost_ones_relaunched_stale_ones_kil
     );
     assert_eq!(kills(&s), [("a".into(), 0)]);
     assert_eq!(b.job("a").unwrap().0.status, Status::Running);
+    // a's launch, confirmed before the restart, is announced as adopted (not as started).
+    let announced: Vec<String> = s
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Adopted { .. } | Event::Started { .. }))
+        .map(Event::to_string)
+        .collect();
+    assert_eq!(announced, ["a: launch 1 is still alive: adopted"]);
     assert_eq!(launches(&s), [("b".into(), 2, 2, 128)], "{s:?}");
     assert_eq!(b.job("b").unwrap().0.restarts, 1);
 }

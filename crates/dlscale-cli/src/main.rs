@@ -69,8 +69,22 @@ pub fn input_error(e: impl Into<anyhow::Error>) -> anyhow::Error {
     anyhow::Error::new(InputError(e.into()))
 }
 
+/// Sets what a write to a closed pipe does. Rust ignores SIGPIPE, so `println!` into a reader
+/// that has gone (`dlscale jobs | head`) would panic; a command-line tool is instead ended by the
+/// signal, quietly, as `cat` is. The server keeps ignoring it: a client that hangs up or a log
+/// reader that goes away is an error it handles, never a reason to stop.
+fn sigpipe(action: libc::sighandler_t) {
+    // SAFETY: signal() with SIG_DFL or SIG_IGN installs no handler code.
+    unsafe { libc::signal(libc::SIGPIPE, action) };
+}
+
 fn main() -> ExitCode {
+    // Before parsing: `--help` output goes into pipes too.
+    sigpipe(libc::SIG_DFL);
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Serve(_)) {
+        sigpipe(libc::SIG_IGN);
+    }
     let result = match cli.command {
         Command::Optimize(args) => optimize::run_optimize(&args),
         Command::Demo(args) => optimize::run_demo(&args),

@@ -5,8 +5,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use dlscale_autoscaler::{decide_placed, PlacedDecision};
 use dlscale_core::allocator::knapsack::SolverPath;
 use dlscale_core::jobfile::{parse_document, parse_jobs, FileFormat};
+use dlscale_core::placement::{ShapeRule, Topology};
 use dlscale_core::{
     policy_info, Admission, Cluster, CountRule, Decision, DecisionRequest, Job, JobState,
     PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility, Weighing, REGISTRY,
@@ -307,6 +309,9 @@ pub fn run_demo(args: &DemoArgs) -> Result<()> {
     Ok(())
 }
 
+/// Decides as the autoscaler does: the policy, then the placement on the cluster's nodes, after
+/// which consolidation (`--consolidate`) may make the policy decide again. Each running job's
+/// `nodes` are those the placement put it on.
 fn solve(
     policy: PolicyInfo,
     options: &PolicyOptions,
@@ -315,9 +320,24 @@ fn solve(
     settings: &Settings,
 ) -> (Decision, f64) {
     let start = Instant::now();
-    let decision = policy
-        .instance(options)
-        .decide(&DecisionRequest::new(cluster, jobs, settings));
+    let topology = Topology::uniform(cluster.nodes, cluster.gpus_per_node);
+    let PlacedDecision {
+        mut decision,
+        placed,
+        ..
+    } = decide_placed(
+        policy.instance(options).as_mut(),
+        &DecisionRequest::new(cluster, jobs, settings),
+        &topology,
+        ShapeRule::Any,
+        &|_| None,
+        0,
+    );
+    for d in &mut decision.jobs {
+        if let Some(shares) = placed.placement.get(&d.id) {
+            d.nodes = shares.len() as u32;
+        }
+    }
     (decision, start.elapsed().as_secs_f64() * 1e3)
 }
 
@@ -364,7 +384,11 @@ fn print_table(
         "{:<16} {:<12} {:<8} {:>5} {:>5} {:>7} {:>7} {:>14} {:>9}",
         "job", "model", "state", "gpus", "nodes", "batch", "local", "samples/s", "utility"
     );
-    for (job, d) in jobs.iter().zip(&decision.jobs) {
+    for d in &decision.jobs {
+        let model = jobs
+            .iter()
+            .find(|j| j.id == d.id)
+            .map_or("", |j| j.model_name.as_str());
         let state = match d.state {
             JobState::Running => "running",
             JobState::Queued => "queued",
@@ -373,7 +397,7 @@ fn print_table(
         println!(
             "{:<16} {:<12} {:<8} {:>5} {:>5} {:>7} {:>7} {:>14.1} {:>9.4}",
             d.id,
-            job.model_name,
+            model,
             state,
             d.gpus,
             d.nodes,

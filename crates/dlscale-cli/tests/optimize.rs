@@ -335,3 +335,58 @@ fn bad_input_exits_2_with_a_message_naming_file_and_field() {
     ]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn consolidate_decides_as_the_autoscaler_does() {
+    // On 2 × 4 GPUs, a and c take 3 GPUs each, one node each; b's 2 GPUs would be one on each
+    // node. With --consolidate, b is capped at what fits on one node, as `serve` and `simulate`
+    // decide; `nodes` says where the placement put each job.
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = write(
+        &dir,
+        "jobs.json",
+        r#"{"jobs": [
+          {"id": "a", "model": {"compute_per_sample_s": 0.001}, "min_batch": 64, "max_batch": 2048,
+           "max_local_batch": 64, "max_gpus": 3},
+          {"id": "c", "model": {"compute_per_sample_s": 0.001}, "min_batch": 64, "max_batch": 2048,
+           "max_local_batch": 64, "max_gpus": 3},
+          {"id": "b", "model": {"compute_per_sample_s": 0.001}, "min_batch": 64, "max_batch": 2048,
+           "max_local_batch": 64, "max_gpus": 2}]}"#,
+    );
+    let decide = |consolidate: &str| {
+        let doc = dlscale_json(&[
+            "optimize",
+            "--jobs",
+            &jobs,
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "4",
+            "--consolidate",
+            consolidate,
+            "--format",
+            "json",
+        ]);
+        doc["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| {
+                (
+                    j["id"].as_str().unwrap().to_string(),
+                    j["gpus"].as_u64().unwrap(),
+                    j["nodes"].as_u64().unwrap(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let job = |id: &str, gpus: u64, nodes: u64| (id.to_string(), gpus, nodes);
+    assert_eq!(
+        decide("false"),
+        [job("a", 3, 1), job("c", 3, 1), job("b", 2, 2)]
+    );
+    assert_eq!(
+        decide("true"),
+        [job("a", 3, 1), job("c", 3, 1), job("b", 1, 1)]
+    );
+}

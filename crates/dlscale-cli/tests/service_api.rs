@@ -715,3 +715,75 @@ async fn a_reused_id_starts_afresh_unless_it_resumes_from_the_ended_job() {
     assert_eq!(uids.len(), 3, "{all:#?}");
     assert_replays(&server);
 }
+
+/// `dlscale job X --format json | head` panicked on the broken pipe. Every command whose reader
+/// has gone now ends quietly, as `cat` does: no panic, nothing on stderr, killed by SIGPIPE.
+#[tokio::test(flavor = "multi_thread")]
+async fn output_into_a_closed_pipe_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), CONFIG).await;
+    server.submit(job("ok", "echo hello")).await;
+    server
+        .wait_job("ok", 20.0, "success", |j| j.state == JobStatus::Succeeded)
+        .await;
+    let commands: [&[&str]; 6] = [
+        &["job", "ok", "--format", "json"],
+        &["job", "ok"],
+        &["jobs", "--all", "--format", "json"],
+        &["logs", "ok"],
+        &["demo", "--format", "json"],
+        &["--help"],
+    ];
+    for args in commands {
+        // The reader is closed before the command starts: its first write finds no reader.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dlscale"))
+            .args(args)
+            .env("DLSCALE_API", format!("http://127.0.0.1:{}", server.port))
+            .env("DLSCALE_TOKEN", TOKEN)
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.is_empty(), "dlscale {args:?}: {stderr}");
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGPIPE),
+            "dlscale {args:?}: {:?}",
+            out.status
+        );
+    }
+}
+
+/// A launcher that cannot be executed (here torchrun, removed after the server checked it at its
+/// start): the job fails after its retries, and its state says why, not only `exit code 127`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_whose_launcher_cannot_be_executed_fails_saying_why() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let torchrun = dir.path().join("torchrun");
+    std::fs::write(&torchrun, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&torchrun, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = format!("{CONFIG}torchrun = \"{}\"\n", torchrun.display());
+    let server = Server::start(dir.path(), &config).await;
+    std::fs::remove_file(&torchrun).unwrap();
+    std::fs::write(dir.path().join("train.py"), "").unwrap();
+    let mut t = job("t", "");
+    t["command"] = json!(["train.py"]);
+    t["launcher"] = json!("torchrun");
+    t["workdir"] = json!(dir.path());
+    server.submit(t).await;
+    let failed = server
+        .wait_job("t", 30.0, "its failure", |j| j.state == JobStatus::Failed)
+        .await;
+    let why = format!(
+        "could not start: the program {} could not be executed: No such file or directory",
+        torchrun.display()
+    );
+    assert_eq!(failed.message, format!("failed ({why})"), "{failed:?}");
+    assert_eq!((failed.failures, failed.exit_code), (2, None));
+    let shown = service_support::cli(&server, &["job", "t"]);
+    assert!(shown.contains(&why), "{shown}");
+}

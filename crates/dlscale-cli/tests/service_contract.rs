@@ -148,6 +148,14 @@ else:  # fork a daemon that re-parents to PID 1, then finish normally
             // Marked ended (its slots free) only once nothing of the launch runs.
             let left = launch_processes(instance, Some("stubborn"));
             assert!(left.is_empty(), "processes left after cancel: {left:?}");
+            // Its log says why its output ends: dlscale killed it when the grace ran out.
+            let log = std::fs::read_to_string(&j.log).unwrap();
+            assert!(
+                log.contains(
+                    "[dlscale] launch 1 killed after grace: still running 3 s after its stop"
+                ),
+                "{log}"
+            );
             break;
         }
         assert!(
@@ -164,4 +172,70 @@ else:  # fork a daemon that re-parents to PID 1, then finish normally
     assert_eq!(done.state, JobStatus::Succeeded, "{done:?}");
     let left = launch_processes(instance, Some("forker"));
     assert!(left.is_empty(), "the daemon outlived its job: {left:?}");
+}
+
+/// A torchrun job whose worker (worker library) stops at once but whose exit would hang: a
+/// thread the interpreter waits for at exit, as a user's logger might start. Its launch is over
+/// within seconds of the stop, far below the grace period: the GPUs do not sit idle until the
+/// kill.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_torchrun_launch_is_over_within_seconds_not_at_the_grace() {
+    let Some(venv) = service_support::torch_venv_or_skip(
+        "a_stopped_torchrun_launch_is_over_within_seconds_not_at_the_grace",
+    ) else {
+        return;
+    };
+    const GRACE_S: u64 = 60;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "slots = 1\ngrace_s = {GRACE_S}\ntorchrun = \"{}\"\n",
+        venv.join("bin/torchrun").display()
+    );
+    let server = Server::start(dir.path(), &config).await;
+    let script = dir.path().join("lingers.py");
+    std::fs::write(
+        &script,
+        r#"import threading, time
+import dlscale
+job = dlscale.init(log_every=1)
+import torch
+model = torch.nn.Linear(4, 2)
+job.resume(model, torch.optim.SGD(model.parameters(), lr=0.1))
+threading.Thread(target=time.sleep, args=(1000,)).start()
+while True:
+    time.sleep(0.05)
+    job.step_done(loss=1.0)
+    if job.should_stop():
+        job.stop()
+"#,
+    )
+    .unwrap();
+    server
+        .submit(
+            json!({"id": "lingers", "min_batch": 2, "max_batch": 2, "max_local_batch": 2,
+               "max_gpus": 1, "model": {"compute_per_sample_s": 0.001},
+               "command": [script.display().to_string()],
+               "workdir": dir.path().display().to_string(), "launcher": "torchrun"}),
+        )
+        .await;
+    server
+        .wait_job("lingers", 60.0, "its first steps", |j| {
+            running(j) && j.step.is_some_and(|s| s >= 3)
+        })
+        .await;
+    let stopped_at = std::time::Instant::now();
+    service_support::cli(&server, &["cancel", "lingers"]);
+    let j = server
+        .wait_job("lingers", (GRACE_S + 30) as f64, "its cancel", |j| {
+            j.state == JobStatus::Cancelled
+        })
+        .await;
+    let took = stopped_at.elapsed();
+    let log = std::fs::read_to_string(&j.log).unwrap();
+    assert!(log.contains("dlscale: stopped step="), "{log}");
+    assert!(
+        took < Duration::from_secs(GRACE_S / 3),
+        "the launch ended {took:?} after its stop (grace {GRACE_S} s)\n{log}"
+    );
+    assert!(!log.contains("killed after grace"), "{log}");
 }

@@ -150,11 +150,12 @@ async fn server_refusals_name_the_line_of_the_field() {
 }
 
 /// `dlscale serve --config` on a bad file: the file, the line of a misspelt key with the key it
-/// probably means, and the file for a value out of range.
+/// probably means, and the file for a value out of range; a torchrun that does not exist, named
+/// by the key or the option that gave it.
 #[test]
 fn serve_config_errors_name_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let serve = |name: &str, text: &str| {
+    let serve = |name: &str, text: &str, options: &[&str]| {
         let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_dlscale"))
@@ -163,17 +164,13 @@ fn serve_config_errors_name_the_file() {
             .arg(&path)
             .arg("--data-dir")
             .arg(dir.path().join("data"))
-            .args(if name == "option.toml" {
-                &["--slots", "0"][..]
-            } else {
-                &[]
-            })
+            .args(options)
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(2));
         (path, String::from_utf8_lossy(&out.stderr).into_owned())
     };
-    let (path, err) = serve("typo.toml", "slots = 2\nmin_gian = 0.1\n");
+    let (path, err) = serve("typo.toml", "slots = 2\nmin_gian = 0.1\n", &[]);
     assert!(
         err.contains(&format!(
             "{}:2: field 'min_gian': unknown field `min_gian`; did you mean `min_gain`?",
@@ -181,7 +178,7 @@ fn serve_config_errors_name_the_file() {
         )),
         "{err}"
     );
-    let (path, err) = serve("range.toml", "slots = 2\nmin_gain = -1.0\n");
+    let (path, err) = serve("range.toml", "slots = 2\nmin_gain = -1.0\n", &[]);
     assert!(
         err.contains(&format!(
             "{}: min_gain must be a finite number ≥ 0",
@@ -190,9 +187,29 @@ fn serve_config_errors_name_the_file() {
         "{err}"
     );
     // A bad option is the option's, not the file's.
-    let (_, err) = serve("option.toml", "slots = 2\n");
+    let (_, err) = serve("option.toml", "slots = 2\n", &["--slots", "0"]);
     assert!(
         err.contains("error: --slots: slots must be at least 1"),
+        "{err}"
+    );
+    let missing = "the program /nonexistent/bin/torchrun could not be executed: No such file or \
+                   directory";
+    let (path, err) = serve(
+        "torchrun.toml",
+        "slots = 2\ntorchrun = \"/nonexistent/bin/torchrun\"\n",
+        &[],
+    );
+    assert!(
+        err.contains(&format!("error: {}: torchrun: {missing}", path.display())),
+        "{err}"
+    );
+    let (_, err) = serve(
+        "torchrun-option.toml",
+        "slots = 2\n",
+        &["--torchrun", "/nonexistent/bin/torchrun"],
+    );
+    assert!(
+        err.contains(&format!("error: --torchrun: torchrun: {missing}")),
         "{err}"
     );
 }

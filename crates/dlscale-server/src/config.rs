@@ -50,6 +50,7 @@ use dlscale_core::{
 use serde::Deserialize;
 use serde::Serialize;
 
+use crate::executor::find_program;
 use crate::executor::slurm::SlurmConfig;
 
 /// The configuration file, every key optional.
@@ -380,6 +381,19 @@ impl ServerConfig {
                 bail!("executor: unknown executor '{other}' (expected local or slurm)")
             }
         };
+        let torchrun = match (&executor, file.torchrun) {
+            // Checked here, where a wrong path is the configuration's to name; unchecked, every
+            // torchrun launch would fail with exit code 127. A relative path is taken from the
+            // current directory, as the user wrote it (launches run in their job's workdir).
+            (ExecutorConfig::Local, Some(path)) => {
+                let cwd = std::env::current_dir().context("cannot read the current directory")?;
+                let path = path.to_string_lossy();
+                find_program(&path, std::env::var_os("PATH").as_deref(), &cwd)
+                    .map_err(|e| anyhow!("torchrun: {e}"))?
+            }
+            // On Slurm it runs on the compute nodes: nothing to check here.
+            (_, path) => path.unwrap_or_else(|| PathBuf::from("torchrun")),
+        };
         let metrics_without_token = match file.metrics_without_token.as_deref() {
             None | Some("loopback") => MetricsAccess::Loopback,
             Some("anyone") => MetricsAccess::Anyone,
@@ -409,7 +423,7 @@ impl ServerConfig {
             interval_s,
             grace_s: duration_s("grace_s", file.grace_s.unwrap_or(30.0))?,
             max_retries: file.max_retries.unwrap_or(2),
-            torchrun: file.torchrun.unwrap_or_else(|| PathBuf::from("torchrun")),
+            torchrun,
             api_url,
             executor,
         })
@@ -467,6 +481,50 @@ fn resolve_slurm(f: SlurmFile) -> Result<SlurmConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_configured_torchrun_must_be_executable_and_is_pinned_where_it_was_found() {
+        let file = |torchrun: &str| ConfigFile {
+            torchrun: Some(torchrun.into()),
+            ..ConfigFile::default()
+        };
+        let err = |torchrun: &str| {
+            ServerConfig::resolve(file(torchrun), None)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err("/nonexistent/bin/torchrun"),
+            "torchrun: the program /nonexistent/bin/torchrun could not be executed: No such file \
+             or directory"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("torchrun");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        let name = script.display().to_string();
+        assert_eq!(
+            err(&name),
+            format!(
+                "torchrun: the program {name} could not be executed: Permission denied (not \
+                 executable)"
+            )
+        );
+        assert!(err("no-such-torchrun-anywhere").ends_with("not found in any directory of PATH"));
+        // A name on PATH is taken from where PATH has it now.
+        let sh = ServerConfig::resolve(file("sh"), None).unwrap().torchrun;
+        assert!(sh.is_absolute() && sh.ends_with("sh"), "{}", sh.display());
+        // On Slurm it runs on the compute nodes: not checked here.
+        let slurm = ConfigFile {
+            executor: Some("slurm".into()),
+            slurm: Some(SlurmFile {
+                partition: Some("gpu".into()),
+                ..SlurmFile::default()
+            }),
+            ..file("/nodes/only/torchrun")
+        };
+        let c = ServerConfig::resolve(slurm, None).unwrap();
+        assert_eq!(c.torchrun, Path::new("/nodes/only/torchrun"));
+    }
 
     #[test]
     fn defaults_and_overrides() {

@@ -40,7 +40,7 @@ use anyhow::{bail, Context, Result};
 pub use config::{ConfigFile, ExecutorConfig, ServerConfig};
 use executor::local::{detect_gpus, LocalExecutor};
 use executor::slurm::SlurmExecutor;
-use executor::{load_or_create_instance, random_hex, ExecContext, Executor};
+use executor::{find_program, load_or_create_instance, random_hex, ExecContext, Executor};
 pub use service::Service;
 use store::Store;
 
@@ -121,6 +121,16 @@ pub async fn start(config: ServerConfig) -> Result<Arc<Service>> {
     let (reports, reports_rx) = service::report_channel();
     let executor = match &config.executor {
         ExecutorConfig::Local => {
+            // A configured torchrun was checked with the configuration; the default may be
+            // missing on a server for plain jobs only (torchrun jobs then fail saying why).
+            let torchrun = config.torchrun.to_string_lossy();
+            let path = std::env::var_os("PATH");
+            if let Err(e) = find_program(&torchrun, path.as_deref(), Path::new("/")) {
+                tracing::warn!(
+                    "{e}: jobs with launcher \"torchrun\" cannot start; set torchrun = PATH in \
+                     the configuration (or --torchrun PATH)"
+                );
+            }
             let (slots, gpus_detected) = match config.slots {
                 Some(n) => ((0..n).collect(), false),
                 None => match detect_gpus() {

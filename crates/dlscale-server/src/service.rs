@@ -29,7 +29,7 @@ use dlscale_core::Job;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::ServerConfig;
-use crate::executor::{self, Capacity, Executor, LaunchJob, NodeInfo};
+use crate::executor::{self, Capacity, Executor, JobFiles, LaunchJob, NodeInfo};
 use crate::fault;
 use crate::metrics::Metrics;
 use crate::spec::JobSpec;
@@ -604,7 +604,7 @@ impl Driver {
             }
             k += n;
         }
-        self.dispatch(step.actions);
+        self.dispatch(step.actions, &step.events);
     }
 
     fn update_view(
@@ -713,9 +713,21 @@ impl Driver {
     }
 
     /// Hands each action to the executor in a task of its own; answers come back as inputs.
-    fn dispatch(&self, actions: Vec<Action>) {
+    /// `events` are the step's: a kill they announce (`Event::Killing`: a stop past its grace
+    /// period) is marked in the job's log first.
+    fn dispatch(&self, actions: Vec<Action>, events: &[Event]) {
         let n = actions.len();
         for (k, action) in actions.into_iter().enumerate() {
+            let killed_after_grace = match &action {
+                Action::Kill { id, attempt }
+                    if events.iter().any(|e| {
+                        matches!(e, Event::Killing { id: i, attempt: a } if i == id && a == attempt)
+                    }) =>
+                {
+                    Some((id.clone(), *attempt))
+                }
+                _ => None,
+            };
             let id = match &action {
                 Action::Launch(l) => &l.id,
                 Action::Stop { id, .. } | Action::Kill { id, .. } | Action::Rebatch { id, .. } => {
@@ -734,6 +746,10 @@ impl Driver {
                 Action::Rebatch { .. } => service.metrics.rebatches.inc(),
             };
             tokio::spawn(async move {
+                if let (Some((id, attempt)), Some(job)) = (killed_after_grace, job.as_ref()) {
+                    let files = JobFiles::of(&service.executor.ctx().data_dir, &job.spec);
+                    executor::mark_kill_in_log(&files, &id, attempt, service.config.grace_s);
+                }
                 let answer = service.executor.carry_out(&action, job.as_ref()).await;
                 service.tell(answer);
             });

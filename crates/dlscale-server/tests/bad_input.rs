@@ -183,7 +183,8 @@ fn config_keys(slurm: bool) -> Vec<(&'static str, &'static str, &'static str)> {
         ("", "interval_s", "30.0"),
         ("", "grace_s", "30.0"),
         ("", "max_retries", "2"),
-        ("", "torchrun", "\"/usr/bin/torchrun\""),
+        // An executable that exists: the local executor checks it with the configuration.
+        ("", "torchrun", "\"/bin/sh\""),
         ("", "metrics_without_token", "\"loopback\""),
         ("", "defragment_moves", "0"),
         ("", "tiresias_threshold_gpu_s", "3600.0"),

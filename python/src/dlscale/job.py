@@ -34,7 +34,7 @@ from .env import Allocation, EnvError
 from .lr import set_lr
 from .metrics import MetricsReporter, metrics_payload
 from .noise import GradNoiseEstimator, register_ddp_hook, track_micro_batches
-from .stop import EXIT_BAD_ENV, StopFlag, install_stop_handler, stop_exit_code
+from .stop import EXIT_BAD_ENV, StopFlag, arm_exit_watchdog, install_stop_handler, stop_exit_code
 
 
 def _unwrap(model: Any) -> Any:
@@ -425,11 +425,16 @@ class Job:
         self.stop_flag.uninstall()
 
     def stop(self) -> NoReturn:
-        """Checkpoint, log ``dlscale: stopped step=N``, leave the process group, exit."""
+        """Checkpoint, log ``dlscale: stopped step=N``, leave the process group, exit. A process
+        still alive ``EXIT_WATCHDOG_S`` seconds after its checkpoint and last report is ended by
+        SIGALRM: nothing is lost, and its GPUs are freed."""
         self._flush_window()
         self.checkpoint()
         self.log(f"stopped step={self.step} samples_seen={self.samples_seen} exit_code={self.stop_code}")
         self.reporter.close()
+        # From here on nothing is left to save: leaving the group and the interpreter's teardown
+        # may hang (NCCL, a non-daemon thread), and must not hold the GPUs until the grace ends.
+        arm_exit_watchdog()
         dist = _dist()
         if dist is not None:
             dist.destroy_process_group()

@@ -3,10 +3,14 @@ each step, checkpoints, and exits.
 
 Exit codes (see README):
   0   finished all its steps (``EXIT_DONE``)
-  0   stopped on SIGTERM after writing a checkpoint (``EXIT_STOPPED``; override with
-      ``DLSCALE_STOP_EXIT_CODE``, e.g. 75 = EX_TEMPFAIL, if the launcher wants to tell the
-      two apart by exit code alone)
+  75  stopped on SIGTERM after writing a checkpoint (``EXIT_STOPPED``, EX_TEMPFAIL: "not done,
+      run me again"; the dlscale server sets the same in ``DLSCALE_STOP_EXIT_CODE``, which
+      overrides it)
   2   malformed allocation environment (``EXIT_BAD_ENV``)
+
+A stopped process whose exit hangs after its checkpoint (a non-daemon thread, a destructor stuck
+in a GPU library) is ended by SIGALRM ``EXIT_WATCHDOG_S`` seconds later (``arm_exit_watchdog``):
+its GPUs must not sit idle until the launcher's grace period runs out.
 """
 from __future__ import annotations
 
@@ -18,8 +22,11 @@ from typing import Iterable, Optional
 from .env import EnvError
 
 EXIT_DONE = 0
-EXIT_STOPPED = 0  # default; DLSCALE_STOP_EXIT_CODE overrides
+EXIT_STOPPED = 75  # default (the server's DLSCALE_STOP_EXIT_CODE too); the variable overrides it
 EXIT_BAD_ENV = 2
+
+# Seconds a stopped process may take to exit once its checkpoint is written.
+EXIT_WATCHDOG_S = 5
 
 
 def stop_exit_code(environ=None) -> int:
@@ -34,6 +41,15 @@ def stop_exit_code(environ=None) -> int:
     if not 0 <= code <= 255:
         raise EnvError(f"DLSCALE_STOP_EXIT_CODE={code} must be in 0..255")
     return code
+
+
+def arm_exit_watchdog(seconds: int = EXIT_WATCHDOG_S) -> None:
+    """Ends this process with SIGALRM in ``seconds`` unless it has exited by then. SIGALRM's
+    default action is taken by the kernel, so it ends a process stuck anywhere: joining a
+    non-daemon thread, in an atexit handler, or in a C++ destructor during interpreter teardown,
+    where no Python code runs any more. Main thread only (as ``signal.alarm``)."""
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(seconds)
 
 
 class StopFlag:

@@ -1,15 +1,17 @@
-//! Decisions: the policy over the live jobs, the placement of its answer, the plan.
+//! Decisions: the policy over the live jobs, the placement of its answer ([`decide_placed`],
+//! which `dlscale optimize` runs too), the plan.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use dlscale_core::placement::{self, Share, Wanted};
+use dlscale_core::placement::{self, ShapeRule, Share, Topology, Wanted};
 use dlscale_core::{
-    BatchRange, BatchSize, CurrentAllocation, DecisionRequest, GpuCount, Hold, Job, JobState,
+    BatchRange, BatchSize, CurrentAllocation, Decision, DecisionRequest, GpuCount, Hold, Job,
+    JobState, Policy,
 };
 
 use super::{Autoscaler, DecidedJob, DecisionRecord, Out, Target};
-use crate::explain::{DecisionInputs, HoldCause};
+use crate::explain::{DecisionInputs, Explored, HoldCause};
 use crate::input::ModelSource;
 use crate::output::{Event, Shape, StopReason, Trigger};
 use crate::record::{JobRecord, Status};
@@ -35,10 +37,15 @@ impl Autoscaler {
     }
 
     /// Brings what policies see of every live job up to date: current allocation, hold,
-    /// history, remaining work. Returns why the held jobs are held, by id.
-    pub(super) fn prepare(&mut self, now: f64) -> BTreeMap<String, HoldCause> {
+    /// history, remaining work, a learned job's maximum lowered to its exploration cap. Returns
+    /// why the held jobs are held and which maximums the exploration cap lowered, by id.
+    pub(super) fn prepare(
+        &mut self,
+        now: f64,
+    ) -> (BTreeMap<String, HoldCause>, BTreeMap<String, Explored>) {
         let waiting = self.live.iter().any(|r| r.status == Status::Queued);
         let mut causes = BTreeMap::new();
+        let mut explored = BTreeMap::new();
         let (topology, node_index, families) = (&self.topology, &self.node_index, &self.families);
         // A launch on a node that left (or shrank) cannot be kept as it is: the job is decided
         // for as if it did not run, so that it is moved rather than held where it cannot be.
@@ -52,8 +59,17 @@ impl Autoscaler {
         for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
             job.history.clone_from(&r.history);
             if r.model == ModelSource::Learned && r.max_gpus > 0 {
-                let cap = super::measured(families, r).explore_cap(job.requested.gpus);
+                let measured = super::measured(families, r);
+                let cap = measured.explore_cap(job.requested.gpus);
                 job.gpus.max = r.max_gpus.min(cap).max(job.gpus.min);
+                if job.gpus.max < r.max_gpus {
+                    let e = Explored {
+                        own_max: r.max_gpus,
+                        cap: job.gpus.max,
+                        measured: measured.most_gpus(),
+                    };
+                    explored.insert(r.id.clone(), e);
+                }
             }
             let launch = r.launch.as_ref();
             job.current = match (r.status, launch) {
@@ -100,7 +116,7 @@ impl Autoscaler {
                 causes.insert(r.id.clone(), cause);
             }
         }
-        causes
+        (causes, explored)
     }
 
     /// Runs the policy and places its decision: the new plan.
@@ -110,7 +126,7 @@ impl Autoscaler {
             self.plan = self.live.iter().map(|r| (r.seq, Target::Wait)).collect();
             return;
         };
-        let holds = self.prepare(now);
+        let (holds, explored) = self.prepare(now);
         // Jobs being cancelled are not decided for: they are leaving.
         let cancelling = |r: &JobRecord| {
             r.launch
@@ -134,87 +150,37 @@ impl Autoscaler {
             (matches!(r.status, Status::Starting | Status::Running) && l.stop.is_none())
                 .then_some(l.shape.shares.as_slice())
         };
-        // Owned only when some jobs are left out or capped; otherwise the live jobs themselves.
-        let mut owned: Option<Vec<Job>> = (!leaving.is_empty()).then(|| {
+        // Owned only when some jobs are left out; otherwise the live jobs themselves.
+        let owned: Option<Vec<Job>> = (!leaving.is_empty()).then(|| {
             self.jobs
                 .iter()
                 .filter(|j| !leaving.contains(&j.id))
                 .cloned()
                 .collect()
         });
-        let mut waiting_for_room: BTreeSet<String> = BTreeSet::new();
-        // Jobs whose maximum a round lowered to what fits: their own maximum.
-        let mut capped_at: BTreeMap<String, GpuCount> = BTreeMap::new();
-        let mut rounds = 0;
-        let (decision, placed) = loop {
-            rounds += 1;
-            let jobs: &[Job] = owned.as_deref().unwrap_or(&self.jobs);
-            let request = DecisionRequest {
-                now_s: now,
-                cluster: &cluster,
-                capacity,
-                jobs,
-                settings: &self.config.settings,
-                allowed_counts: self.allowed.as_deref(),
-            };
-            let decision = self.policy.decide(&request);
-            let order = self
-                .policy
-                .placement_order(&request, &decision)
-                .unwrap_or_else(|| (0..jobs.len()).collect());
-            let wanted: Vec<Wanted> = order
-                .iter()
-                .filter_map(|&i| Some((decision.jobs.get(i)?, jobs.get(i)?)))
-                .filter(|(d, _)| d.state == JobState::Running)
-                .map(|(d, job)| {
-                    let same = job.current.is_some_and(|c| {
-                        c.gpus == d.gpus && (c.batch_in_place || c.batch == d.batch_size)
-                    });
-                    Wanted::new(d.id.clone(), d.gpus, !same)
-                })
-                .collect();
-            let placed = placement::place(
-                &self.topology,
-                self.config.shape,
-                &previous,
-                &wanted,
-                self.config.defragment_moves_per_job,
-            );
-            let spread = if self.policy.consolidates(&self.config.settings) {
-                self.spread(&wanted, &placed.placement)
-            } else {
-                Vec::new()
-            };
-            if (placed.unplaced.is_empty() && spread.is_empty()) || rounds >= 3 {
-                break (decision, placed);
-            }
-            // Fragmentation: a job that does not fit now is capped at what fits, or waits, and
-            // the policy decides again.
-            let mut capped: Vec<Job> = jobs.to_vec();
-            for (id, fits) in &placed.unplaced {
-                if let Some(k) = capped.iter().position(|j| &j.id == id) {
-                    if *fits >= capped[k].gpus.min.max(1) {
-                        capped_at.entry(id.clone()).or_insert(capped[k].gpus.max);
-                        capped[k].gpus.max = *fits;
-                    } else {
-                        waiting_for_room.insert(id.clone());
-                        capped.remove(k);
-                    }
-                }
-            }
-            // A job that would be spread over more nodes than its count takes is capped at what
-            // fits on fewest nodes (never below what it runs on now, which it may keep).
-            for (id, fits) in spread {
-                if let Some(k) = capped.iter().position(|j| j.id == id) {
-                    let cap = fits.max(capped[k].current.map_or(0, |c| c.gpus));
-                    if cap >= capped[k].gpus.min.max(1) && cap < capped[k].gpus.max {
-                        capped_at.entry(id).or_insert(capped[k].gpus.max);
-                        capped[k].gpus.max = cap;
-                    }
-                }
-            }
-            owned = Some(capped);
+        let request = DecisionRequest {
+            now_s: now,
+            cluster: &cluster,
+            capacity,
+            jobs: owned.as_deref().unwrap_or(&self.jobs),
+            settings: &self.config.settings,
+            allowed_counts: self.allowed.as_deref(),
         };
+        let PlacedDecision {
+            decision,
+            placed,
+            jobs: capped,
+            capped_at,
+            waiting_for_room,
+        } = decide_placed(
+            self.policy.as_mut(),
+            &request,
+            &self.topology,
+            self.config.shape,
+            &previous,
+            self.config.defragment_moves_per_job,
+        );
+        let owned = capped.or(owned);
         let mut record = DecisionRecord {
             at_s: now,
             trigger: trigger.clone(),
@@ -253,6 +219,11 @@ impl Autoscaler {
                 gpus: d.gpus,
                 batch_size: d.batch_size,
                 predicted_samples_per_s: d.throughput_samples_per_s,
+                held: self
+                    .jobs
+                    .get(i)
+                    .and_then(|j| j.current)
+                    .map(|c| (c.gpus, c.batch)),
             });
             let Some(r) = self.live.get_mut(i) else {
                 continue;
@@ -300,6 +271,7 @@ impl Autoscaler {
                 jobs,
                 decision,
                 holds,
+                explored,
                 left_out,
                 leaving: leaving.into_iter().collect(),
             }));
@@ -307,30 +279,124 @@ impl Autoscaler {
     }
 }
 
-impl Autoscaler {
-    /// The jobs `placement` puts on more nodes than their count takes on the idle topology among
-    /// those that restart anyway, each with the largest smaller count that would fit on fewest
-    /// nodes where the others are placed.
-    fn spread(
-        &self,
-        wanted: &[Wanted],
-        placement: &placement::Placement,
-    ) -> Vec<(String, GpuCount)> {
-        let (topology, rule) = (&self.topology, self.config.shape);
-        wanted
+/// What [`decide_placed`] decided.
+#[derive(Debug)]
+pub struct PlacedDecision {
+    /// The policy's answer in the last round.
+    pub decision: Decision,
+    /// Where its running jobs go.
+    pub placed: placement::Placed,
+    /// The jobs of the last round when a round capped or left out some (`None`: the request's).
+    pub jobs: Option<Vec<Job>>,
+    /// Jobs whose maximum a round lowered to what fits: their own maximum.
+    pub capped_at: BTreeMap<String, GpuCount>,
+    /// Jobs left out because their GPUs fit nowhere on the nodes: they wait for room.
+    pub waiting_for_room: BTreeSet<String>,
+}
+
+/// A decision as the autoscaler makes it (and `dlscale optimize` shows it): `policy` decides
+/// for `request`, the placement puts its GPU counts on `topology`'s nodes under `shape` (jobs
+/// whose count does not change stay where `previous` says they run), and a job that does not fit
+/// now (fragmentation) or, for a policy that consolidates, would be spread over more nodes than
+/// its count needs is capped at what fits (or waits for room) and the policy decides again.
+pub fn decide_placed<'a>(
+    policy: &mut dyn Policy,
+    request: &DecisionRequest<'_>,
+    topology: &Topology,
+    shape: ShapeRule,
+    previous: &dyn Fn(&str) -> Option<&'a [Share]>,
+    defragment_moves_per_job: u32,
+) -> PlacedDecision {
+    let mut owned: Option<Vec<Job>> = None;
+    let mut waiting_for_room: BTreeSet<String> = BTreeSet::new();
+    let mut capped_at: BTreeMap<String, GpuCount> = BTreeMap::new();
+    let mut rounds = 0;
+    let (decision, placed) = loop {
+        rounds += 1;
+        let jobs: &[Job] = owned.as_deref().unwrap_or(request.jobs);
+        let request = DecisionRequest { jobs, ..*request };
+        let decision = policy.decide(&request);
+        let order = policy
+            .placement_order(&request, &decision)
+            .unwrap_or_else(|| (0..jobs.len()).collect());
+        let wanted: Vec<Wanted> = order
             .iter()
-            .filter(|w| w.restarts && w.gpus > 1)
-            .filter_map(|w| {
-                let nodes = placement.get(&w.id)?.len() as u32;
-                let packed = topology.packed_nodes(rule, w.gpus)?;
-                (nodes > packed).then(|| {
-                    let fits =
-                        placement::largest_packed_fit(topology, rule, placement, &w.id, w.gpus - 1);
-                    (w.id.clone(), fits)
-                })
+            .filter_map(|&i| Some((decision.jobs.get(i)?, jobs.get(i)?)))
+            .filter(|(d, _)| d.state == JobState::Running)
+            .map(|(d, job)| {
+                let same = job.current.is_some_and(|c| {
+                    c.gpus == d.gpus && (c.batch_in_place || c.batch == d.batch_size)
+                });
+                Wanted::new(d.id.clone(), d.gpus, !same)
             })
-            .collect()
+            .collect();
+        let placed = placement::place(topology, shape, previous, &wanted, defragment_moves_per_job);
+        let spread = if policy.consolidates(request.settings) {
+            spread(topology, shape, &wanted, &placed.placement)
+        } else {
+            Vec::new()
+        };
+        if (placed.unplaced.is_empty() && spread.is_empty()) || rounds >= 3 {
+            break (decision, placed);
+        }
+        // Fragmentation: a job that does not fit now is capped at what fits, or waits, and
+        // the policy decides again.
+        let mut capped: Vec<Job> = jobs.to_vec();
+        for (id, fits) in &placed.unplaced {
+            if let Some(k) = capped.iter().position(|j| &j.id == id) {
+                if *fits >= capped[k].gpus.min.max(1) {
+                    capped_at.entry(id.clone()).or_insert(capped[k].gpus.max);
+                    capped[k].gpus.max = *fits;
+                } else {
+                    waiting_for_room.insert(id.clone());
+                    capped.remove(k);
+                }
+            }
+        }
+        // A job that would be spread over more nodes than its count takes is capped at what
+        // fits on fewest nodes (never below what it runs on now, which it may keep).
+        for (id, fits) in spread {
+            if let Some(k) = capped.iter().position(|j| j.id == id) {
+                let cap = fits.max(capped[k].current.map_or(0, |c| c.gpus));
+                if cap >= capped[k].gpus.min.max(1) && cap < capped[k].gpus.max {
+                    capped_at.entry(id).or_insert(capped[k].gpus.max);
+                    capped[k].gpus.max = cap;
+                }
+            }
+        }
+        owned = Some(capped);
+    };
+    PlacedDecision {
+        decision,
+        placed,
+        jobs: owned,
+        capped_at,
+        waiting_for_room,
     }
+}
+
+/// The jobs `placement` puts on more nodes than their count takes on the idle topology among
+/// those that restart anyway, each with the largest smaller count that would fit on fewest
+/// nodes where the others are placed.
+fn spread(
+    topology: &Topology,
+    rule: ShapeRule,
+    wanted: &[Wanted],
+    placement: &placement::Placement,
+) -> Vec<(String, GpuCount)> {
+    wanted
+        .iter()
+        .filter(|w| w.restarts && w.gpus > 1)
+        .filter_map(|w| {
+            let nodes = placement.get(&w.id)?.len() as u32;
+            let packed = topology.packed_nodes(rule, w.gpus)?;
+            (nodes > packed).then(|| {
+                let fits =
+                    placement::largest_packed_fit(topology, rule, placement, &w.id, w.gpus - 1);
+                (w.id.clone(), fits)
+            })
+        })
+        .collect()
 }
 
 /// The launched batch for a decided global batch `b` on `g` workers: a multiple of `g` (every

@@ -27,7 +27,7 @@ mod converge;
 mod decide;
 mod observe;
 
-pub use decide::{describe, equal_batch};
+pub use decide::{decide_placed, describe, equal_batch, PlacedDecision};
 
 use crate::config::AutoscalerConfig;
 use crate::explain::DecisionInputs;
@@ -62,6 +62,10 @@ pub struct DecidedJob {
     pub batch_size: dlscale_core::BatchSize,
     /// Predicted samples per second.
     pub predicted_samples_per_s: f64,
+    /// What it ran with when decided, as (GPUs, global batch): `None` unless it held GPUs.
+    /// After a restart, what tells an adopted launch from a start.
+    #[serde(default)]
+    pub held: Option<(GpuCount, dlscale_core::BatchSize)>,
 }
 
 /// The last decision, for views.
@@ -860,6 +864,8 @@ impl Autoscaler {
             .and_then(|l| l.stop.as_ref())
             .is_some_and(|s| s.reason == StopReason::Cancel);
         r.failures += 1;
+        // What `dlscale job` shows of a job that failed: why its launch did not start.
+        r.last_outcome = Some(Outcome::NotStarted(error.clone()));
         let next = if cancelled {
             Next::Cancelled
         } else if r.failures > r.max_retries {

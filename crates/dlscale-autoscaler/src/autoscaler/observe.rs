@@ -118,23 +118,26 @@ impl Autoscaler {
         let Some(launch) = r.launch.as_mut() else {
             return;
         };
-        if launch.started_s.is_none() {
+        let starts = launch.started_s.is_none();
+        if starts {
             launch.started_s = Some(now);
             r.history.start_run(now, launch.shape.gpus);
             if r.status == Status::Starting {
                 r.status = Status::Running;
             }
             out.touched.insert(id.clone());
-            out.event(if restarted {
-                Event::Adopted {
-                    id: id.clone(),
-                    attempt,
-                }
-            } else {
-                Event::Started {
-                    id: id.clone(),
-                    attempt,
-                }
+        }
+        // After a restart every launch found alive is taken back, whether or not its start was
+        // confirmed before: each is announced as adopted, none as started.
+        if restarted {
+            out.event(Event::Adopted {
+                id: id.clone(),
+                attempt,
+            });
+        } else if starts {
+            out.event(Event::Started {
+                id: id.clone(),
+                attempt,
             });
         }
         match (&mut launch.stop, state) {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use dlscale_autoscaler::{
     DecidedJob, DecisionRecord, Event, Explanation, JobRecord, ModelSource, Outcome, Status,
-    Target, Waiting,
+    Target, Trigger, Waiting,
 };
 use dlscale_core::placement::Share;
 use dlscale_core::JobState;
@@ -500,27 +500,41 @@ fn gpus(n: u32) -> String {
     }
 }
 
-/// What `decision` changed against `before`, job by job, in plain words.
+/// What `decision` changed against `before` (for a job `before` does not know: against what it
+/// ran with when decided), job by job, in plain words.
 pub fn changes(decision: &DecisionRecord, before: Option<&DecisionRecord>) -> Vec<String> {
     let previous = |id: &str| before.and_then(|b| b.jobs.iter().find(|j| j.id == id));
+    // The first decision after a restart: what runs then was started before it, and adopted.
+    let restart = before.is_none() && matches!(decision.trigger, Trigger::Restart);
     let mut out = Vec::new();
     for j in &decision.jobs {
-        let was = previous(&j.id).filter(|p| p.state == JobState::Running);
+        let was = match previous(&j.id) {
+            Some(p) => (p.state == JobState::Running).then_some((p.gpus, p.batch_size)),
+            None => j.held,
+        };
+        let adopted = if restart && j.held.is_some() {
+            "adopted; "
+        } else {
+            ""
+        };
         let line = match (was, j.state) {
-            (Some(p), JobState::Running) if p.gpus != j.gpus => Some(format!(
-                "{}: {} → {} (batch {} → {})",
+            (Some((g, b)), JobState::Running) if g != j.gpus => Some(format!(
+                "{}: {adopted}{g} → {} (batch {b} → {})",
                 j.id,
-                p.gpus,
                 gpus(j.gpus),
-                p.batch_size,
                 j.batch_size
             )),
-            (Some(p), JobState::Running) if p.batch_size != j.batch_size => Some(format!(
-                "{}: batch {} → {} on {}",
+            (Some((_, b)), JobState::Running) if b != j.batch_size => Some(format!(
+                "{}: {adopted}batch {b} → {} on {}",
                 j.id,
-                p.batch_size,
                 j.batch_size,
                 gpus(j.gpus)
+            )),
+            (Some(_), JobState::Running) if !adopted.is_empty() => Some(format!(
+                "{}: adopted on {} (batch {})",
+                j.id,
+                gpus(j.gpus),
+                j.batch_size
             )),
             (Some(_), JobState::Running) => None,
             (None, JobState::Running) => Some(format!(
@@ -529,9 +543,11 @@ pub fn changes(decision: &DecisionRecord, before: Option<&DecisionRecord>) -> Ve
                 gpus(j.gpus),
                 j.batch_size
             )),
-            (Some(p), JobState::Queued) => {
-                Some(format!("{}: preempted from {}, waits", j.id, gpus(p.gpus)))
-            }
+            (Some((g, _)), JobState::Queued) => Some(format!(
+                "{}: {adopted}preempted from {}, waits",
+                j.id,
+                gpus(g)
+            )),
             (None, JobState::Queued) => {
                 let waited = previous(&j.id).is_some_and(|p| p.state == JobState::Queued);
                 (!waited).then(|| format!("{}: waits", j.id))
@@ -587,8 +603,11 @@ impl ExplainView {
 
 #[cfg(test)]
 mod tests {
-    use dlscale_autoscaler::{Autoscaler, AutoscalerConfig, Input, PendingRebatch};
+    use dlscale_autoscaler::{
+        Autoscaler, AutoscalerConfig, DecidedJob, DecisionRecord, Input, PendingRebatch, Trigger,
+    };
     use dlscale_core::placement::Topology;
+    use dlscale_core::JobState;
 
     /// A job whose new batch its workers have not taken shows the batch they run, and the
     /// pending one with the time it was decided.
@@ -624,6 +643,51 @@ mod tests {
             view.message.contains("batch 32 decided at"),
             "{}",
             view.message
+        );
+    }
+
+    fn decided(id: &str, state: JobState, gpus: u32, held: Option<(u32, u32)>) -> DecidedJob {
+        DecidedJob {
+            id: id.to_string(),
+            state,
+            gpus,
+            batch_size: 64,
+            predicted_samples_per_s: 1.0,
+            held,
+        }
+    }
+
+    #[test]
+    fn after_a_restart_running_jobs_are_adopted_not_started() {
+        let decision = |trigger: Trigger| DecisionRecord {
+            at_s: 0.0,
+            trigger,
+            capacity: 8,
+            objective: 1.0,
+            jobs: vec![
+                decided("kept", JobState::Running, 2, Some((2, 64))),
+                decided("grows", JobState::Running, 4, Some((2, 64))),
+                decided("new", JobState::Running, 1, None),
+                decided("waits", JobState::Queued, 0, Some((1, 64))),
+            ],
+        };
+        assert_eq!(
+            super::changes(&decision(Trigger::Restart), None),
+            [
+                "kept: adopted on 2 GPUs (batch 64)",
+                "grows: adopted; 2 → 4 GPUs (batch 64 → 64)",
+                "new: starts on 1 GPU (batch 64)",
+                "waits: adopted; preempted from 1 GPU, waits",
+            ]
+        );
+        // The oldest decision a server keeps compares with what ran, too, without "adopted".
+        assert_eq!(
+            super::changes(&decision(Trigger::Interval), None),
+            [
+                "grows: 2 → 4 GPUs (batch 64 → 64)",
+                "new: starts on 1 GPU (batch 64)",
+                "waits: preempted from 1 GPU, waits",
+            ]
         );
     }
 

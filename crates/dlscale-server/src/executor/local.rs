@@ -16,6 +16,7 @@
 //! and a launch counts as over (its GPUs free) only when none is left.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -28,8 +29,8 @@ use dlscale_autoscaler::{
 use dlscale_core::placement::{Node, Topology};
 
 use super::{
-    launch_marker, parse_launch_marker, read_exit, worker_env, Believed, Capacity, ExecContext,
-    Handle, JobFiles, LaunchJob, NodeInfo, Reports,
+    find_program, launch_marker, parse_launch_marker, read_exit, worker_env, Believed, Capacity,
+    ExecContext, Handle, JobFiles, LaunchJob, NodeInfo, Reports,
 };
 use crate::fault;
 use crate::spec::{JobSpec, Launcher};
@@ -496,8 +497,17 @@ pub fn plan(
 }
 
 /// Starts a launch in a new process group; output is appended to the log after a header line.
+/// A program that cannot be executed is an error that says why, before anything starts.
 /// Blocking file operations only (small); call from a blocking context or accept a short stall.
 pub fn spawn(plan: &LaunchPlan, header: &str) -> Result<tokio::process::Child> {
+    // The wrapper shell would start anyway and its command exit 127: say why instead.
+    let path = plan
+        .env
+        .get("PATH")
+        .map(OsString::from)
+        .or_else(|| std::env::var_os("PATH"));
+    let program = plan.argv.first().map_or("", String::as_str);
+    find_program(program, path.as_deref(), &plan.workdir).map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&plan.run_dir)
         .with_context(|| format!("cannot create {}", plan.run_dir.display()))?;
     if let Some(dir) = plan.env.get("DLSCALE_CHECKPOINT_DIR") {
@@ -737,6 +747,39 @@ mod tests {
         assert_eq!(p.env["DLSCALE_LAUNCH"], "dlscale:test:j:3");
         assert_eq!(p.env["DLSCALE_NODE_LIST"], NODE);
         assert!(p.run_dir.ends_with("jobs/j/run-3"));
+    }
+
+    #[test]
+    fn a_program_that_cannot_be_executed_is_not_started_and_the_error_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ctx = ctx(dir.path());
+        ctx.torchrun = dir.path().join("gone/torchrun");
+        let p = plan(
+            &spec(&["train.py"], "torchrun"),
+            1,
+            &shape(1, 2),
+            &[0],
+            "t",
+            &ctx,
+        );
+        let err = spawn(&p, "header").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "the program {} could not be executed: No such file or directory",
+                ctx.torchrun.display()
+            )
+        );
+        assert!(!p.log.exists(), "nothing started, nothing logged");
+        // A bare name is looked up in the launch's PATH (its env may set one).
+        let mut p = plan(&spec(&["sh"], "plain"), 1, &shape(1, 2), &[0], "t", &ctx);
+        p.env
+            .insert("PATH".into(), dir.path().display().to_string());
+        let err = spawn(&p, "header").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "the program sh could not be executed: not found in any directory of PATH"
+        );
     }
 
     #[tokio::test]

@@ -19,6 +19,7 @@ pub mod slurm;
 pub mod squeue;
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,8 +34,9 @@ use crate::fault;
 use crate::spec::JobSpec;
 use crate::store::RecordedInput;
 
-/// Exit code the worker library uses after a checkpoint on SIGTERM (set via
-/// `DLSCALE_STOP_EXIT_CODE`); for logs only, as any exit after a stop is a stop.
+/// Exit code of a worker that stopped on SIGTERM after a checkpoint (EX_TEMPFAIL): the worker
+/// library's default (`EXIT_STOPPED`), set in `DLSCALE_STOP_EXIT_CODE` for programs that read
+/// it; for logs only, as any exit after a stop is a stop.
 pub const STOP_EXIT_CODE: i32 = 75;
 
 /// The files of one submission: its log, checkpoints and one `run-<attempt>/` directory per
@@ -176,6 +178,47 @@ pub fn read_exit(run_dir: &Path) -> Option<i32> {
         .ok()
 }
 
+/// Where `program` would be executed from, as `execvp` finds it: a name with a `/` relative to
+/// `workdir`, a bare name in the directories of `path` (`PATH`). The error says why it cannot
+/// be executed, naming the program: `the program X could not be executed: No such file or
+/// directory`.
+pub fn find_program(
+    program: &str,
+    path: Option<&OsStr>,
+    workdir: &Path,
+) -> Result<PathBuf, String> {
+    let fail = |why: &str| format!("the program {program} could not be executed: {why}");
+    let executable = |p: &Path| -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        match std::fs::metadata(p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err("No such file or directory".to_string())
+            }
+            Err(e) => Err(e.to_string()),
+            Ok(m) if m.is_dir() => Err("Is a directory".to_string()),
+            Ok(m) if m.permissions().mode() & 0o111 == 0 => {
+                Err("Permission denied (not executable)".to_string())
+            }
+            Ok(_) => Ok(()),
+        }
+    };
+    if program.is_empty() {
+        return Err(fail("the command is empty"));
+    }
+    if program.contains('/') {
+        let p = workdir.join(program);
+        return executable(&p).map(|()| p).map_err(|why| fail(&why));
+    }
+    let dirs = path.map(std::env::split_paths).into_iter().flatten();
+    for dir in dirs.filter(|d| !d.as_os_str().is_empty()) {
+        let p = dir.join(program);
+        if executable(&p).is_ok() {
+            return Ok(p);
+        }
+    }
+    Err(fail("not found in any directory of PATH"))
+}
+
 /// What every executor needs to know beyond the job.
 #[derive(Debug, Clone)]
 pub struct ExecContext {
@@ -265,7 +308,6 @@ pub fn log_tail(files: &JobFiles, max_bytes: u64) -> Option<String> {
 /// `SignalException` traceback from torchrun, a checkpoint message) reads as expected rather than
 /// as a crash. Best effort: the log is the job's, and a failed write loses only the mark.
 pub fn mark_stop_in_log(files: &JobFiles, id: &str, attempt: u32, reason: StopReason) {
-    use std::io::Write;
     let then = match reason {
         StopReason::Cancel => "it is not relaunched (cancelled)",
         _ => "it is relaunched, resuming from its checkpoint if it saved one",
@@ -274,12 +316,29 @@ pub fn mark_stop_in_log(files: &JobFiles, id: &str, attempt: u32, reason: StopRe
         "[dlscale] launch {attempt} stopped ({reason}): SIGTERM sent; {then}. A traceback from \
          torchrun's SignalException below this line is expected.\n"
     );
+    append_to_log(files, id, &line);
+}
+
+/// One line in the job's log where dlscale kills a stopped launch that outlived its grace
+/// period, so that the log says why its output ends there. Best effort, as
+/// [`mark_stop_in_log`].
+pub fn mark_kill_in_log(files: &JobFiles, id: &str, attempt: u32, grace_s: f64) {
+    let line = format!(
+        "[dlscale] launch {attempt} killed after grace: still running {grace_s} s after its stop \
+         (grace_s); SIGKILL sent to every process of it. Whatever it did not checkpoint is lost.\n"
+    );
+    append_to_log(files, id, &line);
+}
+
+/// Appends `line` to the job's log, if it has one.
+fn append_to_log(files: &JobFiles, id: &str, line: &str) {
+    use std::io::Write;
     let appended = std::fs::OpenOptions::new()
         .append(true)
         .open(files.log())
         .and_then(|mut f| f.write_all(line.as_bytes()));
     if let Err(e) = appended {
-        tracing::debug!("job {id}: cannot mark the stop in its log: {e}");
+        tracing::debug!("job {id}: cannot mark its log: {e}");
     }
 }
 
@@ -544,6 +603,19 @@ impl Executor {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_stop_exit_code_is_the_worker_librarys_default() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../python/src/dlscale/stop.py");
+        let library = std::fs::read_to_string(&path).unwrap();
+        let default = format!("EXIT_STOPPED = {} ", super::STOP_EXIT_CODE);
+        assert!(
+            library.lines().any(|l| l.starts_with(&default)),
+            "{} does not say {default:?}",
+            path.display()
+        );
+    }
+
     #[test]
     fn the_completion_a_launch_logged_is_found_after_its_own_header() {
         let log = "dlscale-server: launch 1 of a: 2 workers\n\
