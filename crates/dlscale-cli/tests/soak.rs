@@ -113,8 +113,11 @@ struct TrialReport {
 }
 
 fn config(executor: Executor) -> String {
+    // No restart cost: jobs here live a minute, and the service's default (30 s) would keep
+    // them from growing back after a fault at that age.
     let common =
-        "cooldown_s = 0.5\ninterval_s = 0.5\ngrace_s = 5\nmin_gain = 0.05\nmax_retries = 5\n";
+        "cooldown_s = 0.5\ninterval_s = 0.5\ngrace_s = 5\nmin_gain = 0.05\nmax_retries = 5\n\
+                  restart_cost_s = 0\n";
     match executor {
         Executor::Local => format!("slots = 4\n{common}"),
         Executor::Slurm => format!(

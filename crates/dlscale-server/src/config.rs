@@ -532,7 +532,16 @@ mod tests {
         assert_eq!(c.listen.to_string(), "127.0.0.1:7878");
         assert_eq!(c.api_url, "http://127.0.0.1:7878");
         assert_eq!(c.policy, ELASTIC_BATCH);
+        // Unset, the settings are what the yardstick shows best.
+        assert_eq!(c.settings, Settings::recommended());
         assert_eq!(c.settings.admission, Admission::Queue);
+        let speedup: ConfigFile = toml::from_str("utility = \"speedup\"\n").unwrap();
+        let c = ServerConfig::resolve(speedup, None).unwrap();
+        assert_eq!(
+            c.settings.utility,
+            dlscale_core::Utility::Speedup,
+            "one setting away"
+        );
         let file: ConfigFile = toml::from_str(
             "listen = \"0.0.0.0:9000\"\ntoken = \"file\"\npolicy = \"static\"\nmin_gain = 0.2\n",
         )
@@ -553,7 +562,10 @@ mod tests {
             (c.settings.counts, c.settings.consolidate),
             (CountRule::PowersOfTwo, true)
         );
-        // Shortest remaining first: off by default, on with an exponent, at the default scale.
+        // Shortest remaining first: on by default, off at exponent 0, at the default scale.
+        assert!(c.settings.weighing.shortest_first());
+        let off: ConfigFile = toml::from_str("remaining_exponent = 0\n").unwrap();
+        let c = ServerConfig::resolve(off, None).unwrap();
         assert!(!c.settings.weighing.shortest_first());
         let file: ConfigFile = toml::from_str("remaining_exponent = 1.5\n").unwrap();
         let c = ServerConfig::resolve(file, None).unwrap();

@@ -308,7 +308,7 @@ async fn shortest_remaining_first_gives_the_slot_to_the_job_with_least_work_left
         let dir = tempfile::tempdir().unwrap();
         let file = dlscale_server::ConfigFile {
             slots: Some(1),
-            remaining_exponent: shortest_first.then_some(1.5),
+            remaining_exponent: Some(if shortest_first { 1.5 } else { 0.0 }),
             ..Default::default()
         };
         let app = router::service_with(dir.path(), file).await;

@@ -744,7 +744,7 @@ mod tests {
         assert_eq!(p.env["DLSCALE_ACCUM_STEPS"], "1");
         assert_eq!(p.env["OMP_NUM_THREADS"], "2");
         assert_eq!(p.env["DLSCALE_TOKEN"], "job-token");
-        assert_eq!(p.env["DLSCALE_LAUNCH"], "dlscale:test:j:3");
+        assert_eq!(p.env["DLSCALE_LAUNCH"], "j:3:dlscale:test");
         assert_eq!(p.env["DLSCALE_NODE_LIST"], NODE);
         assert!(p.run_dir.ends_with("jobs/j/run-3"));
     }
