@@ -2,40 +2,76 @@
 # Runs every test of dlscale on a fresh machine: installs what the tests need (a torch venv for the
 # real training processes, a local Slurm cluster, Chromium for the dashboard's browser test), then
 # formatting, lints, the Rust test suite and the Python tests.
-# Usage: ./scripts/test-all.sh        (from anywhere; takes ~10-25 min on a fresh 2-core machine)
+# Usage: ./scripts/test-all.sh        (from anywhere; its time on a fresh 2-core machine is in the
+#                                      README, "Tests"; ./scripts/test-quick.sh is the inner loop)
+#
+# The installs (pip, apt) wait on the network and the disk, not the CPU: they run in the
+# background while the Rust code is formatted, linted and built. The Python tests mostly wait on
+# their worker processes: they run beside the Rust tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$SECONDS
+logs=$(mktemp -d)
 
 export DLSCALE_VENV="${DLSCALE_VENV:-$HOME/.cache/dlscale/venv}"
-echo "== installing the Python worker library and torch into $DLSCALE_VENV"
-./scripts/setup-python.sh
-# The service's end-to-end test must not skip here: torch is installed.
-export DLSCALE_REQUIRE_TORCH=1
-export PATH="$DLSCALE_VENV/bin:$PATH"
-
-if ! command -v chromium >/dev/null 2>&1; then
-  echo "== installing Debian's chromium for the dashboard's browser test"
+echo "== installing in the background: the Python worker library and torch into $DLSCALE_VENV, Chromium, Slurm"
+./scripts/setup-python.sh >"$logs/python.log" 2>&1 &
+python_pid=$!
+install_packages() {
+  # The Slurm packages here too: one apt at a time (apt's lock), before slurm-local.sh needs them.
+  local pkgs=(chromium fonts-liberation slurmctld slurmd slurm-client munge)
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends chromium fonts-liberation >/dev/null 2>&1 || {
+  apt-get install -y -q --no-install-recommends "${pkgs[@]}" || {
     # Missing or stale package lists: refresh them once, then try again.
-    apt-get update -q >/dev/null
-    apt-get install -y -q --no-install-recommends chromium fonts-liberation >/dev/null
+    apt-get update -q && apt-get install -y -q --no-install-recommends "${pkgs[@]}"
   }
+}
+if command -v chromium >/dev/null 2>&1 && command -v slurmctld >/dev/null 2>&1; then
+  apt_pid=""
+else
+  install_packages >"$logs/apt.log" 2>&1 &
+  apt_pid=$!
 fi
-# The dashboard's browser test must not skip here: Chromium is installed.
-export DLSCALE_REQUIRE_CHROMIUM=1
+# Waits for background job $1 (named $2); on failure prints its log ($3) and exits.
+await() {
+  if [ -n "$1" ] && ! wait "$1"; then
+    echo "== $2 failed:" >&2
+    tail -n 40 "$3" >&2
+    exit 1
+  fi
+}
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== building the tests"
+cargo test --workspace --no-run
+echo "== waiting for the installs ($((SECONDS - started)) s so far)"
+await "$python_pid" "setup-python.sh" "$logs/python.log"
+await "$apt_pid" "apt-get install" "$logs/apt.log"
+# The service's end-to-end test must not skip here: torch is installed.
+export DLSCALE_REQUIRE_TORCH=1
+export PATH="$DLSCALE_VENV/bin:$PATH"
+# The dashboard's browser test must not skip here: Chromium is installed.
+export DLSCALE_REQUIRE_CHROMIUM=1
+
 echo "== starting a local Slurm cluster (2 nodes x 4 GPUs) for the Slurm tests"
 trap './scripts/slurm-local.sh down' EXIT
 slurm_env=$(./scripts/slurm-local.sh up --nodes 2 --gpus-per-node 4) # exports SLURM_CONF
 eval "$slurm_env"
 # The Slurm end-to-end tests must not skip here: Slurm is up.
 export DLSCALE_REQUIRE_SLURM=1
+
+echo "== pytest (in the background; its output follows the Rust tests)"
+"$DLSCALE_VENV/bin/python" -m pytest -q python/tests >"$logs/pytest.log" 2>&1 &
+pytest_pid=$!
 echo "== cargo test"
-cargo test --workspace
+rust=0
+cargo test --workspace || rust=$?
 echo "== pytest"
-"$DLSCALE_VENV/bin/python" -m pytest -q python/tests
+python=0
+wait "$pytest_pid" || python=$?
+cat "$logs/pytest.log"
+echo "== done in $((SECONDS - started)) s"
+exit $((rust != 0 || python != 0))
