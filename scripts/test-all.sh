@@ -43,9 +43,9 @@ await() {
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
+echo "== cargo clippy ($((SECONDS - started)) s so far)"
 cargo clippy --workspace --all-targets -- -D warnings
-echo "== building the tests"
+echo "== building the tests ($((SECONDS - started)) s so far)"
 cargo test --workspace --no-run
 echo "== waiting for the installs ($((SECONDS - started)) s so far)"
 await "$python_pid" "setup-python.sh" "$logs/python.log"
@@ -66,10 +66,10 @@ export DLSCALE_REQUIRE_SLURM=1
 echo "== pytest (in the background; its output follows the Rust tests)"
 "$DLSCALE_VENV/bin/python" -m pytest -q python/tests >"$logs/pytest.log" 2>&1 &
 pytest_pid=$!
-echo "== cargo test"
+echo "== cargo test ($((SECONDS - started)) s so far)"
 rust=0
-cargo test --workspace || rust=$?
-echo "== pytest"
+cargo test --workspace --no-fail-fast || rust=$?
+echo "== pytest ($((SECONDS - started)) s so far)"
 python=0
 wait "$pytest_pid" || python=$?
 cat "$logs/pytest.log"

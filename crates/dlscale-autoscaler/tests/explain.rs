@@ -9,7 +9,7 @@
 mod steps;
 
 use dlscale_autoscaler::{
-    Autoscaler, AutoscalerConfig, Explanation, Input, Limit, MetricsReport, ModelSource, Outcome,
+    Autoscaler, AutoscalerConfig, Explanation, Input, Limit, ModelSource, Outcome,
 };
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::{ShapeRule, Topology};
@@ -313,20 +313,7 @@ fn inputs_are_kept_only_when_asked() {
 
 /// A learned job's report: `samples_per_s` on its launch `attempt` at `batch`.
 fn report(attempt: u32, batch: u32, samples_per_s: f64) -> Input {
-    Input::Metrics {
-        id: "a".into(),
-        report: MetricsReport {
-            step: 1,
-            samples_per_s,
-            batch_size: batch,
-            world_size: 0,
-            loss: None,
-            samples_seen: 1000,
-            attempt: Some(attempt),
-            grad: None,
-            compute_time_s: None,
-        },
-    }
+    steps::metrics("a", steps::report(attempt, batch, samples_per_s))
 }
 
 #[test]

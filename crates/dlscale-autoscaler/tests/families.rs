@@ -65,20 +65,13 @@ fn report(
     samples_per_s: f64,
     grad: Option<GradNoise>,
 ) -> Input {
-    Input::Metrics {
-        id: id.into(),
-        report: MetricsReport {
-            step: 1,
-            samples_per_s,
-            batch_size: batch,
-            world_size: 0,
-            loss: None,
-            samples_seen: 1000,
-            attempt: Some(attempt),
+    steps::metrics(
+        id,
+        MetricsReport {
             grad,
-            compute_time_s: None,
+            ..steps::report(attempt, batch, samples_per_s)
         },
-    }
+    )
 }
 
 /// Submits `id` at `t`, confirms its launch, and sends its warm-up report and one measured

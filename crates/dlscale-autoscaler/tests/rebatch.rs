@@ -39,20 +39,14 @@ fn submission(batch_in_place: bool) -> Input {
 }
 
 fn report(batch: u32, samples_per_s: f64, grad: Option<GradNoise>) -> Input {
-    Input::Metrics {
-        id: "a".into(),
-        report: MetricsReport {
-            step: 1,
-            samples_per_s,
-            batch_size: batch,
+    steps::metrics(
+        "a",
+        MetricsReport {
             world_size: 2,
-            loss: None,
-            samples_seen: 1000,
-            attempt: Some(1),
             grad,
-            compute_time_s: None,
+            ..steps::report(1, batch, samples_per_s)
         },
-    }
+    )
 }
 
 /// What the decision after a's noise scale came out small does: (stops, rebatches to, the

@@ -6,8 +6,9 @@
 mod steps;
 
 use dlscale_autoscaler::{
-    Action, Autoscaler, AutoscalerConfig, Event, Input, JobRecord, LaunchState, ModelSource, Next,
-    Observation, ObservedLaunch, Outcome, Refusal, Status, Step, StopReason, Waiting,
+    Action, Autoscaler, AutoscalerConfig, Event, Input, JobRecord, LaunchState, MetricsReport,
+    ModelSource, Next, Observation, ObservedLaunch, Outcome, Refusal, Status, Step, StopReason,
+    Waiting,
 };
 use dlscale_core::allocator::{ELASTIC_BATCH, STATIC};
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
@@ -527,19 +528,15 @@ fn a_job_about_to_finish_is_not_restarted() {
         let s = a.handle(0.0, vec![submit(job("a", 4))]);
         a.handle(0.0, started(&s));
         // a has 1e7 − 9.99e6 = 1e4 samples left at 1e3 samples/s: 10 s.
-        let report = |step| Input::Metrics {
-            id: "a".into(),
-            report: dlscale_autoscaler::MetricsReport {
+        let report = |step| {
+            let r = steps::report(1, 256, 1000.0);
+            let r = MetricsReport {
                 step,
-                samples_per_s: 1000.0,
-                batch_size: 256,
                 world_size: 4,
-                loss: None,
                 samples_seen: 9_990_000,
-                attempt: Some(1),
-                grad: None,
-                compute_time_s: None,
-            },
+                ..r
+            };
+            steps::metrics("a", r)
         };
         a.handle(0.0, vec![report(1), report(2)]);
         let s = a.handle(6.0, vec![submit(job("b", 4))]);
@@ -687,19 +684,15 @@ fn a_launch_carries_its_micro_steps_and_reports_are_recorded_at_its_placement() 
         (2, 128, 4, 2)
     );
     a.handle(0.0, started(&s));
-    let report = |step| Input::Metrics {
-        id: "a".into(),
-        report: dlscale_autoscaler::MetricsReport {
+    let report = |step| {
+        let r = steps::report(1, 256, 500.0);
+        let r = MetricsReport {
             step,
-            samples_per_s: 500.0,
-            batch_size: 256,
             world_size: 2,
-            loss: None,
             samples_seen: 1000 * step,
-            attempt: Some(1),
-            grad: None,
-            compute_time_s: None,
-        },
+            ..r
+        };
+        steps::metrics("a", r)
     };
     a.handle(60.0, vec![report(1), report(2)]);
     let (record, job) = a.job("a").unwrap();
@@ -785,19 +778,15 @@ fn a_job_declaring_its_length_in_steps_keeps_its_gpus_near_its_end() {
         let s = a.handle(0.0, vec![submit(counted)]);
         a.handle(0.0, started(&s));
         // Step 441 of 500 at batch 64: 59 × 64 = 3,776 samples left at 256 samples/s, 15 s.
-        let report = |step: u64| Input::Metrics {
-            id: "a".into(),
-            report: dlscale_autoscaler::MetricsReport {
+        let report = |step: u64| {
+            let r = steps::report(1, 64, 256.0);
+            let r = MetricsReport {
                 step,
-                samples_per_s: 256.0,
-                batch_size: 64,
                 world_size: 4,
-                loss: None,
                 samples_seen: step * 64,
-                attempt: Some(1),
-                grad: None,
-                compute_time_s: None,
-            },
+                ..r
+            };
+            steps::metrics("a", r)
         };
         a.handle(100.0, vec![report(440), report(441)]);
         let s = a.handle(110.0, vec![submit(job("b", 4))]);

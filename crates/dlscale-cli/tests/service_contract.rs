@@ -148,14 +148,14 @@ else:  # fork a daemon that re-parents to PID 1, then finish normally
             // Marked ended (its slots free) only once nothing of the launch runs.
             let left = launch_processes(instance, Some("stubborn"));
             assert!(left.is_empty(), "processes left after cancel: {left:?}");
-            // Its log says why its output ends: dlscale killed it when the grace ran out.
+            // Where dlscale had to kill it when the grace ran out (torchrun may have ended its
+            // workers itself before), its log says so.
+            let killed = j.events.iter().any(|e| e.kind == "kill");
             let log = std::fs::read_to_string(&j.log).unwrap();
-            assert!(
-                log.contains(
-                    "[dlscale] launch 1 killed after grace: still running 3 s after its stop"
-                ),
-                "{log}"
+            let marked = log.contains(
+                "[dlscale] launch 1 killed after grace: still running 3 s after its stop",
             );
+            assert_eq!(killed, marked, "{:?}\n{log}", j.events);
             break;
         }
         assert!(
@@ -238,4 +238,31 @@ while True:
         "the launch ended {took:?} after its stop (grace {GRACE_S} s)\n{log}"
     );
     assert!(!log.contains("killed after grace"), "{log}");
+}
+
+/// A program that ignores SIGTERM is killed when the grace runs out, and its log says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_launch_killed_after_its_grace_says_so_in_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), CONFIG).await;
+    server
+        .submit(
+            json!({"id": "deaf", "min_batch": 32, "max_batch": 32, "max_local_batch": 32,
+            "max_gpus": 1, "model": {"compute_per_sample_s": 0.001},
+            "command": ["sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"],
+            "workdir": "/tmp", "launcher": "plain"}),
+        )
+        .await;
+    server.wait_job("deaf", 20.0, "running", running).await;
+    service_support::cli(&server, &["cancel", "deaf"]);
+    let j = server
+        .wait_job("deaf", 20.0, "cancelled", |j| j.state.is_terminal())
+        .await;
+    assert_eq!(j.state, JobStatus::Cancelled, "{j:?}");
+    assert!(j.events.iter().any(|e| e.kind == "kill"), "{:?}", j.events);
+    let log = std::fs::read_to_string(&j.log).unwrap();
+    assert!(
+        log.contains("[dlscale] launch 1 killed after grace: still running 3 s after its stop"),
+        "{log}"
+    );
 }

@@ -1,7 +1,9 @@
 //! What the autoscaler tests hand in and read back: a submission, and an executor that
 //! confirms every launch at once.
 
-use dlscale_autoscaler::{Action, AutoscalerConfig, Input, ModelSource, Step, Submission};
+use dlscale_autoscaler::{
+    Action, AutoscalerConfig, Input, MetricsReport, ModelSource, Step, Submission,
+};
 use dlscale_core::{Admission, Job, Settings};
 
 /// Queue admission, decisions on events only, equal per-GPU batches: the settings of the
@@ -62,4 +64,29 @@ pub fn started(step: &Step) -> Vec<Input> {
             _ => None,
         })
         .collect()
+}
+
+/// A report of launch `attempt` of a job: step 1, 1000 samples seen, `samples_per_s` at
+/// `batch`, no world size, loss, gradient statistics or compute time; a test sets the fields
+/// it is about with `MetricsReport { ..report(...) }`.
+pub fn report(attempt: u32, batch: u32, samples_per_s: f64) -> MetricsReport {
+    MetricsReport {
+        step: 1,
+        samples_per_s,
+        batch_size: batch,
+        world_size: 0,
+        loss: None,
+        samples_seen: 1000,
+        attempt: Some(attempt),
+        grad: None,
+        compute_time_s: None,
+    }
+}
+
+/// `report` as job `id`'s input.
+pub fn metrics(id: &str, report: MetricsReport) -> Input {
+    Input::Metrics {
+        id: id.into(),
+        report,
+    }
 }
