@@ -180,7 +180,9 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Explicit slot count (`None`: detect GPUs with nvidia-smi).
     pub slots: Option<u32>,
-    /// Directory of `dlscale.db`, `jobs/<id>/` (logs, checkpoints) and the generated token.
+    /// Directory of `dlscale.db`, `jobs/<id>/<uid>/` (logs, checkpoints) and the generated
+    /// token; always absolute (a relative one is taken from the server's working directory), as
+    /// launches run in their jobs' own working directories.
     pub data_dir: PathBuf,
     /// Bearer token (`None`: one is generated into `<data_dir>/token`).
     pub token: Option<String>,
@@ -210,6 +212,20 @@ pub struct ServerConfig {
     pub metrics_without_token: MetricsAccess,
     /// Defragmenting repack: most running jobs moved per job it consolidates (0: off).
     pub defragment_moves: u32,
+}
+
+/// `path` made absolute against the server's working directory; `key` names it in the error.
+fn absolute(key: &str, path: PathBuf) -> Result<PathBuf> {
+    if path.is_absolute() {
+        return Ok(path);
+    }
+    let here = std::env::current_dir().with_context(|| {
+        format!(
+            "{key}: cannot resolve {} without a working directory",
+            path.display()
+        )
+    })?;
+    Ok(here.join(path))
 }
 
 /// Default data directory: `$XDG_DATA_HOME/dlscale`, `$HOME/.local/share/dlscale`, or
@@ -407,7 +423,7 @@ impl ServerConfig {
             metrics_without_token,
             defragment_moves: file.defragment_moves.unwrap_or(0),
             slots: file.slots,
-            data_dir: file.data_dir.unwrap_or_else(default_data_dir),
+            data_dir: absolute("data_dir", file.data_dir.unwrap_or_else(default_data_dir))?,
             token,
             policy,
             policy_options: PolicyOptions {
@@ -528,6 +544,14 @@ mod tests {
 
     #[test]
     fn defaults_and_overrides() {
+        // A relative data directory is taken from where the server runs, not from where each
+        // launch runs (its job's workdir).
+        let relative = ConfigFile {
+            data_dir: Some("data".into()),
+            ..ConfigFile::default()
+        };
+        let c = ServerConfig::resolve(relative, None).unwrap();
+        assert_eq!(c.data_dir, std::env::current_dir().unwrap().join("data"));
         let c = ServerConfig::resolve(ConfigFile::default(), None).unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:7878");
         assert_eq!(c.api_url, "http://127.0.0.1:7878");
