@@ -32,6 +32,15 @@ else
   install_packages >"$logs/apt.log" 2>&1 &
   apt_pid=$!
 fi
+# Whatever ends this script ends its background jobs too, and the Slurm it started.
+slurm_up=""
+cleanup() {
+  local pids
+  pids=$(jobs -p)
+  [ -z "$pids" ] || kill $pids 2>/dev/null || true
+  [ -z "$slurm_up" ] || ./scripts/slurm-local.sh down
+}
+trap cleanup EXIT
 # Waits for background job $1 (named $2); on failure prints its log ($3) and exits.
 await() {
   if [ -n "$1" ] && ! wait "$1"; then
@@ -57,7 +66,7 @@ export PATH="$DLSCALE_VENV/bin:$PATH"
 export DLSCALE_REQUIRE_CHROMIUM=1
 
 echo "== starting a local Slurm cluster (2 nodes x 4 GPUs) for the Slurm tests"
-trap './scripts/slurm-local.sh down' EXIT
+slurm_up=1
 slurm_env=$(./scripts/slurm-local.sh up --nodes 2 --gpus-per-node 4) # exports SLURM_CONF
 eval "$slurm_env"
 # The Slurm end-to-end tests must not skip here: Slurm is up.
