@@ -38,6 +38,9 @@ pub struct Submission {
     /// job says so): a batch change at the same GPUs is then [`crate::Action::Rebatch`], not a
     /// restart.
     pub batch_in_place: bool,
+    /// Launches that earlier jobs of its id made: its own are numbered after them, so that no
+    /// launch of it is ever taken for one of theirs (a cluster shows ended launches a while).
+    pub attempts_before: u32,
 }
 
 /// How a launch ended, as far as its executor can tell.

@@ -210,6 +210,7 @@ fn run(
                     family: None,
                     // Half the jobs change batch in place: rebatches keep every invariant.
                     batch_in_place: i % 2 == 0,
+                    attempts_before: 0,
                 }),
             });
             next_arrival += 1;

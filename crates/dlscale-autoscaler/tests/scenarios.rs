@@ -793,3 +793,15 @@ fn a_job_declaring_its_length_in_steps_keeps_its_gpus_near_its_end() {
         assert_eq!(stops(&s).is_empty(), held, "length {length:?}: {s:?}");
     }
 }
+
+/// A job submitted under the id of jobs that ended numbers its launches after theirs.
+#[test]
+fn a_reused_id_numbers_its_launches_after_the_earlier_jobs() {
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 4));
+    let Input::Submit { job: mut sub } = submit(job("a", 4)) else {
+        unreachable!("submit makes a submission")
+    };
+    sub.attempts_before = 3;
+    let s = a.handle(0.0, vec![Input::Submit { job: sub }]);
+    assert_eq!(launches(&s)[0].1, 4, "{s:?}");
+}

@@ -653,6 +653,13 @@ async fn a_reused_id_starts_afresh_unless_it_resumes_from_the_ended_job() {
     assert!(text.contains("dlscale: resumed step=0 "), "{text}");
     assert!(!text.contains(&format!("step={stopped_at} ")), "{text}");
     assert_eq!(checkpoint(&second), 3);
+    // Its launches are numbered after the first job's: no launch of it is taken for one of those.
+    assert!(
+        second.attempt > first.attempt,
+        "{} after {}",
+        second.attempt,
+        first.attempt
+    );
     assert_eq!(
         checkpoint(&first),
         stopped_at,

@@ -88,6 +88,10 @@ pub struct JobSpec {
     /// whatever ran under its id before.
     #[serde(default)]
     pub resume_from: Option<Source>,
+    /// Launches that earlier submissions of its id made (set when it is accepted): its own are
+    /// numbered after them, so a launch marker or Slurm job name of theirs is never its own.
+    #[serde(default)]
+    pub attempts_before: u32,
     /// This submission's own identity, made when it is accepted: its files are its own
     /// ([`crate::executor::JobFiles`]) even when its id was used before. Empty in submissions
     /// stored before it existed.
@@ -333,6 +337,7 @@ impl JobSpec {
                 uid: String::new(),
             }),
             uid: String::new(),
+            attempts_before: 0,
             entry,
         })
     }
@@ -361,6 +366,7 @@ impl JobSpec {
             max_retries: self.max_retries,
             family: self.family.clone(),
             batch_in_place: self.batch_in_place,
+            attempts_before: self.attempts_before,
         })
     }
 

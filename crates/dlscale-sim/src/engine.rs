@@ -435,6 +435,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             max_retries: None,
             family,
             batch_in_place: self.config.batch_in_place,
+            attempts_before: 0,
         }
     }
 

@@ -626,7 +626,7 @@ impl Autoscaler {
             submitted_s: now,
             status: Status::Queued,
             model: sub.model,
-            attempt: 0,
+            attempt: sub.attempts_before,
             launch: None,
             restarts: 0,
             failures: 0,

@@ -48,6 +48,7 @@ pub fn submission(
             max_retries: None,
             family: family.map(str::to_string),
             batch_in_place,
+            attempts_before: 0,
         }),
     }
 }

@@ -798,10 +798,28 @@ async fn list_jobs(
 /// policy (it must be able to run some day).
 async fn accept(s: &Service, mut spec: JobSpec) -> Result<Received, ApiError> {
     spec.check_runnable()?;
-    // Its own files, whoever had its id before.
+    // Its own files, whoever had its id before, and launches numbered after theirs.
     spec.uid = random_hex(6).map_err(ApiError::internal)?;
+    spec.attempts_before = s
+        .store
+        .job(spec.id.clone())
+        .await
+        .map_err(ApiError::internal)?
+        .map_or(0, |before| before.record.attempt);
     if let Some(from) = spec.resume_from.as_mut() {
         from.uid = resumable(s, &from.id).await?;
+    }
+    if let Some(from) = &spec.resume_from {
+        // Copied now, before the submission is accepted: no launch waits on the copy.
+        let data_dir = &s.config.data_dir;
+        let (files, source) = (
+            JobFiles::of(data_dir, &spec),
+            JobFiles::new(data_dir, &from.id, &from.uid),
+        );
+        tokio::task::spawn_blocking(move || files.copy_checkpoints_from(&source))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(ApiError::internal)?;
     }
     let profile_model = match &spec.profile {
         Some(name) if spec.entry.model.is_none() => {

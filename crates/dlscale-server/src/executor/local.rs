@@ -583,10 +583,15 @@ fn proc_stat(pid: i32) -> Option<(char, i32, u64)> {
 }
 
 /// Whether the environment block of `/proc/<pid>/environ` holds `DLSCALE_LAUNCH=<marker>`.
+/// Whether `environ` carries the launch `marker` names, in its form or the form of a version
+/// before it (a launch started before an upgrade is still found, reaped and killed).
 fn carries_marker(environ: &[u8], marker: &str) -> bool {
-    environ
-        .split(|&b| b == 0)
-        .any(|var| var.strip_prefix(b"DLSCALE_LAUNCH=".as_slice()) == Some(marker.as_bytes()))
+    let wanted = parse_launch_marker(marker);
+    environ.split(|&b| b == 0).any(|var| {
+        var.strip_prefix(b"DLSCALE_LAUNCH=".as_slice())
+            .and_then(|m| std::str::from_utf8(m).ok())
+            .is_some_and(|m| m == marker || (wanted.is_some() && parse_launch_marker(m) == wanted))
+    })
 }
 
 /// Every live (non-zombie) process of the launch with `marker`, found by the marker in its
@@ -713,6 +718,17 @@ mod tests {
         assert_eq!(e.reserve_slots(&key("c"), 1), Ok(vec![3]));
         let held: Vec<Vec<u32>> = e.handles().values().map(|h| h.slots.clone()).collect();
         assert_eq!(held, [vec![0, 1], vec![2], vec![3]]);
+    }
+
+    /// A launch started under the marker form of a version before this one is still its own.
+    #[test]
+    fn a_launch_is_found_under_either_marker_form() {
+        let environ = b"PATH=/bin\0DLSCALE_LAUNCH=dlscale:test:j:3\0";
+        assert!(carries_marker(environ, &launch_marker("test", "j", 3)));
+        assert!(!carries_marker(environ, &launch_marker("test", "j", 4)));
+        assert!(!carries_marker(environ, &launch_marker("other", "j", 3)));
+        let environ = b"DLSCALE_LAUNCH=j:3:dlscale:test\0";
+        assert!(carries_marker(environ, &launch_marker("test", "j", 3)));
     }
 
     #[test]

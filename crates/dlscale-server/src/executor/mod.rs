@@ -42,8 +42,8 @@ pub const STOP_EXIT_CODE: i32 = 75;
 /// The files of one submission: its log, checkpoints and one `run-<attempt>/` directory per
 /// launch, under `<data_dir>/jobs/<id>/<uid>/`. Each submission has its own ([`JobSpec::uid`]),
 /// so a job submitted under the id of one that ended never sees the other's checkpoints, log
-/// or exit codes; it starts from them only when it says so (`resume_from`, copied at its
-/// first launch: [`JobFiles::prepare`]). Submissions stored before uids existed keep the
+/// or exit codes; it starts from them only when it says so (`resume_from`, copied when it is
+/// accepted: [`JobFiles::copy_checkpoints_from`]). Submissions stored before uids existed keep the
 /// directory they had, `<data_dir>/jobs/<id>/`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobFiles {
@@ -69,12 +69,6 @@ impl JobFiles {
         JobFiles::new(data_dir, &spec.id, &spec.uid)
     }
 
-    /// The files of the job `spec` resumes from, if it names one.
-    pub fn resumed_by(data_dir: &Path, spec: &JobSpec) -> Option<JobFiles> {
-        let from = spec.resume_from.as_ref()?;
-        Some(JobFiles::new(data_dir, &from.id, &from.uid))
-    }
-
     /// The submission's directory.
     pub fn root(&self) -> &Path {
         &self.root
@@ -95,16 +89,13 @@ impl JobFiles {
         self.root.join(format!("run-{attempt}"))
     }
 
-    /// Makes the directory before a launch. A submission that resumes from `source` gets a
-    /// copy of its checkpoints the first time (never the same files: the two jobs' writes stay
-    /// apart), made under a temporary name and renamed, so a crash midway leaves no half copy
-    /// that looks complete.
-    pub fn prepare(&self, source: Option<&JobFiles>) -> Result<()> {
+    /// Gives a new submission that resumes from `source` a copy of its checkpoints (never the
+    /// same files: the two jobs' writes stay apart), before the submission is accepted, so no
+    /// launch ever waits on it. The copy is written under a temporary name, synced and renamed:
+    /// a crash midway leaves no half copy that looks complete.
+    pub fn copy_checkpoints_from(&self, source: &JobFiles) -> Result<()> {
         std::fs::create_dir_all(&self.root)
             .with_context(|| format!("cannot create {}", self.root.display()))?;
-        let (Some(source), false) = (source, self.checkpoints().exists()) else {
-            return Ok(());
-        };
         let from = source.checkpoints();
         let tmp = self.root.join("checkpoints.copying");
         if tmp.exists() {
@@ -119,7 +110,10 @@ impl JobFiles {
             )
         })?;
         std::fs::rename(&tmp, self.checkpoints())
-            .with_context(|| format!("cannot rename {}", tmp.display()))
+            .with_context(|| format!("cannot rename {}", tmp.display()))?;
+        std::fs::File::open(&self.root)
+            .and_then(|dir| dir.sync_all())
+            .with_context(|| format!("cannot sync {}", self.root.display()))
     }
 }
 
@@ -164,6 +158,7 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
             std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
         } else {
             std::fs::copy(&src, &dst)?;
+            std::fs::File::open(&dst)?.sync_all()?;
         }
     }
     Ok(())
@@ -522,15 +517,10 @@ impl Executor {
     pub async fn carry_out(&self, action: &Action, job: Option<&LaunchJob>) -> Vec<RecordedInput> {
         match action {
             Action::Launch(l) => {
-                let started = match job {
-                    None => Err(anyhow::anyhow!("the job is unknown to the executor")),
-                    Some(job) => match self.prepare(job).await {
-                        Err(e) => Err(e),
-                        Ok(()) => match self {
-                            Executor::Local(x) => x.launch(l, job).await,
-                            Executor::Slurm(x) => x.launch(l, job).await,
-                        },
-                    },
+                let started = match (self, job) {
+                    (_, None) => Err(anyhow::anyhow!("the job is unknown to the executor")),
+                    (Executor::Local(x), Some(job)) => x.launch(l, job).await,
+                    (Executor::Slurm(x), Some(job)) => x.launch(l, job).await,
                 };
                 let (id, attempt) = (l.id.clone(), l.attempt);
                 vec![match started {
@@ -580,16 +570,6 @@ impl Executor {
                 Vec::new()
             }
         }
-    }
-
-    /// Makes `job`'s directory before a launch, with the checkpoints it resumes from.
-    async fn prepare(&self, job: &LaunchJob) -> Result<()> {
-        let data_dir = &self.ctx().data_dir;
-        let files = JobFiles::of(data_dir, &job.spec);
-        let source = JobFiles::resumed_by(data_dir, &job.spec);
-        tokio::task::spawn_blocking(move || files.prepare(source.as_ref()))
-            .await
-            .context("preparing the job's directory failed")?
     }
 
     /// What the executor tracks of each live launch, by (job id, attempt).
