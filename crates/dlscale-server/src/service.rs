@@ -865,8 +865,9 @@ pub fn build_inputs(recorded: &[RecordedInput]) -> Built {
 }
 
 /// A stored live job as the autoscaler is restored with it: rebuilt from its submission with
-/// the stored profile it names (`profiles`: name → model), and its model learned so far, as
-/// the autoscaler learns it (`learn_overlap`: [`AutoscalerConfig::learn_overlap`]).
+/// the profile it was accepted with, then given the profile's model as stored now (`profiles`:
+/// name → model) as a profile update gives it, and its model learned so far, as the autoscaler
+/// learns it (`learn_overlap`: [`AutoscalerConfig::learn_overlap`]).
 ///
 /// [`AutoscalerConfig::learn_overlap`]: dlscale_autoscaler::AutoscalerConfig::learn_overlap
 pub fn restored_job(
@@ -875,8 +876,13 @@ pub fn restored_job(
     profiles: &BTreeMap<String, AnalyticModel>,
     learn_overlap: bool,
 ) -> Result<Job, crate::error::ApiError> {
-    let profile = spec.profile.as_ref().and_then(|p| profiles.get(p));
-    let mut job = spec.submission(profile)?.job;
+    let current = spec.profile.as_ref().and_then(|p| profiles.get(p));
+    let mut job = spec
+        .submission(spec.accepted_profile.as_ref().or(current))?
+        .job;
+    if let (Some(now), Some(_)) = (current, spec.accepted_profile) {
+        job.throughput = dlscale_autoscaler::learn::learned_model(*now, &job);
+    }
     if record.model == ModelSource::Learned {
         if let Some(model) = record.measurements.model(learn_overlap) {
             job.throughput = record.measurements.calibrated(model, &job);
@@ -909,4 +915,47 @@ fn new_jobs(
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use dlscale_autoscaler::{Autoscaler, AutoscalerConfig, Input};
+    use dlscale_core::placement::Topology;
+    use dlscale_core::throughput::{AnalyticModel, ThroughputModel};
+
+    /// A job that names a profile is restored as it ran: with the memory limit of the profile
+    /// it was accepted with, and the step times of the profile as stored now (as a profile
+    /// update gave them), even when the profile was replaced by one without a memory limit.
+    #[test]
+    fn a_profile_job_is_restored_as_it_ran() {
+        let accepted = AnalyticModel {
+            compute_per_sample_s: 0.001,
+            max_local_batch: Some(48),
+            ..dlscale_autoscaler::learn::PRIOR
+        };
+        let now = AnalyticModel {
+            compute_per_sample_s: 0.002,
+            overlap_gamma: 2.0,
+            max_local_batch: None,
+            ..accepted
+        };
+        let mut spec = crate::spec::JobSpec::from_value(serde_json::json!({"id": "p",
+            "min_batch": 32, "max_batch": 512, "max_accum_steps": 2, "profile": "prof",
+            "command": ["x"], "workdir": "/tmp", "launcher": "plain"}))
+        .unwrap();
+        spec.accepted_profile = Some(accepted);
+        let mut a = Autoscaler::new(AutoscalerConfig::default(), Topology::uniform(1, 2));
+        let sub = spec.submission(Some(&accepted)).unwrap();
+        a.handle(0.0, vec![Input::Submit { job: Box::new(sub) }]);
+        let record = a.job("p").unwrap().0.clone();
+        let profiles = [("prof".to_string(), now)].into_iter().collect();
+        let job = super::restored_job(&spec, &record, &profiles, true).unwrap();
+        // 48 per micro-step in memory, two micro-steps: 96 per GPU at most.
+        assert_eq!(job.max_local_batch, 96);
+        assert_eq!(job.throughput.micro_steps(96), 2);
+        assert_eq!(
+            job.throughput.step_time_s(1, 1, 48),
+            now.step_time_s(1, 1, 48)
+        );
+    }
 }

@@ -88,6 +88,12 @@ pub struct JobSpec {
     /// whatever ran under its id before.
     #[serde(default)]
     pub resume_from: Option<Source>,
+    /// The stored profile's model as it was when the job was accepted (the job's memory limit
+    /// and accumulation come from it; later updates of the profile only replace its step
+    /// times, as [`dlscale_autoscaler::learn::learned_model`] does). `None` for a job without a
+    /// profile, and in submissions stored before it was kept.
+    #[serde(default)]
+    pub accepted_profile: Option<AnalyticModel>,
     /// Launches that earlier submissions of its id made (set when it is accepted): its own are
     /// numbered after them, so a launch marker or Slurm job name of theirs is never its own.
     #[serde(default)]
@@ -338,6 +344,7 @@ impl JobSpec {
             }),
             uid: String::new(),
             attempts_before: 0,
+            accepted_profile: None,
             entry,
         })
     }

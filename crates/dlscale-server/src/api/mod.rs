@@ -838,6 +838,7 @@ async fn accept(s: &Service, mut spec: JobSpec) -> Result<Received, ApiError> {
         }
         _ => None,
     };
+    spec.accepted_profile = profile_model;
     let job = spec.build_job(profile_model.as_ref())?;
     // Against every GPU of the cluster (those other jobs hold now may free up later).
     let view = s.view();
