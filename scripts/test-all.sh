@@ -6,8 +6,8 @@
 #                                      README, "Tests"; ./scripts/test-quick.sh is the inner loop)
 #
 # The installs (pip, apt) wait on the network and the disk, not the CPU: they run in the
-# background while the Rust code is formatted, linted and built. The Python tests mostly wait on
-# their worker processes: they run beside the Rust tests.
+# background while the Rust code is formatted and built. The tests mostly wait on their worker
+# processes: the lints (clippy) and the Python tests run beside the Rust tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS
@@ -52,8 +52,6 @@ await() {
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy ($((SECONDS - started)) s so far)"
-cargo clippy --workspace --all-targets -- -D warnings
 echo "== building the tests ($((SECONDS - started)) s so far)"
 cargo test --workspace --no-run
 echo "== waiting for the installs ($((SECONDS - started)) s so far)"
@@ -72,15 +70,26 @@ eval "$slurm_env"
 # The Slurm end-to-end tests must not skip here: Slurm is up.
 export DLSCALE_REQUIRE_SLURM=1
 
+# The tests mostly wait on their processes; the lints use the CPU meanwhile, on one core (the
+# other is the tests'), in a build directory of their own (a check build shares nothing with
+# the test build, and two cargo commands on one directory would wait for each other).
+echo "== cargo clippy (in the background, $((SECONDS - started)) s so far; its output follows the tests)"
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/clippy" \
+  cargo clippy --jobs 1 --workspace --all-targets -- -D warnings >"$logs/clippy.log" 2>&1 &
+clippy_pid=$!
 echo "== pytest (in the background; its output follows the Rust tests)"
 "$DLSCALE_VENV/bin/python" -m pytest -q python/tests >"$logs/pytest.log" 2>&1 &
 pytest_pid=$!
 echo "== cargo test ($((SECONDS - started)) s so far)"
 rust=0
 cargo test --workspace --no-fail-fast || rust=$?
+echo "== cargo clippy ($((SECONDS - started)) s so far)"
+lints=0
+wait "$clippy_pid" || lints=$?
+grep -v '^ *\(Compiling\|Checking\) ' "$logs/clippy.log" || true
 echo "== pytest ($((SECONDS - started)) s so far)"
 python=0
 wait "$pytest_pid" || python=$?
 cat "$logs/pytest.log"
 echo "== done in $((SECONDS - started)) s"
-exit $((rust != 0 || python != 0))
+exit $((rust != 0 || lints != 0 || python != 0))
