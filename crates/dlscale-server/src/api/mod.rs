@@ -20,6 +20,7 @@ pub mod insight;
 pub mod openapi;
 mod report;
 pub mod session;
+mod submit;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -37,8 +38,6 @@ use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::{Json, Router};
 use bytes::Bytes;
 use dlscale_autoscaler::{Input, JobRecord, MetricsReport, Refusal, Status, Target, Waiting};
-use dlscale_core::jobfile::UniqueKeys;
-use dlscale_core::placement::{Node, Topology};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -47,11 +46,11 @@ pub use report::{validate_report, GRAD_FIELDS, METRICS_FIELDS};
 
 use crate::config::MetricsAccess;
 use crate::error::ApiError;
-use crate::executor::{random_hex, Handle, JobFiles};
+use crate::executor::{Handle, JobFiles};
 use crate::metrics::RouteLabels;
 use crate::service::{Estimates, LiveJob, Service, Unavailable, View};
 use crate::spec::{validate_id, JobSpec};
-use crate::store::{now, Profile, Received, StoredJob};
+use crate::store::{now, Profile, StoredJob};
 use dto::{
     AllocationView, ClusterView, DecidedJobView, DecisionView, EventView, JobView, NodeView,
     PolicyView,
@@ -199,7 +198,7 @@ pub const ROUTES: &[Route] = &[
         path: "/v1/jobs",
         access: Access::Admin,
         summary: "Submit a job, or several (an array) decided as one arrival; answered once committed",
-        handler: || post(submit),
+        handler: || post(submit::submit),
     },
     Route {
         verb: Verb::Get,
@@ -791,230 +790,6 @@ async fn list_jobs(
             .insert(NEXT_BEFORE_HEADER, HeaderValue::from(seq));
     }
     Ok(response)
-}
-
-/// Validates one submission into what the driver is handed: its spec checked against this
-/// machine (workdir, program), the stored profile it names, and this server's cluster and
-/// policy (it must be able to run some day).
-async fn accept(s: &Service, mut spec: JobSpec) -> Result<Received, ApiError> {
-    spec.check_runnable()?;
-    // Its own files, whoever had its id before, and launches numbered after theirs.
-    spec.uid = random_hex(6).map_err(ApiError::internal)?;
-    spec.attempts_before = s
-        .store
-        .job(spec.id.clone())
-        .await
-        .map_err(ApiError::internal)?
-        .map_or(0, |before| before.record.attempt);
-    if let Some(from) = spec.resume_from.as_mut() {
-        from.uid = resumable(s, &from.id).await?;
-    }
-    if let Some(from) = &spec.resume_from {
-        // Copied now, before the submission is accepted: no launch waits on the copy.
-        let data_dir = &s.config.data_dir;
-        let (files, source) = (
-            JobFiles::of(data_dir, &spec),
-            JobFiles::new(data_dir, &from.id, &from.uid),
-        );
-        tokio::task::spawn_blocking(move || files.copy_checkpoints_from(&source))
-            .await
-            .map_err(ApiError::internal)?
-            .map_err(ApiError::internal)?;
-    }
-    let profile_model = match &spec.profile {
-        Some(name) if spec.entry.model.is_none() => {
-            let profiles = s.store.profiles().await.map_err(ApiError::internal)?;
-            let found = profiles.into_iter().find(|p| &p.name == name);
-            Some(
-                found
-                    .ok_or_else(|| {
-                        ApiError::field(
-                            "profile",
-                            format!("field 'profile': unknown profile '{name}'"),
-                        )
-                    })?
-                    .model,
-            )
-        }
-        _ => None,
-    };
-    spec.accepted_profile = profile_model;
-    let job = spec.build_job(profile_model.as_ref())?;
-    // Against every GPU of the cluster (those other jobs hold now may free up later).
-    let view = s.view();
-    let full = Topology {
-        nodes: view
-            .nodes
-            .iter()
-            .map(|n| Node {
-                name: n.name.as_str().into(),
-                gpus: n.total_gpus,
-            })
-            .collect(),
-    };
-    if s.config
-        .autoscaler()
-        .runnable_counts(&job, &full)
-        .is_empty()
-    {
-        let field = if job.gpus.min > full.total() {
-            "min_gpus"
-        } else if s.config.policy.name == dlscale_core::allocator::ELASTIC_BATCH.name {
-            "min_batch"
-        } else {
-            "gpus"
-        };
-        return Err(ApiError::field(
-            field,
-            format!(
-                "field '{field}': policy {} cannot run the job on this server's {} GPUs on {} node(s) \
-                 (min_gpus {}, gpus {}, min_batch {}, batch_size {}, max_local_batch {}; a job on several \
-                 nodes needs the same GPUs on each)",
-                s.config.policy,
-                full.total(),
-                full.nodes.len(),
-                job.gpus.min,
-                job.requested.gpus,
-                job.batch.min,
-                job.requested.batch,
-                job.max_local_batch
-            ),
-        ));
-    }
-    Ok(Received {
-        spec,
-        profile_model,
-    })
-}
-
-/// The uid of the newest submission of job `id`, which a new one may start from: it has
-/// ended and left a checkpoint directory.
-async fn resumable(s: &Service, id: &str) -> Result<String, ApiError> {
-    let field = "resume_from";
-    if s.view().jobs.contains_key(id) {
-        return Err(ApiError::conflict(format!(
-            "field '{field}': job '{id}' has not ended; a job starts only from the checkpoints \
-             of one that has (cancel it first)"
-        ))
-        .with_field(field));
-    }
-    let stored = s
-        .store
-        .job(id.to_string())
-        .await
-        .map_err(ApiError::internal)?
-        .ok_or_else(|| ApiError::field(field, format!("field '{field}': no job '{id}'")))?;
-    let checkpoints = JobFiles::of(&s.config.data_dir, &stored.spec).checkpoints();
-    if !checkpoints.is_dir() {
-        return Err(ApiError::field(
-            field,
-            format!(
-                "field '{field}': job '{id}' left no checkpoints ({} does not exist)",
-                checkpoints.display()
-            ),
-        ));
-    }
-    Ok(stored.spec.uid)
-}
-
-/// Names the job of a multi-job submission in an error.
-fn in_job(k: usize, e: ApiError) -> ApiError {
-    let field = e.field.as_ref().map(|f| format!("[{k}].{f}"));
-    ApiError {
-        message: format!("job {k}: {}", e.message),
-        field,
-        ..e
-    }
-}
-
-async fn submit(State(s): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
-    let UniqueKeys(value) = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
-    let (values, many) = match value {
-        Value::Array(items) => (items, true),
-        other => (vec![other], false),
-    };
-    if values.is_empty() || values.len() > MAX_JOBS_PER_SUBMISSION {
-        return Err(ApiError::bad_request(format!(
-            "a submission carries 1 to {MAX_JOBS_PER_SUBMISSION} jobs, got {}",
-            values.len()
-        )));
-    }
-    let mut received = Vec::with_capacity(values.len());
-    let mut tokens = BTreeMap::new();
-    for (k, value) in values.into_iter().enumerate() {
-        let named = |e| if many { in_job(k, e) } else { e };
-        let spec = JobSpec::from_value(value).map_err(named)?;
-        if tokens.contains_key(&spec.id) {
-            return Err(named(ApiError::field(
-                "id",
-                format!("field 'id': '{}' appears twice in this submission", spec.id),
-            )));
-        }
-        // Checked here too (the driver checks again), so that a submission of several jobs with
-        // one already live is refused whole, not accepted up to that job.
-        if s.view().jobs.contains_key(&spec.id) {
-            return Err(named(
-                ApiError::conflict(format!(
-                    "field 'id': job '{}' already exists and has not ended",
-                    spec.id
-                ))
-                .with_field("id"),
-            ));
-        }
-        let r = accept(&s, spec).await.map_err(named)?;
-        let token = random_hex(24).map_err(ApiError::internal)?;
-        tokens.insert(r.spec.id.clone(), token);
-        received.push(r);
-    }
-    let ids: Vec<String> = received.iter().map(|r| r.spec.id.clone()).collect();
-    let inputs = received
-        .into_iter()
-        .map(|r| Input::Submit { job: Box::new(r) })
-        .collect();
-    let refusals = s.request(inputs, Vec::new(), tokens).await?;
-    if let Some((k, refusal)) = refusals
-        .iter()
-        .enumerate()
-        .find_map(|(k, r)| r.as_ref().map(|r| (k, r)))
-    {
-        let e = match refusal {
-            Refusal::Duplicate => ApiError::conflict(format!(
-                "field 'id': job '{}' already exists and has not ended",
-                ids[k]
-            ))
-            .with_field("id"),
-            other => ApiError::conflict(other.to_string()),
-        };
-        // The jobs before it in the submission were accepted; say so.
-        let e = if many {
-            let accepted = &ids[..k];
-            let mut e = in_job(k, e);
-            if !accepted.is_empty() {
-                e.message = format!(
-                    "{} (accepted before it: {})",
-                    e.message,
-                    accepted.join(", ")
-                );
-            }
-            e
-        } else {
-            e
-        };
-        return Err(e);
-    }
-    let handles = s.executor.handles();
-    let mut views = Vec::with_capacity(ids.len());
-    for id in &ids {
-        views.push(job_view(&s, &find_job(&s, id).await?, &handles));
-    }
-    let body = if many {
-        serde_json::to_value(views)
-    } else {
-        serde_json::to_value(&views[0])
-    }
-    .map_err(ApiError::internal)?;
-    Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
 async fn get_job(
