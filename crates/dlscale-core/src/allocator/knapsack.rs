@@ -24,7 +24,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::lagrange::{Kept, Lagrangian};
+pub(super) use super::lagrange::Kept;
+use super::lagrange::Lagrangian;
 
 /// One option of one job: GPUs and the value of running with them.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -104,7 +105,7 @@ pub const BAND_CELL_BUDGET: usize = 1 << 25;
 /// Reusable buffers, so repeated solves allocate little.
 #[derive(Debug)]
 pub struct KnapsackSolver {
-    table: Vec<f64>,
+    table: DpTable,
     kept: Vec<Vec<Kept>>,
     lagrangian: Lagrangian,
     dp: DpChoice,
@@ -147,7 +148,7 @@ impl KnapsackSolver {
     /// `cell_budget` cells.
     pub fn new(dp: DpChoice, cell_budget: usize) -> Self {
         KnapsackSolver {
-            table: Vec::new(),
+            table: DpTable::default(),
             kept: Vec::new(),
             lagrangian: Lagrangian::default(),
             dp,
@@ -166,20 +167,8 @@ impl KnapsackSolver {
         let n = items.len();
         let mut base_gpus: u64 = 0;
         self.kept.resize_with(n, Vec::new);
-        for (job, options) in items.iter().enumerate() {
-            let first = options.first()?;
-            base_gpus += u64::from(first.gpus);
-            let kept = &mut self.kept[job];
-            kept.clear();
-            let mut best = first.value;
-            kept.push((0, 0, 0.0));
-            for (index, option) in options.iter().enumerate().skip(1) {
-                debug_assert!(option.gpus > options[index - 1].gpus);
-                if option.value > best {
-                    best = option.value;
-                    kept.push((index, option.gpus - first.gpus, option.value - first.value));
-                }
-            }
+        for (options, kept) in items.iter().zip(&mut self.kept) {
+            base_gpus += u64::from(reduce(options, kept)?.gpus);
         }
         if base_gpus > u64::from(capacity) {
             return None;
@@ -227,16 +216,61 @@ impl KnapsackSolver {
                 path: SolverPath::LagrangianDp,
             });
         }
-        let width = cap + 1;
-        self.table.clear();
-        self.table.resize(width * (n + 1), 0.0);
-        // Row 0 (no jobs) is all zeros; rows hold value beyond every job's smallest option.
-        for job in 0..n {
-            let (done, rest) = self.table.split_at_mut(width * (job + 1));
+        self.table.fill(&self.kept[..n], cap);
+        let choice = self.table.backtrack(&self.kept[..n], cap);
+        let value = chosen_value(items, &choice);
+        Some(KnapsackSolution {
+            choice,
+            value,
+            bound: value,
+            path: SolverPath::ExactDp,
+        })
+    }
+}
+
+/// Reduces one job's options (ascending in GPUs) to those worth their GPUs, as `kept`: its
+/// smallest option (0 extra GPUs, 0 gain), then each option whose value strictly exceeds every
+/// smaller one's, as GPUs and value beyond the smallest. An option with more GPUs and no more
+/// value is never needed: more GPUs are never scarcer than fewer. Returns the smallest option;
+/// `None` when there is none.
+pub(super) fn reduce(options: &[KnapsackItem], kept: &mut Vec<Kept>) -> Option<KnapsackItem> {
+    let first = *options.first()?;
+    kept.clear();
+    kept.push((0, 0, 0.0));
+    let mut best = first.value;
+    for (index, option) in options.iter().enumerate().skip(1) {
+        debug_assert!(option.gpus > options[index - 1].gpus);
+        if option.value > best {
+            best = option.value;
+            kept.push((index, option.gpus - first.gpus, option.value - first.value));
+        }
+    }
+    Some(first)
+}
+
+/// The full DP table over jobs' reduced options: row `i`, column `k` holds the best gain of the
+/// first `i` jobs within `k` extra GPUs (beyond their smallest options).
+#[derive(Debug, Default)]
+pub(super) struct DpTable {
+    cells: Vec<f64>,
+    width: usize,
+    jobs: usize,
+}
+
+impl DpTable {
+    /// Fills the table for `kept` (as [`reduce`] leaves them) within `cap` extra GPUs.
+    pub(super) fn fill(&mut self, kept: &[Vec<Kept>], cap: usize) {
+        let (n, width) = (kept.len(), cap + 1);
+        (self.width, self.jobs) = (width, n);
+        self.cells.clear();
+        self.cells.resize(width * (n + 1), 0.0);
+        // Row 0 (no jobs) is all zeros.
+        for (job, options) in kept.iter().enumerate() {
+            let (done, rest) = self.cells.split_at_mut(width * (job + 1));
             let prev = &done[width * job..];
             let cur = &mut rest[..width];
             cur.copy_from_slice(prev); // the smallest option: 0 extra GPUs, 0 extra value
-            for &(_, extra, gain) in &self.kept[job][1..] {
+            for &(_, extra, gain) in &options[1..] {
                 let extra = extra as usize;
                 if extra > cap {
                     break;
@@ -246,13 +280,23 @@ impl KnapsackSolver {
                 }
             }
         }
-        // Backtrack: for each job from the last, the first option that reproduces the cell.
-        let mut choice = vec![0; n];
-        let mut k = cap;
-        for job in (0..n).rev() {
-            let cur = self.table[width * (job + 1) + k];
-            let prev = &self.table[width * job..width * (job + 1)];
-            let &(index, extra, _) = self.kept[job]
+    }
+
+    /// The best gain of all the jobs within `k` extra GPUs.
+    pub(super) fn best(&self, k: usize) -> f64 {
+        self.cells[self.width * self.jobs + k]
+    }
+
+    /// The option index (into each job's original options) of a plan that attains
+    /// [`DpTable::best`]`(k)`: for each job from the last, the first option that reproduces the
+    /// cell (the sums are recomputed bit-identically, so no argmax is stored).
+    pub(super) fn backtrack(&self, kept: &[Vec<Kept>], mut k: usize) -> Vec<usize> {
+        let width = self.width;
+        let mut choice = vec![0; self.jobs];
+        for job in (0..self.jobs).rev() {
+            let cur = self.cells[width * (job + 1) + k];
+            let prev = &self.cells[width * job..width * (job + 1)];
+            let &(index, extra, _) = kept[job]
                 .iter()
                 .find(|&&(_, extra, gain)| {
                     extra as usize <= k && {
@@ -268,13 +312,7 @@ impl KnapsackSolver {
             choice[job] = index;
             k -= extra as usize;
         }
-        let value = chosen_value(items, &choice);
-        Some(KnapsackSolution {
-            choice,
-            value,
-            bound: value,
-            path: SolverPath::ExactDp,
-        })
+        choice
     }
 }
 

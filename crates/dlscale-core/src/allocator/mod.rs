@@ -8,6 +8,7 @@ pub mod knapsack;
 mod lagrange;
 mod optimus;
 mod static_fifo;
+mod teams;
 mod tiresias;
 
 use std::fmt;
@@ -20,6 +21,7 @@ pub use elastic::{
 };
 pub use optimus::{Optimus, OPTIMUS};
 pub use static_fifo::{StaticFifo, STATIC};
+pub use teams::{TeamKnapsack, TeamQuota, TeamSolution};
 pub use tiresias::{Tiresias, TIRESIAS};
 
 use crate::cluster::Cluster;
