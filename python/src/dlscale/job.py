@@ -19,6 +19,7 @@ import dataclasses
 import math
 import os
 import sys
+import threading
 import time
 from typing import Any, Dict, List, Mapping, NoReturn, Optional
 
@@ -90,6 +91,8 @@ class Job:
         self.checkpoint_every = max(0, checkpoint_every)
         self.keep_checkpoints = keep_checkpoints
         self.stop_code = stop_exit_code(env)
+        # Armed by stop(): ends the process with its stop code if its exit hangs.
+        self.exit_watchdog: Optional[threading.Timer] = None
         if report_interval is None:
             report_interval = _float_env(env, "DLSCALE_METRICS_INTERVAL", 5.0)
         self.stop_flag = install_stop_handler() if install_signals else StopFlag()
@@ -426,15 +429,15 @@ class Job:
 
     def stop(self) -> NoReturn:
         """Checkpoint, log ``dlscale: stopped step=N``, leave the process group, exit. A process
-        still alive ``EXIT_WATCHDOG_S`` seconds after its checkpoint and last report is ended by
-        SIGALRM: nothing is lost, and its GPUs are freed."""
+        still alive ``EXIT_WATCHDOG_S`` seconds after its checkpoint and last report is ended with
+        its stop code (``arm_exit_watchdog``): nothing is lost, and its GPUs are freed."""
         self._flush_window()
         self.checkpoint()
         self.log(f"stopped step={self.step} samples_seen={self.samples_seen} exit_code={self.stop_code}")
         self.reporter.close()
         # From here on nothing is left to save: leaving the group and the interpreter's teardown
         # may hang (NCCL, a non-daemon thread), and must not hold the GPUs until the grace ends.
-        arm_exit_watchdog()
+        self.exit_watchdog = arm_exit_watchdog(self.stop_code)
         dist = _dist()
         if dist is not None:
             dist.destroy_process_group()

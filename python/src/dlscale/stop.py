@@ -9,13 +9,15 @@ Exit codes (see README):
   2   malformed allocation environment (``EXIT_BAD_ENV``)
 
 A stopped process whose exit hangs after its checkpoint (a non-daemon thread, a destructor stuck
-in a GPU library) is ended by SIGALRM ``EXIT_WATCHDOG_S`` seconds later (``arm_exit_watchdog``):
-its GPUs must not sit idle until the launcher's grace period runs out.
+in a GPU library, or only a loaded machine) is ended ``EXIT_WATCHDOG_S`` seconds later with its
+stop code, and where no thread can run any more by SIGALRM as long again after that
+(``arm_exit_watchdog``): its GPUs must not sit idle until the launcher's grace period runs out.
 """
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from typing import Iterable, Optional
 
@@ -43,13 +45,29 @@ def stop_exit_code(environ=None) -> int:
     return code
 
 
-def arm_exit_watchdog(seconds: int = EXIT_WATCHDOG_S) -> None:
-    """Ends this process with SIGALRM in ``seconds`` unless it has exited by then. SIGALRM's
-    default action is taken by the kernel, so it ends a process stuck anywhere: joining a
-    non-daemon thread, in an atexit handler, or in a C++ destructor during interpreter teardown,
-    where no Python code runs any more. Main thread only (as ``signal.alarm``)."""
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def arm_exit_watchdog(code: int, seconds: int = EXIT_WATCHDOG_S) -> threading.Timer:
+    """Ends this process with ``code`` in ``seconds`` unless it has exited by then: a daemon
+    thread calls ``os._exit`` (the checkpoint is written: the stop code is the truth, and a slow
+    teardown on a loaded machine must not turn it into a crash). Where no thread runs any more
+    (stuck in a C++ destructor during interpreter teardown, or holding the GIL), SIGALRM, whose
+    default action the kernel takes, ends it ``seconds`` later still. Main thread only (as
+    ``signal.alarm``). The timer is returned so that a caller that catches the exit can cancel
+    it (with ``signal.alarm(0)``)."""
+    timer = threading.Timer(seconds, _exit_now, args=(code,))
+    timer.daemon = True
+    timer.start()
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    signal.alarm(seconds)
+    signal.alarm(2 * seconds)
+    return timer
 
 
 class StopFlag:
