@@ -53,7 +53,15 @@ await() {
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== building the tests ($((SECONDS - started)) s so far)"
-cargo test --workspace --no-run
+# The test binaries and the package directory cargo test would run each in: "name exe dir".
+cargo test --workspace --no-run --message-format=json-render-diagnostics >"$logs/build.json"
+python3 - "$logs/build.json" >"$logs/binaries" <<'PY'
+import json, os, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["executable"], os.path.dirname(m["manifest_path"]))
+PY
 echo "== waiting for the installs ($((SECONDS - started)) s so far)"
 await "$python_pid" "setup-python.sh" "$logs/python.log"
 await "$apt_pid" "apt-get install" "$logs/apt.log"
@@ -80,9 +88,51 @@ clippy_pid=$!
 echo "== pytest (in the background; its output follows the Rust tests)"
 "$DLSCALE_VENV/bin/python" -m pytest -q python/tests >"$logs/pytest.log" 2>&1 &
 pytest_pid=$!
-echo "== cargo test ($((SECONDS - started)) s so far)"
+# The test binaries run in three lanes side by side (most of their time is spent waiting on
+# their worker processes): the tests on the one Slurm cluster one after the other; torch, the
+# browser and the local fault soak; everything else. Within a binary, tests run as cargo test
+# runs them.
+run_lane() { # lane name, then "binary[:test filter args]" entries; "*" is every other binary
+  local lane=$1 failed=0 entry name args exe dir t0
+  shift
+  for entry in "$@"; do
+    name=${entry%%:*}
+    args=""
+    [ "$entry" = "$name" ] || args=${entry#*:}
+    while read -r bin_name exe dir; do
+      if [ "$name" = "*" ]; then
+        case " $lane_taken " in *" $bin_name "*) continue ;; esac
+      elif [ "$bin_name" != "$name" ]; then
+        continue
+      fi
+      t0=$SECONDS
+      echo "== $lane: $bin_name $args" >>"$logs/lane-$lane.log"
+      # shellcheck disable=SC2086 # args are test-filter words
+      (cd "$dir" && "$exe" $args) >>"$logs/lane-$lane.log" 2>&1 || {
+        failed=1
+        echo "$bin_name $args" >>"$logs/failed"
+      }
+      echo "   $lane: $bin_name $args ($((SECONDS - t0)) s)"
+    done <"$logs/binaries"
+  done
+  return $failed
+}
+lane_taken="service_slurm_e2e soak service_torch_e2e dashboard_browser"
+echo "== the Rust tests, in three lanes ($((SECONDS - started)) s so far)"
+run_lane slurm service_slurm_e2e "soak:slurm" &
+slurm_lane=$!
+run_lane engines service_torch_e2e dashboard_browser "soak:--skip slurm" &
+engines_lane=$!
 rust=0
-cargo test --workspace --no-fail-fast || rust=$?
+run_lane rest "*" || rust=1
+cargo test --workspace --doc -q >>"$logs/lane-rest.log" 2>&1 || rust=1
+wait "$engines_lane" || rust=1
+wait "$slurm_lane" || rust=1
+for lane in rest engines slurm; do
+  echo "== the $lane lane's output"
+  grep -v '^test .* \.\.\. ok$' "$logs/lane-$lane.log" || true
+done
+[ ! -s "$logs/failed" ] || { echo "== failed:"; cat "$logs/failed"; }
 echo "== cargo clippy ($((SECONDS - started)) s so far)"
 lints=0
 wait "$clippy_pid" || lints=$?

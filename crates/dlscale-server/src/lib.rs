@@ -19,6 +19,7 @@
 
 pub mod api;
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod executor;
@@ -37,10 +38,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 
+use clock::{Clock, SystemClock};
 pub use config::{ConfigFile, ExecutorConfig, ServerConfig};
-use executor::local::{detect_gpus, LocalExecutor};
-use executor::slurm::SlurmExecutor;
-use executor::{find_program, load_or_create_instance, random_hex, ExecContext, Executor};
+use executor::{load_or_create_instance, random_hex, ExecContext, Executor, Reports};
 pub use service::Service;
 use store::Store;
 
@@ -109,6 +109,16 @@ fn check_private(path: &Path, mode: u32) -> Result<()> {
 /// Sets up everything [`serve`] runs: the data directory, the token, the database, the executor
 /// (detecting GPUs, or reading the Slurm cluster) and the service with its driver and pollers.
 pub async fn start(config: ServerConfig) -> Result<Arc<Service>> {
+    start_with(config, Arc::new(SystemClock), executor::build).await
+}
+
+/// [`start`] on `clock` (the wall clock, or a test's), with the executor `build` makes from the
+/// configuration, the launches' context and where it reports launches that end.
+pub async fn start_with(
+    config: ServerConfig,
+    clock: Arc<dyn Clock>,
+    build: impl FnOnce(&ServerConfig, ExecContext, Reports) -> Result<Arc<dyn Executor>>,
+) -> Result<Arc<Service>> {
     std::fs::create_dir_all(config.data_dir.join("jobs"))
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let token = load_or_create_token(&config)?;
@@ -116,37 +126,13 @@ pub async fn start(config: ServerConfig) -> Result<Arc<Service>> {
         data_dir: config.data_dir.clone(),
         torchrun: config.torchrun.clone(),
         api_url: Some(config.api_url.clone()),
+        clock,
         instance: load_or_create_instance(&config.data_dir)?,
     };
     let (reports, reports_rx) = service::report_channel();
-    let executor = match &config.executor {
-        ExecutorConfig::Local => {
-            // A configured torchrun was checked with the configuration; the default may be
-            // missing on a server for plain jobs only (torchrun jobs then fail saying why).
-            let torchrun = config.torchrun.to_string_lossy();
-            let path = std::env::var_os("PATH");
-            if let Err(e) = find_program(&torchrun, path.as_deref(), Path::new("/")) {
-                tracing::warn!(
-                    "{e}: jobs with launcher \"torchrun\" cannot start; set torchrun = PATH in \
-                     the configuration (or --torchrun PATH)"
-                );
-            }
-            let (slots, gpus_detected) = match config.slots {
-                Some(n) => ((0..n).collect(), false),
-                None => match detect_gpus() {
-                    Some(ids) => (ids, true),
-                    None => bail!(
-                        "no GPUs found with nvidia-smi; give the number of slots to schedule with \
-                         --slots N (or slots = N in the config)"
-                    ),
-                },
-            };
-            Executor::Local(LocalExecutor::new(ctx, slots, gpus_detected, reports))
-        }
-        ExecutorConfig::Slurm(cfg) => Executor::Slurm(SlurmExecutor::new(cfg.clone(), ctx)),
-    };
+    let executor = build(&config, ctx, reports)?;
     let store = Store::open(&config.data_dir.join("dlscale.db"))?;
-    service::start(config, token, store, Arc::new(executor), reports_rx).await
+    service::start(config, token, store, executor, reports_rx).await
 }
 
 /// Runs the service until SIGINT or SIGTERM. Jobs keep running when the server stops; the next

@@ -128,6 +128,7 @@ pub async fn measure(
         data_dir: opts.scratch.join(format!("point-{index}")),
         torchrun: opts.torchrun.clone(),
         api_url: None,
+        clock: std::sync::Arc::new(crate::clock::SystemClock),
         instance: format!("profile{}", std::process::id()),
     };
     let shape = Shape {

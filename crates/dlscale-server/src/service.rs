@@ -28,12 +28,13 @@ use dlscale_core::throughput::{throughput_samples_per_s, AnalyticModel};
 use dlscale_core::Job;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::clock::Clock;
 use crate::config::ServerConfig;
 use crate::executor::{self, Capacity, Executor, JobFiles, LaunchJob, NodeInfo};
 use crate::fault;
 use crate::metrics::Metrics;
 use crate::spec::JobSpec;
-use crate::store::{now, Batch, NewJob, Profile, Received, RecordedInput, Store, WriteError};
+use crate::store::{Batch, NewJob, Profile, Received, RecordedInput, Store, WriteError};
 
 /// A live job as API reads see it.
 #[derive(Debug, Clone)]
@@ -167,7 +168,9 @@ pub struct Service {
     /// The database.
     pub store: Store,
     /// Where launches run.
-    pub executor: Arc<Executor>,
+    pub executor: Arc<dyn Executor>,
+    /// The time (the wall clock, or a test's).
+    pub clock: Arc<dyn Clock>,
     /// The metrics registry.
     pub metrics: Metrics,
     admin_token: String,
@@ -303,7 +306,7 @@ pub async fn start(
     config: ServerConfig,
     admin_token: String,
     store: Store,
-    executor: Arc<Executor>,
+    executor: Arc<dyn Executor>,
     mut reports: mpsc::UnboundedReceiver<Vec<RecordedInput>>,
 ) -> Result<Arc<Service>> {
     let capacity = executor
@@ -311,7 +314,8 @@ pub async fn start(
         .await
         .with_context(|| format!("cannot read the cluster ({} executor)", executor.name()))?;
     let (stored, next_seq) = store.live_jobs().await?;
-    let at = now();
+    let clock = Arc::clone(&executor.ctx().clock);
+    let at = clock.now_s();
     let mut described = config.describe();
     described["topology"] = serde_json::to_value(&capacity.topology)?;
     let batch = store
@@ -386,6 +390,7 @@ pub async fn start(
         config,
         store,
         executor,
+        clock,
         metrics: Metrics::default(),
         admin_token,
         requests: requests_tx,
@@ -507,9 +512,8 @@ fn spawn_pollers(service: Arc<Service>) {
 impl Driver {
     async fn run(mut self) {
         loop {
-            let wake = self.autoscaler.next_wakeup_s().map(|t| {
-                tokio::time::Instant::now() + Duration::from_secs_f64((t - now()).clamp(0.0, 1e6))
-            });
+            let wake = self.autoscaler.next_wakeup_s();
+            let clock = Arc::clone(&self.service.clock);
             let first = tokio::select! {
                 r = self.requests.recv() => match r {
                     Some(r) => Some(r),
@@ -517,7 +521,7 @@ impl Driver {
                 },
                 _ = async {
                     match wake {
-                        Some(at) => tokio::time::sleep_until(at).await,
+                        Some(at_s) => clock.sleep_until_s(at_s).await,
                         None => std::future::pending::<()>().await,
                     }
                 } => None,
@@ -552,7 +556,7 @@ impl Driver {
             specs,
             unbuildable,
         } = build_inputs(&recorded);
-        let at = now().max(self.last_s);
+        let at = self.service.clock.now_s().max(self.last_s);
         self.last_s = at;
         let clock = Instant::now();
         let step = self.autoscaler.handle(at, inputs);
@@ -750,7 +754,7 @@ impl Driver {
                     let files = JobFiles::of(&service.executor.ctx().data_dir, &job.spec);
                     executor::mark_kill_in_log(&files, &id, attempt, service.config.grace_s);
                 }
-                let answer = service.executor.carry_out(&action, job.as_ref()).await;
+                let answer = executor::carry_out(&*service.executor, &action, job.as_ref()).await;
                 service.tell(answer);
             });
             if k + 1 < n {

@@ -193,14 +193,6 @@ pub struct Store {
     reader: Arc<Mutex<Connection>>,
 }
 
-/// Seconds since the epoch.
-pub fn now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
 fn json<T: Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).context("serialising for the database")
 }

@@ -1,5 +1,5 @@
-//! The API as a value: a real service (local executor, two slots, a temporary data directory)
-//! driven through its router without a socket. Checks that the router serves exactly the routes
+//! The API as a value: a real service (a fake executor with two GPUs, a manual clock, a
+//! temporary data directory) driven through its router without a socket. Checks that the router serves exactly the routes
 //! of the table, that the OpenAPI document lists exactly those routes, and that every schema
 //! lists exactly the fields its DTO serialises.
 
@@ -311,25 +311,28 @@ async fn shortest_remaining_first_gives_the_slot_to_the_job_with_least_work_left
             remaining_exponent: Some(if shortest_first { 1.5 } else { 0.0 }),
             ..Default::default()
         };
-        let app = router::service_with(dir.path(), file).await;
-        let (status, body) = call(&app, "POST", "/v1/jobs", Some(job("long", 1e9))).await;
+        let harness = router::harness(dir.path(), file).await;
+        let app = &harness.app;
+        let (status, body) = call(app, "POST", "/v1/jobs", Some(job("long", 1e9))).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
-        await_states(&app, |long, _| long == "running").await;
-        let (status, body) = call(&app, "POST", "/v1/jobs", Some(job("short", 1e3))).await;
+        await_states(app, |long, _| long == "running").await;
+        let (status, body) = call(app, "POST", "/v1/jobs", Some(job("short", 1e3))).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
         if shortest_first {
-            await_states(&app, |long, short| long == "queued" && short == "running").await;
+            await_states(app, |long, short| long == "queued" && short == "running").await;
         } else {
             // Several decisions later the long job still holds the slot.
-            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-            let (long, short) = await_states(&app, |_, _| true).await;
+            for _ in 0..6 {
+                harness.advance(1.0).await;
+            }
+            let (long, short) = await_states(app, |_, _| true).await;
             assert_eq!(
                 (&long["state"], &short["state"]),
                 (&json!("running"), &json!("queued"))
             );
         }
         for id in ["long", "short"] {
-            call(&app, "DELETE", &format!("/v1/jobs/{id}"), None).await;
+            call(app, "DELETE", &format!("/v1/jobs/{id}"), None).await;
         }
     }
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
+use dlscale_autoscaler::Outcome;
 use dlscale_server::api::session::CSRF_HEADER;
 use dlscale_server::api::NEXT_BEFORE_HEADER;
 use http_body_util::BodyExt;
@@ -183,17 +184,28 @@ async fn get(app: &axum::Router, path: &str) -> (StatusCode, HeaderMap, Value) {
 #[tokio::test(flavor = "multi_thread")]
 async fn ended_jobs_and_decisions_come_in_pages_that_give_each_once() {
     let dir = tempfile::tempdir().unwrap();
-    let app = service(dir.path()).await;
+    let harness = router::harness(dir.path(), Default::default()).await;
+    let app = &harness.app;
     let ids = ["j0", "j1", "j2", "j3", "j4"];
     for id in ids {
         let job = json!({"id": id, "min_batch": 8, "max_batch": 8, "max_local_batch": 8,
                          "command": ["true"], "workdir": "/tmp", "launcher": "plain"});
-        let (status, body) = router::call(&app, "POST", "/v1/jobs", job.to_string().into()).await;
+        let (status, body) = router::call(app, "POST", "/v1/jobs", job.to_string().into()).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
+        harness.clock.advance(1.0);
     }
+    // Each ends, in submission order, once it runs (two GPUs: two at a time), a second apart:
+    // decisions are paged by their time.
     let deadline = Instant::now() + Duration::from_secs(30);
+    for id in ids {
+        harness.clock.advance(1.0);
+        while !harness.executor.end(id, 1, Outcome::Exited(0)) {
+            assert!(Instant::now() < deadline, "{id} never ran");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
     loop {
-        let (_, _, ended) = get(&app, "/v1/jobs?ended=true").await;
+        let (_, _, ended) = get(app, "/v1/jobs?ended=true").await;
         if ended.as_array().map_or(0, Vec::len) == ids.len() {
             break;
         }
@@ -206,7 +218,7 @@ async fn ended_jobs_and_decisions_come_in_pages_that_give_each_once() {
     let mut before = String::new();
     loop {
         let (status, headers, page) =
-            get(&app, &format!("/v1/jobs?ended=true&limit=2{before}")).await;
+            get(app, &format!("/v1/jobs?ended=true&limit=2{before}")).await;
         assert_eq!(status, StatusCode::OK, "{page}");
         let page = page.as_array().unwrap().clone();
         seen.extend(page.iter().map(|j| j["id"].as_str().unwrap().to_string()));
@@ -220,7 +232,7 @@ async fn ended_jobs_and_decisions_come_in_pages_that_give_each_once() {
     }
     let newest_first: Vec<String> = ids.iter().rev().map(|s| s.to_string()).collect();
     assert_eq!(seen, newest_first);
-    let (_, headers, all) = get(&app, "/v1/jobs?all=true&limit=5").await;
+    let (_, headers, all) = get(app, "/v1/jobs?all=true&limit=5").await;
     assert_eq!(all.as_array().map(Vec::len), Some(5));
     assert!(
         !headers.contains_key(NEXT_BEFORE_HEADER),
@@ -231,7 +243,7 @@ async fn ended_jobs_and_decisions_come_in_pages_that_give_each_once() {
         "/v1/jobs?before=3",
         "/v1/jobs?ended=true&before=x",
     ] {
-        let (status, _, body) = get(&app, bad).await;
+        let (status, _, body) = get(app, bad).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
         assert!(
             body["error"]
@@ -242,7 +254,7 @@ async fn ended_jobs_and_decisions_come_in_pages_that_give_each_once() {
     }
 
     // Decisions, newest first, two a page: every kept one once, in order.
-    let (_, _, kept) = get(&app, "/v1/decisions?limit=50").await;
+    let (_, _, kept) = get(app, "/v1/decisions?limit=50").await;
     let kept: Vec<f64> = kept["decisions"]
         .as_array()
         .unwrap()
@@ -256,7 +268,7 @@ async fn ended_jobs_and_decisions_come_in_pages_that_give_each_once() {
     let mut paged = Vec::new();
     let mut before = String::new();
     loop {
-        let (status, _, page) = get(&app, &format!("/v1/decisions?limit=2{before}")).await;
+        let (status, _, page) = get(app, &format!("/v1/decisions?limit=2{before}")).await;
         assert_eq!(status, StatusCode::OK, "{page}");
         let decisions = page["decisions"].as_array().unwrap();
         paged.extend(decisions.iter().map(|d| d["at"].as_f64().unwrap()));

@@ -50,7 +50,7 @@ use crate::executor::{Handle, JobFiles};
 use crate::metrics::RouteLabels;
 use crate::service::{Estimates, LiveJob, Service, Unavailable, View};
 use crate::spec::{validate_id, JobSpec};
-use crate::store::{now, Profile, StoredJob};
+use crate::store::{Profile, StoredJob};
 use dto::{
     AllocationView, ClusterView, DecidedJobView, DecisionView, EventView, JobView, NodeView,
     PolicyView,
@@ -584,7 +584,7 @@ fn job_view(s: &Service, job: &FoundJob, handles: &BTreeMap<(String, u32), Handl
             let running = j.record.status == Status::Running && launch.stop.is_none();
             running.then(|| (j.record.id.clone(), launch.launched_s + cooldown_s))
         });
-        let next = dto::next_cooldown_end(crate::store::now(), cooldowns);
+        let next = dto::next_cooldown_end(s.clock.now_s(), cooldowns);
         view.waiting_until = next.as_ref().map(|&(_, end_s)| end_s);
         let until = dto::not_chosen_until(next.as_ref());
         view.waiting = view.waiting.map(|w| format!("{w}; {until}"));
@@ -651,10 +651,10 @@ async fn cluster(State(s): State<AppState>) -> Json<ClusterView> {
             jobs: per_node.remove(&*n.name).unwrap_or_default(),
         })
         .collect();
-    let (slots, gpus_detected) = match &*s.executor {
-        crate::executor::Executor::Local(l) => (l.slots.clone(), l.gpus_detected),
-        crate::executor::Executor::Slurm(_) => (Vec::new(), false),
-    };
+    let (slots, gpus_detected) = s
+        .executor
+        .slots()
+        .map_or((Vec::new(), false), |s| (s.ids, s.detected));
     let mut assigned = BTreeMap::new();
     for ((id, _), h) in &handles {
         for &slot in &h.slots {
@@ -1093,7 +1093,7 @@ async fn put_profile(
         model: upload.model,
         quality: upload.quality,
         source: "profile".into(),
-        updated_at: now(),
+        updated_at: s.clock.now_s(),
     };
     s.request(
         vec![Input::ProfileUpdated {

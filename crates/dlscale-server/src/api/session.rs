@@ -201,7 +201,7 @@ pub(super) async fn log_in(
     let cookie = set_cookie(&headers, &id, SESSION_TTL.as_secs())?;
     let view = SessionView {
         open: true,
-        expires_at: Some(crate::store::now() + SESSION_TTL.as_secs_f64()),
+        expires_at: Some(crate::clock::wall_clock_s() + SESSION_TTL.as_secs_f64()),
     };
     Ok((
         StatusCode::CREATED,

@@ -21,6 +21,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use dlscale_autoscaler::{
@@ -30,11 +31,11 @@ use dlscale_core::placement::{Node, Topology};
 
 use super::{
     find_program, launch_marker, parse_launch_marker, read_exit, worker_env, Believed, Capacity,
-    ExecContext, Handle, JobFiles, LaunchJob, NodeInfo, Reports,
+    ExecContext, Executor, Handle, JobFiles, LaunchJob, NodeInfo, Reports, Slots,
 };
+use crate::config::ServerConfig;
 use crate::fault;
 use crate::spec::{JobSpec, Launcher};
-use crate::store::now;
 
 const WRAPPER: &str = r#"dir="$1"; shift
 "$@" &
@@ -84,6 +85,31 @@ pub struct LocalExecutor {
 }
 
 impl LocalExecutor {
+    /// The executor of `config`: its `slots`, or the GPUs `nvidia-smi` finds (an error when
+    /// there are none). A torchrun that cannot be found is only warned about: a server may run
+    /// plain jobs only (torchrun jobs then fail saying why).
+    pub fn from_config(config: &ServerConfig, ctx: ExecContext, reports: Reports) -> Result<Self> {
+        let torchrun = config.torchrun.to_string_lossy();
+        let path = std::env::var_os("PATH");
+        if let Err(e) = find_program(&torchrun, path.as_deref(), std::path::Path::new("/")) {
+            tracing::warn!(
+                "{e}: jobs with launcher \"torchrun\" cannot start; set torchrun = PATH in the \
+                 configuration (or --torchrun PATH)"
+            );
+        }
+        let (slots, gpus_detected) = match config.slots {
+            Some(n) => ((0..n).collect(), false),
+            None => match detect_gpus() {
+                Some(ids) => (ids, true),
+                None => anyhow::bail!(
+                    "no GPUs found with nvidia-smi; give the number of slots to schedule with \
+                     --slots N (or slots = N in the config)"
+                ),
+            },
+        };
+        Ok(LocalExecutor::new(ctx, slots, gpus_detected, reports))
+    }
+
     /// An executor over `slots`; launches that end are reported to `reports`.
     pub fn new(ctx: ExecContext, slots: Vec<u32>, gpus_detected: bool, reports: Reports) -> Self {
         LocalExecutor {
@@ -96,31 +122,8 @@ impl LocalExecutor {
         }
     }
 
-    /// This machine as one node with its slots.
-    pub fn capacity(&self) -> Capacity {
-        let gpus = self.slots.len() as u32;
-        Capacity {
-            topology: Topology {
-                nodes: vec![Node {
-                    name: NODE.into(),
-                    gpus,
-                }],
-            },
-            nodes: vec![NodeInfo {
-                name: NODE.into(),
-                total_gpus: gpus,
-                addr: "127.0.0.1".to_string(),
-            }],
-        }
-    }
-
     fn live(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, u32), Handle>> {
         lock(&self.live)
-    }
-
-    /// What is tracked of each live launch.
-    pub fn handles(&self) -> BTreeMap<(String, u32), Handle> {
-        self.live().clone()
     }
 
     /// Takes the first `gpus` slots no live launch holds for launch `key`, under one lock: of
@@ -152,10 +155,55 @@ impl LocalExecutor {
         );
         Ok(slots)
     }
+}
+
+#[async_trait::async_trait]
+impl Executor for LocalExecutor {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn ctx(&self) -> &ExecContext {
+        &self.ctx
+    }
+
+    fn poll_interval(&self) -> Duration {
+        Duration::from_millis(1000)
+    }
+
+    fn slots(&self) -> Option<Slots> {
+        Some(Slots {
+            ids: self.slots.clone(),
+            detected: self.gpus_detected,
+        })
+    }
+
+    /// This machine as one node with its slots.
+    async fn capacity(&self) -> Result<Capacity> {
+        let gpus = self.slots.len() as u32;
+        Ok(Capacity {
+            topology: Topology {
+                nodes: vec![Node {
+                    name: NODE.into(),
+                    gpus,
+                }],
+            },
+            nodes: vec![NodeInfo {
+                name: NODE.into(),
+                total_gpus: gpus,
+                addr: "127.0.0.1".to_string(),
+            }],
+        })
+    }
+
+    /// What is tracked of each live launch.
+    fn handles(&self) -> BTreeMap<(String, u32), Handle> {
+        self.live().clone()
+    }
 
     /// Sends SIGTERM to launch `attempt` of `id`; `false` when it is not known here (yet: the
     /// next observation finds it, and the stop is asked for again).
-    pub async fn stop(&self, id: &str, attempt: u32) -> Result<bool> {
+    async fn stop(&self, id: &str, attempt: u32, _job: Option<&LaunchJob>) -> Result<bool> {
         let pgid = self
             .live()
             .get(&(id.to_string(), attempt))
@@ -171,7 +219,7 @@ impl LocalExecutor {
     }
 
     /// Ends every process of launch `attempt` of `id`.
-    pub async fn kill(&self, id: &str, attempt: u32) {
+    async fn kill(&self, id: &str, attempt: u32) {
         if let Some(pgid) = self
             .live()
             .get(&(id.to_string(), attempt))
@@ -189,7 +237,7 @@ impl LocalExecutor {
     }
 
     /// Starts a launch on free slots; a waiter reports its end.
-    pub async fn launch(&self, l: &LaunchSpec, job: &LaunchJob) -> Result<()> {
+    async fn launch(&self, l: &LaunchSpec, job: &LaunchJob) -> Result<()> {
         // Before the spawn: an observation taken meanwhile must not report it ended (nor drop
         // the slots it holds).
         let key = (l.id.clone(), l.attempt);
@@ -266,8 +314,8 @@ impl LocalExecutor {
     /// Every live launch of this server (found by marker), and how the `believed` launches that
     /// are not live ended. A launch whose wrapper exited but whose processes linger counts as
     /// live while they are ended.
-    pub async fn observe(&self, believed: &[Believed]) -> Result<Observation> {
-        let taken_at_s = now();
+    async fn observe(&self, believed: &[Believed]) -> Result<Observation> {
+        let taken_at_s = self.ctx.clock.now_s();
         let instance = self.ctx.instance.clone();
         let found = tokio::task::spawn_blocking(move || scan(&instance))
             .await
@@ -681,6 +729,7 @@ mod tests {
             data_dir: dir.to_path_buf(),
             torchrun: PathBuf::from("/venv/bin/torchrun"),
             api_url: Some("http://127.0.0.1:1".into()),
+            clock: std::sync::Arc::new(crate::clock::SystemClock),
             instance: "test".into(),
         }
     }

@@ -11,6 +11,8 @@
 //! * [`local::LocalExecutor`]: process groups on this machine, torchrun or plain.
 //! * [`slurm::SlurmExecutor`]: Slurm batch jobs, one per launch.
 //!
+//! Each implements [`Executor`]; the driver hands it actions through [`carry_out`].
+//!
 //! Both share the job's files under the data directory (log, checkpoints, one `run-<attempt>/`
 //! directory per launch) and the worker environment ([`worker_env`]).
 
@@ -25,11 +27,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use dlscale_autoscaler::{Action, Input, Observation, Shape, StopReason};
+use dlscale_autoscaler::{Action, Input, LaunchSpec, Observation, Shape, StopReason};
 use dlscale_core::placement::Topology;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use crate::clock::Clock;
+use crate::config::{ExecutorConfig, ServerConfig};
 use crate::fault;
 use crate::spec::JobSpec;
 use crate::store::RecordedInput;
@@ -223,6 +227,8 @@ pub struct ExecContext {
     pub torchrun: PathBuf,
     /// `DLSCALE_API` for workers (`None`: no metrics reports).
     pub api_url: Option<String>,
+    /// The service's clock (observations are stamped with it).
+    pub clock: Arc<dyn Clock>,
     /// This server's instance id: part of every launch's marker ([`launch_marker`]) and Slurm
     /// job name, so that servers sharing a machine or a cluster never touch each other's jobs.
     pub instance: String,
@@ -458,125 +464,122 @@ pub struct LaunchJob {
 /// Where an executor sends what it sees later (a launch that ended), as autoscaler inputs.
 pub type Reports = mpsc::UnboundedSender<Vec<RecordedInput>>;
 
-/// The executors, behind one interface (enum dispatch: the methods are async).
-#[derive(Debug)]
-pub enum Executor {
-    /// Process groups on this machine.
-    Local(local::LocalExecutor),
-    /// Batch jobs on a Slurm cluster.
-    Slurm(slurm::SlurmExecutor),
+/// The slots of an executor that schedules device ids on one machine, for the cluster view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slots {
+    /// The device ids it schedules.
+    pub ids: Vec<u32>,
+    /// Whether they were detected (`nvidia-smi`) rather than configured.
+    pub detected: bool,
 }
 
-impl Executor {
-    /// `local` or `slurm`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Executor::Local(_) => "local",
-            Executor::Slurm(_) => "slurm",
-        }
-    }
+/// Where launches run: one implementation per engine (a module of its own, registered in
+/// `lib.rs`'s `build_executor`). The driver and the API see only this interface: what the
+/// cluster offers, what runs, and the three commands (launch, stop, kill). Everything is
+/// level-triggered: [`Executor::observe`] says what runs now, whatever was asked before.
+#[async_trait::async_trait]
+pub trait Executor: Send + Sync + std::fmt::Debug {
+    /// Its name in the configuration and the logs (`local`, `slurm`).
+    fn name(&self) -> &'static str;
 
     /// The context launches run with.
-    pub fn ctx(&self) -> &ExecContext {
-        match self {
-            Executor::Local(l) => &l.ctx,
-            Executor::Slurm(s) => &s.ctx,
-        }
-    }
+    fn ctx(&self) -> &ExecContext;
 
-    /// The GPUs dlscale may use now, per node. Local: the configured or detected slots on one
-    /// node. Slurm: the partition's usable nodes and their GPUs, less those held by jobs dlscale
-    /// did not submit.
-    pub async fn capacity(&self) -> Result<Capacity> {
-        match self {
-            Executor::Local(l) => Ok(l.capacity()),
-            Executor::Slurm(s) => s.capacity().await,
-        }
-    }
+    /// The GPUs dlscale may use now, per node, less those held by work dlscale did not start.
+    async fn capacity(&self) -> Result<Capacity>;
 
-    /// How often the driver observes the executor.
-    pub fn poll_interval(&self) -> Duration {
-        match self {
-            Executor::Local(_) => Duration::from_millis(1000),
-            Executor::Slurm(s) => Duration::from_secs_f64(s.config().poll_s),
-        }
-    }
+    /// How often the driver observes it.
+    fn poll_interval(&self) -> Duration;
 
-    /// A snapshot: every live launch of this server, and how those of `believed` (job id,
-    /// attempt) that are not live ended, where that is known.
-    pub async fn observe(&self, believed: &[Believed]) -> Result<Observation> {
-        match self {
-            Executor::Local(l) => l.observe(believed).await,
-            Executor::Slurm(s) => s.observe(believed).await,
-        }
-    }
+    /// A snapshot: every live launch of this server, and how those of `believed` that are not
+    /// live ended, where that is known.
+    async fn observe(&self, believed: &[Believed]) -> Result<Observation>;
 
-    /// Carries out one action; the answer comes back as inputs (now: a launch started or
-    /// failed, a stop delivered; later, through [`Reports`]: a local launch ended). `job` is the
-    /// job the action is about (`None`: a stale launch of a job no longer known).
-    pub async fn carry_out(&self, action: &Action, job: Option<&LaunchJob>) -> Vec<RecordedInput> {
-        match action {
-            Action::Launch(l) => {
-                let started = match (self, job) {
-                    (_, None) => Err(anyhow::anyhow!("the job is unknown to the executor")),
-                    (Executor::Local(x), Some(job)) => x.launch(l, job).await,
-                    (Executor::Slurm(x), Some(job)) => x.launch(l, job).await,
-                };
-                let (id, attempt) = (l.id.clone(), l.attempt);
-                vec![match started {
-                    Ok(()) => Input::LaunchStarted { id, attempt },
-                    Err(e) => Input::LaunchFailed {
-                        id,
-                        attempt,
-                        error: format!("{e:#}"),
-                    },
+    /// Starts a launch; `Ok` once it is under way (its end is seen later: reported through
+    /// [`Reports`] or found by an observation).
+    async fn launch(&self, launch: &LaunchSpec, job: &LaunchJob) -> Result<()>;
+
+    /// Asks launch `attempt` of `id` to checkpoint and stop; `false` when that cannot be
+    /// delivered yet (not known here, or not started): the autoscaler asks again after the next
+    /// observation. `job` is `None` for a stale launch of a job no longer known.
+    async fn stop(&self, id: &str, attempt: u32, job: Option<&LaunchJob>) -> Result<bool>;
+
+    /// Ends every process of launch `attempt` of `id` now.
+    async fn kill(&self, id: &str, attempt: u32);
+
+    /// What it tracks of each live launch, by (job id, attempt).
+    fn handles(&self) -> BTreeMap<(String, u32), Handle>;
+
+    /// The device ids it schedules on this machine, if it is that kind of executor.
+    fn slots(&self) -> Option<Slots> {
+        None
+    }
+}
+
+/// The executor `config` names, for launches run with `ctx`; a local executor reports the
+/// launches that end to `reports`. The one place executors are registered.
+pub fn build(
+    config: &ServerConfig,
+    ctx: ExecContext,
+    reports: Reports,
+) -> Result<Arc<dyn Executor>> {
+    Ok(match &config.executor {
+        ExecutorConfig::Local => Arc::new(local::LocalExecutor::from_config(config, ctx, reports)?),
+        ExecutorConfig::Slurm(cfg) => Arc::new(slurm::SlurmExecutor::new(cfg.clone(), ctx)),
+    })
+}
+
+/// Carries out one action on `executor`; the answer comes back as inputs (now: a launch started
+/// or failed, a stop delivered; later, through [`Reports`] or an observation: a launch ended).
+/// `job` is the job the action is about (`None`: a stale launch of a job no longer known).
+pub async fn carry_out(
+    executor: &dyn Executor,
+    action: &Action,
+    job: Option<&LaunchJob>,
+) -> Vec<RecordedInput> {
+    match action {
+        Action::Launch(l) => {
+            let started = match job {
+                None => Err(anyhow::anyhow!("the job is unknown to the executor")),
+                Some(job) => executor.launch(l, job).await,
+            };
+            let (id, attempt) = (l.id.clone(), l.attempt);
+            vec![match started {
+                Ok(()) => Input::LaunchStarted { id, attempt },
+                Err(e) => Input::LaunchFailed {
+                    id,
+                    attempt,
+                    error: format!("{e:#}"),
+                },
+            }]
+        }
+        Action::Stop {
+            id,
+            attempt,
+            reason,
+        } => match executor.stop(id, *attempt, job).await {
+            Ok(true) => {
+                if let Some(job) = job {
+                    let files = JobFiles::of(&executor.ctx().data_dir, &job.spec);
+                    mark_stop_in_log(&files, id, *attempt, *reason);
+                }
+                fault::point("after-signal");
+                vec![Input::StopDelivered {
+                    id: id.clone(),
+                    attempt: *attempt,
                 }]
             }
-            Action::Stop {
-                id,
-                attempt,
-                reason,
-            } => {
-                let delivered = match self {
-                    Executor::Local(x) => x.stop(id, *attempt).await,
-                    Executor::Slurm(x) => x.stop_launch(id, *attempt, job).await,
-                };
-                match delivered {
-                    Ok(true) => {
-                        if let Some(job) = job {
-                            let files = JobFiles::of(&self.ctx().data_dir, &job.spec);
-                            mark_stop_in_log(&files, id, *attempt, *reason);
-                        }
-                        fault::point("after-signal");
-                        vec![Input::StopDelivered {
-                            id: id.clone(),
-                            attempt: *attempt,
-                        }]
-                    }
-                    Ok(false) => Vec::new(),
-                    Err(e) => {
-                        tracing::error!("job {id}: the stop of launch {attempt} failed: {e:#}");
-                        Vec::new()
-                    }
-                }
-            }
-            // Nothing to send: the launch's new batch is the answer to its workers' next report.
-            Action::Rebatch { .. } => Vec::new(),
-            Action::Kill { id, attempt } => {
-                match self {
-                    Executor::Local(x) => x.kill(id, *attempt).await,
-                    Executor::Slurm(x) => x.kill(id, *attempt).await,
-                }
+            Ok(false) => Vec::new(),
+            Err(e) => {
+                tracing::error!("job {id}: the stop of launch {attempt} failed: {e:#}");
                 Vec::new()
             }
-        }
-    }
-
-    /// What the executor tracks of each live launch, by (job id, attempt).
-    pub fn handles(&self) -> BTreeMap<(String, u32), Handle> {
-        match self {
-            Executor::Local(l) => l.handles(),
-            Executor::Slurm(s) => s.handles(),
+        },
+        // Nothing to send: the launch's new batch is the answer to its workers' next report.
+        Action::Rebatch { .. } => Vec::new(),
+        Action::Kill { id, attempt } => {
+            executor.kill(id, *attempt).await;
+            Vec::new()
         }
     }
 }

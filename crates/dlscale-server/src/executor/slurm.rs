@@ -35,12 +35,12 @@ use dlscale_core::placement::{Node, Topology};
 
 use super::squeue::{interpret, is_terminal_state, parse_sinfo, parse_squeue};
 use super::{
-    launch_marker, worker_env, Believed, Capacity, ExecContext, Handle, JobFiles, LaunchJob,
-    NodeInfo,
+    launch_marker, worker_env, Believed, Capacity, ExecContext, Executor, Handle, JobFiles,
+    LaunchJob, NodeInfo,
 };
+use crate::clock::wall_clock_s;
 use crate::fault;
 use crate::spec::Launcher;
-use crate::store::now;
 
 /// Settings of the Slurm executor (the `[slurm]` table of the config file).
 #[derive(Debug, Clone, PartialEq)]
@@ -142,7 +142,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl SlurmExecutor {
     /// An executor submitting to `cfg.partition` as server instance `ctx.instance`.
     pub fn new(cfg: SlurmConfig, ctx: ExecContext) -> Self {
-        let start = (now() as u64 % u64::from(PORT_RANGE)) as u32;
+        let start = (wall_clock_s() as u64 % u64::from(PORT_RANGE)) as u32;
         SlurmExecutor {
             cfg,
             ctx,
@@ -156,22 +156,6 @@ impl SlurmExecutor {
     /// Its settings.
     pub fn config(&self) -> &SlurmConfig {
         &self.cfg
-    }
-
-    /// The Slurm job of each live launch.
-    pub fn handles(&self) -> BTreeMap<(String, u32), Handle> {
-        lock(&self.jobs)
-            .iter()
-            .map(|(k, &id)| {
-                (
-                    k.clone(),
-                    Handle {
-                        slurm_job_id: Some(id),
-                        ..Handle::default()
-                    },
-                )
-            })
-            .collect()
     }
 
     /// Runs a Slurm command; its stdout, or an error naming the command with its stderr.
@@ -205,93 +189,6 @@ impl SlurmExecutor {
             .into());
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    /// The partition's usable nodes with the GPUs dlscale may use on each: `sinfo --json`, less
-    /// the GPUs of jobs this server did not submit (from the last observation's `squeue`).
-    pub async fn capacity(&self) -> Result<Capacity> {
-        let text = self.run("sinfo", &["--json".to_string()]).await?;
-        let nodes = parse_sinfo(&text, &self.cfg.partition, self.cfg.nodes.as_deref())?;
-        let foreign = lock(&self.foreign_gpus).clone();
-        let topology = Topology {
-            nodes: nodes
-                .iter()
-                .map(|n| Node {
-                    name: n.name.as_str().into(),
-                    gpus: n
-                        .total_gpus
-                        .saturating_sub(foreign.get(&n.name).copied().unwrap_or(0)),
-                })
-                .filter(|n| n.gpus > 0)
-                .collect(),
-        };
-        *lock(&self.nodes) = nodes.clone();
-        Ok(Capacity { topology, nodes })
-    }
-
-    /// One `squeue --json`, read for the autoscaler (see [`interpret`]); duplicates of a launch
-    /// are cancelled here.
-    pub async fn observe(&self, believed: &[Believed]) -> Result<Observation> {
-        let taken_at_s = now();
-        let text = self.run("squeue", &["--json".to_string()]).await?;
-        let snap = parse_squeue(&text, &self.ctx.instance)?;
-        *lock(&self.foreign_gpus) = snap.foreign_gpus;
-        let known = lock(&self.jobs).clone();
-        let reading = interpret(
-            &snap.ours,
-            &Believed::keys(believed),
-            &known,
-            |id, attempt| Believed::recorded_exit(believed, id, attempt),
-            taken_at_s,
-        );
-        for (job_id, why) in &reading.duplicates {
-            tracing::warn!("cancelling Slurm job {job_id}: {why}");
-            if let Err(e) = self.cancel(*job_id).await {
-                tracing::error!("{e:#}");
-            }
-        }
-        *lock(&self.jobs) = reading.handles;
-        Ok(reading.observation)
-    }
-
-    /// Submits a launch as a Slurm batch job.
-    pub async fn launch(&self, l: &LaunchSpec, job: &LaunchJob) -> Result<()> {
-        let job_id = self.submit(l, job).await?;
-        lock(&self.jobs).insert((l.id.clone(), l.attempt), job_id);
-        fault::point("after-sbatch");
-        tracing::info!("job {}: launch {} is Slurm job {job_id}", l.id, l.attempt);
-        Ok(())
-    }
-
-    /// Asks launch `attempt` of `id` to stop; `false` when it cannot be delivered yet (not
-    /// known here, or not running yet): the autoscaler asks again at the next observation.
-    pub async fn stop_launch(
-        &self,
-        id: &str,
-        attempt: u32,
-        job: Option<&LaunchJob>,
-    ) -> Result<bool> {
-        let Some(job_id) = lock(&self.jobs).get(&(id.to_string(), attempt)).copied() else {
-            return Ok(false);
-        };
-        let launcher = job.map_or(Launcher::Torchrun, |j| j.spec.launcher);
-        let dir = job.map(|j| JobFiles::of(&self.ctx.data_dir, &j.spec).run(attempt));
-        self.stop(job_id, launcher, dir.as_deref()).await
-    }
-
-    /// Cancels the Slurm jobs of launch `attempt` of `id` (found by name when it is a stale
-    /// launch this process does not know).
-    pub async fn kill(&self, id: &str, attempt: u32) {
-        let known = lock(&self.jobs).get(&(id.to_string(), attempt)).copied();
-        let targets = match known {
-            Some(job_id) => vec![job_id],
-            None => self.find(id, attempt).await,
-        };
-        for job_id in targets {
-            if let Err(e) = self.cancel(job_id).await {
-                tracing::error!("job {id}: cannot cancel Slurm job {job_id}: {e:#}");
-            }
-        }
     }
 
     /// The live Slurm jobs of launch `attempt` of `id`, by name.
@@ -426,7 +323,7 @@ impl SlurmExecutor {
     /// job, which runs in the batch shell itself — to the batch shell, which passes it on to the
     /// command's process group. A pending job is cancelled. While nothing can take the signal yet
     /// (the step has not started; the batch shell has not set up its handler): `NotYet`.
-    pub async fn stop(
+    pub async fn signal_stop(
         &self,
         job_id: u64,
         launcher: Launcher,
@@ -466,6 +363,119 @@ impl SlurmExecutor {
             Ok(_) => Ok(()),
             Err(e) if is_unknown_job(&e) => Ok(()),
             Err(e) => Err(e),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Executor for SlurmExecutor {
+    fn name(&self) -> &'static str {
+        "slurm"
+    }
+
+    fn ctx(&self) -> &ExecContext {
+        &self.ctx
+    }
+
+    fn poll_interval(&self) -> Duration {
+        Duration::from_secs_f64(self.cfg.poll_s)
+    }
+
+    /// The Slurm job of each live launch.
+    fn handles(&self) -> BTreeMap<(String, u32), Handle> {
+        lock(&self.jobs)
+            .iter()
+            .map(|(k, &id)| {
+                (
+                    k.clone(),
+                    Handle {
+                        slurm_job_id: Some(id),
+                        ..Handle::default()
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The partition's usable nodes with the GPUs dlscale may use on each: `sinfo --json`, less
+    /// the GPUs of jobs this server did not submit (from the last observation's `squeue`).
+    async fn capacity(&self) -> Result<Capacity> {
+        let text = self.run("sinfo", &["--json".to_string()]).await?;
+        let nodes = parse_sinfo(&text, &self.cfg.partition, self.cfg.nodes.as_deref())?;
+        let foreign = lock(&self.foreign_gpus).clone();
+        let topology = Topology {
+            nodes: nodes
+                .iter()
+                .map(|n| Node {
+                    name: n.name.as_str().into(),
+                    gpus: n
+                        .total_gpus
+                        .saturating_sub(foreign.get(&n.name).copied().unwrap_or(0)),
+                })
+                .filter(|n| n.gpus > 0)
+                .collect(),
+        };
+        *lock(&self.nodes) = nodes.clone();
+        Ok(Capacity { topology, nodes })
+    }
+
+    /// One `squeue --json`, read for the autoscaler (see [`interpret`]); duplicates of a launch
+    /// are cancelled here.
+    async fn observe(&self, believed: &[Believed]) -> Result<Observation> {
+        let taken_at_s = self.ctx.clock.now_s();
+        let text = self.run("squeue", &["--json".to_string()]).await?;
+        let snap = parse_squeue(&text, &self.ctx.instance)?;
+        *lock(&self.foreign_gpus) = snap.foreign_gpus;
+        let known = lock(&self.jobs).clone();
+        let reading = interpret(
+            &snap.ours,
+            &Believed::keys(believed),
+            &known,
+            |id, attempt| Believed::recorded_exit(believed, id, attempt),
+            taken_at_s,
+        );
+        for (job_id, why) in &reading.duplicates {
+            tracing::warn!("cancelling Slurm job {job_id}: {why}");
+            if let Err(e) = self.cancel(*job_id).await {
+                tracing::error!("{e:#}");
+            }
+        }
+        *lock(&self.jobs) = reading.handles;
+        Ok(reading.observation)
+    }
+
+    /// Submits a launch as a Slurm batch job.
+    async fn launch(&self, l: &LaunchSpec, job: &LaunchJob) -> Result<()> {
+        let job_id = self.submit(l, job).await?;
+        lock(&self.jobs).insert((l.id.clone(), l.attempt), job_id);
+        fault::point("after-sbatch");
+        tracing::info!("job {}: launch {} is Slurm job {job_id}", l.id, l.attempt);
+        Ok(())
+    }
+
+    /// Asks launch `attempt` of `id` to stop; `false` when it cannot be delivered yet (not
+    /// known here, or not running yet): the autoscaler asks again at the next observation.
+    async fn stop(&self, id: &str, attempt: u32, job: Option<&LaunchJob>) -> Result<bool> {
+        let Some(job_id) = lock(&self.jobs).get(&(id.to_string(), attempt)).copied() else {
+            return Ok(false);
+        };
+        let launcher = job.map_or(Launcher::Torchrun, |j| j.spec.launcher);
+        let dir = job.map(|j| JobFiles::of(&self.ctx.data_dir, &j.spec).run(attempt));
+        self.signal_stop(job_id, launcher, dir.as_deref()).await
+    }
+
+    /// Cancels the Slurm jobs of launch `attempt` of `id` (found by name when it is a stale
+    /// launch this process does not know).
+    async fn kill(&self, id: &str, attempt: u32) {
+        let known = lock(&self.jobs).get(&(id.to_string(), attempt)).copied();
+        let targets = match known {
+            Some(job_id) => vec![job_id],
+            None => self.find(id, attempt).await,
+        };
+        for job_id in targets {
+            if let Err(e) = self.cancel(job_id).await {
+                tracing::error!("job {id}: cannot cancel Slurm job {job_id}: {e:#}");
+            }
         }
     }
 }
@@ -623,6 +633,7 @@ mod tests {
             data_dir: PathBuf::from("/data"),
             torchrun: PathBuf::from("/venv/bin/torchrun"),
             api_url: Some("http://127.0.0.1:1".into()),
+            clock: std::sync::Arc::new(crate::clock::SystemClock),
             instance: "i1".into(),
         };
         let exec = SlurmExecutor::new(

@@ -1,0 +1,153 @@
+//! The driver's decisions carried out, without processes or waits: a real service (driver,
+//! store, router) on the fake executor and a manual clock. What the executor is asked to do
+//! (launches and their shapes), what the API shows, and when: cooldowns pass when the clock is
+//! advanced, not slept through. The same behaviour with real processes, a server killed with
+//! `kill -9` and real checkpoints is in `dlscale-cli`'s `service_api.rs` and the soak.
+
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use dlscale_autoscaler::Outcome;
+use dlscale_server::ConfigFile;
+use serde_json::{json, Value};
+
+mod router;
+
+use router::{call, Harness};
+
+fn job(id: &str) -> Value {
+    json!({"id": id, "min_batch": 32, "max_batch": 256, "max_local_batch": 64, "max_gpus": 4,
+           "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.001,
+                     "sync_intra_base_s": 0.002},
+           "command": ["true"], "workdir": "/tmp", "launcher": "plain"})
+}
+
+async fn submit(h: &Harness, job: Value) {
+    let (status, body) = call(&h.app, "POST", "/v1/jobs", job.to_string().into()).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}
+
+/// Job `id` as the API shows it once `until` holds (within 20 s of real time: the driver's
+/// batches and the executor's polls take milliseconds).
+async fn wait_job(h: &Harness, id: &str, until: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, view) = call(&h.app, "GET", &format!("/v1/jobs/{id}"), Vec::new()).await;
+        if until(&view) {
+            return view;
+        }
+        assert!(Instant::now() < deadline, "{id}: {view}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn harness(file: ConfigFile) -> (tempfile::TempDir, Harness) {
+    let dir = tempfile::tempdir().unwrap();
+    let h = router::harness(dir.path(), file).await;
+    (dir, h)
+}
+
+fn running(view: &Value) -> bool {
+    view["state"] == "running"
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_launch_is_retried_then_the_job_fails_with_its_exit_code() {
+    let (_dir, h) = harness(ConfigFile {
+        slots: Some(4),
+        max_retries: Some(1),
+        ..ConfigFile::default()
+    })
+    .await;
+    submit(&h, job("fails")).await;
+    for attempt in 1..=2 {
+        wait_job(&h, "fails", |j| running(j) && j["attempt"] == attempt).await;
+        assert!(h.executor.end("fails", attempt, Outcome::Exited(3)));
+        wait_job(&h, "fails", |j| j["failures"] == attempt).await;
+        // Past the retry's back-off.
+        h.advance(60.0).await;
+    }
+    let failed = wait_job(&h, "fails", |j| j["state"] == "failed").await;
+    assert_eq!(
+        (
+            &failed["failures"],
+            &failed["exit_code"],
+            &failed["attempt"]
+        ),
+        (&json!(2), &json!(3), &json!(2)),
+        "{failed}"
+    );
+    assert_eq!(h.executor.launches().len(), 2);
+}
+
+/// An arrival shrinks a running job at once (a cooldown never keeps an arrival waiting); when
+/// it leaves, the job grows back only once its cooldown has passed on the clock.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_grows_back_only_after_its_cooldown() {
+    let (_dir, h) = harness(ConfigFile {
+        slots: Some(4),
+        cooldown_s: Some(60.0),
+        interval_s: Some(1.0),
+        min_gain: Some(0.05),
+        restart_cost_s: Some(0.0),
+        ..ConfigFile::default()
+    })
+    .await;
+    let gpus = |j: &Value| j["gpus"].as_u64().unwrap();
+    submit(&h, job("a")).await;
+    let a1 = wait_job(&h, "a", running).await;
+    assert_eq!((&a1["gpus"], &a1["batch_size"]), (&json!(4), &json!(256)));
+    h.advance(1.0).await;
+    submit(&h, job("b")).await;
+    let a2 = wait_job(&h, "a", |j| running(j) && j["attempt"] == 2).await;
+    let b1 = wait_job(&h, "b", running).await;
+    assert!(gpus(&a2) < 4, "{a2}");
+    assert_eq!(gpus(&a2) + gpus(&b1), 4);
+
+    let (status, body) = call(&h.app, "DELETE", "/v1/jobs/b", Vec::new()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    wait_job(&h, "b", |j| j["state"] == "cancelled").await;
+    // Decisions within a's cooldown leave it as it is, free GPUs or not.
+    for _ in 0..5 {
+        h.advance(1.0).await;
+    }
+    let held = wait_job(&h, "a", |_| true).await;
+    assert_eq!(
+        (&held["attempt"], gpus(&held)),
+        (&json!(2), gpus(&a2)),
+        "{held}"
+    );
+
+    h.advance(60.0).await;
+    let a3 = wait_job(&h, "a", |j| running(j) && j["attempt"] == 3).await;
+    assert_eq!(gpus(&a3), 4, "{a3}");
+    assert_eq!(a3["restarts"], 2, "{a3}");
+    let shapes: Vec<u32> = h.executor.launches().iter().map(|l| l.2.gpus).collect();
+    assert_eq!(shapes, [4, gpus(&a2) as u32, gpus(&b1) as u32, 4]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_job_is_stopped_and_its_gpus_go_to_the_next() {
+    let (_dir, h) = harness(ConfigFile {
+        slots: Some(4),
+        ..ConfigFile::default()
+    })
+    .await;
+    let mut first = job("first");
+    first["min_gpus"] = json!(4);
+    submit(&h, first).await;
+    wait_job(&h, "first", running).await;
+    let mut next = job("next");
+    next["min_gpus"] = json!(4);
+    submit(&h, next).await;
+    h.advance(1.0).await;
+    assert_eq!(wait_job(&h, "next", |_| true).await["state"], "queued");
+
+    let (status, body) = call(&h.app, "DELETE", "/v1/jobs/first", Vec::new()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let cancelled = wait_job(&h, "first", |j| j["state"] == "cancelled").await;
+    assert_eq!(cancelled["gpus"], 0, "{cancelled}");
+    wait_job(&h, "next", running).await;
+    let running_now: Vec<String> = h.executor.running().keys().map(|k| k.0.clone()).collect();
+    assert_eq!(running_now, ["next"]);
+}
