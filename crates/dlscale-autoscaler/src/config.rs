@@ -1,6 +1,6 @@
 //! The autoscaler's settings.
 
-use dlscale_core::allocator::ELASTIC_BATCH;
+use dlscale_core::allocator::{TeamQuota, Teams, ELASTIC_BATCH};
 use dlscale_core::placement::{ShapeRule, Topology};
 use dlscale_core::{GpuCount, Job, PolicyInfo, PolicyOptions, Settings};
 
@@ -43,6 +43,9 @@ pub struct AutoscalerConfig {
     /// all-reduce are confounded, and the overlapping fit extrapolated worse online
     /// (BENCHMARKS.md, "Learning the overlap").
     pub learn_overlap: bool,
+    /// The teams sharing the cluster and their quotas (`None`: no teams; every job is in the
+    /// default team and decisions are as without teams).
+    pub teams: Option<Teams>,
 }
 
 impl Default for AutoscalerConfig {
@@ -64,6 +67,7 @@ impl Default for AutoscalerConfig {
             restart_cost_s: 0.0,
             equal_local_batches: false,
             learn_overlap: true,
+            teams: None,
         }
     }
 }
@@ -105,6 +109,9 @@ struct Stored {
     equal_local_batches: bool,
     #[serde(default)]
     learn_overlap: bool,
+    /// The teams' names and quotas (empty: no teams).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    teams: Vec<(String, TeamQuota)>,
 }
 
 impl serde::Serialize for AutoscalerConfig {
@@ -124,6 +131,7 @@ impl serde::Serialize for AutoscalerConfig {
             restart_cost_s: self.restart_cost_s,
             equal_local_batches: self.equal_local_batches,
             learn_overlap: self.learn_overlap,
+            teams: self.teams.as_ref().map_or_else(Vec::new, Teams::named),
         }
         .serialize(s)
     }
@@ -148,6 +156,14 @@ impl<'de> serde::Deserialize<'de> for AutoscalerConfig {
             restart_cost_s: s.restart_cost_s,
             equal_local_batches: s.equal_local_batches,
             learn_overlap: s.learn_overlap,
+            // Checked against the cluster when they were configured; the cluster of a replay
+            // is the recorded one.
+            teams: match s.teams.is_empty() {
+                true => None,
+                false => {
+                    Some(Teams::new(s.teams, GpuCount::MAX).map_err(serde::de::Error::custom)?)
+                }
+            },
         })
     }
 }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use dlscale_core::allocator::{
-    admission_order, held_options, remaining_s, Decision, ELASTIC_BATCH, ELASTIC_GPU,
+    admission_order, held_options, remaining_s, Decision, Teams, ELASTIC_BATCH, ELASTIC_GPU,
 };
 use dlscale_core::options::{option_metric, BatchChoice, ConfigOption, OptionTable};
 use dlscale_core::placement::ShapeRule;
@@ -64,6 +64,8 @@ pub struct DecisionInputs {
     pub allowed: Option<Vec<bool>>,
     /// The shape rule.
     pub shape: ShapeRule,
+    /// The teams and their quotas, if configured.
+    pub teams: Option<Teams>,
     /// The jobs the policy decided for, as it saw them (current allocation, hold, a maximum
     /// lowered to what fits on the nodes).
     pub jobs: Vec<Job>,
@@ -276,6 +278,7 @@ impl<'a> Explainer<'a> {
                 jobs: &inputs.jobs,
                 settings: &inputs.settings,
                 allowed_counts: inputs.allowed.as_deref(),
+                teams: inputs.teams.as_ref(),
             },
             choice: if name == ELASTIC_GPU.name {
                 BatchChoice::Fixed

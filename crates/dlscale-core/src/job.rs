@@ -251,6 +251,9 @@ pub struct Job {
     /// Its remaining work by batch size, where its training curve is known; otherwise
     /// [`Job::remaining_samples`] over the batch.
     pub remaining_work: Option<Arc<dyn RemainingWork>>,
+    /// Its team's name (`None`: the default team), whose quota bounds it with its teammates
+    /// when teams are configured ([`crate::allocator::Teams`]).
+    pub team: Option<Arc<str>>,
 }
 
 impl Job {

@@ -115,6 +115,9 @@ pub struct JobEntry {
     /// service (`tiresias`).
     #[serde(default)]
     pub attained_gpu_s: f64,
+    /// The team it belongs to (default: the default team), whose quota it shares.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
 }
 
 /// The `model` field: a name or inline parameters, or a model a program supplies.
@@ -226,7 +229,7 @@ fn no_overlap() -> f64 {
 }
 
 /// The fields of a job that the allocator reads: those of [`JobEntry`].
-pub const JOB_FIELDS: [&str; 20] = [
+pub const JOB_FIELDS: [&str; 21] = [
     "id",
     "model",
     "min_batch",
@@ -247,6 +250,7 @@ pub const JOB_FIELDS: [&str; 20] = [
     "epoch",
     "current",
     "attained_gpu_s",
+    "team",
 ];
 
 /// The fields of a job that only the service reads: how to run it, and what it learns from.
@@ -659,6 +663,15 @@ impl JobEntry {
     /// Resolves the model and validates every field.
     pub fn into_job(self) -> Result<Job> {
         let id = self.id.clone();
+        if let Some(team) = &self.team {
+            if !crate::allocator::is_team_name(team) {
+                return Err(CoreError::job(
+                    &id,
+                    "team",
+                    format!("{team:?}: a team name has letters, digits, '-', '_' and '.' only"),
+                ));
+            }
+        }
         let (model_name, throughput, efficiency, samples_per_epoch): (
             String,
             Arc<dyn ThroughputModel>,
@@ -833,6 +846,7 @@ impl JobEntry {
             },
             hold: Hold::Free,
             remaining_work: None,
+            team: self.team.as_deref().map(Arc::from),
         };
         let times = [
             ("attained_gpu_s", self.attained_gpu_s),

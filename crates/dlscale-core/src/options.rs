@@ -715,6 +715,7 @@ mod tests {
             history: Default::default(),
             hold: Default::default(),
             remaining_work: None,
+            team: None,
         };
         let cluster = Cluster::new(4, 4).unwrap();
         let utility = Utility::Fair { p: -1.0 };
@@ -825,6 +826,7 @@ mod tests {
                 history: Default::default(),
                 hold: Default::default(),
                 remaining_work: None,
+                team: None,
             };
             let options = job_options(
                 &job,

@@ -95,6 +95,7 @@ pub fn analytic_jobs(count: usize, max_gpus: GpuCount, seed: u64) -> Vec<Job> {
                 history: Default::default(),
                 hold: Default::default(),
                 remaining_work: None,
+                team: None,
             }
         })
         .collect()

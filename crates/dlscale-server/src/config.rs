@@ -32,20 +32,26 @@
 //! sbatch_args = ["--time=24:00:00"]
 //! cpus_per_gpu = 4            # optional --cpus-per-task = GPUs per node x this
 //! rdzv_port_base = 29500      # multi-node rendezvous ports: base .. base+999
+//!
+//! [teams.vision]              # a team (jobs name it in `team`); with elastic-batch or -gpu
+//! guaranteed_gpus = 16        # held whenever its jobs can use them (default 0)
+//! max_gpus = 32               # the most its jobs hold, borrowing included (default: no limit)
+//! lend_limit = 8              # the most of its idle guarantee lent out (default: all of it)
 //! ```
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::{anyhow, bail, Context, Result};
 use dlscale_autoscaler::AutoscalerConfig;
-use dlscale_core::allocator::ELASTIC_BATCH;
+use dlscale_core::allocator::{TeamQuota, Teams, ELASTIC_BATCH, ELASTIC_GPU};
 use dlscale_core::jobfile::{parse_document, FileFormat};
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::{
-    policy_info, Admission, CountRule, PolicyInfo, PolicyOptions, RestartAwareness, Settings,
-    Utility, Weighing,
+    policy_info, Admission, CoreError, CountRule, PolicyInfo, PolicyOptions, RestartAwareness,
+    Settings, Utility, Weighing,
 };
 use serde::Deserialize;
 use serde::Serialize;
@@ -111,6 +117,20 @@ pub struct ConfigFile {
     pub defragment_moves: Option<u32>,
     /// Settings of the Slurm executor.
     pub slurm: Option<SlurmFile>,
+    /// The teams sharing the cluster, by name: `[teams.NAME]` tables.
+    pub teams: Option<BTreeMap<String, TeamFile>>,
+}
+
+/// A `[teams.NAME]` table: the team's quota, in GPUs.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TeamFile {
+    /// What the team holds whenever its jobs can use it (default 0).
+    pub guaranteed_gpus: Option<u32>,
+    /// The most its jobs hold together, borrowing included (default: no limit).
+    pub max_gpus: Option<u32>,
+    /// The most of its idle guarantee lent to other teams (default: all of it).
+    pub lend_limit: Option<u32>,
 }
 
 /// The `[slurm]` table, every key optional except `partition`.
@@ -212,6 +232,9 @@ pub struct ServerConfig {
     pub metrics_without_token: MetricsAccess,
     /// Defragmenting repack: most running jobs moved per job it consolidates (0: off).
     pub defragment_moves: u32,
+    /// The teams and their quotas (`None`: no teams; every job is in the default team). The
+    /// guarantees are checked against the cluster when the service starts.
+    pub teams: Option<Teams>,
 }
 
 /// `path` made absolute against the server's working directory; `key` names it in the error.
@@ -285,6 +308,7 @@ impl ServerConfig {
             restart_cost_s: self.settings.restart.cost_s,
             equal_local_batches: true,
             learn_overlap: self.learn_overlap,
+            teams: self.teams.clone(),
         }
     }
 
@@ -418,7 +442,9 @@ impl ServerConfig {
                 "metrics_without_token: unknown value '{other}' (expected loopback, anyone or nobody)"
             ),
         };
+        let teams = resolve_teams(file.teams, policy)?;
         Ok(ServerConfig {
+            teams,
             listen,
             metrics_without_token,
             defragment_moves: file.defragment_moves.unwrap_or(0),
@@ -443,6 +469,42 @@ impl ServerConfig {
             api_url,
             executor,
         })
+    }
+}
+
+/// The `[teams]` tables, checked (the guarantees against the cluster only at start, when it is
+/// known). Quotas are kept by the knapsack policies only: another policy with teams is refused.
+fn resolve_teams(
+    file: Option<BTreeMap<String, TeamFile>>,
+    policy: PolicyInfo,
+) -> Result<Option<Teams>> {
+    let Some(file) = file.filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    if ![ELASTIC_BATCH.name, ELASTIC_GPU.name].contains(&policy.name) {
+        bail!(
+            "teams: quotas are kept by the policies {} and {}, not {}",
+            ELASTIC_BATCH.name,
+            ELASTIC_GPU.name,
+            policy.name
+        );
+    }
+    let named = file
+        .into_iter()
+        .map(|(name, t)| {
+            let guaranteed_gpus = t.guaranteed_gpus.unwrap_or(0);
+            let quota = TeamQuota {
+                guaranteed_gpus,
+                max_gpus: t.max_gpus.unwrap_or(u32::MAX),
+                lend_limit: t.lend_limit,
+            };
+            (name, quota)
+        })
+        .collect();
+    match Teams::new(named, u32::MAX) {
+        Ok(teams) => Ok(Some(teams)),
+        Err(CoreError::InvalidCluster { field, reason }) => bail!("{field}: {reason}"),
+        Err(other) => Err(other.into()),
     }
 }
 
@@ -613,12 +675,59 @@ mod tests {
                 "remaining_scale_s = 1e20",
                 "remaining_scale_s must be at most",
             ),
+            (
+                "[teams.a]\nguaranteed_gpus = 4\nmax_gpus = 2",
+                "teams.a.max_gpus: 2 is below the team's guaranteed_gpus, 4",
+            ),
+            (
+                "[teams.a]\nguaranteed_gpus = 2\nlend_limit = 3",
+                "teams.a.lend_limit: 3 is above the team's guaranteed_gpus, 2",
+            ),
+            (
+                "[teams.\"a b\"]\nguaranteed_gpus = 2",
+                "team name \"a b\": letters, digits",
+            ),
+            (
+                "policy = \"static\"\n[teams.a]\nguaranteed_gpus = 2",
+                "teams: quotas are kept by the policies elastic-batch and elastic-gpu, not static",
+            ),
         ] {
             let file: ConfigFile = toml::from_str(text).unwrap();
             let err = ServerConfig::resolve(file, None).unwrap_err().to_string();
             assert!(err.contains(expected), "{text}: {err}");
         }
         assert!(toml::from_str::<ConfigFile>("colour = 1").is_err());
+        let unknown_key = toml::from_str::<ConfigFile>("[teams.a]\nguaranteed = 1").unwrap_err();
+        assert!(
+            unknown_key
+                .to_string()
+                .contains("unknown field `guaranteed`"),
+            "{unknown_key}"
+        );
+    }
+
+    #[test]
+    fn teams_with_their_quotas_and_the_default_team() {
+        let file: ConfigFile = toml::from_str(
+            "[teams.vision]\nguaranteed_gpus = 4\nmax_gpus = 6\nlend_limit = 1\n[teams.nlp]\n",
+        )
+        .unwrap();
+        let teams = ServerConfig::resolve(file, None).unwrap().teams.unwrap();
+        let named = teams.named();
+        let names: Vec<&str> = named.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["nlp", "vision", "default"]);
+        assert_eq!(
+            named[1].1,
+            TeamQuota {
+                guaranteed_gpus: 4,
+                max_gpus: 6,
+                lend_limit: Some(1)
+            }
+        );
+        assert_eq!(
+            named[0].1.guaranteed_gpus, 0,
+            "nothing guaranteed unless said"
+        );
     }
 
     #[test]

@@ -189,6 +189,9 @@ struct Explained {
     all: Arc<Vec<Explanation>>,
 }
 
+/// The least time between two batches' stamps, seconds.
+const BATCH_TIME_STEP_S: f64 = 1e-6;
+
 /// Replies older than this come back as [`Unavailable::Storage`] (the request stays queued).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -313,6 +316,20 @@ pub async fn start(
         .capacity()
         .await
         .with_context(|| format!("cannot read the cluster ({} executor)", executor.name()))?;
+    if let Some(teams) = &config.teams {
+        let guaranteed: u64 = teams
+            .quotas()
+            .iter()
+            .map(|q| u64::from(q.guaranteed_gpus))
+            .sum();
+        let gpus = capacity.topology.total();
+        anyhow::ensure!(
+            guaranteed <= u64::from(gpus),
+            "teams: the guarantees add up to {guaranteed} GPUs, more than the {gpus} the {} \
+             executor offers",
+            executor.name()
+        );
+    }
     let (stored, next_seq) = store.live_jobs().await?;
     let clock = Arc::clone(&executor.ctx().clock);
     let at = clock.now_s();
@@ -556,7 +573,14 @@ impl Driver {
             specs,
             unbuildable,
         } = build_inputs(&recorded);
-        let at = self.service.clock.now_s().max(self.last_s);
+        // Each batch later than the last, by a microsecond at least: decisions' times are
+        // unique, so that paging the decision log by time never skips one (a coarse or a
+        // test's clock may read the same time for several batches).
+        let at = self
+            .service
+            .clock
+            .now_s()
+            .max(self.last_s + BATCH_TIME_STEP_S);
         self.last_s = at;
         let clock = Instant::now();
         let step = self.autoscaler.handle(at, inputs);

@@ -151,3 +151,51 @@ async fn a_cancelled_job_is_stopped_and_its_gpus_go_to_the_next() {
     let running_now: Vec<String> = h.executor.running().keys().map(|k| k.0.clone()).collect();
     assert_eq!(running_now, ["next"]);
 }
+
+/// Two teams of four guaranteed GPUs on eight: team a idle lends its four to b; when a submits,
+/// b's borrowed GPUs come back at once (b is stopped and relaunched on its own four), with no
+/// clock advanced. A team the server does not know is refused, naming the field.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_teams_gpus_are_lent_and_come_back_when_it_submits() {
+    let team = |guaranteed| dlscale_server::config::TeamFile {
+        guaranteed_gpus: Some(guaranteed),
+        ..Default::default()
+    };
+    let (_dir, h) = harness(ConfigFile {
+        slots: Some(8),
+        cooldown_s: Some(600.0),
+        teams: Some([("a".into(), team(4)), ("b".into(), team(4))].into()),
+        ..ConfigFile::default()
+    })
+    .await;
+    let of_team = |id: &str, team: &str| {
+        let mut j = job(id);
+        j["max_gpus"] = json!(8);
+        j["team"] = json!(team);
+        j
+    };
+    submit(&h, of_team("b1", "b")).await;
+    let borrowing = wait_job(&h, "b1", running).await;
+    assert_eq!(borrowing["gpus"], 8, "{borrowing}");
+
+    submit(&h, of_team("a1", "a")).await;
+    let a1 = wait_job(&h, "a1", running).await;
+    let b1 = wait_job(&h, "b1", |j| running(j) && j["attempt"] == 2).await;
+    assert_eq!((&a1["gpus"], &b1["gpus"]), (&json!(4), &json!(4)));
+
+    let (status, body) = call(
+        &h.app,
+        "POST",
+        "/v1/jobs",
+        of_team("c1", "nobody").to_string().into(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["field"], "team", "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("unknown team \"nobody\" (known: a, b, default)")),
+        "{body}"
+    );
+}

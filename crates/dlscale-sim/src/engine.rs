@@ -87,6 +87,8 @@ pub fn autoscaler_config(config: &SimConfig, policy: PolicyInfo) -> AutoscalerCo
         restart_cost_s: 0.0,
         equal_local_batches: false,
         learn_overlap: config.learn_overlap,
+        // Teams in workloads are still to come (issue 27, item 6).
+        teams: None,
     }
 }
 

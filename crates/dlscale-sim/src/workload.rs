@@ -629,6 +629,7 @@ pub fn model_job(
         history: Default::default(),
         hold: Default::default(),
         remaining_work: None,
+        team: None,
     };
     job.validate().map_err(|e| e.to_string())?;
     Ok((job, Some(efficiency)))

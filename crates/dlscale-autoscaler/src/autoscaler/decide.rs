@@ -30,6 +30,7 @@ impl Autoscaler {
             jobs: &self.jobs,
             settings: &self.config.settings,
             allowed_counts: self.allowed.as_deref(),
+            teams: self.config.teams.as_ref(),
         };
         self.policy
             .next_change_s(&request)
@@ -165,6 +166,7 @@ impl Autoscaler {
             jobs: owned.as_deref().unwrap_or(&self.jobs),
             settings: &self.config.settings,
             allowed_counts: self.allowed.as_deref(),
+            teams: self.config.teams.as_ref(),
         };
         let PlacedDecision {
             decision,
@@ -264,6 +266,7 @@ impl Autoscaler {
                 settings: self.config.settings,
                 allowed: self.allowed.clone(),
                 shape: self.config.shape,
+                teams: self.config.teams.clone(),
                 capped: capped_at
                     .into_iter()
                     .filter(|(id, _)| jobs.iter().any(|j| &j.id == id))

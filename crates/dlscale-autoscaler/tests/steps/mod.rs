@@ -70,6 +70,7 @@ pub fn started(step: &Step) -> Vec<Input> {
 /// A report of launch `attempt` of a job: step 1, 1000 samples seen, `samples_per_s` at
 /// `batch`, no world size, loss, gradient statistics or compute time; a test sets the fields
 /// it is about with `MetricsReport { ..report(...) }`.
+#[allow(dead_code)] // not every test binary that shares these helpers reports
 pub fn report(attempt: u32, batch: u32, samples_per_s: f64) -> MetricsReport {
     MetricsReport {
         step: 1,
@@ -85,6 +86,7 @@ pub fn report(attempt: u32, batch: u32, samples_per_s: f64) -> MetricsReport {
 }
 
 /// `report` as job `id`'s input.
+#[allow(dead_code)] // not every test binary that shares these helpers reports
 pub fn metrics(id: &str, report: MetricsReport) -> Input {
     Input::Metrics {
         id: id.into(),

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::knapsack::{KnapsackItem, KnapsackSolver};
+use super::teams::{admit_with_teams, TeamKnapsack, Teams};
 use super::{
     admission_order, admit_in_order, Decision, DecisionRequest, JobDecision, JobState, Policy,
     PolicyInfo, Settings,
@@ -129,7 +130,7 @@ pub(super) fn counts(job: &Job, cluster: &Cluster, choice: BatchChoice) -> Vec<G
 /// The knapsack, its buffers and the value tables kept per job id.
 #[derive(Debug, Default)]
 struct Knapsack {
-    solver: KnapsackSolver,
+    solvers: Solvers,
     tables: TableCache,
 }
 
@@ -192,12 +193,13 @@ impl Knapsack {
             })
             .unzip();
         decide_knapsack(
-            &mut self.solver,
+            &mut self.solvers,
             request.capacity,
             request.jobs,
             &tables,
             &remaining,
             settings,
+            request.teams,
         )
     }
 }
@@ -372,22 +374,29 @@ impl TableCache {
 
 /// The knapsack decision over given value tables (one per job, ascending in GPUs), on
 /// `capacity` GPUs; `remaining_s`, per job, its seconds left ([`remaining_s`]), orders
-/// admission when the settings weigh jobs shortest first.
+/// admission when the settings weigh jobs shortest first. With `teams`, admission and the
+/// knapsack keep to their quotas ([`admit_with_teams`], [`TeamKnapsack`]).
 pub(super) fn decide_knapsack(
-    solver: &mut KnapsackSolver,
+    solvers: &mut Solvers,
     capacity: GpuCount,
     jobs: &[Job],
     tables: &[Vec<ConfigOption>],
     remaining_s: &[Option<f64>],
     settings: &Settings,
+    teams: Option<&Teams>,
 ) -> Decision {
-    let states = admit_in_order(
-        admission_order(jobs, remaining_s, &settings.weighing),
-        jobs,
-        |i| tables[i].first().map(|o| o.gpus),
-        capacity,
-        settings,
-    );
+    let order = admission_order(jobs, remaining_s, &settings.weighing);
+    let need = |i: usize| tables[i].first().map(|o| o.gpus);
+    let quotas = teams.map(|t| t.quotas_on(capacity));
+    let team_of: Vec<usize> =
+        teams.map_or_else(Vec::new, |t| jobs.iter().map(|j| t.of(j)).collect());
+    let states = match &quotas {
+        None => admit_in_order(order, jobs, need, capacity, settings),
+        Some(quotas) => {
+            let counts = |i: usize| Some((tables[i].first()?.gpus, tables[i].last()?.gpus));
+            admit_with_teams(&order, counts, jobs, &team_of, quotas, capacity, settings)
+        }
+    };
     let admitted: Vec<usize> = (0..jobs.len())
         .filter(|&i| states[i] == JobState::Running)
         .collect();
@@ -395,9 +404,17 @@ pub(super) fn decide_knapsack(
         .iter()
         .map(|&i| tables[i].iter().map(KnapsackItem::from).collect())
         .collect();
-    let solution = solver
-        .solve(&items, capacity)
-        .expect("admission keeps the admitted minimums within capacity");
+    let solution = match &quotas {
+        None => solvers.jobs.solve(&items, capacity),
+        Some(quotas) => {
+            let teams_of: Vec<usize> = admitted.iter().map(|&i| team_of[i]).collect();
+            solvers
+                .teams
+                .solve(&items, &teams_of, quotas, capacity)
+                .map(|s| s.solution)
+        }
+    }
+    .expect("admission keeps the admitted minimums, and the teams' floors, within capacity");
     let mut decisions: Vec<JobDecision> = jobs
         .iter()
         .zip(&states)
@@ -411,5 +428,23 @@ pub(super) fn decide_knapsack(
         jobs: decisions,
         solver: solution.path,
         gap: solution.gap(),
+    }
+}
+
+/// The knapsack solvers' reusable buffers: without and with teams.
+#[derive(Debug, Default)]
+pub(super) struct Solvers {
+    jobs: KnapsackSolver,
+    teams: TeamKnapsack,
+}
+
+impl Solvers {
+    /// Solvers whose knapsack without teams is `jobs` (a test forces its DP).
+    #[cfg(test)]
+    pub(super) fn new(jobs: KnapsackSolver) -> Solvers {
+        Solvers {
+            jobs,
+            teams: TeamKnapsack::default(),
+        }
     }
 }

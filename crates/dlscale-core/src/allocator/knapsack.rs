@@ -233,7 +233,7 @@ impl KnapsackSolver {
 /// smaller one's, as GPUs and value beyond the smallest. An option with more GPUs and no more
 /// value is never needed: more GPUs are never scarcer than fewer. Returns the smallest option;
 /// `None` when there is none.
-pub(super) fn reduce(options: &[KnapsackItem], kept: &mut Vec<Kept>) -> Option<KnapsackItem> {
+fn reduce(options: &[KnapsackItem], kept: &mut Vec<Kept>) -> Option<KnapsackItem> {
     let first = *options.first()?;
     kept.clear();
     kept.push((0, 0, 0.0));
@@ -248,8 +248,9 @@ pub(super) fn reduce(options: &[KnapsackItem], kept: &mut Vec<Kept>) -> Option<K
     Some(first)
 }
 
-/// The full DP table over jobs' reduced options: row `i`, column `k` holds the best gain of the
-/// first `i` jobs within `k` extra GPUs (beyond their smallest options).
+/// The full DP table over jobs' options: row `i`, column `k` holds the best gain of the first
+/// `i` jobs within `k` extra GPUs (beyond their smallest options), or with exactly `k`
+/// ([`DpTable::fill_exact`]; `-inf` where no choice uses exactly `k`).
 #[derive(Debug, Default)]
 pub(super) struct DpTable {
     cells: Vec<f64>,
@@ -260,11 +261,24 @@ pub(super) struct DpTable {
 impl DpTable {
     /// Fills the table for `kept` (as [`reduce`] leaves them) within `cap` extra GPUs.
     pub(super) fn fill(&mut self, kept: &[Vec<Kept>], cap: usize) {
+        self.fill_from(kept, cap, 0.0);
+    }
+
+    /// Fills the table for `kept` (every option, ascending in GPUs) with exactly `k` extra
+    /// GPUs in column `k`, for every `k` up to `cap`.
+    pub(super) fn fill_exact(&mut self, kept: &[Vec<Kept>], cap: usize) {
+        self.fill_from(kept, cap, f64::NEG_INFINITY);
+    }
+
+    /// Row 0 (no jobs) holds 0 at no GPUs and `unused` elsewhere: 0 for "within", `-inf` for
+    /// "exactly".
+    #[inline]
+    fn fill_from(&mut self, kept: &[Vec<Kept>], cap: usize, unused: f64) {
         let (n, width) = (kept.len(), cap + 1);
         (self.width, self.jobs) = (width, n);
         self.cells.clear();
         self.cells.resize(width * (n + 1), 0.0);
-        // Row 0 (no jobs) is all zeros.
+        self.cells[1..width].fill(unused);
         for (job, options) in kept.iter().enumerate() {
             let (done, rest) = self.cells.split_at_mut(width * (job + 1));
             let prev = &done[width * job..];
@@ -282,7 +296,7 @@ impl DpTable {
         }
     }
 
-    /// The best gain of all the jobs within `k` extra GPUs.
+    /// The best gain of all the jobs within (or with exactly) `k` extra GPUs.
     pub(super) fn best(&self, k: usize) -> f64 {
         self.cells[self.width * self.jobs + k]
     }

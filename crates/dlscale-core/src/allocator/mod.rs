@@ -21,7 +21,7 @@ pub use elastic::{
 };
 pub use optimus::{Optimus, OPTIMUS};
 pub use static_fifo::{StaticFifo, STATIC};
-pub use teams::{TeamKnapsack, TeamQuota, TeamSolution};
+pub use teams::{is_team_name, TeamKnapsack, TeamQuota, TeamSolution, Teams, DEFAULT_TEAM};
 pub use tiresias::{Tiresias, TIRESIAS};
 
 use crate::cluster::Cluster;
@@ -372,6 +372,8 @@ pub struct DecisionRequest<'a> {
     /// GPU counts the placement's shape rule can place: `allowed[g]`; `None`: every count. A
     /// running job's own count is always allowed (it is placed already).
     pub allowed_counts: Option<&'a [bool]>,
+    /// The teams and their quotas, which the knapsack policies keep to (`None`: no teams).
+    pub teams: Option<&'a Teams>,
 }
 
 impl<'a> DecisionRequest<'a> {
@@ -384,6 +386,7 @@ impl<'a> DecisionRequest<'a> {
             jobs,
             settings,
             allowed_counts: None,
+            teams: None,
         }
     }
 

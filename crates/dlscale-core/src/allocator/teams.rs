@@ -1,34 +1,38 @@
 //! The multiple-choice knapsack with teams: every job belongs to one team, and a team's quota
-//! bounds what its jobs hold together: at most `max_gpus`; at least what its own best plan
-//! within its guarantee uses when it has the demand (it is never left below its guarantee for
-//! others' sake); and, with a `lend_limit`, never less than `guaranteed_gpus − lend_limit`
-//! set aside for it, used or not.
+//! bounds what its jobs use together: at most `max_gpus`; at least its guarantee when it has the
+//! demand (the most GPUs its jobs can use together up to `min(guaranteed_gpus, demand)`,
+//! `demand` being what they would use with the cluster to themselves); and, with a
+//! `lend_limit`, `guaranteed_gpus − lend_limit` GPUs held for it, used or not.
 //!
 //! **Exact, by a hierarchical DP.** The objective is a sum over teams and the constraints are a
-//! box per team plus one sum over teams, so the problem splits:
-//! 1. *inside each team*, the full DP over its jobs gives `f_t(b)`, the best value of its jobs
-//!    within a budget of `b` GPUs, for every `b` up to its cap (one table per team, the same DP
-//!    as [`KnapsackSolver`]'s);
-//! 2. *across teams*, a team is one item whose options are its budgets `(b, f_t(b))` between its
-//!    floor and its cap, and the same knapsack over those items picks one budget per team within
-//!    the cluster;
-//! 3. each team's jobs take the plan its table recovers at the budget picked.
+//! range per team plus one sum over teams, so the problem splits:
+//! 1. *inside each team*, the DP over its jobs gives `h_t(u)`, the best value of its jobs using
+//!    exactly `u` GPUs, for every `u` up to its cap (one table per team; every option is kept,
+//!    since an option with more GPUs and no more value may be what reaches the floor);
+//! 2. *across teams*, a team is one item whose options are its usages `u` from its floor to its
+//!    cap (held: `max(u, kept)`, valued `h_t(u)`), and the same knapsack as without teams picks
+//!    one per team within the cluster;
+//! 3. each team's jobs take the plan its table recovers at the usage picked.
 //!
-//! Any feasible plan gives each team some budget `b_t` (what its jobs hold), within its box, with
-//! `Σ b_t` within the cluster, and a value of at most `Σ f_t(b_t)`; the outer knapsack maximises
-//! exactly that sum over exactly those budgets, and step 3 attains it. So the optimum with teams
-//! is found, not approximated (`tests` checks it against enumeration).
+//! Any feasible plan gives each team a usage within its range, the held GPUs within the
+//! cluster, and a value of at most `Σ h_t(u_t)`; the outer knapsack maximises exactly that sum
+//! over exactly those usages, and step 3 attains it. So the optimum with teams is found, not
+//! approximated (`tests` checks it against enumeration). The floor is in GPUs, not in value:
+//! a running job's values can be flat across counts (restart awareness, a minimum gain), and a
+//! guarantee in value would then be met by one GPU.
 //!
-//! A team's floor, in GPUs, is the least its best plan within `min(guaranteed_gpus, demand)`
-//! uses (`demand`: what its jobs would hold with the whole cluster to themselves, within its
-//! maximum): in value, the team gets at least what its guarantee alone would give it.
 //! Guarantees that add up to more than the cluster are refused when the quotas are loaded; the
-//! solve returns `None` only when even the floors and the jobs' smallest options do not fit.
+//! solve returns `None` only when the floors and the jobs' smallest options do not fit.
 
-use super::knapsack::{reduce, DpTable, Kept, KnapsackItem, KnapsackSolution, KnapsackSolver};
+use std::sync::Arc;
+
+use super::knapsack::{DpTable, Kept, KnapsackItem, KnapsackSolution, KnapsackSolver};
+use super::{Admission, JobState, Settings};
+use crate::job::Job;
+use crate::{CoreError, GpuCount};
 
 /// What a team may hold, in GPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TeamQuota {
     /// What it holds whenever its jobs can use it.
     pub guaranteed_gpus: u32,
@@ -36,6 +40,221 @@ pub struct TeamQuota {
     pub max_gpus: u32,
     /// The most of its idle guarantee lent to others (`None`: all of it).
     pub lend_limit: Option<u32>,
+}
+
+/// Whether `name` can name a team: letters, digits, `-`, `_` and `.`, at least one.
+pub fn is_team_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
+/// The name of the team of jobs that name none (or a team that is not configured).
+pub const DEFAULT_TEAM: &str = "default";
+
+/// The teams sharing a cluster and their quotas. Jobs name theirs ([`Job::team`]); a job that
+/// names none belongs to the team named [`DEFAULT_TEAM`], which, unless configured, guarantees
+/// nothing and may hold the whole cluster: with no teams configured, every job is in it and
+/// decisions are as without teams.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Teams {
+    names: Vec<Arc<str>>,
+    quotas: Vec<TeamQuota>,
+}
+
+impl Teams {
+    /// The teams `named`, checked: names unique and non-empty, each team's maximum at least its
+    /// guarantee, a lend limit at most the guarantee, and the guarantees within `capacity`
+    /// GPUs. The error names the team and the field (`teams.NAME.max_gpus`).
+    pub fn new(named: Vec<(String, TeamQuota)>, capacity: GpuCount) -> Result<Teams, CoreError> {
+        let invalid = |field: String, reason: String| CoreError::InvalidCluster { field, reason };
+        let mut names: Vec<Arc<str>> = Vec::with_capacity(named.len() + 1);
+        let mut quotas = Vec::with_capacity(named.len() + 1);
+        for (name, quota) in named {
+            let field = |key: &str| format!("teams.{name}.{key}");
+            if !is_team_name(&name) {
+                return Err(invalid(
+                    "teams".into(),
+                    format!("team name {name:?}: letters, digits, '-', '_' and '.' only"),
+                ));
+            }
+            if names.iter().any(|n| **n == *name) {
+                return Err(invalid(
+                    "teams".into(),
+                    format!("team {name:?} is given twice"),
+                ));
+            }
+            if quota.max_gpus < quota.guaranteed_gpus {
+                return Err(invalid(
+                    field("max_gpus"),
+                    format!(
+                        "{} is below the team's guaranteed_gpus, {}",
+                        quota.max_gpus, quota.guaranteed_gpus
+                    ),
+                ));
+            }
+            if let Some(lend) = quota.lend_limit.filter(|&l| l > quota.guaranteed_gpus) {
+                return Err(invalid(
+                    field("lend_limit"),
+                    format!(
+                        "{lend} is above the team's guaranteed_gpus, {}: a team lends only \
+                         what it is guaranteed",
+                        quota.guaranteed_gpus
+                    ),
+                ));
+            }
+            names.push(name.into());
+            quotas.push(quota);
+        }
+        if !names.iter().any(|n| &**n == DEFAULT_TEAM) {
+            names.push(DEFAULT_TEAM.into());
+            quotas.push(TeamQuota {
+                guaranteed_gpus: 0,
+                max_gpus: GpuCount::MAX,
+                lend_limit: None,
+            });
+        }
+        let guaranteed: u64 = quotas.iter().map(|q| u64::from(q.guaranteed_gpus)).sum();
+        if guaranteed > u64::from(capacity) {
+            return Err(invalid(
+                "teams".into(),
+                format!(
+                    "the guarantees add up to {guaranteed} GPUs, more than the cluster's \
+                     {capacity}"
+                ),
+            ));
+        }
+        Ok(Teams { names, quotas })
+    }
+
+    /// The teams' names, in the order of [`Teams::quotas`].
+    pub fn names(&self) -> &[Arc<str>] {
+        &self.names
+    }
+
+    /// Each team's name and quota, as [`Teams::new`] takes them (the default team included).
+    pub fn named(&self) -> Vec<(String, TeamQuota)> {
+        self.names
+            .iter()
+            .map(|n| n.to_string())
+            .zip(self.quotas.iter().copied())
+            .collect()
+    }
+
+    /// The teams' quotas.
+    pub fn quotas(&self) -> &[TeamQuota] {
+        &self.quotas
+    }
+
+    /// The index of `name`'s team, if it is one.
+    pub fn find(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| &**n == name)
+    }
+
+    /// The index of `job`'s team: the one it names, else [`DEFAULT_TEAM`].
+    pub fn of(&self, job: &Job) -> usize {
+        job.team
+            .as_deref()
+            .and_then(|t| self.find(t))
+            .or_else(|| self.find(DEFAULT_TEAM))
+            .expect("the default team always exists")
+    }
+
+    /// The quotas on `capacity` GPUs: when fewer GPUs are usable than the guarantees add up to
+    /// (nodes down), each guarantee and lend limit shrinks in proportion (rounded down), so that
+    /// they still fit.
+    pub fn quotas_on(&self, capacity: GpuCount) -> Vec<TeamQuota> {
+        let guaranteed: u64 = self
+            .quotas
+            .iter()
+            .map(|q| u64::from(q.guaranteed_gpus))
+            .sum();
+        if guaranteed <= u64::from(capacity) {
+            return self.quotas.clone();
+        }
+        let scale = |g: u32| (u64::from(g) * u64::from(capacity) / guaranteed) as u32;
+        self.quotas
+            .iter()
+            .map(|q| TeamQuota {
+                guaranteed_gpus: scale(q.guaranteed_gpus),
+                lend_limit: q.lend_limit.map(scale),
+                ..*q
+            })
+            .collect()
+    }
+}
+
+/// Admission with teams: walks jobs in service `order` twice. `counts` gives a job's smallest
+/// and largest GPU counts (`None`: it can never run here). First each job whose smallest count
+/// fits within its team's guarantee (beside the team's jobs admitted before) and
+/// the cluster; then the rest, each within its team's maximum and what the cluster has beyond
+/// every other team's reserve: the room its admitted jobs have to grow up to its guarantee, and
+/// with a lend limit the guarantee it does not lend. So a
+/// team's own work within its guarantee is admitted before any team borrows, and a running job
+/// that borrowed what its owner now needs is queued again: the reclaim happens in the decision
+/// that sees the owner's work. Returns the state of every job (`Running`: admitted).
+pub(super) fn admit_with_teams(
+    order: &[usize],
+    counts: impl Fn(usize) -> Option<(GpuCount, GpuCount)>,
+    jobs: &[Job],
+    team_of: &[usize],
+    quotas: &[TeamQuota],
+    capacity: GpuCount,
+    settings: &Settings,
+) -> Vec<JobState> {
+    let mut states = vec![JobState::Dropped; jobs.len()];
+    let mut used = vec![0u32; quotas.len()];
+    let mut room = vec![0u32; quotas.len()];
+    let mut total: u32 = 0;
+    for &i in order {
+        let (Some((gpus, most)), t) = (counts(i), team_of[i]) else {
+            continue;
+        };
+        if used[t] + gpus <= quotas[t].guaranteed_gpus && total + gpus <= capacity {
+            used[t] += gpus;
+            room[t] += most - gpus;
+            total += gpus;
+            states[i] = JobState::Running;
+        }
+    }
+    let mut reserve: Vec<u32> = quotas
+        .iter()
+        .enumerate()
+        .map(|(t, q)| {
+            let grow = (used[t] + room[t]).min(q.guaranteed_gpus);
+            let kept = q
+                .lend_limit
+                .map_or(0, |l| q.guaranteed_gpus.saturating_sub(l));
+            grow.max(kept).saturating_sub(used[t])
+        })
+        .collect();
+    let mut reserved: u32 = reserve.iter().sum();
+    let mut blocked = false;
+    for &i in order {
+        let (Some((gpus, _)), t) = (counts(i), team_of[i]) else {
+            continue;
+        };
+        if states[i] == JobState::Running {
+            continue;
+        }
+        let is_new = jobs[i].current.is_none();
+        let others = reserved - reserve[t];
+        let fits = total + gpus + others <= capacity && used[t] + gpus <= quotas[t].max_gpus;
+        if !(blocked && is_new) && fits {
+            used[t] += gpus;
+            total += gpus;
+            // Its own reserve is what it takes first.
+            let from_own = reserve[t].min(gpus);
+            reserve[t] -= from_own;
+            reserved -= from_own;
+            states[i] = JobState::Running;
+        } else if settings.admission == Admission::Queue || !is_new {
+            states[i] = JobState::Queued;
+            blocked |= is_new && !settings.backfill;
+        }
+    }
+    states
 }
 
 /// The solution with teams: the jobs' choices and each team's GPUs.
@@ -55,6 +274,22 @@ struct TeamTable {
     kept: Vec<Vec<Kept>>,
     base_gpus: u32,
     table: DpTable,
+}
+
+/// Every option of a job (ascending in GPUs) as GPUs and value beyond its smallest, into
+/// `kept`: a team's usage is bounded below, so an option with more GPUs and no more value may be
+/// what reaches its floor (unlike [`KnapsackSolver`], none is dropped). Returns the smallest
+/// option; `None` when there is none.
+fn every_option(options: &[KnapsackItem], kept: &mut Vec<Kept>) -> Option<KnapsackItem> {
+    let first = *options.first()?;
+    kept.clear();
+    kept.extend(
+        options
+            .iter()
+            .enumerate()
+            .map(|(index, o)| (index, o.gpus - first.gpus, o.value - first.value)),
+    );
+    Some(first)
 }
 
 /// Reusable buffers of the team knapsack.
@@ -84,12 +319,15 @@ impl TeamKnapsack {
             self.teams.get_mut(team)?.jobs.push(job);
         }
         let mut outer_items = Vec::with_capacity(quotas.len());
+        // Per team and outer option: the extra GPUs (over its jobs' smallest options) its jobs
+        // use in that option.
+        let mut usages: Vec<Vec<usize>> = Vec::with_capacity(quotas.len());
         for (team, quota) in self.teams.iter_mut().zip(quotas) {
             let cap = quota.max_gpus.min(capacity);
             team.kept.resize_with(team.jobs.len(), Vec::new);
             let (mut base_gpus, mut base_value) = (0u32, 0.0);
             for (slot, &job) in team.jobs.iter().enumerate() {
-                let first = reduce(&items[job], &mut team.kept[slot])?;
+                let first = every_option(&items[job], &mut team.kept[slot])?;
                 base_gpus += first.gpus;
                 base_value += first.value;
             }
@@ -98,42 +336,52 @@ impl TeamKnapsack {
             }
             team.base_gpus = base_gpus;
             let width = (cap - base_gpus) as usize;
-            team.table.fill(&team.kept[..team.jobs.len()], width);
-            // f(x): the best gain within x extra GPUs; it never falls as x grows.
-            let f = |x: usize| team.table.best(x);
-            let least_for = |x: usize| (0..=x).find(|&y| f(y) >= f(x)).unwrap_or(x);
-            let demand = base_gpus + least_for(width) as u32;
-            let wanted = quota.guaranteed_gpus.min(demand).max(base_gpus);
-            let used_floor = base_gpus + least_for((wanted - base_gpus) as usize) as u32;
-            let kept_floor = quota
+            team.table.fill_exact(&team.kept[..team.jobs.len()], width);
+            // h(x): the best gain with exactly x extra GPUs (-inf: no choice uses x).
+            let h = |x: usize| team.table.best(x);
+            let reachable = |x: usize| h(x) > f64::NEG_INFINITY;
+            let demand = (0..=width).rev().find(|&x| reachable(x)).unwrap_or(0);
+            let wanted = (quota.guaranteed_gpus.saturating_sub(base_gpus) as usize).min(demand);
+            let floor = (0..=wanted).rev().find(|&x| reachable(x)).unwrap_or(0);
+            let kept = quota
                 .lend_limit
-                .map_or(0, |lend| quota.guaranteed_gpus.saturating_sub(lend));
-            let floor = used_floor.max(kept_floor).min(cap);
-            let mut options = vec![KnapsackItem {
-                gpus: floor,
-                value: base_value + f((floor - base_gpus) as usize),
-            }];
-            for x in (floor - base_gpus) as usize + 1..=width {
-                if f(x) > f(x - 1) {
-                    options.push(KnapsackItem {
-                        gpus: base_gpus + x as u32,
-                        value: base_value + f(x),
-                    });
+                .map_or(0, |lend| quota.guaranteed_gpus.saturating_sub(lend))
+                .min(cap);
+            // Held GPUs: what the jobs use, or what the lend limit keeps, whichever is more;
+            // of the usages that hold the same GPUs, the best.
+            let mut options: Vec<(KnapsackItem, usize)> = Vec::new();
+            for x in (floor..=width).filter(|&x| reachable(x)) {
+                let item = KnapsackItem {
+                    gpus: (base_gpus + x as u32).max(kept),
+                    value: base_value + h(x),
+                };
+                match options.last_mut() {
+                    Some((last, used)) if last.gpus == item.gpus => {
+                        if item.value > last.value {
+                            (*last, *used) = (item, x);
+                        }
+                    }
+                    _ => options.push((item, x)),
                 }
             }
-            outer_items.push(options);
+            let (items_of_team, used): (Vec<KnapsackItem>, Vec<usize>) =
+                options.into_iter().unzip();
+            outer_items.push(items_of_team);
+            usages.push(used);
         }
         let outer = self.outer.solve(&outer_items, capacity)?;
         let mut choice = vec![0; items.len()];
         let mut budget_gpus = Vec::with_capacity(quotas.len());
-        for (team, (options, &pick)) in self.teams.iter().zip(outer_items.iter().zip(&outer.choice))
+        for ((team, options), (used, &pick)) in self
+            .teams
+            .iter()
+            .zip(&outer_items)
+            .zip(usages.iter().zip(&outer.choice))
         {
-            let budget = options[pick].gpus;
-            budget_gpus.push(budget);
-            let picks = team.table.backtrack(
-                &team.kept[..team.jobs.len()],
-                (budget - team.base_gpus) as usize,
-            );
+            budget_gpus.push(options[pick].gpus);
+            let picks = team
+                .table
+                .backtrack(&team.kept[..team.jobs.len()], used[pick]);
             for (&job, index) in team.jobs.iter().zip(picks) {
                 choice[job] = index;
             }
@@ -222,17 +470,17 @@ mod tests {
             })
     }
 
-    /// The best value of `team`'s jobs alone within `budget` GPUs, and the fewest GPUs that
-    /// attain it, by enumeration (`None`: no choice fits).
-    fn team_best(inst: &Instance, team: usize, budget: u32) -> Option<(f64, u32)> {
-        every_choice(&inst.0)
+    /// The GPUs `team`'s jobs can use together (some choice uses exactly that many), at most
+    /// `cap`, by enumeration.
+    fn usages(inst: &Instance, team: usize, cap: u32) -> Vec<u32> {
+        let mut u: Vec<u32> = every_choice(&inst.0)
             .iter()
-            .map(|c| team_total(inst, c, team))
-            .filter(|&(g, _)| g <= budget)
-            .fold(None, |best: Option<(f64, u32)>, (g, v)| match best {
-                Some((bv, bg)) if bv > v || (bv == v && bg <= g) => Some((bv, bg)),
-                _ => Some((v, g)),
-            })
+            .map(|c| team_total(inst, c, team).0)
+            .filter(|&g| g <= cap)
+            .collect();
+        u.sort_unstable();
+        u.dedup();
+        u
     }
 
     /// Whether `choice` meets every bound, by the definitions in the module documentation.
@@ -241,20 +489,21 @@ mod tests {
         let mut held = 0;
         for (team, quota) in quotas.iter().enumerate() {
             let cap = quota.max_gpus.min(*capacity);
-            let (gpus, value) = team_total(inst, choice, team);
-            let Some((_, demand)) = team_best(inst, team, cap) else {
+            let used = team_total(inst, choice, team).0;
+            let usable = usages(inst, team, cap);
+            let (Some(&least), Some(&demand)) = (usable.first(), usable.last()) else {
                 return false;
             };
-            let (floor_value, _) =
-                team_best(inst, team, quota.guaranteed_gpus.min(demand)).unwrap_or((0.0, 0));
+            let target = quota.guaranteed_gpus.min(demand).max(least);
+            let floor = usable.iter().rev().find(|&&u| u <= target).copied();
             let kept = quota
                 .lend_limit
                 .map_or(0, |l| quota.guaranteed_gpus.saturating_sub(l))
                 .min(cap);
-            if gpus > cap || value < floor_value {
+            if used > cap || Some(used) < floor {
                 return false;
             }
-            held += gpus.max(kept);
+            held += used.max(kept);
         }
         held <= *capacity
     }

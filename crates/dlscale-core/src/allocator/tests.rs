@@ -115,6 +115,7 @@ fn build(index: usize, raw: &RawJob) -> Option<Job> {
         history: Default::default(),
         hold: Default::default(),
         remaining_work: None,
+        team: None,
     };
     if let Some((g, b, age_s, restarts, batch_in_place)) = raw.current {
         let current = CurrentAllocation {
@@ -344,8 +345,8 @@ proptest! {
                 BatchChoice::Free { max_candidates: settings.batch_candidates }
             };
             let tables = crate::options::value_tables(&jobs, &cluster, settings.utility, choice, &settings.restart);
-            let mut banded = KnapsackSolver::new(DpChoice::Banded, knapsack::BAND_CELL_BUDGET);
-            let other = elastic::decide_knapsack(&mut banded, cluster.total_gpus(), &jobs, &tables, &vec![None; jobs.len()], &settings);
+            let mut banded = elastic::Solvers::new(KnapsackSolver::new(DpChoice::Banded, knapsack::BAND_CELL_BUDGET));
+            let other = elastic::decide_knapsack(&mut banded, cluster.total_gpus(), &jobs, &tables, &vec![None; jobs.len()], &settings, None);
             check_decision(&cluster, &jobs, &other, fixed_batch);
             prop_assert!(close(other.objective, best), "{} banded: {} vs brute {}", policy, other.objective, best);
             prop_assert!(matches!(other.solver, SolverPath::LagrangianDp | SolverPath::AllFit));
@@ -469,6 +470,7 @@ fn analytic_job(id: &str, compute_per_sample_s: f64, sync_s: f64) -> Job {
         history: Default::default(),
         hold: Default::default(),
         remaining_work: None,
+        team: None,
     }
 }
 

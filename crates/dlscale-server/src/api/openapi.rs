@@ -215,6 +215,7 @@ pub fn schemas() -> Value {
                 "steps": {"type": "integer", "minimum": 1, "description": "length in steps at `batch_size` (required with it): the work is steps × batch_size samples"},
                 "weight": {"type": "number", "default": 1}, "epoch": {"type": "integer", "default": 0},
                 "attained_gpu_s": {"type": "number", "minimum": 0, "default": 0},
+                "team": {"type": "string", "description": "the team whose quota it shares (one of the server's `[teams]`; default: the default team)"},
                 "command": {"type": "array", "minItems": 1, "items": string},
                 "workdir": {"type": "string", "description": "absolute directory"},
                 "launcher": {"type": "string", "enum": ["torchrun", "plain", "srun"], "default": "torchrun"},

@@ -21,11 +21,28 @@ use crate::service::Service;
 use crate::spec::JobSpec;
 use crate::store::Received;
 
+/// A submission's `team` must be one of the configured teams.
+fn check_team(s: &Service, spec: &JobSpec) -> Result<(), ApiError> {
+    let Some(team) = &spec.entry.team else {
+        return Ok(());
+    };
+    let why = match &s.config.teams {
+        None => "this server has no teams configured ([teams] in its configuration)".to_string(),
+        Some(teams) if teams.find(team).is_none() => {
+            let known: Vec<&str> = teams.names().iter().map(|n| &**n).collect();
+            format!("unknown team {team:?} (known: {})", known.join(", "))
+        }
+        Some(_) => return Ok(()),
+    };
+    Err(ApiError::field("team", format!("field 'team': {why}")))
+}
+
 /// Validates one submission into what the driver is handed: its spec checked against this
 /// machine (workdir, program), the stored profile it names, and this server's cluster and
 /// policy (it must be able to run some day).
 async fn accept(s: &Service, mut spec: JobSpec) -> Result<Received, ApiError> {
     spec.check_runnable()?;
+    check_team(s, &spec)?;
     // Its own files, whoever had its id before, and launches numbered after theirs.
     spec.uid = random_hex(6).map_err(ApiError::internal)?;
     spec.attempts_before = s

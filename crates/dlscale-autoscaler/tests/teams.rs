@@ -1,0 +1,119 @@
+//! Teams sharing a cluster: a team's idle guarantee is lent, and it comes back in the decision
+//! that sees the owner's work (the borrower stopped and relaunched smaller, its restart paid);
+//! no team holds more than its maximum; jobs without a team borrow only.
+
+mod steps;
+
+use dlscale_autoscaler::{Action, Autoscaler, AutoscalerConfig, Input, Outcome, Step, StopReason};
+use dlscale_core::allocator::{TeamQuota, Teams};
+use dlscale_core::jobfile::{parse_jobs, FileFormat};
+use dlscale_core::placement::Topology;
+use dlscale_core::Job;
+use steps::started;
+
+/// Two teams of 4 guaranteed GPUs each on one node of 8, each allowed all 8.
+fn config() -> AutoscalerConfig {
+    let quota = TeamQuota {
+        guaranteed_gpus: 4,
+        max_gpus: 8,
+        lend_limit: None,
+    };
+    AutoscalerConfig {
+        teams: Some(Teams::new(vec![("a".into(), quota), ("b".into(), quota)], 8).unwrap()),
+        ..steps::config()
+    }
+}
+
+/// A job of `team` (none: the default team) that scales well to 8 GPUs.
+fn job(id: &str, team: Option<&str>) -> Job {
+    let team = team.map_or(String::new(), |t| format!(r#", "team": "{t}""#));
+    let text = format!(
+        r#"{{"jobs": [{{"id": "{id}", "min_batch": 64, "max_batch": 512, "batch_size": 64,
+        "max_local_batch": 64, "max_gpus": 8, "work_samples": 1e9{team},
+        "model": {{"compute_base_s": 0.01, "compute_per_sample_s": 0.001}}}}]}}"#
+    );
+    parse_jobs(&text, FileFormat::Json, "test")
+        .unwrap()
+        .remove(0)
+}
+
+fn launches(step: &Step) -> Vec<(String, u32)> {
+    step.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Launch(l) => Some((l.id.clone(), l.shape.gpus)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Hands `inputs` in at `now` and confirms the launches it makes.
+fn step(a: &mut Autoscaler, now: f64, inputs: Vec<Input>) -> Step {
+    let step = a.handle(now, inputs);
+    let confirm = started(&step);
+    if !confirm.is_empty() {
+        a.handle(now, confirm);
+    }
+    step
+}
+
+#[test]
+fn an_idle_guarantee_is_lent_and_comes_back_in_the_decision_that_sees_its_owners_work() {
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 8));
+    // Team a is idle: b's job borrows a's four GPUs.
+    let first = step(&mut a, 0.0, vec![steps::submit(job("b1", Some("b")))]);
+    assert_eq!(launches(&first), [("b1".to_string(), 8)]);
+
+    // Team a submits: in the same decision b1 is asked to stop, to give a's guarantee back.
+    let reclaim = step(&mut a, 100.0, vec![steps::submit(job("a1", Some("a")))]);
+    let stops: Vec<(String, StopReason)> = reclaim
+        .actions
+        .iter()
+        .filter_map(|x| match x {
+            Action::Stop { id, reason, .. } => Some((id.clone(), *reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stops.len(), 1, "{:?}", reclaim.actions);
+    assert_eq!(stops[0].0, "b1");
+    assert!(launches(&reclaim).is_empty(), "a1 waits for b1's GPUs");
+
+    // Once b1's launch has stopped, each team runs on its guarantee.
+    let after = step(
+        &mut a,
+        101.0,
+        vec![
+            Input::StopDelivered {
+                id: "b1".into(),
+                attempt: 1,
+            },
+            Input::Exited {
+                id: "b1".into(),
+                attempt: 1,
+                outcome: Outcome::Exited(75),
+            },
+        ],
+    );
+    let mut now = launches(&after);
+    now.sort();
+    assert_eq!(now, [("a1".to_string(), 4), ("b1".to_string(), 4)]);
+}
+
+#[test]
+fn a_team_never_holds_more_than_its_maximum_and_the_default_team_only_borrows() {
+    let capped = TeamQuota {
+        guaranteed_gpus: 2,
+        max_gpus: 3,
+        lend_limit: None,
+    };
+    let config = AutoscalerConfig {
+        teams: Some(Teams::new(vec![("a".into(), capped)], 8).unwrap()),
+        ..steps::config()
+    };
+    let mut a = Autoscaler::new(config, Topology::uniform(1, 8));
+    let first = step(&mut a, 0.0, vec![steps::submit(job("a1", Some("a")))]);
+    assert_eq!(launches(&first), [("a1".to_string(), 3)], "a's maximum");
+    // A job of no team takes the rest; team a's work within its guarantee still comes first.
+    let second = step(&mut a, 10.0, vec![steps::submit(job("x", None))]);
+    assert_eq!(launches(&second), [("x".to_string(), 5)]);
+}
