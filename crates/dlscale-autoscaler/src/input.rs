@@ -41,6 +41,8 @@ pub struct Submission {
     /// Launches that earlier jobs of its id made: its own are numbered after them, so that no
     /// launch of it is ever taken for one of theirs (a cluster shows ended launches a while).
     pub attempts_before: u32,
+    /// Who submitted it (a user's name, or `admin`), for the event history.
+    pub by: Option<String>,
 }
 
 /// How a launch ended, as far as its executor can tell.
@@ -178,6 +180,10 @@ pub enum Input<S = Submission> {
     Cancel {
         /// Job id.
         id: String,
+        /// Who (a user's name, or `admin`), for the event history; `None` in inputs recorded
+        /// before it was kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// A worker reported progress.
     Metrics {
@@ -265,7 +271,7 @@ impl<S> Input<S> {
             Input::Submit { job } => Input::Submit {
                 job: Box::new(f(*job)?),
             },
-            Input::Cancel { id } => Input::Cancel { id },
+            Input::Cancel { id, by } => Input::Cancel { id, by },
             Input::Metrics { id, report } => Input::Metrics { id, report },
             Input::Completed {
                 id,

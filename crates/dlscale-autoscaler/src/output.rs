@@ -200,6 +200,9 @@ pub enum Event {
     Submitted {
         /// Job id.
         id: String,
+        /// Who submitted it, where known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// The policy decided.
     Decided {
@@ -310,6 +313,17 @@ pub enum Event {
     Cancelled {
         /// Job id.
         id: String,
+        /// Who cancelled it, where known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+    },
+    /// A running job's cancel was asked for: its launch is stopped, and it is not relaunched.
+    CancelRequested {
+        /// Job id.
+        id: String,
+        /// Who asked, where known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// A live launch that is not its job's current one was found and is killed.
     Stale {
@@ -341,7 +355,7 @@ impl Event {
     pub fn job(&self) -> Option<&str> {
         match self {
             Event::Decided { .. } => None,
-            Event::Submitted { id }
+            Event::Submitted { id, .. }
             | Event::Launching { id, .. }
             | Event::Rebatched { id, .. }
             | Event::RebatchTaken { id, .. }
@@ -352,7 +366,8 @@ impl Event {
             | Event::Ended { id, .. }
             | Event::LaunchFailed { id, .. }
             | Event::Dropped { id }
-            | Event::Cancelled { id }
+            | Event::Cancelled { id, .. }
+            | Event::CancelRequested { id, .. }
             | Event::Stale { id, .. }
             | Event::ModelFitted { id, .. }
             | Event::CompletionReported { id, .. } => Some(id),
@@ -375,6 +390,7 @@ impl Event {
             Event::LaunchFailed { .. } => "launch-failed",
             Event::Dropped { .. } => "dropped",
             Event::Cancelled { .. } => "cancelled",
+            Event::CancelRequested { .. } => "cancel",
             Event::Stale { .. } => "stale",
             Event::ModelFitted { .. } => "model",
             Event::CompletionReported { .. } => "completed",
@@ -382,10 +398,15 @@ impl Event {
     }
 }
 
+/// ` by NAME`, where who is known.
+fn by_whom(by: &Option<String>) -> String {
+    by.as_ref().map_or(String::new(), |b| format!(" by {b}"))
+}
+
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Event::Submitted { id } => write!(f, "{id}: submitted"),
+            Event::Submitted { id, by } => write!(f, "{id}: submitted{}", by_whom(by)),
             Event::Decided {
                 trigger,
                 jobs,
@@ -479,7 +500,14 @@ impl fmt::Display for Event {
                 }
             ),
             Event::Dropped { id } => write!(f, "{id}: dropped: its minimum does not fit"),
-            Event::Cancelled { id } => write!(f, "{id}: cancelled while waiting"),
+            Event::Cancelled { id, by } => {
+                write!(f, "{id}: cancelled while waiting{}", by_whom(by))
+            }
+            Event::CancelRequested { id, by } => write!(
+                f,
+                "{id}: cancelled{}: its launch is stopped and not relaunched",
+                by_whom(by)
+            ),
             Event::Stale { id, attempt } => {
                 write!(f, "{id}: launch {attempt} is alive but not current: killing it")
             }

@@ -211,6 +211,7 @@ fn run(
                     // Half the jobs change batch in place: rebatches keep every invariant.
                     batch_in_place: i % 2 == 0,
                     attempts_before: 0,
+                    by: None,
                 }),
             });
             next_arrival += 1;

@@ -188,7 +188,13 @@ fn the_launch_lifecycle_table() {
         },
         Case {
             name: "cancel then exit 0: cancelled",
-            inputs: vec![Input::Cancel { id: "a".into() }, exited("a", 1, 0)],
+            inputs: vec![
+                Input::Cancel {
+                    id: "a".into(),
+                    by: None,
+                },
+                exited("a", 1, 0),
+            ],
             status: Status::Cancelled,
         },
         Case {
@@ -200,7 +206,10 @@ fn the_launch_lifecycle_table() {
                     step: 10,
                     samples_seen: 100,
                 },
-                Input::Cancel { id: "a".into() },
+                Input::Cancel {
+                    id: "a".into(),
+                    by: None,
+                },
                 exited("a", 1, 1),
             ],
             status: Status::Succeeded,
@@ -273,15 +282,33 @@ fn cancels_of_waiting_running_and_ended_jobs() {
     let s = a.handle(0.0, vec![submit(job("a", 1)), submit(job("b", 1))]);
     a.handle(0.0, started(&s));
     assert_eq!(a.job("b").unwrap().0.status, Status::Queued);
-    let s = a.handle(1.0, vec![Input::Cancel { id: "b".into() }]);
+    let s = a.handle(
+        1.0,
+        vec![Input::Cancel {
+            id: "b".into(),
+            by: None,
+        }],
+    );
     assert_eq!(status(&a, &s, "b"), Status::Cancelled);
-    let s = a.handle(2.0, vec![Input::Cancel { id: "a".into() }]);
+    let s = a.handle(
+        2.0,
+        vec![Input::Cancel {
+            id: "a".into(),
+            by: None,
+        }],
+    );
     assert_eq!(stops(&s), [("a".into(), 1, StopReason::Cancel)]);
     let s = a.handle(
         3.0,
         vec![
-            Input::Cancel { id: "b".into() },
-            Input::Cancel { id: "zz".into() },
+            Input::Cancel {
+                id: "b".into(),
+                by: None,
+            },
+            Input::Cancel {
+                id: "zz".into(),
+                by: None,
+            },
         ],
     );
     assert_eq!(
@@ -304,7 +331,13 @@ fn a_stop_past_its_grace_period_is_killed() {
     let mut a = Autoscaler::new(cfg, Topology::uniform(1, 1));
     let s = a.handle(0.0, vec![submit(job("a", 1))]);
     a.handle(0.0, started(&s));
-    a.handle(100.0, vec![Input::Cancel { id: "a".into() }]);
+    a.handle(
+        100.0,
+        vec![Input::Cancel {
+            id: "a".into(),
+            by: None,
+        }],
+    );
     assert_eq!(a.next_wakeup_s(), Some(130.0));
     assert!(kills(&a.handle(120.0, vec![Input::Tick])).is_empty());
     let s = a.handle(130.0, vec![Input::Tick]);

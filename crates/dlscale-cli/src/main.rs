@@ -50,6 +50,8 @@ enum Command {
     Replay(service::ReplayArgs),
     /// Measure a job at several (workers, batch) points and fit its throughput model.
     Profile(service::ProfileArgs),
+    /// Make a token for a user: prints it, and the configuration table holding its hash.
+    Token(service::TokenArgs),
 }
 
 /// An error whose cause is the user's input (exit code 2), as opposed to a failure of ours.
@@ -99,6 +101,7 @@ fn main() -> ExitCode {
         Command::Explain(args) => explain::run_explain(&args),
         Command::Replay(args) => service::run_replay(&args),
         Command::Profile(args) => service::run_profile_cmd(&args),
+        Command::Token(args) => service::run_token(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -101,6 +101,31 @@ pub struct LogsArgs {
     pub follow: bool,
 }
 
+/// `dlscale token`.
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    /// The user the token is for (letters, digits, '-' and '.').
+    #[arg(long)]
+    pub user: String,
+    /// Their team, written into the configuration lines.
+    #[arg(long)]
+    pub team: Option<String>,
+}
+
+/// `dlscale token`: a new token for a user, and the `[users.NAME]` table (with only the
+/// token's hash) for the server's configuration.
+pub fn run_token(args: &TokenArgs) -> Result<()> {
+    let (token, hash) = dlscale_server::users::new_token(&args.user).map_err(input_error)?;
+    println!("# Give the user this token (DLSCALE_TOKEN); the server keeps only its hash:");
+    println!("# {token}");
+    println!("[users.{}]", args.user);
+    if let Some(team) = &args.team {
+        println!("team = {team:?}");
+    }
+    println!("token_hash = {hash:?}");
+    Ok(())
+}
+
 /// `dlscale replay`.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {

@@ -43,6 +43,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use dlscale_autoscaler::AutoscalerConfig;
@@ -58,6 +59,7 @@ use serde::Serialize;
 
 use crate::executor::find_program;
 use crate::executor::slurm::SlurmConfig;
+use crate::users::Users;
 
 /// The configuration file, every key optional.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -119,6 +121,18 @@ pub struct ConfigFile {
     pub slurm: Option<SlurmFile>,
     /// The teams sharing the cluster, by name: `[teams.NAME]` tables.
     pub teams: Option<BTreeMap<String, TeamFile>>,
+    /// The users, by name: `[users.NAME]` tables.
+    pub users: Option<BTreeMap<String, UserFile>>,
+}
+
+/// A `[users.NAME]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserFile {
+    /// Their team (default: the default team).
+    pub team: Option<String>,
+    /// The Argon2 hash of their token (`dlscale token --user NAME` makes both).
+    pub token_hash: String,
 }
 
 /// A `[teams.NAME]` table: the team's quota, in GPUs.
@@ -235,6 +249,8 @@ pub struct ServerConfig {
     /// The teams and their quotas (`None`: no teams; every job is in the default team). The
     /// guarantees are checked against the cluster when the service starts.
     pub teams: Option<Teams>,
+    /// The users and their tokens' hashes (none: only the admin token).
+    pub users: Arc<Users>,
 }
 
 /// `path` made absolute against the server's working directory; `key` names it in the error.
@@ -443,7 +459,9 @@ impl ServerConfig {
             ),
         };
         let teams = resolve_teams(file.teams, policy)?;
+        let users = Arc::new(resolve_users(file.users, teams.as_ref())?);
         Ok(ServerConfig {
+            users,
             teams,
             listen,
             metrics_without_token,
@@ -506,6 +524,28 @@ fn resolve_teams(
         Err(CoreError::InvalidCluster { field, reason }) => bail!("{field}: {reason}"),
         Err(other) => Err(other.into()),
     }
+}
+
+/// The `[users]` tables, checked: each user's team must be a configured team.
+fn resolve_users(file: Option<BTreeMap<String, UserFile>>, teams: Option<&Teams>) -> Result<Users> {
+    let mut users = Vec::new();
+    for (name, user) in file.unwrap_or_default() {
+        if let Some(team) = &user.team {
+            let known = teams.is_some_and(|t| t.find(team).is_some());
+            if !known {
+                let names = teams.map_or_else(
+                    || "no teams are configured".to_string(),
+                    |t| {
+                        let n: Vec<&str> = t.names().iter().map(|n| &**n).collect();
+                        format!("known: {}", n.join(", "))
+                    },
+                );
+                bail!("users.{name}.team: unknown team {team:?} ({names})");
+            }
+        }
+        users.push((name, user.team, user.token_hash));
+    }
+    Users::new(users)
 }
 
 fn resolve_slurm(f: SlurmFile) -> Result<SlurmConfig> {
@@ -686,6 +726,14 @@ mod tests {
             (
                 "[teams.\"a b\"]\nguaranteed_gpus = 2",
                 "team name \"a b\": letters, digits",
+            ),
+            (
+                "[teams.a]\n[users.u]\nteam = \"b\"\ntoken_hash = \"x\"",
+                "users.u.team: unknown team \"b\" (known: a, default)",
+            ),
+            (
+                "[users.u]\ntoken_hash = \"x\"",
+                "users.u.token_hash: not a password hash",
             ),
             (
                 "policy = \"static\"\n[teams.a]\nguaranteed_gpus = 2",

@@ -98,6 +98,10 @@ pub struct JobSpec {
     /// numbered after them, so a launch marker or Slurm job name of theirs is never its own.
     #[serde(default)]
     pub attempts_before: u32,
+    /// The user who submitted it (set when it is accepted; `None`: the admin, or a submission
+    /// stored before users existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// This submission's own identity, made when it is accepted: its files are its own
     /// ([`crate::executor::JobFiles`]) even when its id was used before. Empty in submissions
     /// stored before it existed.
@@ -344,6 +348,7 @@ impl JobSpec {
             }),
             uid: String::new(),
             attempts_before: 0,
+            owner: None,
             accepted_profile: None,
             entry,
         })
@@ -374,6 +379,7 @@ impl JobSpec {
             family: self.family.clone(),
             batch_in_place: self.batch_in_place,
             attempts_before: self.attempts_before,
+            by: Some(self.owner.clone().unwrap_or_else(|| "admin".to_string())),
         })
     }
 

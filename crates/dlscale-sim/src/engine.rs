@@ -438,6 +438,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             family,
             batch_in_place: self.config.batch_in_place,
             attempts_before: 0,
+            by: None,
         }
     }
 

@@ -483,7 +483,7 @@ impl Autoscaler {
     fn input(&mut self, now: f64, input: Input, out: &mut Out) -> Option<Refusal> {
         match input {
             Input::Submit { job } => self.submit(now, *job, out),
-            Input::Cancel { id } => self.cancel(now, &id, out),
+            Input::Cancel { id, by } => self.cancel(now, &id, by, out),
             Input::Metrics { id, report } => match self.live_index(&id) {
                 Ok(i) => self.metrics(now, i, &report, out),
                 Err(refusal) => Some(refusal),
@@ -609,6 +609,7 @@ impl Autoscaler {
         if self.index(&id).is_some() {
             return Some(Refusal::Duplicate);
         }
+        let sub_by = sub.by.clone();
         let mut job = sub.job;
         let family = sub.family.filter(|_| sub.model == ModelSource::Learned);
         let history = JobHistory {
@@ -661,19 +662,35 @@ impl Autoscaler {
         self.live.push(record);
         self.jobs.push(job);
         out.touched.insert(id.clone());
-        out.event(Event::Submitted { id: id.clone() });
+        out.event(Event::Submitted {
+            id: id.clone(),
+            by: sub_by,
+        });
         self.due(Trigger::Arrival(id));
         None
     }
 
-    fn cancel(&mut self, now: f64, id: &str, out: &mut Out) -> Option<Refusal> {
+    fn cancel(&mut self, now: f64, id: &str, by: Option<String>, out: &mut Out) -> Option<Refusal> {
         let i = match self.live_index(id) {
             Ok(i) => i,
             Err(refusal) => return Some(refusal),
         };
-        match self.live[i].status {
+        let status = self.live[i].status;
+        if matches!(
+            status,
+            Status::Starting | Status::Running | Status::Stopping
+        ) {
+            out.event(Event::CancelRequested {
+                id: id.to_string(),
+                by: by.clone(),
+            });
+        }
+        match status {
             Status::Queued => {
-                out.event(Event::Cancelled { id: id.to_string() });
+                out.event(Event::Cancelled {
+                    id: id.to_string(),
+                    by,
+                });
                 self.finish(now, i, Status::Cancelled, out);
                 self.due(Trigger::Cancelled(id.to_string()));
             }

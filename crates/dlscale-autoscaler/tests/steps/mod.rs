@@ -49,6 +49,7 @@ pub fn submission(
             family: family.map(str::to_string),
             batch_in_place,
             attempts_before: 0,
+            by: None,
         }),
     }
 }

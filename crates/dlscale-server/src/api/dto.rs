@@ -104,6 +104,12 @@ pub struct JobView {
     /// The model family whose measurements its learned model is fitted to, if it names one.
     #[serde(default)]
     pub family: Option<String>,
+    /// Its team (`None`: the default team).
+    #[serde(default)]
+    pub team: Option<String>,
+    /// The user who submitted it (`None`: the admin).
+    #[serde(default)]
+    pub owner: Option<String>,
     /// Exit code of the last launch, when it exited.
     pub exit_code: Option<i32>,
     /// Where it stands, in plain words.
@@ -285,6 +291,8 @@ impl JobView {
             efficiency: None,
             noise_scale: None,
             family: record.family.clone(),
+            team: spec.entry.team.clone(),
+            owner: spec.owner.clone(),
             exit_code: match &record.last_outcome {
                 Some(Outcome::Exited(c)) => Some(*c),
                 _ => None,

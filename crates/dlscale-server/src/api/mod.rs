@@ -14,6 +14,7 @@
 //! database and hand state changes to the driver ([`Service::request`]); none waits on an
 //! executor command.
 
+mod access;
 mod dashboard;
 pub mod dto;
 pub mod insight;
@@ -23,14 +24,11 @@ pub mod session;
 mod submit;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{
-    ConnectInfo, Extension, FromRequestParts, MatchedPath, Path, Query, Request, State,
-};
+use axum::extract::{Extension, MatchedPath, Path, Query, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -44,13 +42,13 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 pub use report::{validate_report, GRAD_FIELDS, METRICS_FIELDS};
 
-use crate::config::MetricsAccess;
 use crate::error::ApiError;
 use crate::executor::{Handle, JobFiles};
 use crate::metrics::RouteLabels;
 use crate::service::{Estimates, LiveJob, Service, Unavailable, View};
 use crate::spec::{validate_id, JobSpec};
 use crate::store::{Profile, StoredJob};
+use crate::users::Principal;
 use dto::{
     AllocationView, ClusterView, DecidedJobView, DecisionView, EventView, JobView, NodeView,
     PolicyView,
@@ -64,19 +62,6 @@ pub const MAX_JOBS_PER_SUBMISSION: usize = 1000;
 
 /// `GET /v1/jobs/{id}/allocations` answers with about this many of the last launches.
 pub const MAX_ALLOCATIONS: u32 = 200;
-
-/// Who may call a route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Anyone.
-    Open,
-    /// `/metrics`: the clients `metrics_without_token` names, or the admin token.
-    Metrics,
-    /// The admin token.
-    Admin,
-    /// The admin token, or the token of the job the path names (its workers hold it).
-    Job,
-}
 
 /// An HTTP method of a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -105,6 +90,9 @@ impl Verb {
 
 /// The service every handler gets.
 pub type AppState = Arc<Service>;
+
+use access::authorize;
+pub use access::Access;
 
 /// One route.
 #[derive(Debug, Clone, Copy)]
@@ -175,70 +163,70 @@ pub const ROUTES: &[Route] = &[
     Route {
         verb: Verb::Get,
         path: "/v1/openapi.json",
-        access: Access::Admin,
+        access: Access::Member,
         summary: "This document",
         handler: || get(openapi_document),
     },
     Route {
         verb: Verb::Get,
         path: "/v1/cluster",
-        access: Access::Admin,
+        access: Access::Member,
         summary: "Nodes, the GPUs each job holds, the policies and the last decision",
         handler: || get(cluster),
     },
     Route {
         verb: Verb::Get,
         path: "/v1/jobs",
-        access: Access::Admin,
+        access: Access::Member,
         summary: "Live jobs in arrival order (`all=true`: every job, newest first)",
         handler: || get(list_jobs),
     },
     Route {
         verb: Verb::Post,
         path: "/v1/jobs",
-        access: Access::Admin,
+        access: Access::Member,
         summary: "Submit a job, or several (an array) decided as one arrival; answered once committed",
         handler: || post(submit::submit),
     },
     Route {
         verb: Verb::Get,
         path: "/v1/jobs/{id}",
-        access: Access::Job,
+        access: Access::MemberOrJob,
         summary: "One job with its recent events",
         handler: || get(get_job),
     },
     Route {
         verb: Verb::Delete,
         path: "/v1/jobs/{id}",
-        access: Access::Admin,
+        access: Access::Member,
         summary: "Cancel a job (a running one is stopped with SIGTERM, then killed after the grace period)",
         handler: || delete(cancel),
     },
     Route {
         verb: Verb::Get,
         path: "/v1/jobs/{id}/logs",
-        access: Access::Admin,
+        access: Access::Member,
         summary: "The job's log: its tail, or from a byte offset (the answer's X-Log-Offset is where the next read starts)",
         handler: || get(logs),
     },
     Route {
         verb: Verb::Get,
         path: "/v1/jobs/{id}/allocations",
-        access: Access::Admin,
+        access: Access::Member,
         summary: "The job's last launches, oldest first: GPUs, batch and nodes of each, when it began and ended",
         handler: || get(allocations),
     },
     Route {
         verb: Verb::Get,
         path: "/v1/jobs/{id}/explain",
-        access: Access::Admin,
+        access: Access::Member,
         summary: "Why the job has what the last decision gave it: the value of one GPU more and one fewer, the job that would lose the GPU, and what held it back, in plain words and as data",
         handler: || get(insight::explain),
     },
     Route {
         verb: Verb::Get,
         path: "/v1/decisions",
-        access: Access::Admin,
+        access: Access::Member,
         summary: "The recent decisions, newest first, with what each changed, and why each job has what the last one gave it",
         handler: || get(insight::decisions),
     },
@@ -259,7 +247,7 @@ pub const ROUTES: &[Route] = &[
     Route {
         verb: Verb::Get,
         path: "/v1/profiles",
-        access: Access::Admin,
+        access: Access::Member,
         summary: "Stored throughput profiles",
         handler: || get(list_profiles),
     },
@@ -331,160 +319,6 @@ async fn time_request(State(s): State<AppState>, request: Request, next: Next) -
         })
         .observe(started.elapsed().as_secs_f64());
     response
-}
-
-fn bearer(request: &Request) -> Option<&str> {
-    request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Admits a request by its route's [`Access`].
-async fn authorize(
-    State(s): State<AppState>,
-    access: Access,
-    request: Request,
-    next: Next,
-) -> Response {
-    let admitted = match access {
-        Access::Open => Ok(()),
-        Access::Metrics => {
-            let peer = request
-                .extensions()
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0.ip());
-            let open = match s.config.metrics_without_token {
-                MetricsAccess::Anyone => true,
-                MetricsAccess::Loopback => peer.is_some_and(|ip| ip.is_loopback()),
-                MetricsAccess::Nobody => false,
-            };
-            if open {
-                Ok(())
-            } else {
-                admit(&s, credential(&request), None).await
-            }
-        }
-        Access::Admin => admit(&s, credential(&request), None).await,
-        Access::Job => {
-            let (mut parts, body) = request.into_parts();
-            let id = Path::<BTreeMap<String, String>>::from_request_parts(&mut parts, &())
-                .await
-                .ok()
-                .and_then(|Path(p)| p.get("id").cloned());
-            let request = Request::from_parts(parts, body);
-            match admit(&s, credential(&request), id.as_deref()).await {
-                Ok(()) => return next.run(request).await,
-                Err(e) => return e.into_response(),
-            }
-        }
-    };
-    match admitted {
-        Ok(()) => next.run(request).await,
-        Err(e) => e.into_response(),
-    }
-}
-
-/// What a request authenticates with.
-enum Credential {
-    /// A bearer token.
-    Token(String),
-    /// An open session of the dashboard, which stands for the admin token.
-    Session,
-    /// Nothing.
-    Nothing,
-}
-
-/// A request's credential: its bearer token or, without one, its session cookie. A session
-/// must be open and, unless the request only reads, come from this server's own page
-/// ([`session::same_origin`]).
-fn credential(request: &Request) -> Result<Credential, ApiError> {
-    if let Some(token) = bearer(request) {
-        return Ok(Credential::Token(token.to_string()));
-    }
-    let Some(id) = session::cookie(request.headers()) else {
-        return Ok(Credential::Nothing);
-    };
-    let open = request
-        .extensions()
-        .get::<Arc<session::Sessions>>()
-        .is_some_and(|sessions| sessions.valid(&id, Instant::now()));
-    if !open {
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "the session has ended or is unknown: log in again",
-        ));
-    }
-    if !request.method().is_safe() {
-        session::same_origin(request.headers())?;
-    }
-    Ok(Credential::Session)
-}
-
-/// Admits a request by its [`credential`] (`job`: the job its path names).
-async fn admit(
-    s: &Service,
-    credential: Result<Credential, ApiError>,
-    job: Option<&str>,
-) -> Result<(), ApiError> {
-    match credential? {
-        Credential::Token(token) => check_token(s, Some(&token), job).await,
-        Credential::Session => Ok(()),
-        Credential::Nothing => check_token(s, None, job).await,
-    }
-}
-
-/// Checks a bearer token: the admin token always passes; the token of job `job` passes where
-/// that job is named. A job's token on any other route is refused with 403, saying so.
-async fn check_token(s: &Service, given: Option<&str>, job: Option<&str>) -> Result<(), ApiError> {
-    let Some(given) = given else {
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "missing bearer token: send 'Authorization: Bearer <token>' (the server's DLSCALE_TOKEN)",
-        ));
-    };
-    if constant_time_eq(given.as_bytes(), s.admin_token().as_bytes()) {
-        return Ok(());
-    }
-    let view = s.view();
-    if let Some(id) = job {
-        let token = match view.jobs.get(id) {
-            Some(j) => Some(j.token.clone()),
-            None => s
-                .store
-                .job(id.to_string())
-                .await
-                .ok()
-                .flatten()
-                .map(|j| j.worker_token),
-        };
-        if token.is_some_and(|t| constant_time_eq(given.as_bytes(), t.as_bytes())) {
-            return Ok(());
-        }
-    }
-    let scoped = view
-        .jobs
-        .values()
-        .find(|j| constant_time_eq(given.as_bytes(), j.token.as_bytes()));
-    match scoped {
-        Some(j) => Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            format!(
-                "this token belongs to job '{}' and only reads and reports for that job",
-                j.record.id
-            ),
-        )),
-        None => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid bearer token",
-        )),
-    }
 }
 
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
@@ -809,10 +643,18 @@ async fn get_job(
     Ok(Json(view))
 }
 
-async fn cancel(State(s): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn cancel(
+    State(s): State<AppState>,
+    principal: Option<Extension<Principal>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let by = owns(&s, principal.as_deref(), &id).await?;
     let refusals = s
         .request(
-            vec![Input::Cancel { id: id.clone() }],
+            vec![Input::Cancel {
+                id: id.clone(),
+                by: Some(by),
+            }],
             Vec::new(),
             BTreeMap::new(),
         )
@@ -828,6 +670,24 @@ async fn cancel(State(s): State<AppState>, Path(id): Path<String>) -> Result<Res
         Json(job_view(&s, &job, &s.executor.handles())),
     )
         .into_response())
+}
+
+/// Who `principal` is, by name, once it is clear they may change (or read the log of) job `id`:
+/// the admin any job, a user their own team's only (403 otherwise, saying why).
+async fn owns(s: &Service, principal: Option<&Principal>, id: &str) -> Result<String, ApiError> {
+    let principal = principal.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "this needs the admin token or a user's",
+        )
+    })?;
+    if let Principal::User(_) = principal {
+        let job = find_job(s, id).await?;
+        if let Some(why) = principal.refuses_team(id, job.spec.entry.team.as_deref()) {
+            return Err(ApiError::new(StatusCode::FORBIDDEN, why));
+        }
+    }
+    Ok(principal.name().to_string())
 }
 
 /// Query of `GET /v1/jobs/{id}/logs`.
@@ -847,10 +707,12 @@ pub const LOG_OFFSET_HEADER: &str = "x-log-offset";
 
 async fn logs(
     State(s): State<AppState>,
+    principal: Option<Extension<Principal>>,
     Path(id): Path<String>,
     q: Result<Query<LogsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
+    owns(&s, principal.as_deref(), &id).await?;
     let job = find_job(&s, &id).await?;
     let path = JobFiles::of(&s.config.data_dir, &job.spec).log();
     let (text, end) = match tokio::fs::File::open(&path).await {

@@ -144,15 +144,7 @@ fn details(route: &Route) -> Value {
 fn operation(route: &Route) -> Value {
     let mut op = details(route);
     op["summary"] = json!(route.summary);
-    let who = match route.access {
-        Access::Open => None,
-        Access::Metrics => {
-            Some("the admin token, unless the client is one `metrics_without_token` admits")
-        }
-        Access::Admin => Some("the admin token"),
-        Access::Job => Some("the admin token or the job's own token (its workers' DLSCALE_TOKEN)"),
-    };
-    if let Some(who) = who {
+    if let Some(who) = route.access.who() {
         op["security"] = if route.access == Access::Metrics {
             json!([{"bearer": []}])
         } else {
@@ -164,8 +156,11 @@ fn operation(route: &Route) -> Value {
              this server's origin."
         ));
         op["responses"]["401"] = error("missing or wrong bearer token");
-        if route.access == Access::Admin {
-            op["responses"]["403"] = error("a job's token, which only serves that job");
+        if route.access != Access::Metrics {
+            op["responses"]["403"] = error(
+                "a token this route does not serve: a job's token elsewhere than its job, a \
+                 user's where the admin's is needed, or a user changing another team's job",
+            );
         }
     }
     op
@@ -237,6 +232,7 @@ pub fn schemas() -> Value {
             "predicted_samples_per_s": nullable(num.clone()), "efficiency": nullable(num.clone()),
             "noise_scale": nullable(num.clone()),
             "family": nullable(string.clone()),
+            "team": nullable(string.clone()), "owner": nullable(string.clone()),
             "exit_code": nullable(json!({"type": "integer"})), "message": string,
             "waiting": nullable(string.clone()),
             "waiting_until": nullable(json!({"type": "number", "description": "until when it waits at the latest, seconds since the epoch"})),

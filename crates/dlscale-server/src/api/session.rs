@@ -28,7 +28,8 @@ use axum::Json;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::{constant_time_eq, parse_json, AppState};
+use super::access::constant_time_eq;
+use super::{parse_json, AppState};
 use crate::error::ApiError;
 use crate::executor::random_hex;
 

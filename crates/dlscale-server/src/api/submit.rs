@@ -4,12 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
 use dlscale_autoscaler::{Input, Refusal};
+use dlscale_core::allocator::DEFAULT_TEAM;
 use dlscale_core::jobfile::UniqueKeys;
 use dlscale_core::placement::{Node, Topology};
 use serde_json::Value;
@@ -20,6 +21,30 @@ use crate::executor::{random_hex, JobFiles};
 use crate::service::Service;
 use crate::spec::JobSpec;
 use crate::store::Received;
+use crate::users::{Principal, User};
+
+/// A user's submission is theirs and their team's: a `team` left out is theirs, another team is
+/// refused (403, naming the field).
+fn claim(spec: &mut JobSpec, user: &User) -> Result<(), ApiError> {
+    match (&spec.entry.team, &user.team) {
+        (None, team) => spec.entry.team = team.clone(),
+        (Some(asked), Some(own)) if asked == own => {}
+        (Some(asked), own) => {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "field 'team': user {} of team {} may submit only to their own team, not \
+                     {asked}",
+                    user.name,
+                    own.as_deref().unwrap_or(DEFAULT_TEAM)
+                ),
+            )
+            .with_field("team"))
+        }
+    }
+    spec.owner = Some(user.name.clone());
+    Ok(())
+}
 
 /// A submission's `team` must be one of the configured teams.
 fn check_team(s: &Service, spec: &JobSpec) -> Result<(), ApiError> {
@@ -172,7 +197,11 @@ fn in_job(k: usize, e: ApiError) -> ApiError {
     }
 }
 
-pub(super) async fn submit(State(s): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub(super) async fn submit(
+    State(s): State<AppState>,
+    principal: Option<Extension<Principal>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let UniqueKeys(value) = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
     let (values, many) = match value {
@@ -189,7 +218,10 @@ pub(super) async fn submit(State(s): State<AppState>, body: Bytes) -> Result<Res
     let mut tokens = BTreeMap::new();
     for (k, value) in values.into_iter().enumerate() {
         let named = |e| if many { in_job(k, e) } else { e };
-        let spec = JobSpec::from_value(value).map_err(named)?;
+        let mut spec = JobSpec::from_value(value).map_err(named)?;
+        if let Some(Extension(Principal::User(user))) = &principal {
+            claim(&mut spec, user).map_err(named)?;
+        }
         if tokens.contains_key(&spec.id) {
             return Err(named(ApiError::field(
                 "id",

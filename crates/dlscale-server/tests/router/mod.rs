@@ -87,9 +87,21 @@ impl Harness {
     }
 }
 
-/// One request with the token and a JSON body; the status and the JSON answer (Null if none).
+/// One request with the admin token and a JSON body; the status and the JSON answer (Null if
+/// none).
 pub async fn call(
     app: &axum::Router,
+    method: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> (StatusCode, Value) {
+    call_as(app, TOKEN, method, path, body).await
+}
+
+/// [`call`] with `token`.
+pub async fn call_as(
+    app: &axum::Router,
+    token: &str,
     method: &str,
     path: &str,
     body: Vec<u8>,
@@ -97,7 +109,7 @@ pub async fn call(
     let request = Request::builder()
         .method(method)
         .uri(path)
-        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("authorization", format!("Bearer {token}"))
         .header("content-type", "application/json")
         .body(Body::from(body))
         .unwrap();
