@@ -7,6 +7,7 @@ mod explain;
 mod optimize;
 mod service;
 mod simulate;
+mod usage;
 
 use std::process::ExitCode;
 
@@ -52,6 +53,8 @@ enum Command {
     Profile(service::ProfileArgs),
     /// Make a token for a user: prints it, and the configuration table holding its hash.
     Token(service::TokenArgs),
+    /// The GPU-hours each team, user or job held (`--since 7d`, `--by user`).
+    Usage(usage::UsageArgs),
 }
 
 /// An error whose cause is the user's input (exit code 2), as opposed to a failure of ours.
@@ -102,6 +105,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => service::run_replay(&args),
         Command::Profile(args) => service::run_profile_cmd(&args),
         Command::Token(args) => service::run_token(&args),
+        Command::Usage(args) => usage::run_usage(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -519,6 +519,39 @@ async fn rescales_running_jobs_and_survives_kill_9() {
     assert_eq!(resumed.len(), stopped.len() + 1, "{log}");
     assert_eq!(&resumed[1..], &stopped[..], "{log}");
     assert!(log.contains("dlscale: done step=80"), "{log}");
+    // `dlscale usage` adds up what the launches held, the kill -9 and the adoption included:
+    // within a second a launch of what each job's allocations show.
+    let usage: Vec<Value> = serde_json::from_str(&service_support::cli(
+        &server,
+        &["usage", "--by", "job", "--format", "json"],
+    ))
+    .unwrap();
+    for id in ["a", "b"] {
+        let allocations: Vec<Value> = server
+            .client
+            .call(Method::GET, &format!("/v1/jobs/{id}/allocations"), None)
+            .await
+            .unwrap();
+        let held: f64 = allocations
+            .iter()
+            .map(|l| {
+                let span = l["ended_at"].as_f64().unwrap() - l["at"].as_f64().unwrap();
+                l["gpus"].as_f64().unwrap() * span
+            })
+            .sum();
+        let row = usage.iter().find(|r| r["key"] == id).unwrap();
+        let counted = row["gpu_seconds"].as_f64().unwrap();
+        let slack = 4.0 * allocations.len() as f64;
+        assert!(
+            (counted - held).abs() <= slack,
+            "{id}: usage {counted}, allocations {held}"
+        );
+        assert_eq!(
+            row["launches"].as_u64(),
+            Some(allocations.len() as u64),
+            "{id}"
+        );
+    }
     service_support::assert_replays(&server);
 }
 

@@ -30,6 +30,7 @@ pub mod replay;
 pub mod service;
 pub mod spec;
 pub mod store;
+pub mod usage;
 pub mod users;
 
 use std::net::SocketAddr;

@@ -140,6 +140,17 @@ pub struct StoredEvent {
     pub event: Event,
 }
 
+/// Whose a job is, for accounting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobOwner {
+    /// Job id.
+    pub id: String,
+    /// Its team (`None`: the default team).
+    pub team: Option<String>,
+    /// The user who submitted it (`None`: the admin).
+    pub user: Option<String>,
+}
+
 /// A new job of a batch: its submission and worker token, stored with its first record.
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -444,6 +455,56 @@ impl Store {
                 seq,
                 limit,
             )
+        })
+        .await
+    }
+
+    /// Every job's launch events that account for GPU time (launches handed out, started,
+    /// adopted, ended, failed to start), oldest first, with the job's id and submission:
+    /// what `GET /v1/usage` adds up.
+    pub async fn usage_events(&self) -> Result<Vec<(JobOwner, Vec<StoredEvent>)>> {
+        self.read(|conn| {
+            let conn = conn.transaction()?;
+            let mut owners: BTreeMap<i64, (JobOwner, Vec<StoredEvent>)> = BTreeMap::new();
+            let mut stmt = conn.prepare("SELECT seq, id, spec FROM jobs")?;
+            let rows = stmt.query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })?;
+            for row in rows {
+                let (seq, id, spec) = row?;
+                let spec: JobSpec = serde_json::from_str(&spec)
+                    .with_context(|| format!("job {id}: its stored submission is unreadable"))?;
+                let owner = JobOwner {
+                    id,
+                    team: spec.entry.team.clone(),
+                    user: spec.owner.clone(),
+                };
+                owners.insert(seq, (owner, Vec::new()));
+            }
+            let mut stmt = conn.prepare(
+                "SELECT job_seq, at, event FROM events WHERE kind IN
+                 ('launch', 'started', 'adopted', 'ended', 'launch-failed') ORDER BY id",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, f64>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })?;
+            for row in rows {
+                let (seq, at, text) = row?;
+                let event: Event =
+                    serde_json::from_str(&text).context("a stored event is unreadable")?;
+                if let Some((_, events)) = owners.get_mut(&seq) {
+                    events.push(StoredEvent { at, event });
+                }
+            }
+            Ok(owners.into_values().collect())
         })
         .await
     }

@@ -199,3 +199,52 @@ async fn an_idle_teams_gpus_are_lent_and_come_back_when_it_submits() {
         "{body}"
     );
 }
+
+/// `GET /v1/usage` adds up what the launches held: on the manual clock, a job on two GPUs for
+/// 100 s then on four for 50 s (still running) held exactly 400 GPU-seconds.
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_is_the_gpu_seconds_the_launches_held() {
+    let (_dir, h) = harness(ConfigFile {
+        slots: Some(4),
+        ..ConfigFile::default()
+    })
+    .await;
+    let mut two = job("u");
+    two["min_gpus"] = json!(2);
+    two["max_gpus"] = json!(2);
+    submit(&h, two).await;
+    wait_job(&h, "u", running).await;
+    let t0 = dlscale_server::clock::Clock::now_s(&*h.clock);
+    h.advance(100.0).await;
+    assert!(h.executor.end("u", 1, Outcome::Exited(0)));
+    wait_job(&h, "u", |j| j["state"] == "succeeded").await;
+    let mut four = job("w");
+    four["min_gpus"] = json!(4);
+    submit(&h, four).await;
+    wait_job(&h, "w", running).await;
+    h.advance(50.0).await;
+
+    let (status, rows) = call(&h.app, "GET", "/v1/usage?by=job", Vec::new()).await;
+    assert_eq!(status, StatusCode::OK, "{rows}");
+    let held = |key: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == key)
+            .map(|r| r["gpu_seconds"].as_f64().unwrap())
+    };
+    assert!((held("u").unwrap() - 200.0).abs() < 1e-3, "{rows}");
+    assert!((held("w").unwrap() - 200.0).abs() < 1e-3, "{rows}");
+    let (_, by_team) = call(&h.app, "GET", "/v1/usage", Vec::new()).await;
+    assert_eq!(by_team[0]["key"], "default", "{by_team}");
+    assert!((by_team[0]["gpu_seconds"].as_f64().unwrap() - 400.0).abs() < 1e-3);
+    // From t0 + 100 on: only w's 50 s.
+    let since = format!("/v1/usage?since={}", t0 + 100.0);
+    let (_, later) = call(&h.app, "GET", &since, Vec::new()).await;
+    assert!(
+        (later[0]["gpu_seconds"].as_f64().unwrap() - 200.0).abs() < 1e-3,
+        "{later}"
+    );
+    let (status, bad) = call(&h.app, "GET", "/v1/usage?by=colour", Vec::new()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+}

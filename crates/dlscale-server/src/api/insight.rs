@@ -1,6 +1,7 @@
 //! What the autoscaler decided and why: the recent decisions (`GET /v1/decisions`) and the
 //! explanation of one job (`GET /v1/jobs/{id}/explain`), computed from the last decision's
-//! inputs ([`Service::explanations`]).
+//! inputs ([`Service::explanations`]); and what it gave, added up: the GPU-seconds each team,
+//! user or job held (`GET /v1/usage`, [`crate::usage`]).
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -11,6 +12,7 @@ use super::dto::{DecisionEntry, DecisionsView, ExplainView};
 use super::{find_job, query, AppState};
 use crate::error::ApiError;
 use crate::service::{Service, RECENT_DECISIONS};
+use crate::usage::{UsageBy, UsageRow};
 
 /// Query of `GET /v1/decisions`.
 #[derive(Debug, Deserialize)]
@@ -23,6 +25,33 @@ pub struct DecisionsQuery {
     /// page before.
     #[serde(default)]
     pub before: Option<f64>,
+}
+
+/// Query of `GET /v1/usage`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageQuery {
+    /// From this time (seconds since the epoch; default: from the start).
+    #[serde(default)]
+    pub since: Option<f64>,
+    /// Per `team` (default), `user` or `job`.
+    #[serde(default)]
+    pub by: Option<UsageBy>,
+}
+
+pub(super) async fn usage(
+    State(s): State<AppState>,
+    q: Result<Query<UsageQuery>, QueryRejection>,
+) -> Result<Json<Vec<UsageRow>>, ApiError> {
+    let q = query(q)?;
+    let jobs = s.store.usage_events().await.map_err(ApiError::internal)?;
+    let now_s = s.clock.now_s();
+    Ok(Json(crate::usage::usage(
+        &jobs,
+        q.by.unwrap_or_default(),
+        q.since.unwrap_or(f64::NEG_INFINITY),
+        now_s,
+    )))
 }
 
 /// How many decisions `GET /v1/decisions` answers with by default.

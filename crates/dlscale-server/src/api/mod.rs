@@ -231,6 +231,13 @@ pub const ROUTES: &[Route] = &[
         handler: || get(insight::decisions),
     },
     Route {
+        verb: Verb::Get,
+        path: "/v1/usage",
+        access: Access::Member,
+        summary: "GPU-seconds held per team, user or job since a time (what `sreport` answers), most first",
+        handler: || get(insight::usage),
+    },
+    Route {
         verb: Verb::Post,
         path: "/v1/jobs/{id}/metrics",
         access: Access::Job,

@@ -60,6 +60,13 @@ fn details(route: &Route) -> Value {
                 query_param("before", json!({"type": "number"}),
                     "only decisions made before this time (seconds since the epoch): the `older` of the page before")],
             "responses": {"200": ok("decisions", schema_ref("Decisions")), "400": error("invalid query")}}),
+        (Verb::Get, "/v1/usage") => json!({
+            "parameters": [query_param("since", json!({"type": "number"}),
+                "from this time (seconds since the epoch; default: from the start)"),
+                query_param("by", json!({"type": "string", "enum": ["team", "user", "job"], "default": "team"}),
+                    "what the GPU-seconds are summed by")],
+            "responses": {"200": ok("GPU-seconds, most first", json!({"type": "array", "items": schema_ref("UsageRow")})),
+                "400": error("invalid query")}}),
         (Verb::Get, "/v1/jobs/{id}/explain") => json!({"parameters": [id],
             "responses": {"200": ok("the explanation", schema_ref("Explain")), "404": error("unknown job")}}),
         (Verb::Get, "/healthz") => json!({"responses": {"200": ok("alive",
@@ -317,6 +324,9 @@ pub fn schemas() -> Value {
                 "micro_steps": {"type": "integer", "minimum": 1}}))})),
         "ProfileUpload": object(&["model"], json!({"model": schema_ref("AnalyticModel"),
             "quality": nullable(schema_ref("FitQuality"))})),
+        "UsageRow": object(&["key", "gpu_seconds", "launches"], json!({"key": {"type": "string",
+            "description": "the team (`default`: jobs of no team), user (`admin`: the admin's jobs) or job"},
+            "gpu_seconds": num, "launches": int})),
         "Profile": object(&["name", "model"], json!({"name": string, "model": schema_ref("AnalyticModel"),
             "quality": nullable(schema_ref("FitQuality")), "source": string, "updated_at": num}))
     })

@@ -1,0 +1,197 @@
+//! Accounting: the GPU-seconds each job, user and team held, from the launch events the
+//! database keeps across restarts (what Slurm's `sreport` answers). A launch holds its GPUs from
+//! when it started (or was adopted after a restart) until it ended; one still running holds
+//! them until now. Pure: the store reads the events, `GET /v1/usage` and `dlscale usage` show
+//! the sums.
+
+use std::collections::BTreeMap;
+
+use dlscale_autoscaler::Event;
+use dlscale_core::allocator::DEFAULT_TEAM;
+use serde::{Deserialize, Serialize};
+
+use crate::store::{JobOwner, StoredEvent};
+
+/// What usage is summed by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum UsageBy {
+    /// Per team (jobs of no team: `default`).
+    #[default]
+    Team,
+    /// Per user who submitted (the admin's jobs: `admin`).
+    User,
+    /// Per job id.
+    Job,
+}
+
+/// One row of a usage answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageRow {
+    /// The team, user or job.
+    pub key: String,
+    /// GPU-seconds held within the window.
+    pub gpu_seconds: f64,
+    /// Launches that held GPUs within the window.
+    pub launches: u32,
+}
+
+/// One launch's hold on GPUs: `gpus` from `from_s` until `until_s` (`None`: it still runs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Hold {
+    gpus: u32,
+    from_s: f64,
+    until_s: Option<f64>,
+}
+
+/// The holds of one job's launches, from its events (oldest first).
+fn holds(events: &[StoredEvent]) -> Vec<Hold> {
+    let mut gpus: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut open: BTreeMap<u32, f64> = BTreeMap::new();
+    let mut out = Vec::new();
+    for e in events {
+        match &e.event {
+            Event::Launching { attempt, shape, .. } => {
+                gpus.insert(*attempt, shape.gpus);
+            }
+            Event::Started { attempt, .. } | Event::Adopted { attempt, .. } => {
+                open.entry(*attempt).or_insert(e.at);
+            }
+            Event::Ended { attempt, .. } | Event::LaunchFailed { attempt, .. } => {
+                if let Some(from_s) = open.remove(attempt) {
+                    out.push(Hold {
+                        gpus: gpus.get(attempt).copied().unwrap_or(0),
+                        from_s,
+                        until_s: Some(e.at),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    out.extend(open.into_iter().map(|(attempt, from_s)| Hold {
+        gpus: gpus.get(&attempt).copied().unwrap_or(0),
+        from_s,
+        until_s: None,
+    }));
+    out
+}
+
+/// GPU-seconds per team, user or job (`by`) held between `since_s` and `now_s`, most first
+/// (ties by name).
+pub fn usage(
+    jobs: &[(JobOwner, Vec<StoredEvent>)],
+    by: UsageBy,
+    since_s: f64,
+    now_s: f64,
+) -> Vec<UsageRow> {
+    let mut rows: BTreeMap<String, UsageRow> = BTreeMap::new();
+    for (owner, events) in jobs {
+        let key = match by {
+            UsageBy::Team => owner.team.as_deref().unwrap_or(DEFAULT_TEAM).to_string(),
+            UsageBy::User => owner.user.as_deref().unwrap_or("admin").to_string(),
+            UsageBy::Job => owner.id.clone(),
+        };
+        for hold in holds(events) {
+            let (from_s, until_s) = (hold.from_s.max(since_s), hold.until_s.unwrap_or(now_s));
+            if until_s <= from_s {
+                continue;
+            }
+            let row = rows.entry(key.clone()).or_insert_with(|| UsageRow {
+                key: key.clone(),
+                gpu_seconds: 0.0,
+                launches: 0,
+            });
+            row.gpu_seconds += f64::from(hold.gpus) * (until_s - from_s);
+            row.launches += 1;
+        }
+    }
+    let mut rows: Vec<UsageRow> = rows.into_values().collect();
+    rows.sort_by(|a, b| {
+        b.gpu_seconds
+            .total_cmp(&a.gpu_seconds)
+            .then(a.key.cmp(&b.key))
+    });
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dlscale_autoscaler::{Outcome, Shape};
+
+    fn launch(at: f64, attempt: u32, gpus: u32) -> StoredEvent {
+        StoredEvent {
+            at,
+            event: Event::Launching {
+                id: "j".into(),
+                attempt,
+                shape: Shape {
+                    gpus,
+                    batch_size: 64,
+                    local_batch_size: 64,
+                    micro_steps: 1,
+                    shares: Vec::new(),
+                },
+                replanned: None,
+            },
+        }
+    }
+
+    fn started(at: f64, attempt: u32) -> StoredEvent {
+        StoredEvent {
+            at,
+            event: Event::Started {
+                id: "j".into(),
+                attempt,
+            },
+        }
+    }
+
+    fn ended(at: f64, attempt: u32) -> StoredEvent {
+        StoredEvent {
+            at,
+            event: Event::Ended {
+                id: "j".into(),
+                attempt,
+                outcome: Outcome::Exited(0),
+                next: dlscale_autoscaler::Next::Succeeded,
+            },
+        }
+    }
+
+    #[test]
+    fn a_launch_holds_its_gpus_from_its_start_to_its_end_within_the_window() {
+        let owner = |id: &str, team: Option<&str>| JobOwner {
+            id: id.into(),
+            team: team.map(str::to_string),
+            user: None,
+        };
+        let jobs = vec![
+            // 2 GPUs from 10 to 110, then 4 GPUs from 120, still running at 200.
+            (
+                owner("a", Some("vision")),
+                vec![
+                    launch(5.0, 1, 2),
+                    started(10.0, 1),
+                    ended(110.0, 1),
+                    launch(115.0, 2, 4),
+                    started(120.0, 2),
+                ],
+            ),
+            // Launched but never started: nothing held.
+            (owner("b", None), vec![launch(50.0, 1, 8)]),
+        ];
+        let by_job = usage(&jobs, UsageBy::Job, 0.0, 200.0);
+        assert_eq!(by_job.len(), 1, "{by_job:?}");
+        assert_eq!(
+            (by_job[0].gpu_seconds, by_job[0].launches),
+            (2.0 * 100.0 + 4.0 * 80.0, 2)
+        );
+        // The window cuts holds: from 100, 2 × 10 + 4 × 80.
+        let by_team = usage(&jobs, UsageBy::Team, 100.0, 200.0);
+        assert_eq!(by_team[0].key, "vision");
+        assert_eq!(by_team[0].gpu_seconds, 20.0 + 320.0);
+        assert_eq!(usage(&jobs, UsageBy::User, 0.0, 200.0)[0].key, "admin");
+    }
+}
