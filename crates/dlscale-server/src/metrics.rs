@@ -12,6 +12,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use dlscale_autoscaler::Status;
+use dlscale_core::allocator::{Teams, DEFAULT_TEAM};
+
 use crate::service::View;
 
 /// Labels of a per-route metric.
@@ -29,6 +32,13 @@ pub struct RouteLabels {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct JobLabels {
     job: String,
+    team: String,
+}
+
+/// Labels of a per-team gauge.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TeamLabels {
+    team: String,
 }
 
 /// Labels of a per-state gauge.
@@ -77,7 +87,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// The text exposition of every metric, with per-job gauges from `view`.
-    pub fn render(&self, view: &View) -> String {
+    pub fn render(&self, view: &View, teams: Option<&Teams>) -> String {
         let mut registry = <Registry>::with_prefix("dlscale");
         registry.register(
             "decision_seconds",
@@ -121,7 +131,11 @@ impl Metrics {
                 state: r.status.name().to_string(),
             })
             .inc();
-            let labels = JobLabels { job: r.id.clone() };
+            let team = j.spec.entry.team.as_deref().unwrap_or(DEFAULT_TEAM);
+            let labels = JobLabels {
+                job: r.id.clone(),
+                team: team.to_string(),
+            };
             if let Some(shape) = r.shape() {
                 gpus_used.inc_by(i64::from(shape.gpus));
                 job_gpus.get_or_create(&labels).set(i64::from(shape.gpus));
@@ -157,9 +171,84 @@ impl Metrics {
         );
         registry.register("job_step", "Step a job reported last", job_step);
         registry.register("job_restarts", "Relaunches of a job", job_restarts);
+        if let Some(teams) = teams {
+            register_teams(&mut registry, view, teams);
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &registry);
         out
+    }
+}
+
+/// The per-team gauges: each team's guarantee, what its jobs hold, what of that is borrowed
+/// (beyond its guarantee), what of its guarantee others hold (lent), and its jobs waiting.
+fn register_teams(registry: &mut Registry, view: &View, teams: &Teams) {
+    let mut held = vec![0u32; teams.quotas().len()];
+    let mut waiting = vec![0i64; teams.quotas().len()];
+    for j in view.jobs.values() {
+        let t = j
+            .spec
+            .entry
+            .team
+            .as_deref()
+            .and_then(|name| teams.find(name))
+            .or_else(|| teams.find(DEFAULT_TEAM))
+            .expect("the default team always exists");
+        held[t] += j.record.shape().map_or(0, |s| s.gpus);
+        waiting[t] += i64::from(j.record.status == Status::Queued);
+    }
+    let borrowed: Vec<u32> = teams
+        .quotas()
+        .iter()
+        .zip(&held)
+        .map(|(q, &h)| h.saturating_sub(q.guaranteed_gpus))
+        .collect();
+    let total_borrowed: u32 = borrowed.iter().sum();
+    // What others borrow comes out of the idle guarantees, in team order.
+    let mut to_place = total_borrowed;
+    let gauges: [(&str, &str, Family<TeamLabels, Gauge>); 5] = [
+        (
+            "team_guaranteed_gpus",
+            "GPUs a team is guaranteed",
+            Family::default(),
+        ),
+        ("team_gpus", "GPUs a team's jobs hold", Family::default()),
+        (
+            "team_borrowed_gpus",
+            "GPUs a team's jobs hold beyond its guarantee",
+            Family::default(),
+        ),
+        (
+            "team_lent_gpus",
+            "GPUs of a team's guarantee that other teams' jobs hold",
+            Family::default(),
+        ),
+        (
+            "team_jobs_waiting",
+            "A team's jobs waiting for GPUs",
+            Family::default(),
+        ),
+    ];
+    for (t, (name, quota)) in teams.names().iter().zip(teams.quotas()).enumerate() {
+        let labels = TeamLabels {
+            team: name.to_string(),
+        };
+        let idle = quota.guaranteed_gpus.saturating_sub(held[t]);
+        let lent = idle.min(to_place);
+        to_place -= lent;
+        let values = [
+            i64::from(quota.guaranteed_gpus),
+            i64::from(held[t]),
+            i64::from(borrowed[t]),
+            i64::from(lent),
+            waiting[t],
+        ];
+        for ((_, _, family), value) in gauges.iter().zip(values) {
+            family.get_or_create(&labels).set(value);
+        }
+    }
+    for (name, help, family) in gauges {
+        registry.register(name, help, family);
     }
 }

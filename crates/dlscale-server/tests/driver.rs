@@ -177,11 +177,28 @@ async fn an_idle_teams_gpus_are_lent_and_come_back_when_it_submits() {
     submit(&h, of_team("b1", "b")).await;
     let borrowing = wait_job(&h, "b1", running).await;
     assert_eq!(borrowing["gpus"], 8, "{borrowing}");
+    let metrics = router::text(&h.app, "/metrics").await;
+    for line in [
+        "dlscale_team_borrowed_gpus{team=\"b\"} 4",
+        "dlscale_team_lent_gpus{team=\"a\"} 4",
+        "dlscale_team_gpus{team=\"b\"} 8",
+        "dlscale_job_gpus{job=\"b1\",team=\"b\"} 8",
+    ] {
+        assert!(metrics.contains(line), "{line} not in:\n{metrics}");
+    }
 
     submit(&h, of_team("a1", "a")).await;
     let a1 = wait_job(&h, "a1", running).await;
     let b1 = wait_job(&h, "b1", |j| running(j) && j["attempt"] == 2).await;
     assert_eq!((&a1["gpus"], &b1["gpus"]), (&json!(4), &json!(4)));
+    let metrics = router::text(&h.app, "/metrics").await;
+    for line in [
+        "dlscale_team_borrowed_gpus{team=\"b\"} 0",
+        "dlscale_team_lent_gpus{team=\"a\"} 0",
+        "dlscale_team_gpus{team=\"a\"} 4",
+    ] {
+        assert!(metrics.contains(line), "{line} not in:\n{metrics}");
+    }
 
     let (status, body) = call(
         &h.app,

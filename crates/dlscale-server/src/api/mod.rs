@@ -447,7 +447,7 @@ async fn prometheus(State(s): State<AppState>) -> Response {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        s.metrics.render(&s.view()),
+        s.metrics.render(&s.view(), s.config.teams.as_ref()),
     )
         .into_response()
 }

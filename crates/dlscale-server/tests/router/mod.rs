@@ -121,3 +121,15 @@ pub async fn call_as(
         serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     )
 }
+
+/// The text answer to a GET of `path` with the admin token (`/metrics`).
+pub async fn text(app: &axum::Router, path: &str) -> String {
+    let request = Request::builder()
+        .uri(path)
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(Body::empty())
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
