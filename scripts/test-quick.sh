@@ -10,5 +10,5 @@ started=$SECONDS
 cargo fmt --all -- --check
 cargo test --workspace --exclude dlscale-cli
 cargo test -p dlscale-cli --test optimize --test examples --test submit_errors \
-  --test service_api --test service_explain
+  --test service_api --test service_explain --test service_teams
 echo "== done in $((SECONDS - started)) s"

@@ -63,6 +63,9 @@ pub struct JobsArgs {
     /// Every job, ended ones included, newest first (default: live jobs).
     #[arg(long)]
     pub all: bool,
+    /// Only the jobs of this team (`default`: the jobs of no team).
+    #[arg(long)]
+    pub team: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
@@ -420,8 +423,17 @@ pub fn run_jobs(args: &JobsArgs) -> Result<()> {
 
 /// The jobs as `dlscale jobs` prints them.
 fn jobs_text(jobs: &[JobView], args: &JobsArgs) -> Result<String> {
+    let of_team = |j: &&JobView| {
+        args.team.as_deref().is_none_or(|team| {
+            j.team
+                .as_deref()
+                .unwrap_or(dlscale_core::allocator::DEFAULT_TEAM)
+                == team
+        })
+    };
+    let jobs: Vec<&JobView> = jobs.iter().filter(of_team).collect();
     if args.format == Format::Json {
-        return Ok(serde_json::to_string_pretty(jobs)? + "\n");
+        return Ok(serde_json::to_string_pretty(&jobs)? + "\n");
     }
     if jobs.is_empty() {
         return Ok(if args.all {

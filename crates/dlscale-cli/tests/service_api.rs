@@ -8,18 +8,10 @@ use dlscale_autoscaler::Status as JobStatus;
 use dlscale_server::api::dto::JobView;
 use dlscale_server::client::{ApiClient, Method};
 use serde_json::{json, Value};
-use service_support::{assert_replays, Server, TOKEN};
+use service_support::{assert_replays, assert_resumed_where_stopped, Server, TOKEN, WORKER};
 
 const CONFIG: &str =
     "slots = 4\ncooldown_s = 1\ninterval_s = 0.5\ngrace_s = 5\nmin_gain = 0.05\nmax_retries = 1\n";
-
-/// A fake elastic worker: resumes from `$DLSCALE_CHECKPOINT_DIR/step`, one step per 0.1 s,
-/// checkpoints and exits 75 on SIGTERM, exits 0 at `$TOTAL` steps.
-const WORKER: &str = r#"ck="$DLSCALE_CHECKPOINT_DIR/step"; s=$(cat "$ck" 2>/dev/null || echo 0)
-echo "dlscale: resumed step=$s world_size=$DLSCALE_WORLD_SIZE batch_size=$DLSCALE_BATCH_SIZE"
-trap 'echo "$s" > "$ck.tmp" && mv "$ck.tmp" "$ck"; echo "dlscale: stopped step=$s"; exit 75' TERM
-while [ "$s" -lt "$TOTAL" ]; do s=$((s+1)); echo "dlscale: step=$s loss=1 samples_per_s=100 world_size=$DLSCALE_WORLD_SIZE batch_size=$DLSCALE_BATCH_SIZE"; sleep 0.1; done
-echo "$s" > "$ck"; echo "dlscale: done step=$s""#;
 
 fn job(id: &str, script: &str) -> Value {
     json!({"id": id, "min_batch": 32, "max_batch": 256, "max_local_batch": 64, "max_gpus": 4,
@@ -506,18 +498,7 @@ async fn rescales_running_jobs_and_survives_kill_9() {
     assert_eq!(allocations[0]["gpus"], 4);
     assert!(allocations.len() >= 2, "{allocations:?}");
     let log = server.client.text("/v1/jobs/a/logs").await.unwrap();
-    // Every stop checkpointed the step the next launch resumed from.
-    let stopped: Vec<&str> = log
-        .lines()
-        .filter_map(|l| l.strip_prefix("dlscale: stopped step="))
-        .collect();
-    let resumed: Vec<&str> = log
-        .lines()
-        .filter_map(|l| l.strip_prefix("dlscale: resumed step="))
-        .map(|r| r.split(' ').next().unwrap())
-        .collect();
-    assert_eq!(resumed.len(), stopped.len() + 1, "{log}");
-    assert_eq!(&resumed[1..], &stopped[..], "{log}");
+    assert_resumed_where_stopped(&log);
     assert!(log.contains("dlscale: done step=80"), "{log}");
     // `dlscale usage` adds up what the launches held, the kill -9 and the adoption included:
     // within a second a launch of what each job's allocations show.

@@ -300,6 +300,30 @@ pub fn torch_venv_or_skip(test: &str) -> Option<PathBuf> {
     }
 }
 
+/// A fake elastic worker: resumes from `$DLSCALE_CHECKPOINT_DIR/step`, one step per 0.1 s,
+/// checkpoints and exits 75 on SIGTERM, exits 0 at `$TOTAL` steps.
+pub const WORKER: &str = r#"ck="$DLSCALE_CHECKPOINT_DIR/step"; s=$(cat "$ck" 2>/dev/null || echo 0)
+echo "dlscale: resumed step=$s world_size=$DLSCALE_WORLD_SIZE batch_size=$DLSCALE_BATCH_SIZE"
+trap 'echo "$s" > "$ck.tmp" && mv "$ck.tmp" "$ck"; echo "dlscale: stopped step=$s"; exit 75' TERM
+while [ "$s" -lt "$TOTAL" ]; do s=$((s+1)); echo "dlscale: step=$s loss=1 samples_per_s=100 world_size=$DLSCALE_WORLD_SIZE batch_size=$DLSCALE_BATCH_SIZE"; sleep 0.1; done
+echo "$s" > "$ck"; echo "dlscale: done step=$s""#;
+
+/// Every stop of a [`WORKER`] checkpointed the step the next launch resumed from: no step lost
+/// or repeated across its launches (`log`: the job's log).
+pub fn assert_resumed_where_stopped(log: &str) {
+    let stopped: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("dlscale: stopped step="))
+        .collect();
+    let resumed: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("dlscale: resumed step="))
+        .map(|r| r.split(' ').next().unwrap_or_default())
+        .collect();
+    assert_eq!(resumed.len(), stopped.len() + 1, "{log}");
+    assert_eq!(&resumed[1..], &stopped[..], "{log}");
+}
+
 /// Runs the real `dlscale` CLI against `server` from the repository root (relative paths, as
 /// the README gives them), asserting success; returns its stdout.
 pub fn cli(server: &Server, args: &[&str]) -> String {

@@ -1,0 +1,144 @@
+//! Teams and users end to end: a real `dlscale serve` with two teams and a user in each, plain
+//! shell workers that checkpoint on SIGTERM. Team a is idle, so b's job borrows a's GPUs; when
+//! a's user submits, the borrowed GPUs come back within the bound (a decision plus the stop's
+//! grace), no step lost or repeated; b's user may not cancel a's job; `dlscale usage` adds up
+//! what the launches held.
+
+mod service_support;
+
+use std::time::{Duration, Instant};
+
+use dlscale_autoscaler::Status as JobStatus;
+use dlscale_server::client::{ApiClient, Method};
+use dlscale_server::users::new_token;
+use serde_json::{json, Value};
+use service_support::{assert_resumed_where_stopped, Server, WORKER};
+
+/// The stop's grace period, seconds: the reclaim's bound is a decision plus this.
+const GRACE_S: f64 = 5.0;
+
+fn job(id: &str, total_steps: u32) -> Value {
+    json!({"id": id, "min_batch": 32, "max_batch": 256, "max_local_batch": 64, "max_gpus": 4,
+           "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.001, "sync_intra_base_s": 0.002},
+           "command": ["sh", "-c", WORKER], "env": {"TOTAL": total_steps.to_string()},
+           "workdir": "/tmp", "launcher": "plain"})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teams_lent_gpus_come_back_when_it_submits_and_only_its_users_change_its_jobs() {
+    let (alice, alice_hash) = new_token("alice").unwrap();
+    let (bob, bob_hash) = new_token("bob").unwrap();
+    let config = format!(
+        "slots = 4\ncooldown_s = 1\ninterval_s = 0.5\ngrace_s = {GRACE_S}\nmin_gain = 0.05\n\
+         [teams.a]\nguaranteed_gpus = 3\n[teams.b]\nguaranteed_gpus = 1\n\
+         [users.alice]\nteam = \"a\"\ntoken_hash = \"{alice_hash}\"\n\
+         [users.bob]\nteam = \"b\"\ntoken_hash = \"{bob_hash}\"\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &config).await;
+    let url = format!("http://127.0.0.1:{}", server.port);
+    let as_user = |token: &str| ApiClient::new(&url, Some(token.to_string())).unwrap();
+    let (alice, bob) = (as_user(&alice), as_user(&bob));
+    let submit = |client: &ApiClient, job: Value| {
+        let client = client.clone();
+        async move {
+            let (status, body) = client
+                .send(
+                    Method::POST,
+                    "/v1/jobs",
+                    Some(serde_json::to_vec(&job).unwrap()),
+                )
+                .await
+                .unwrap();
+            assert_eq!(status.as_u16(), 201, "{}", String::from_utf8_lossy(&body));
+        }
+    };
+
+    // Team a is idle: bob's job borrows its three GPUs.
+    submit(&bob, job("b1", 150)).await;
+    let b1 = server
+        .wait_job("b1", 20.0, "b1 on all four", |j| {
+            j.state == JobStatus::Running
+        })
+        .await;
+    assert_eq!(
+        (b1.gpus, b1.team.as_deref(), b1.owner.as_deref()),
+        (4, Some("b"), Some("bob"))
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await; // past b1's cooldown
+
+    // Alice submits: team a's guarantee comes back within a decision and the stop's grace
+    // (three GPUs, where fairness without teams would split the four evenly).
+    let asked = Instant::now();
+    submit(&alice, job("a1", 40)).await;
+    let a1 = server
+        .wait_job("a1", 20.0, "a1 running", |j| j.state == JobStatus::Running)
+        .await;
+    let waited_s = asked.elapsed().as_secs_f64();
+    assert!(waited_s <= 1.0 + GRACE_S + 2.0, "a1 waited {waited_s} s");
+    let b2 = server
+        .wait_job("b1", 20.0, "b1 relaunched", |j| {
+            j.attempt == 2 && j.state == JobStatus::Running
+        })
+        .await;
+    assert_eq!((a1.gpus, b2.gpus), (3, 1));
+
+    // Bob may not cancel alice's job.
+    let (status, body) = bob.send(Method::DELETE, "/v1/jobs/a1", None).await.unwrap();
+    assert_eq!(status.as_u16(), 403, "{}", String::from_utf8_lossy(&body));
+    // `dlscale jobs --team` lists one team's jobs.
+    for (team, expected) in [("a", "a1"), ("b", "b1")] {
+        let listed: Vec<Value> = serde_json::from_str(&service_support::cli(
+            &server,
+            &["jobs", "--team", team, "--format", "json"],
+        ))
+        .unwrap();
+        let ids: Vec<&str> = listed.iter().filter_map(|j| j["id"].as_str()).collect();
+        assert_eq!(ids, [expected], "team {team}");
+    }
+
+    for id in ["a1", "b1"] {
+        let done = server
+            .wait_job(id, 90.0, "success", |j| j.state == JobStatus::Succeeded)
+            .await;
+        assert_eq!(done.exit_code, Some(0), "{done:?}");
+        let log = server
+            .client
+            .text(&format!("/v1/jobs/{id}/logs"))
+            .await
+            .unwrap();
+        assert_resumed_where_stopped(&log);
+    }
+    let b_log = server.client.text("/v1/jobs/b1/logs").await.unwrap();
+    assert!(
+        b_log.contains("dlscale: stopped step="),
+        "b1 was never stopped:\n{b_log}"
+    );
+
+    // `dlscale usage` by team: what each team's launches held, within a second a launch.
+    let usage: Vec<Value> = serde_json::from_str(&service_support::cli(
+        &server,
+        &["usage", "--by", "team", "--format", "json"],
+    ))
+    .unwrap();
+    for (team, id) in [("a", "a1"), ("b", "b1")] {
+        let allocations: Vec<Value> = server
+            .client
+            .call(Method::GET, &format!("/v1/jobs/{id}/allocations"), None)
+            .await
+            .unwrap();
+        let held: f64 = allocations
+            .iter()
+            .map(|l| {
+                l["gpus"].as_f64().unwrap()
+                    * (l["ended_at"].as_f64().unwrap() - l["at"].as_f64().unwrap())
+            })
+            .sum();
+        let row = usage.iter().find(|r| r["key"] == team).unwrap();
+        let counted = row["gpu_seconds"].as_f64().unwrap();
+        assert!(
+            (counted - held).abs() <= 4.0 * allocations.len() as f64,
+            "team {team}: usage {counted}, allocations {held}"
+        );
+    }
+}
