@@ -122,22 +122,11 @@ async fn a_teams_lent_gpus_come_back_when_it_submits_and_only_its_users_change_i
     ))
     .unwrap();
     for (team, id) in [("a", "a1"), ("b", "b1")] {
-        let allocations: Vec<Value> = server
-            .client
-            .call(Method::GET, &format!("/v1/jobs/{id}/allocations"), None)
-            .await
-            .unwrap();
-        let held: f64 = allocations
-            .iter()
-            .map(|l| {
-                l["gpus"].as_f64().unwrap()
-                    * (l["ended_at"].as_f64().unwrap() - l["at"].as_f64().unwrap())
-            })
-            .sum();
+        let (held, launches) = service_support::allocated_gpu_s(&server, id).await;
         let row = usage.iter().find(|r| r["key"] == team).unwrap();
         let counted = row["gpu_seconds"].as_f64().unwrap();
         assert!(
-            (counted - held).abs() <= 4.0 * allocations.len() as f64,
+            (counted - held).abs() <= 4.0 * launches as f64,
             "team {team}: usage {counted}, allocations {held}"
         );
     }

@@ -324,6 +324,24 @@ pub fn assert_resumed_where_stopped(log: &str) {
     assert_eq!(&resumed[1..], &stopped[..], "{log}");
 }
 
+/// The GPU-seconds job `id`'s launches held by its allocations (`GET /v1/jobs/{id}/allocations`:
+/// each launch's GPUs from its launch to its end), and how many launches.
+pub async fn allocated_gpu_s(server: &Server, id: &str) -> (f64, usize) {
+    let allocations: Vec<Value> = server
+        .client
+        .call(Method::GET, &format!("/v1/jobs/{id}/allocations"), None)
+        .await
+        .unwrap();
+    let held = allocations
+        .iter()
+        .map(|l| {
+            let span = l["ended_at"].as_f64().unwrap() - l["at"].as_f64().unwrap();
+            l["gpus"].as_f64().unwrap() * span
+        })
+        .sum();
+    (held, allocations.len())
+}
+
 /// Runs the real `dlscale` CLI against `server` from the repository root (relative paths, as
 /// the README gives them), asserting success; returns its stdout.
 pub fn cli(server: &Server, args: &[&str]) -> String {

@@ -27,11 +27,10 @@ use anyhow::{Context, Result};
 use dlscale_autoscaler::{
     Input, LaunchSpec, LaunchState, Observation, ObservedLaunch, Outcome, Shape,
 };
-use dlscale_core::placement::{Node, Topology};
 
 use super::{
     find_program, launch_marker, parse_launch_marker, read_exit, worker_env, Believed, Capacity,
-    ExecContext, Executor, Handle, JobFiles, LaunchJob, NodeInfo, Reports, Slots,
+    ExecContext, Executor, Handle, JobFiles, LaunchJob, Reports, Slots,
 };
 use crate::config::ServerConfig;
 use crate::fault;
@@ -180,20 +179,11 @@ impl Executor for LocalExecutor {
 
     /// This machine as one node with its slots.
     async fn capacity(&self) -> Result<Capacity> {
-        let gpus = self.slots.len() as u32;
-        Ok(Capacity {
-            topology: Topology {
-                nodes: vec![Node {
-                    name: NODE.into(),
-                    gpus,
-                }],
-            },
-            nodes: vec![NodeInfo {
-                name: NODE.into(),
-                total_gpus: gpus,
-                addr: "127.0.0.1".to_string(),
-            }],
-        })
+        Ok(Capacity::one_node(
+            NODE,
+            self.slots.len() as u32,
+            "127.0.0.1",
+        ))
     }
 
     /// What is tracked of each live launch.

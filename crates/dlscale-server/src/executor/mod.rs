@@ -441,6 +441,25 @@ pub struct Capacity {
     pub nodes: Vec<NodeInfo>,
 }
 
+impl Capacity {
+    /// One node, `name`, of `gpus` GPUs, reached at `addr`.
+    pub fn one_node(name: &str, gpus: u32, addr: &str) -> Capacity {
+        Capacity {
+            topology: Topology {
+                nodes: vec![dlscale_core::placement::Node {
+                    name: name.into(),
+                    gpus,
+                }],
+            },
+            nodes: vec![NodeInfo {
+                name: name.into(),
+                total_gpus: gpus,
+                addr: addr.to_string(),
+            }],
+        }
+    }
+}
+
 /// How an executor tracks a live launch, for views.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Handle {

@@ -11,9 +11,8 @@ use anyhow::Result;
 use dlscale_autoscaler::{
     Input, LaunchSpec, LaunchState, Observation, ObservedLaunch, Outcome, Shape,
 };
-use dlscale_core::placement::{Node, Topology};
 use dlscale_server::executor::{
-    Believed, Capacity, ExecContext, Executor, Handle, LaunchJob, NodeInfo, Reports, STOP_EXIT_CODE,
+    Believed, Capacity, ExecContext, Executor, Handle, LaunchJob, Reports, STOP_EXIT_CODE,
 };
 
 /// The node all of the fake executor's GPUs are on.
@@ -81,20 +80,11 @@ impl Executor for FakeExecutor {
     }
 
     async fn capacity(&self) -> Result<Capacity> {
-        let gpus = *self.gpus.lock().unwrap();
-        Ok(Capacity {
-            topology: Topology {
-                nodes: vec![Node {
-                    name: NODE.into(),
-                    gpus,
-                }],
-            },
-            nodes: vec![NodeInfo {
-                name: NODE.into(),
-                total_gpus: gpus,
-                addr: "127.0.0.1".into(),
-            }],
-        })
+        Ok(Capacity::one_node(
+            NODE,
+            *self.gpus.lock().unwrap(),
+            "127.0.0.1",
+        ))
     }
 
     fn poll_interval(&self) -> Duration {
