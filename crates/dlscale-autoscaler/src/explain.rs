@@ -163,6 +163,15 @@ pub enum Limit {
     },
     /// An earlier job waits, and without backfill nothing later starts first.
     Fifo,
+    /// Its team holds its maximum: more would take the team past `max` GPUs.
+    TeamMax {
+        /// The team.
+        team: String,
+        /// Its `max_gpus`.
+        max: GpuCount,
+    },
+    /// The GPUs left are held for other teams' guarantees: their work within them comes first.
+    Guarantees,
     /// Turned away: its minimum did not fit (admit-or-drop).
     Dropped {
         /// Its minimum.
@@ -191,6 +200,7 @@ impl Limit {
                 | Limit::Exploring { .. }
                 | Limit::MinGain { .. }
                 | Limit::RestartCost { .. }
+                | Limit::TeamMax { .. }
         )
     }
 }
@@ -409,6 +419,24 @@ impl<'a> Explainer<'a> {
         let exploring = alt
             .as_ref()
             .and_then(|m| inputs.explored.get(&job.id).filter(|e| m.gpus > e.cap));
+        // With teams: the team's maximum, were the job to hold `gpus` instead of `g`.
+        let team_max = |gpus: GpuCount| -> Option<Limit> {
+            let teams = inputs.teams.as_ref()?;
+            let t = teams.of(job);
+            let max = teams.quotas_on(inputs.capacity)[t].max_gpus;
+            let held: GpuCount = inputs
+                .decision
+                .jobs
+                .iter()
+                .zip(&inputs.jobs)
+                .filter(|(d, j)| d.state == JobState::Running && teams.of(j) == t)
+                .map(|(d, _)| d.gpus)
+                .sum();
+            (held - g + gpus > max).then(|| Limit::TeamMax {
+                team: teams.names()[t].to_string(),
+                max,
+            })
+        };
         let limit = match (&alt, d.state) {
             (_, JobState::Dropped) => Limit::Dropped {
                 need: first_offered.unwrap_or(0),
@@ -419,29 +447,34 @@ impl<'a> Explainer<'a> {
                 Some(_) if !knapsack => self.by_policy(),
                 Some(need) => {
                     let free = inputs.capacity.saturating_sub(self.served_before(i));
-                    if need > free {
+                    if let Some(limit) = team_max(need) {
+                        limit
+                    } else if need > free {
                         Limit::Admission { need, free }
+                    } else if inputs.teams.is_some() {
+                        Limit::Guarantees
                     } else {
                         Limit::Fifo
                     }
                 }
             },
             (None, _) => Limit::Largest,
-            (Some(m), _) => match (inputs.holds.get(&job.id), exploring) {
-                (Some(HoldCause::Finishing), _) => Limit::Finishing,
-                (Some(&HoldCause::Cooldown { until_s }), _) => Limit::Cooldown { until_s },
-                (None, _) if !self.request.allows(job, m.gpus) => {
+            (Some(m), _) => match (inputs.holds.get(&job.id), exploring, team_max(m.gpus)) {
+                (Some(HoldCause::Finishing), _, _) => Limit::Finishing,
+                (Some(&HoldCause::Cooldown { until_s }), _, _) => Limit::Cooldown { until_s },
+                (None, _, _) if !self.request.allows(job, m.gpus) => {
                     Limit::Shape { rule: inputs.shape }
                 }
-                (None, Some(e)) => Limit::Exploring {
+                (None, Some(e), _) => Limit::Exploring {
                     measured: e.measured,
                     cap: e.cap,
                 },
-                (None, None) if inputs.capped.contains_key(&job.id) && m.gpus > job.gpus.max => {
+                (None, None, _) if inputs.capped.contains_key(&job.id) && m.gpus > job.gpus.max => {
                     Limit::Room
                 }
-                (None, None) if !knapsack => self.by_policy(),
-                (None, None) => {
+                (None, None, _) if !knapsack => self.by_policy(),
+                (None, None, Some(over)) => over,
+                (None, None, None) => {
                     let gain = m.gain.unwrap_or(0.0);
                     let restart = inputs.settings.restart;
                     if gain <= 0.0 {
@@ -650,6 +683,14 @@ impl fmt::Display for Explanation {
                     Limit::Fifo => f.write_str(
                         "queued: an earlier job waits, and without backfill the queue is first come, first served",
                     ),
+                    Limit::TeamMax { team, max } => write!(
+                        f,
+                        "queued: its team, {team}, holds its maximum of {}",
+                        gpus(*max)
+                    ),
+                    Limit::Guarantees => f.write_str(
+                        "queued: the GPUs left are held for other teams' guarantees (their work within them comes first)",
+                    ),
                     Limit::Room => f.write_str(
                         "queued: the GPUs it was given do not fit on the free GPUs of the nodes; it waits for room",
                     ),
@@ -677,6 +718,12 @@ impl fmt::Display for Explanation {
                 adds(m)
             )?,
             (Limit::Finishing, _) => f.write_str(": less work is left than a restart costs")?,
+            (Limit::TeamMax { team, max }, Some(m)) => write!(
+                f,
+                ": {} would take its team, {team}, past its maximum of {}",
+                gpus(m.gpus),
+                gpus(*max)
+            )?,
             (Limit::Shape { rule }, Some(m)) => write!(
                 f,
                 ": {} cannot be placed under the shape rule ({rule})",

@@ -4,6 +4,7 @@
 
 mod steps;
 
+use dlscale_autoscaler::explain::Limit;
 use dlscale_autoscaler::{Action, Autoscaler, AutoscalerConfig, Input, Outcome, Step, StopReason};
 use dlscale_core::allocator::{TeamQuota, Teams};
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
@@ -111,9 +112,45 @@ fn a_team_never_holds_more_than_its_maximum_and_the_default_team_only_borrows() 
         ..steps::config()
     };
     let mut a = Autoscaler::new(config, Topology::uniform(1, 8));
+    a.keep_inputs(true);
     let first = step(&mut a, 0.0, vec![steps::submit(job("a1", Some("a")))]);
     assert_eq!(launches(&first), [("a1".to_string(), 3)], "a's maximum");
+    let why = a.last_inputs().unwrap().explain("a1").unwrap();
+    assert_eq!(
+        why.limit,
+        Limit::TeamMax {
+            team: "a".into(),
+            max: 3
+        }
+    );
+    assert!(
+        why.to_string().starts_with(
+            "held at 3 GPUs: 4 GPUs would take its team, a, past its maximum of 3 GPUs"
+        ),
+        "{why}"
+    );
     // A job of no team takes the rest; team a's work within its guarantee still comes first.
     let second = step(&mut a, 10.0, vec![steps::submit(job("x", None))]);
     assert_eq!(launches(&second), [("x".to_string(), 5)]);
+}
+
+#[test]
+fn a_job_kept_out_by_other_teams_guarantees_is_told_so() {
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 8));
+    a.keep_inputs(true);
+    // b1 holds one GPU and may grow into b's four; x, of no team, needs five: beside b1 it
+    // would fit, but three of the seven left are b's.
+    let mut x = job("x", None);
+    x.gpus.min = 5;
+    step(
+        &mut a,
+        0.0,
+        vec![steps::submit(job("b1", Some("b"))), steps::submit(x)],
+    );
+    let why = a.last_inputs().unwrap().explain("x").unwrap();
+    assert_eq!(why.limit, Limit::Guarantees, "{why}");
+    assert!(
+        why.to_string().contains("held for other teams' guarantees"),
+        "{why}"
+    );
 }

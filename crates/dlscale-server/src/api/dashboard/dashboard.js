@@ -142,6 +142,8 @@ const LIMITS = {
   capacity: "GPUs worth more elsewhere",
   admission: "admission",
   fifo: "first come, first served",
+  "team-max": "its team's maximum",
+  guarantees: "other teams' guarantees",
   dropped: "dropped",
   unrunnable: "cannot run here",
   leaving: "being cancelled",
