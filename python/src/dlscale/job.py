@@ -458,6 +458,12 @@ class Job:
                                     "samples_seen": self.samples_seen})
         self.log(f"done step={self.step} samples_seen={self.samples_seen}")
         self._close()
+        dist = _dist()
+        if dist is not None:
+            # The ranks leave together: without it the others tear the group down while the
+            # chief still reports the completion, and the chief's own teardown can then abort
+            # (seen as SIGABRT on a loaded machine), failing a job that finished.
+            dist.barrier()
 
 
 def _all_reduce_max(values: List[int]) -> List[int]:
