@@ -404,8 +404,10 @@ async fn plain_runs_once_srun_once_per_node_and_a_stopped_plain_job_resumes() {
     let _one_at_a_time = SLURM.lock().await;
     clear_queue();
     let dir = tempfile::tempdir().unwrap();
+    // b's team charges its launches to an account of its own (no guarantee: nothing else
+    // changes).
     let config = format!(
-        "executor = \"slurm\"\ncooldown_s = 1\ninterval_s = 0.5\ngrace_s = 10\nmin_gain = 0.05\n\n[slurm]\npartition = \"{PARTITION}\"\npoll_s = 0.5\n"
+        "executor = \"slurm\"\ncooldown_s = 1\ninterval_s = 0.5\ngrace_s = 10\nmin_gain = 0.05\n\n[slurm]\npartition = \"{PARTITION}\"\npoll_s = 0.5\n[teams.t]\nslurm_account = \"proj-t\"\n"
     );
     let _cleanup = CancelOnDrop(dir.path().to_path_buf());
     let server = Server::start(dir.path(), &config).await;
@@ -421,9 +423,18 @@ async fn plain_runs_once_srun_once_per_node_and_a_stopped_plain_job_resumes() {
         service_support::read_trace(&trace).len() >= 10
     })
     .await;
-    server
-        .submit(counter_job("b", 4, 20, &dir.path().join("b.trace")))
-        .await;
+    let mut b = counter_job("b", 4, 20, &dir.path().join("b.trace"));
+    b["team"] = json!("t");
+    server.submit(b).await;
+    let b1 = server.wait_job("b", 60.0, "b on Slurm", on_slurm).await;
+    let slurm_id = b1.slurm_job_id.unwrap().to_string();
+    // scontrol shows the job a while after it ends too.
+    let shown = std::process::Command::new("scontrol")
+        .args(["-o", "show", "job", &slurm_id])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains(" Account=proj-t "), "{shown}");
     for id in ["a", "b"] {
         let done = server
             .wait_job(id, 120.0, "the end", |j| j.state.is_terminal())

@@ -37,6 +37,7 @@
 //! guaranteed_gpus = 16        # held whenever its jobs can use them (default 0)
 //! max_gpus = 32               # the most its jobs hold, borrowing included (default: no limit)
 //! lend_limit = 8              # the most of its idle guarantee lent out (default: all of it)
+//! slurm_account = "vision"    # with executor = "slurm": its launches' --account
 //! ```
 
 use std::collections::BTreeMap;
@@ -145,6 +146,9 @@ pub struct TeamFile {
     pub max_gpus: Option<u32>,
     /// The most of its idle guarantee lent to other teams (default: all of it).
     pub lend_limit: Option<u32>,
+    /// The Slurm account its launches are charged to (`--account`; default: `slurm.account`),
+    /// so that Slurm's own accounting agrees with dlscale's.
+    pub slurm_account: Option<String>,
 }
 
 /// The `[slurm]` table, every key optional except `partition`.
@@ -458,6 +462,24 @@ impl ServerConfig {
                 "metrics_without_token: unknown value '{other}' (expected loopback, anyone or nobody)"
             ),
         };
+        let team_accounts: BTreeMap<String, String> = file
+            .teams
+            .iter()
+            .flatten()
+            .filter_map(|(name, t)| Some((name.clone(), t.slurm_account.clone()?)))
+            .collect();
+        let executor = match executor {
+            ExecutorConfig::Slurm(cfg) => ExecutorConfig::Slurm(SlurmConfig {
+                team_accounts,
+                ..cfg
+            }),
+            ExecutorConfig::Local => {
+                if let Some(name) = team_accounts.keys().next() {
+                    bail!("teams.{name}.slurm_account: for executor = \"slurm\" only");
+                }
+                ExecutorConfig::Local
+            }
+        };
         let teams = resolve_teams(file.teams, policy)?;
         let users = Arc::new(resolve_users(file.users, teams.as_ref())?);
         Ok(ServerConfig {
@@ -590,6 +612,7 @@ fn resolve_slurm(f: SlurmFile) -> Result<SlurmConfig> {
             f.pending_timeout_s.unwrap_or(d.pending_timeout_s),
         )?,
         sbatch_args: f.sbatch_args.unwrap_or_default(),
+        team_accounts: BTreeMap::new(),
         cpus_per_gpu: f.cpus_per_gpu,
         rdzv_port_base,
         command_timeout_s,
@@ -734,6 +757,10 @@ mod tests {
             (
                 "[users.u]\ntoken_hash = \"x\"",
                 "users.u.token_hash: not a password hash",
+            ),
+            (
+                "[teams.a]\nslurm_account = \"p\"",
+                "teams.a.slurm_account: for executor = \"slurm\" only",
             ),
             (
                 "policy = \"static\"\n[teams.a]\nguaranteed_gpus = 2",

@@ -40,7 +40,7 @@ use super::{
 };
 use crate::clock::wall_clock_s;
 use crate::fault;
-use crate::spec::Launcher;
+use crate::spec::{JobSpec, Launcher};
 
 /// Settings of the Slurm executor (the `[slurm]` table of the config file).
 #[derive(Debug, Clone, PartialEq)]
@@ -49,6 +49,9 @@ pub struct SlurmConfig {
     pub partition: String,
     /// Account to charge (`--account`), if any.
     pub account: Option<String>,
+    /// Per team, the account its launches are charged to instead (`[teams.NAME]
+    /// slurm_account`).
+    pub team_accounts: BTreeMap<String, String>,
     /// Only these nodes of the partition (default: all of them, from `sinfo`).
     pub nodes: Option<Vec<String>>,
     /// Seconds between polls of `squeue`.
@@ -71,6 +74,7 @@ impl Default for SlurmConfig {
         SlurmConfig {
             partition: String::new(),
             account: None,
+            team_accounts: BTreeMap::new(),
             nodes: None,
             poll_s: 2.0,
             pending_timeout_s: 120.0,
@@ -263,7 +267,7 @@ impl SlurmExecutor {
             "--open-mode=append".to_string(),
             format!("--chdir={}", spec.workdir.display()),
         ];
-        if let Some(account) = &self.cfg.account {
+        if let Some(account) = self.account_for(spec) {
             args.push(format!("--account={account}"));
         }
         if let Some(c) = self.cfg.cpus_per_gpu {
@@ -276,6 +280,16 @@ impl SlurmExecutor {
         id_text
             .parse()
             .map_err(|_| anyhow!("sbatch --parsable printed '{}', not a job id", out.trim()))
+    }
+
+    /// The account a launch of `spec` is charged to: its team's, else the configured one.
+    fn account_for(&self, spec: &JobSpec) -> Option<&str> {
+        spec.entry
+            .team
+            .as_ref()
+            .and_then(|team| self.cfg.team_accounts.get(team))
+            .or(self.cfg.account.as_ref())
+            .map(String::as_str)
     }
 
     /// `scontrol -o show job <id>` as key → value; `None` when Slurm no longer knows the job.
@@ -622,6 +636,37 @@ mod tests {
     use dlscale_autoscaler::Shape;
     use dlscale_core::placement::Share;
     use std::sync::Arc;
+
+    #[test]
+    fn a_teams_launches_are_charged_to_its_account_others_to_the_configured_one() {
+        let ctx = ExecContext {
+            data_dir: PathBuf::from("/data"),
+            torchrun: PathBuf::from("/venv/bin/torchrun"),
+            api_url: None,
+            clock: std::sync::Arc::new(crate::clock::SystemClock),
+            instance: "i1".into(),
+        };
+        let exec = SlurmExecutor::new(
+            SlurmConfig {
+                partition: "gpu".into(),
+                account: Some("shared".into()),
+                team_accounts: [("vision".to_string(), "proj-vision".to_string())].into(),
+                ..SlurmConfig::default()
+            },
+            ctx,
+        );
+        let spec = |team: Option<&str>| {
+            let mut v = serde_json::json!({"id": "j", "min_batch": 2, "max_batch": 64,
+                "command": ["true"], "workdir": "/tmp", "launcher": "plain"});
+            if let Some(t) = team {
+                v["team"] = serde_json::json!(t);
+            }
+            JobSpec::from_value(v).unwrap()
+        };
+        assert_eq!(exec.account_for(&spec(Some("vision"))), Some("proj-vision"));
+        assert_eq!(exec.account_for(&spec(Some("nlp"))), Some("shared"));
+        assert_eq!(exec.account_for(&spec(None)), Some("shared"));
+    }
 
     #[test]
     fn scripts_for_a_two_node_torchrun_launch() {
