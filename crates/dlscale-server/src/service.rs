@@ -434,6 +434,7 @@ pub async fn start(
         last_s: at,
     };
     tokio::spawn(driver.run());
+    observe_once(&service).await;
     spawn_pollers(Arc::clone(&service));
     Ok(service)
 }
@@ -483,26 +484,31 @@ fn logged_completions(service: &Service, obs: &Observation) -> Vec<RecordedInput
         .collect()
 }
 
+/// One observation of the executor, told to the driver.
+async fn observe_once(s: &Service) {
+    let believed = s.view().launches(&s.executor.ctx().data_dir);
+    match s.executor.observe(&believed).await {
+        Ok(obs) => {
+            let mut inputs = logged_completions(s, &obs);
+            inputs.push(Input::Observed(obs));
+            s.tell(inputs)
+        }
+        Err(e) => tracing::warn!("cannot observe the {} executor: {e:#}", s.executor.name()),
+    }
+}
+
 /// The observation and capacity pollers: level-triggered snapshots of the executor.
+/// The first observation is made by [`start`] before it returns (a restarted server knows its
+/// launches, their process groups included, before it answers); these continue from there.
 fn spawn_pollers(service: Arc<Service>) {
     let every = service.executor.poll_interval();
     let s = Arc::clone(&service);
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let believed = s.view().launches(&s.executor.ctx().data_dir);
-            match s.executor.observe(&believed).await {
-                Ok(obs) => {
-                    let mut inputs = logged_completions(&s, &obs);
-                    inputs.push(Input::Observed(obs));
-                    s.tell(inputs)
-                }
-                Err(e) => {
-                    tracing::warn!("cannot observe the {} executor: {e:#}", s.executor.name())
-                }
-            }
+            observe_once(&s).await;
         }
     });
     let s = service;
