@@ -56,6 +56,9 @@ pub enum SolverPath {
     ExactDp,
     /// Lagrangian bound, reduced-cost fixing and the DP over a band of GPU totals.
     LagrangianDp,
+    /// Teams at scale: the LP over every team splits the cluster, each team's jobs solved within
+    /// their share; the LP's value certifies the gap.
+    TeamSplit,
     /// No optimisation: the static policy runs requests first come first served.
     Fifo,
     /// No optimisation: a policy's own priority rule (Tiresias' queues, Optimus' greedy).
@@ -64,10 +67,11 @@ pub enum SolverPath {
 
 impl SolverPath {
     /// Every path.
-    pub const ALL: [SolverPath; 5] = [
+    pub const ALL: [SolverPath; 6] = [
         SolverPath::AllFit,
         SolverPath::ExactDp,
         SolverPath::LagrangianDp,
+        SolverPath::TeamSplit,
         SolverPath::Fifo,
         SolverPath::Priority,
     ];
@@ -78,6 +82,7 @@ impl SolverPath {
             SolverPath::AllFit => "all-fit",
             SolverPath::ExactDp => "exact-dp",
             SolverPath::LagrangianDp => "lagrangian-dp",
+            SolverPath::TeamSplit => "team-split",
             SolverPath::Fifo => "fifo",
             SolverPath::Priority => "priority",
         }
@@ -159,16 +164,16 @@ impl KnapsackSolver {
     /// Solves the problem; `None` when even the smallest options exceed the capacity, or a job has
     /// no option. Options of each job must be in ascending order of GPUs. Deterministic: ties are
     /// broken by a fixed order (on the full table, towards fewer GPUs for later jobs).
-    pub fn solve(
+    pub fn solve<O: AsRef<[KnapsackItem]>>(
         &mut self,
-        items: &[Vec<KnapsackItem>],
+        items: &[O],
         capacity: u32,
     ) -> Option<KnapsackSolution> {
         let n = items.len();
         let mut base_gpus: u64 = 0;
         self.kept.resize_with(n, Vec::new);
         for (options, kept) in items.iter().zip(&mut self.kept) {
-            base_gpus += u64::from(reduce(options, kept)?.gpus);
+            base_gpus += u64::from(reduce(options.as_ref(), kept)?.gpus);
         }
         if base_gpus > u64::from(capacity) {
             return None;
@@ -233,7 +238,7 @@ impl KnapsackSolver {
 /// smaller one's, as GPUs and value beyond the smallest. An option with more GPUs and no more
 /// value is never needed: more GPUs are never scarcer than fewer. Returns the smallest option;
 /// `None` when there is none.
-fn reduce(options: &[KnapsackItem], kept: &mut Vec<Kept>) -> Option<KnapsackItem> {
+pub(super) fn reduce(options: &[KnapsackItem], kept: &mut Vec<Kept>) -> Option<KnapsackItem> {
     let first = *options.first()?;
     kept.clear();
     kept.push((0, 0, 0.0));
@@ -333,18 +338,18 @@ impl DpTable {
 /// The value of a choice, summed from the options themselves: the solvers search among gains
 /// over each job's smallest option, and a gain over a far smaller value (a utility's floor) keeps
 /// only the precision of that value, which a reported objective must not inherit.
-fn chosen_value(items: &[Vec<KnapsackItem>], choice: &[usize]) -> f64 {
+fn chosen_value<O: AsRef<[KnapsackItem]>>(items: &[O], choice: &[usize]) -> f64 {
     items
         .iter()
         .zip(choice)
-        .map(|(options, &i)| options[i].value)
+        .map(|(options, &i)| options.as_ref()[i].value)
         .sum()
 }
 
 /// Among jobs with identical options, hands the larger choices to the earlier jobs. Same value,
 /// same GPUs; but it is what the full DP's tie-breaking does, and it keeps repeated decisions
 /// stable: a job that arrives later does not take GPUs from an identical earlier one.
-fn earlier_jobs_first(items: &[Vec<KnapsackItem>], choice: &mut [usize]) {
+fn earlier_jobs_first<O: AsRef<[KnapsackItem]>>(items: &[O], choice: &mut [usize]) {
     // Jobs are grouped by a fingerprint of their options first (cheap to sort), then by the
     // options themselves within a run of equal fingerprints.
     let fingerprint = |options: &[KnapsackItem]| {
@@ -353,14 +358,15 @@ fn earlier_jobs_first(items: &[Vec<KnapsackItem>], choice: &mut [usize]) {
                 .wrapping_mul(0x0000_0100_0000_01b3)
         })
     };
-    let keys: Vec<u64> = items.iter().map(|o| fingerprint(o)).collect();
+    let keys: Vec<u64> = items.iter().map(|o| fingerprint(o.as_ref())).collect();
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_unstable_by_key(|&job| (keys[job], job));
     for run in order.chunk_by(|&a, &b| keys[a] == keys[b]) {
         let mut rest = run.to_vec();
         while let Some(&head) = rest.first() {
-            let (class, other): (Vec<usize>, Vec<usize>) =
-                rest.iter().partition(|&&job| items[job] == items[head]);
+            let (class, other): (Vec<usize>, Vec<usize>) = rest
+                .iter()
+                .partition(|&&job| items[job].as_ref() == items[head].as_ref());
             let mut picks: Vec<usize> = class.iter().map(|&job| choice[job]).collect();
             // Options ascend in GPUs, so a larger index is a larger choice.
             picks.sort_unstable_by(|a, b| b.cmp(a));

@@ -30,13 +30,16 @@ pub(super) type Kept = (usize, u32, f64);
 
 /// One segment of a job's concave hull.
 #[derive(Debug, Clone, Copy)]
-struct Segment {
-    slope: f64,
-    job: u32,
+pub(super) struct Segment {
+    /// Value per GPU along it.
+    pub slope: f64,
+    /// The job (its index where the hull was taken).
+    pub job: u32,
     /// Positions (in the job's kept options) of the vertices this segment joins.
-    from: u32,
-    to: u32,
-    gpus: u32,
+    pub from: u32,
+    pub to: u32,
+    /// GPUs it spans.
+    pub gpus: u32,
 }
 
 /// A job with more than one option left after fixing.
@@ -315,7 +318,7 @@ impl Lagrangian {
 
 /// Appends the segments of the upper concave hull of `options` (points `(extra GPUs, extra
 /// value)` from `(0, 0)`, both rising) to `out`; `hull` is scratch space.
-fn push_hull(job: u32, options: &[Kept], hull: &mut Vec<u32>, out: &mut Vec<Segment>) {
+pub(super) fn push_hull(job: u32, options: &[Kept], hull: &mut Vec<u32>, out: &mut Vec<Segment>) {
     let point = |p: u32| {
         let (_, e, w) = options[p as usize];
         (f64::from(e), w)

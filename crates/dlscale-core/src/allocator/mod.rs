@@ -8,6 +8,7 @@ pub mod knapsack;
 mod lagrange;
 mod optimus;
 mod static_fifo;
+mod team_split;
 mod teams;
 mod tiresias;
 

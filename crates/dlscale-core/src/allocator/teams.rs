@@ -27,6 +27,7 @@
 use std::sync::Arc;
 
 use super::knapsack::{DpTable, Kept, KnapsackItem, KnapsackSolution, KnapsackSolver};
+use super::team_split::TeamSplit;
 use super::{Admission, JobState, Settings};
 use crate::job::Job;
 use crate::{CoreError, GpuCount};
@@ -280,7 +281,7 @@ struct TeamTable {
 /// `kept`: a team's usage is bounded below, so an option with more GPUs and no more value may be
 /// what reaches its floor (unlike [`KnapsackSolver`], none is dropped). Returns the smallest
 /// option; `None` when there is none.
-fn every_option(options: &[KnapsackItem], kept: &mut Vec<Kept>) -> Option<KnapsackItem> {
+pub(super) fn every_option(options: &[KnapsackItem], kept: &mut Vec<Kept>) -> Option<KnapsackItem> {
     let first = *options.first()?;
     kept.clear();
     kept.extend(
@@ -292,17 +293,23 @@ fn every_option(options: &[KnapsackItem], kept: &mut Vec<Kept>) -> Option<Knapsa
     Some(first)
 }
 
+/// Table cells (jobs × GPU widths, summed over teams) up to which the team knapsack is solved
+/// exactly; larger instances take the certified split ([`TeamSplit`]).
+pub const TEAM_EXACT_CELLS: u64 = 1 << 22;
+
 /// Reusable buffers of the team knapsack.
 #[derive(Debug, Default)]
 pub struct TeamKnapsack {
     teams: Vec<TeamTable>,
     outer: KnapsackSolver,
+    split: TeamSplit,
 }
 
 impl TeamKnapsack {
     /// Solves: each job `j` takes one of `items[j]` (ascending in GPUs), its team is
     /// `team_of[j]` (an index into `quotas`), the GPUs add up to at most `capacity`, each team
-    /// within its quota. `None` when no choice meets every bound.
+    /// within its quota. `None` when no choice meets every bound. Exact up to
+    /// [`TEAM_EXACT_CELLS`], certified beyond.
     pub fn solve(
         &mut self,
         items: &[Vec<KnapsackItem>],
@@ -317,6 +324,24 @@ impl TeamKnapsack {
         }
         for (job, &team) in team_of.iter().enumerate() {
             self.teams.get_mut(team)?.jobs.push(job);
+        }
+        let cells: u64 = self
+            .teams
+            .iter()
+            .zip(quotas)
+            .map(|(team, quota)| {
+                let most: u64 = team
+                    .jobs
+                    .iter()
+                    .map(|&j| items[j].last().map_or(0, |o| u64::from(o.gpus)))
+                    .sum();
+                let width = most.min(u64::from(quota.max_gpus.min(capacity)));
+                team.jobs.len() as u64 * (width + 1)
+            })
+            .sum();
+        if cells > TEAM_EXACT_CELLS {
+            let members: Vec<&[usize]> = self.teams.iter().map(|t| &t.jobs[..]).collect();
+            return self.split.solve(items, &members, quotas, capacity);
         }
         let mut outer_items = Vec::with_capacity(quotas.len());
         // Per team and outer option: the extra GPUs (over its jobs' smallest options) its jobs
@@ -531,6 +556,37 @@ mod tests {
                     prop_assert!(held <= *capacity);
                 }
                 (best, solved) => prop_assert!(false, "enumeration {best:?}, solver {solved:?}"),
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        /// The split used at scale meets every bound, and its certificate holds: its value is at
+        /// most the optimum and its bound at least.
+        #[test]
+        fn the_split_at_scale_is_feasible_and_certified(inst in instance()) {
+            let (items, team_of, quotas, capacity) = &inst;
+            let best = every_choice(items)
+                .into_iter()
+                .filter(|c| feasible(&inst, c))
+                .map(|c| c.iter().zip(items).map(|(&i, o)| o[i].value).sum::<f64>())
+                .fold(None, |b: Option<f64>, v| Some(b.map_or(v, |b| b.max(v))));
+            let members: Vec<Vec<usize>> = (0..quotas.len())
+                .map(|t| (0..items.len()).filter(|&j| team_of[j] == t).collect())
+                .collect();
+            let members: Vec<&[usize]> = members.iter().map(|m| &m[..]).collect();
+            let solved = TeamSplit::default().solve(items, &members, quotas, *capacity);
+            match (best, solved) {
+                (None, None) => {}
+                (Some(best), Some(s)) => {
+                    let s = s.solution;
+                    prop_assert!(s.value <= best + 1e-9, "{} above {best}", s.value);
+                    prop_assert!(s.bound >= best - 1e-9, "bound {} below {best}", s.bound);
+                    prop_assert!(feasible(&inst, &s.choice), "{:?}", s.choice);
+                }
+                (best, solved) => prop_assert!(false, "enumeration {best:?}, split {solved:?}"),
             }
         }
     }
