@@ -108,6 +108,11 @@ pub struct SimulateArgs {
     /// worker library measures it (false: step times only, as from other training programs).
     #[arg(long, default_value_t = dlscale_sim::Reporting::default().reports_compute_time, action = clap::ArgAction::Set)]
     pub report_compute_time: bool,
+    /// Teams sharing the cluster, jobs in the team they name (Philly's virtual cluster):
+    /// `workload` (each guaranteed its share of the workload's GPU time, allowed the whole
+    /// cluster) or a JSON file `{"NAME": {"guaranteed_gpus": G, "max_gpus": M}}`.
+    #[arg(long)]
+    pub teams: Option<String>,
     #[command(flatten)]
     pub policy_args: PolicyArgs,
     /// Output directory (created).
@@ -242,6 +247,17 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
         },
         learn_overlap: args.learn_overlap.unwrap_or(base.learn_overlap),
         batch_in_place: args.batch_in_place,
+        teams: match args.teams.as_deref() {
+            None => None,
+            Some("workload") => Some(
+                dlscale_sim::teams::guarantees_from_shares(&workload, cluster.total_gpus())
+                    .map_err(sim_error)?,
+            ),
+            Some(path) => Some(
+                dlscale_sim::teams::read_teams_file(path.as_ref(), cluster.total_gpus())
+                    .map_err(sim_error)?,
+            ),
+        },
         ..base
     };
     config.validate().map_err(sim_error)?;
@@ -271,6 +287,9 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
     }
     let summaries: Vec<&dlscale_sim::Summary> = results.iter().map(|r| &r.summary).collect();
     println!("{}", dlscale_sim::report::comparison_table(&summaries));
+    if summaries.iter().any(|s| !s.teams.is_empty()) {
+        println!("{}", dlscale_sim::report::team_table(&summaries));
+    }
     println!("reports in {}", args.out.display());
     Ok(())
 }

@@ -33,7 +33,7 @@
 //! cpus_per_gpu = 4            # optional --cpus-per-task = GPUs per node x this
 //! rdzv_port_base = 29500      # multi-node rendezvous ports: base .. base+999
 //!
-//! [teams.vision]              # a team (jobs name it in `team`); with elastic-batch or -gpu
+//! [teams.vision]              # a team (jobs name it in `team`); policies: elastic-*, static*
 //! guaranteed_gpus = 16        # held whenever its jobs can use them (default 0)
 //! max_gpus = 32               # the most its jobs hold, borrowing included (default: no limit)
 //! lend_limit = 8              # the most of its idle guarantee lent out (default: all of it)
@@ -48,7 +48,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use dlscale_autoscaler::AutoscalerConfig;
-use dlscale_core::allocator::{TeamQuota, Teams, ELASTIC_BATCH, ELASTIC_GPU};
+use dlscale_core::allocator::{TeamQuota, Teams, ELASTIC_BATCH};
 use dlscale_core::jobfile::{parse_document, FileFormat};
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::{
@@ -521,11 +521,10 @@ fn resolve_teams(
     let Some(file) = file.filter(|t| !t.is_empty()) else {
         return Ok(None);
     };
-    if ![ELASTIC_BATCH.name, ELASTIC_GPU.name].contains(&policy.name) {
+    if !policy.keeps_teams {
         bail!(
-            "teams: quotas are kept by the policies {} and {}, not {}",
-            ELASTIC_BATCH.name,
-            ELASTIC_GPU.name,
+            "teams: quotas are kept by the policies {}, not {}",
+            dlscale_core::allocator::team_policy_names().join(", "),
             policy.name
         );
     }
@@ -763,8 +762,9 @@ mod tests {
                 "teams.a.slurm_account: for executor = \"slurm\" only",
             ),
             (
-                "policy = \"static\"\n[teams.a]\nguaranteed_gpus = 2",
-                "teams: quotas are kept by the policies elastic-batch and elastic-gpu, not static",
+                "policy = \"tiresias\"\n[teams.a]\nguaranteed_gpus = 2",
+                "teams: quotas are kept by the policies elastic-batch, elastic-gpu, static, \
+                 static-partitions, not tiresias",
             ),
         ] {
             let file: ConfigFile = toml::from_str(text).unwrap();

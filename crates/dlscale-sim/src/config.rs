@@ -6,6 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use dlscale_core::allocator::Teams;
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::{Cluster, CountRule, PolicyInfo, PolicyOptions, Settings};
 
@@ -197,6 +198,9 @@ pub struct SimConfig {
     /// The shape rule of Pollux's own baselines (Tiresias, Optimus), where it differs from
     /// `shape` (the Pollux preset: [`ShapeRule::MostFree`]).
     pub baseline_shape: Option<ShapeRule>,
+    /// The teams sharing the cluster and their quotas (`None`: no teams). Jobs name theirs;
+    /// the policy must keep quotas ([`PolicyInfo::keeps_teams`]).
+    pub teams: Option<Teams>,
 }
 
 impl Default for SimConfig {
@@ -223,6 +227,7 @@ impl Default for SimConfig {
             batch_in_place: true,
             world: World::Dlscale,
             baseline_shape: None,
+            teams: None,
         }
     }
 }

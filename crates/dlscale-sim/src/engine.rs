@@ -42,6 +42,7 @@ use crate::metrics::{percentile, JobRecord, Outcome, SimObserver, Summary, Timel
 use crate::pollux_artifact::{
     is_artifact_baseline, ArtifactProfile, ArtifactRemaining, ArtifactView, PolluxArtifact,
 };
+use crate::teams::TeamLedger;
 use crate::workload::{SimJob, Work, Workload};
 
 /// What a simulation returns (per-job rows went to the observer).
@@ -63,6 +64,13 @@ pub fn simulate(
     observer: &mut dyn SimObserver,
 ) -> Result<SimResult> {
     config.validate()?;
+    if config.teams.is_some() && !policy.keeps_teams {
+        return Err(SimError::Config(format!(
+            "teams: quotas are kept by the policies {}, not {}",
+            dlscale_core::allocator::team_policy_names().join(", "),
+            policy.name
+        )));
+    }
     let wall = Instant::now();
     let mut engine = Engine::new(workload, config, policy, observer)?;
     engine.run()?;
@@ -87,8 +95,7 @@ pub fn autoscaler_config(config: &SimConfig, policy: PolicyInfo) -> AutoscalerCo
         restart_cost_s: 0.0,
         equal_local_batches: false,
         learn_overlap: config.learn_overlap,
-        // Teams in workloads are still to come (issue 27, item 6).
-        teams: None,
+        teams: config.teams.clone(),
     }
 }
 
@@ -189,6 +196,8 @@ struct Engine<'w, 'o> {
     optimizer_max_s: f64,
     timeline: Timeline,
     progress_every: usize,
+    /// Per-team accounts, with teams.
+    teams: Option<TeamLedger>,
 }
 
 impl<'w, 'o> Engine<'w, 'o> {
@@ -279,6 +288,12 @@ impl<'w, 'o> Engine<'w, 'o> {
             optimizer_max_s: 0.0,
             timeline: Timeline::default(),
             progress_every: (workload.jobs.len() / 1000).max(1),
+            teams: config.teams.clone().map(|teams| {
+                // The reclaim bound: one decision interval (events decide at once).
+                let bound_s = config.interval_s.unwrap_or(0.0);
+                let policy = info.instance(&config.policy_options);
+                TeamLedger::new(teams, policy, config.cluster, bound_s)
+            }),
         })
     }
 
@@ -314,6 +329,9 @@ impl<'w, 'o> Engine<'w, 'o> {
                     break;
                 }
                 self.active.push(self.next_arrival);
+                if let Some(ledger) = &mut self.teams {
+                    ledger.arrive(self.next_arrival, &job.job);
+                }
                 inputs.push(Input::Submit {
                     job: Box::new(self.submission(&job.job)),
                 });
@@ -703,6 +721,12 @@ impl<'w, 'o> Engine<'w, 'o> {
                 .count();
             let waiting = self.active.len() - running;
             self.busy_gpu_s += f64::from(self.gpus_in_use) * dt;
+            if let Some(ledger) = &mut self.teams {
+                let jobs = &self.jobs;
+                ledger.account(self.now_s, t, |i| {
+                    jobs[i].run.as_ref().map_or(0, |r| r.gpus)
+                });
+            }
             self.timeline.add(
                 self.now_s,
                 t,
@@ -908,6 +932,9 @@ impl<'w, 'o> Engine<'w, 'o> {
             reallocations: starts.saturating_sub(1),
             rebatches,
         };
+        if let Some(ledger) = &mut self.teams {
+            ledger.leave(i, (outcome == Outcome::Completed).then_some(end - arrival));
+        }
         match outcome {
             Outcome::Completed => {
                 self.completed_jcts_s.push(end - arrival);
@@ -994,6 +1021,10 @@ impl<'w, 'o> Engine<'w, 'o> {
             wall_s,
             nodes: cluster.nodes,
             gpus_per_node: cluster.gpus_per_node,
+            teams: self
+                .teams
+                .as_ref()
+                .map_or_else(Vec::new, TeamLedger::summaries),
         };
         SimResult {
             summary,

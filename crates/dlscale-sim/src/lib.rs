@@ -6,6 +6,7 @@
 //! - [`simulate`]: the event loop — arrivals, completions, allocator runs, restarts with lost
 //!   progress, node-level placement; progress by samples or by Pollux's goodput. Deterministic.
 //! - [`report`]: per-job CSV, `summary.json`, SVG and PNG plots; [`run_to_dir`] does it all.
+//! - [`teams`]: teams' quotas from a workload's shares or a file, and what each team got.
 //! - [`reproduce`]: the paper's arrival-rate sweep and Pollux's yardstick, each writing `report.md`.
 
 #![warn(missing_docs)]
@@ -18,6 +19,7 @@ pub mod plot;
 pub mod pollux_artifact;
 pub mod report;
 pub mod reproduce;
+pub mod teams;
 pub mod workload;
 
 pub use config::{Knowledge, Preset, ProgressMode, Reporting, SimConfig, World};

@@ -5,6 +5,8 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
+use crate::teams::TeamSummary;
+
 use crate::error::{Result, SimError};
 
 /// How a job left the simulation.
@@ -170,6 +172,9 @@ pub struct Summary {
     pub nodes: u32,
     /// GPUs per node.
     pub gpus_per_node: u32,
+    /// Per team, with teams (in the teams' order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub teams: Vec<TeamSummary>,
 }
 
 /// Percentile `q` (0–1) of sorted values by the nearest-rank method; 0 when empty.

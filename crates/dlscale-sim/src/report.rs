@@ -111,6 +111,32 @@ pub fn comparison_table(summaries: &[&Summary]) -> String {
     out
 }
 
+/// Per team of each run: its guarantee, jobs, average JCT, guarantee violations beyond the
+/// reclaim bound, GPU-hours used and borrowed (runs without teams are left out).
+pub fn team_table(summaries: &[&Summary]) -> String {
+    let mut out = String::from(
+        "| policy | team | guaranteed GPUs | jobs | completed | avg JCT (s) | violations (s) | used (GPU-h) | borrowed (GPU-h) |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for s in summaries {
+        for t in &s.teams {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.1} | {:.1} |",
+                s.policy,
+                t.team,
+                t.guaranteed_gpus,
+                t.jobs,
+                t.completed,
+                t.avg_jct_s,
+                t.violation_s,
+                t.used_gpu_h,
+                t.borrowed_gpu_h
+            );
+        }
+    }
+    out
+}
+
 /// The JCT CDF as at most ~1000 points.
 pub fn cdf_points(sorted_jcts_s: &[f64]) -> Vec<(f64, f64)> {
     let n = sorted_jcts_s.len();

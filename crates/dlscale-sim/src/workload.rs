@@ -5,7 +5,7 @@
 //! | format | columns / shape | work |
 //! |---|---|---|
 //! | `pollux` | `name,time,application,num_replicas,batch_size` (Pollux OSDI'21 workloads) | the model's full training run |
-//! | `philly` | `timestamp,duration,num_gpus,gpu_time,cluster` (Pollux's Philly extract; unsorted) | the trace duration at the requested size |
+//! | `philly` | `timestamp,duration,num_gpus,gpu_time,cluster` (Pollux's Philly extract; unsorted; `cluster`, Philly's virtual cluster, is the job's team) | the trace duration at the requested size |
 //! | `itp` | `job_id,submission_time,duration,num_gpu` (ElasticFlow's ITP clusters) | the trace duration at the requested size |
 //! | `native` | JSON `{"jobs": [{<dlscale-core job entry>, "arrival_s": 0}]}` | `work_samples` / `epochs`, else the full training run |
 //!
@@ -400,9 +400,18 @@ pub fn read_philly(
         timestamp: String,
         duration: f64,
         num_gpus: GpuCount,
+        /// Philly's virtual cluster: the job's team.
+        #[serde(default)]
+        cluster: String,
     }
     let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
     let (mut jobs, skipped) = read_rows(reader, source_name, options, |line, row: Row| {
+        if !(row.cluster.is_empty() || dlscale_core::allocator::is_team_name(&row.cluster)) {
+            return Err(format!(
+                "column 'cluster': {:?} cannot name a team (letters, digits, '-', '_', '.')",
+                row.cluster
+            ));
+        }
         let time = parse_timestamp(&row.timestamp).ok_or_else(|| {
             format!(
                 "column 'timestamp': '{}' is not YYYY-MM-DD HH:MM:SS",
@@ -412,14 +421,15 @@ pub fn read_philly(
         if row.num_gpus == 0 {
             return Err("column 'num_gpus': must be at least 1".into());
         }
-        trace_job(
+        let mut job = trace_job(
             format!("philly-{line}"),
             time,
             row.duration,
             row.num_gpus,
             &mut rng,
-        )
-        .map(Some)
+        )?;
+        job.job.team = (!row.cluster.is_empty()).then(|| row.cluster.as_str().into());
+        Ok(Some(job))
     })?;
     let start = jobs
         .iter()

@@ -28,6 +28,7 @@ use crate::GpuCount;
 pub const ELASTIC_BATCH: PolicyInfo = PolicyInfo {
     name: "elastic-batch",
     about: "GPUs and batch size both adapt: the exact knapsack over each job's best batch per GPU count (the paper's optimizer)",
+    keeps_teams: true,
     build: |_| Box::new(ElasticBatch::default()),
 };
 
@@ -35,6 +36,7 @@ pub const ELASTIC_BATCH: PolicyInfo = PolicyInfo {
 pub const ELASTIC_GPU: PolicyInfo = PolicyInfo {
     name: "elastic-gpu",
     about: "GPUs adapt, the batch stays at the user's (the paper's baseline)",
+    keeps_teams: true,
     build: |_| Box::new(ElasticGpu::default()),
 };
 

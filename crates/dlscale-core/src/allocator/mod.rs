@@ -21,8 +21,10 @@ pub use elastic::{
     held_options, remaining_s, ElasticBatch, ElasticGpu, ELASTIC_BATCH, ELASTIC_GPU,
 };
 pub use optimus::{Optimus, OPTIMUS};
-pub use static_fifo::{StaticFifo, STATIC};
-pub use teams::{is_team_name, TeamKnapsack, TeamQuota, TeamSolution, Teams, DEFAULT_TEAM};
+pub use static_fifo::{StaticFifo, STATIC, STATIC_PARTITIONS};
+pub use teams::{
+    is_team_name, largest_reachable, TeamKnapsack, TeamQuota, TeamSolution, Teams, DEFAULT_TEAM,
+};
 pub use tiresias::{Tiresias, TIRESIAS};
 
 use crate::cluster::Cluster;
@@ -466,8 +468,20 @@ pub struct PolicyInfo {
     pub name: &'static str,
     /// One line on what it does.
     pub about: &'static str,
+    /// Whether it keeps teams' quotas ([`DecisionRequest::teams`]); one that does not is refused
+    /// where teams are configured.
+    pub keeps_teams: bool,
     /// A fresh instance.
     pub build: fn(&PolicyOptions) -> Box<dyn Policy>,
+}
+
+/// The registered policies that keep teams' quotas.
+pub fn team_policy_names() -> Vec<&'static str> {
+    REGISTRY
+        .iter()
+        .filter(|p| p.keeps_teams)
+        .map(|p| p.name)
+        .collect()
 }
 
 impl PolicyInfo {
@@ -499,7 +513,14 @@ impl FromStr for PolicyInfo {
 }
 
 /// Every policy: adding one is a file in this module (with its [`PolicyInfo`]) and a line here.
-pub const REGISTRY: &[PolicyInfo] = &[ELASTIC_BATCH, ELASTIC_GPU, STATIC, TIRESIAS, OPTIMUS];
+pub const REGISTRY: &[PolicyInfo] = &[
+    ELASTIC_BATCH,
+    ELASTIC_GPU,
+    STATIC,
+    STATIC_PARTITIONS,
+    TIRESIAS,
+    OPTIMUS,
+];
 
 /// The registry entry named `name`.
 pub fn policy_info(name: &str) -> Result<&'static PolicyInfo, String> {

@@ -14,6 +14,7 @@ use crate::GpuCount;
 pub const OPTIMUS: PolicyInfo = PolicyInfo {
     name: "optimus",
     about: "Optimus+Oracle: the user's batch; GPUs go to the job whose true step time drops most times its remaining steps",
+    keeps_teams: false,
     build: |_| Box::new(Optimus),
 };
 

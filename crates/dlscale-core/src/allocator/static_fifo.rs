@@ -1,8 +1,13 @@
-//! The static baseline: every job runs exactly as its user asked, first come first served.
+//! The static baselines: every job runs exactly as its user asked, first come first served.
+//! With teams, `static` is Kueue's model (each team's quota lent and borrowed at the requested
+//! sizes, a borrower preempted when the owner needs its GPUs back) and `static-partitions` the
+//! common practice (each team only its guarantee).
 
 use super::elastic::TableCache;
+use super::teams::{admit_with_teams, partitions};
 use super::{
-    admit, Decision, DecisionRequest, JobDecision, JobState, Policy, PolicyInfo, SolverPath,
+    admit, service_order, Decision, DecisionRequest, JobDecision, JobState, Policy, PolicyInfo,
+    SolverPath,
 };
 use crate::cluster::Cluster;
 use crate::job::Job;
@@ -12,20 +17,41 @@ use crate::GpuCount;
 /// [`StaticFifo`] in the registry.
 pub const STATIC: PolicyInfo = PolicyInfo {
     name: "static",
-    about: "the user's GPUs and batch, first come first served",
+    about: "the user's GPUs and batch, first come first served (teams: quotas lent and \
+            borrowed at those sizes, Kueue's model)",
+    keeps_teams: true,
     build: |_| Box::new(StaticFifo::default()),
 };
 
+/// [`StaticFifo`] with each team kept to its guarantee, in the registry.
+pub const STATIC_PARTITIONS: PolicyInfo = PolicyInfo {
+    name: "static-partitions",
+    about: "the user's GPUs and batch, first come first served, each team only its guarantee",
+    keeps_teams: true,
+    build: |_| {
+        Box::new(StaticFifo {
+            partitions: true,
+            ..StaticFifo::default()
+        })
+    },
+};
+
 /// The user's GPUs and batch, no rescaling; FIFO, with backfill when
-/// [`Settings::backfill`](super::Settings::backfill) is set.
+/// [`Settings::backfill`](super::Settings::backfill) is set. With teams, within their quotas
+/// ([`admit_with_teams`]); with `partitions`, each team within its guarantee ([`partitions`]).
 #[derive(Debug, Default)]
 pub struct StaticFifo {
     tables: TableCache,
+    partitions: bool,
 }
 
 impl Policy for StaticFifo {
     fn name(&self) -> &'static str {
-        "static"
+        if self.partitions {
+            STATIC_PARTITIONS.name
+        } else {
+            STATIC.name
+        }
     }
 
     fn decide(&mut self, request: &DecisionRequest<'_>) -> Decision {
@@ -43,12 +69,26 @@ impl Policy for StaticFifo {
                     .find(|o| o.gpus == job.requested.gpus && request.allows(job, o.gpus))
             })
             .collect();
-        let states = admit(
-            request.jobs,
-            |i| requested[i].map(|o| o.gpus),
-            request.capacity,
-            settings,
-        );
+        let need = |i: usize| requested[i].map(|o| o.gpus);
+        let states = match request.teams {
+            None => admit(request.jobs, need, request.capacity, settings),
+            Some(teams) => {
+                let mut quotas = teams.quotas_on(request.capacity);
+                if self.partitions {
+                    quotas = partitions(teams, &quotas, request.capacity);
+                }
+                let team_of: Vec<usize> = request.jobs.iter().map(|j| teams.of(j)).collect();
+                admit_with_teams(
+                    &service_order(request.jobs),
+                    |i| need(i).map(|g| (g, g)),
+                    request.jobs,
+                    &team_of,
+                    &quotas,
+                    request.capacity,
+                    settings,
+                )
+            }
+        };
         let mut objective = 0.0;
         let decisions = request
             .jobs

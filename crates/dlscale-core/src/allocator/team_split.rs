@@ -25,7 +25,7 @@ use super::knapsack::{
     reduce, DpTable, Kept, KnapsackItem, KnapsackSolution, KnapsackSolver, SolverPath,
 };
 use super::lagrange::{push_hull, Segment};
-use super::teams::{every_option, TeamQuota, TeamSolution, TEAM_EXACT_CELLS};
+use super::teams::{every_option, largest_reachable, TeamQuota, TeamSolution, TEAM_EXACT_CELLS};
 
 /// One team's bounds, in GPUs beyond its jobs' smallest options unless named otherwise.
 #[derive(Debug, Clone, Copy)]
@@ -158,7 +158,11 @@ impl TeamSplit {
         let cap = cap_gpus.checked_sub(base_gpus)?;
         let demand = span.min(u64::from(cap)) as u32;
         let wanted = quota.guaranteed_gpus.saturating_sub(base_gpus).min(demand);
-        let floor = self.reachable_floor(items, jobs, wanted);
+        let shifts = jobs.iter().map(|&job| {
+            let first = items[job][0].gpus;
+            items[job][1..].iter().map(move |o| o.gpus - first)
+        });
+        let floor = largest_reachable(shifts, wanted, &mut self.reach);
         let kept_gpus = quota
             .lend_limit
             .map_or(0, |lend| quota.guaranteed_gpus.saturating_sub(lend))
@@ -209,52 +213,6 @@ impl TeamSplit {
             }
         }
     }
-
-    /// The most extra GPUs, at most `wanted`, that `jobs` can use together exactly: a
-    /// subset-sum over their options' extra GPUs as a bit set.
-    fn reachable_floor(&mut self, items: &[Vec<KnapsackItem>], jobs: &[usize], wanted: u32) -> u32 {
-        let bits = wanted as usize + 1;
-        let words = bits.div_ceil(64);
-        // The bits of the last word that stand for usages up to `wanted`.
-        let last_mask = match bits % 64 {
-            0 => u64::MAX,
-            tail => (1u64 << tail) - 1,
-        };
-        let full = |reach: &[u64]| {
-            reach[..words - 1].iter().all(|&w| w == u64::MAX) && reach[words - 1] == last_mask
-        };
-        self.reach.clear();
-        self.reach.resize(2 * words, 0);
-        let (reach, next) = self.reach.split_at_mut(words);
-        reach[0] = 1;
-        for &job in jobs {
-            if full(reach) {
-                break;
-            }
-            let first = items[job][0].gpus;
-            next.copy_from_slice(reach);
-            for option in &items[job][1..] {
-                let shift = (option.gpus - first) as usize;
-                if shift >= bits {
-                    break;
-                }
-                let (by_words, by_bits) = (shift / 64, shift % 64);
-                for w in (by_words..words).rev() {
-                    let low = reach[w - by_words] << by_bits;
-                    let carry = match (by_bits, w.checked_sub(by_words + 1)) {
-                        (0, _) | (_, None) => 0,
-                        (_, Some(from)) => reach[from] >> (64 - by_bits),
-                    };
-                    next[w] |= low | carry;
-                }
-            }
-            next[words - 1] &= last_mask;
-            reach.copy_from_slice(next);
-        }
-        (0..words).rev().find(|&w| reach[w] != 0).map_or(0, |w| {
-            (w * 64 + 63 - reach[w].leading_zeros() as usize) as u32
-        })
-    }
 }
 
 /// Grows `jobs`' choices until they use at least `floor` GPUs, never more than `budget`: each
@@ -300,39 +258,5 @@ fn grow_to_floor(
         };
         used += items[job][index].gpus - items[job][choice[job]].gpus;
         choice[job] = index;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Options of 1 and `1 + extra` GPUs.
-    fn job(extra: u32) -> Vec<KnapsackItem> {
-        [1, 1 + extra]
-            .map(|gpus| KnapsackItem { gpus, value: 0.0 })
-            .to_vec()
-    }
-
-    #[test]
-    fn the_floor_is_the_most_gpus_reachable_across_words() {
-        // Extra usages reachable: 0, 70, 130, 200, 300, 370, 430, 500.
-        let items = [job(70), job(130), job(300)];
-        let mut split = TeamSplit::default();
-        for (wanted, floor) in [
-            (0, 0),
-            (69, 0),
-            (199, 130),
-            (250, 200),
-            (429, 370),
-            (640, 500),
-        ] {
-            assert_eq!(
-                split.reachable_floor(&items, &[0, 1, 2], wanted),
-                floor,
-                "wanted {wanted}"
-            );
-        }
-        assert_eq!(split.reachable_floor(&items, &[2], 299), 0);
     }
 }

@@ -186,6 +186,80 @@ impl Teams {
     }
 }
 
+/// The largest sum, at most `cap`, of one shift or none per job (`shifts`, each job's): a
+/// subset sum over a bit set (`scratch` is reused). A team's floor (shifts: its jobs' options'
+/// GPUs beyond their smallest), and what a simulated team is owed (shifts: its jobs' counts).
+pub fn largest_reachable<J, S>(shifts: J, cap: u32, scratch: &mut Vec<u64>) -> u32
+where
+    J: IntoIterator<Item = S>,
+    S: IntoIterator<Item = u32>,
+{
+    let bits = cap as usize + 1;
+    let words = bits.div_ceil(64);
+    // The bits of the last word that stand for sums up to `cap`.
+    let last_mask = match bits % 64 {
+        0 => u64::MAX,
+        tail => (1u64 << tail) - 1,
+    };
+    let full = |reach: &[u64]| {
+        reach[..words - 1].iter().all(|&w| w == u64::MAX) && reach[words - 1] == last_mask
+    };
+    scratch.clear();
+    scratch.resize(2 * words, 0);
+    let (reach, next) = scratch.split_at_mut(words);
+    reach[0] = 1;
+    for job in shifts {
+        if full(reach) {
+            break;
+        }
+        next.copy_from_slice(reach);
+        for shift in job {
+            let shift = shift as usize;
+            if shift >= bits {
+                continue;
+            }
+            let (by_words, by_bits) = (shift / 64, shift % 64);
+            for w in (by_words..words).rev() {
+                let low = reach[w - by_words] << by_bits;
+                let carry = match (by_bits, w.checked_sub(by_words + 1)) {
+                    (0, _) | (_, None) => 0,
+                    (_, Some(from)) => reach[from] >> (64 - by_bits),
+                };
+                next[w] |= low | carry;
+            }
+        }
+        next[words - 1] &= last_mask;
+        reach.copy_from_slice(next);
+    }
+    (0..words).rev().find(|&w| reach[w] != 0).map_or(0, |w| {
+        (w * 64 + 63 - reach[w].leading_zeros() as usize) as u32
+    })
+}
+
+/// Static partitions of `quotas` (of `teams`, on `capacity` GPUs): each team's maximum is its
+/// guarantee; what no team is guaranteed is the default team's, when it is guaranteed nothing
+/// itself.
+pub(super) fn partitions(
+    teams: &Teams,
+    quotas: &[TeamQuota],
+    capacity: GpuCount,
+) -> Vec<TeamQuota> {
+    let guaranteed: u32 = quotas.iter().map(|q| q.guaranteed_gpus).sum();
+    let default = teams.find(DEFAULT_TEAM);
+    quotas
+        .iter()
+        .enumerate()
+        .map(|(t, q)| TeamQuota {
+            max_gpus: if Some(t) == default && q.guaranteed_gpus == 0 {
+                capacity.saturating_sub(guaranteed)
+            } else {
+                q.guaranteed_gpus
+            },
+            ..*q
+        })
+        .collect()
+}
+
 /// Admission with teams: walks jobs in service `order` twice. `counts` gives a job's smallest
 /// and largest GPU counts (`None`: it can never run here). First each job whose smallest count
 /// fits within its team's guarantee (beside the team's jobs admitted before) and
@@ -589,6 +663,27 @@ mod tests {
                 (best, solved) => prop_assert!(false, "enumeration {best:?}, split {solved:?}"),
             }
         }
+    }
+
+    #[test]
+    fn the_largest_reachable_sum_spans_words() {
+        // Sums reachable: 0, 70, 130, 200, 300, 370, 430, 500.
+        let shifts = [70, 130, 300];
+        let mut scratch = Vec::new();
+        for (cap, sum) in [
+            (0, 0),
+            (69, 0),
+            (199, 130),
+            (250, 200),
+            (429, 370),
+            (640, 500),
+        ] {
+            let jobs = shifts.iter().map(|&s| [s]);
+            assert_eq!(largest_reachable(jobs, cap, &mut scratch), sum, "cap {cap}");
+        }
+        assert_eq!(largest_reachable([[300u32]], 299, &mut scratch), 0);
+        // A job with several shifts takes one of them at most.
+        assert_eq!(largest_reachable([[2u32, 3]], 5, &mut scratch), 3);
     }
 
     #[test]

@@ -864,3 +864,85 @@ fn count_rules_offer_only_their_counts_besides_the_smallest_and_the_current() {
         }
     }
 }
+
+/// The static baselines with teams, as a table: Kueue's model (`static`) lends an idle team's
+/// quota at the requested sizes and preempts the borrower when the owner's job arrives; static
+/// partitions (`static-partitions`) never lend.
+#[test]
+fn static_baselines_with_teams_lend_or_partition() {
+    use super::{TeamQuota, Teams};
+    let cluster = Cluster::new(1, 8).unwrap();
+    let quota = TeamQuota {
+        guaranteed_gpus: 4,
+        max_gpus: 8,
+        lend_limit: None,
+    };
+    let teams = Teams::new(vec![("a".into(), quota), ("b".into(), quota)], 8).unwrap();
+    // Jobs of 4 GPUs: `b1` and `b2` of team b, then `a1` of team a.
+    let job = |id: &str, team: &str, running: bool| {
+        let mut job = analytic_job(id, 0.001, 0.05);
+        job.requested = Requested {
+            gpus: 4,
+            batch: 256,
+        };
+        job.team = Some(team.into());
+        job.current = running.then_some(CurrentAllocation {
+            gpus: 4,
+            batch: 256,
+            age_s: 60.0,
+            restarts: 0,
+            batch_in_place: false,
+        });
+        job
+    };
+    let settings = Settings {
+        admission: Admission::Queue,
+        ..Settings::default()
+    };
+    use JobState::{Queued, Running};
+    let table: [(&str, Vec<Job>, [JobState; 3]); 4] = [
+        // a idle: b borrows its quota.
+        (
+            "static",
+            vec![job("b1", "b", false), job("b2", "b", false)],
+            [Running, Running, Running],
+        ),
+        // a's job arrives: b's borrower gives its GPUs back.
+        (
+            "static",
+            vec![
+                job("b1", "b", true),
+                job("b2", "b", true),
+                job("a1", "a", false),
+            ],
+            [Running, Queued, Running],
+        ),
+        // Partitions: b never borrows.
+        (
+            "static-partitions",
+            vec![job("b1", "b", false), job("b2", "b", false)],
+            [Running, Queued, Running],
+        ),
+        (
+            "static-partitions",
+            vec![
+                job("b1", "b", true),
+                job("b2", "b", false),
+                job("a1", "a", false),
+            ],
+            [Running, Queued, Running],
+        ),
+    ];
+    for (policy, jobs, expected) in table {
+        let request = DecisionRequest {
+            teams: Some(&teams),
+            ..DecisionRequest::new(&cluster, &jobs, &settings)
+        };
+        let decision = build_policy(policy, &Default::default())
+            .unwrap()
+            .decide(&request);
+        let states: Vec<JobState> = decision.jobs.iter().map(|d| d.state).collect();
+        // Two-job rows: the third expected state is unused.
+        assert_eq!(states, expected[..jobs.len()], "{policy}: {jobs:?}");
+    }
+}

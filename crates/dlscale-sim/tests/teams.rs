@@ -1,0 +1,69 @@
+//! Teams in simulations: a Philly trace's virtual clusters as teams, their guarantees from
+//! their shares of GPU time, and what each policy gives them.
+
+use dlscale_core::allocator::{ELASTIC_BATCH, STATIC, STATIC_PARTITIONS, TIRESIAS};
+use dlscale_core::{Admission, Cluster, Settings};
+use dlscale_sim::teams::guarantees_from_shares;
+use dlscale_sim::workload::read_philly;
+use dlscale_sim::{simulate, ReadOptions, SimConfig, SimError};
+
+/// Team `busy` has long 4-GPU jobs from the start; team `late` a long 4-GPU job an hour in, and
+/// as much GPU time, so each is guaranteed half of 8 GPUs.
+const TRACE: &str = "timestamp,duration,num_gpus,gpu_time,cluster
+2017-10-09 00:00:00,7200,4,28800,busy
+2017-10-09 00:00:00,7200,4,28800,busy
+2017-10-09 00:00:00,7200,4,28800,busy
+2017-10-09 01:00:00,21600,4,86400,late
+";
+
+#[test]
+fn the_virtual_clusters_are_teams_that_lend_or_keep_their_guarantees() {
+    let workload = read_philly(TRACE.as_bytes(), "trace", &ReadOptions::default()).unwrap();
+    assert_eq!(workload.jobs[3].job.team.as_deref(), Some("late"));
+    let cluster = Cluster::new(1, 8).unwrap();
+    let teams = guarantees_from_shares(&workload, cluster.total_gpus()).unwrap();
+    let guaranteed: Vec<u32> = teams.quotas().iter().map(|q| q.guaranteed_gpus).collect();
+    assert_eq!(
+        guaranteed,
+        [4, 4, 0],
+        "busy, late, default: {:?}",
+        teams.names()
+    );
+    let config = SimConfig {
+        cluster,
+        teams: Some(teams),
+        settings: Settings {
+            admission: Admission::Queue,
+            ..Settings::default()
+        },
+        ..SimConfig::default()
+    };
+    let run = |policy| {
+        simulate(&workload, &config, policy, &mut ())
+            .unwrap()
+            .summary
+    };
+    for policy in [ELASTIC_BATCH, STATIC] {
+        let summary = run(policy);
+        let (busy, late) = (&summary.teams[0], &summary.teams[1]);
+        assert_eq!((busy.jobs, late.jobs), (3, 1), "{policy}");
+        // `busy` borrowed `late`'s idle half, and gave it back when `late`'s job came.
+        assert!(busy.borrowed_gpu_h > 0.0, "{policy}: {busy:?}");
+        assert_eq!(late.violation_s, 0.0, "{policy}: {late:?}");
+        assert_eq!(summary.completed, 4, "{policy}");
+    }
+    let partitions = run(STATIC_PARTITIONS);
+    assert!(
+        partitions.teams.iter().all(|t| t.borrowed_gpu_h == 0.0),
+        "{:?}",
+        partitions.teams
+    );
+    // Without borrowing, `busy`'s three jobs run one at a time on its half.
+    let busy_jct = |s: &dlscale_sim::Summary| s.teams[0].avg_jct_s;
+    assert!(busy_jct(&partitions) > busy_jct(&run(STATIC)));
+    let refused = simulate(&workload, &config, TIRESIAS, &mut ()).unwrap_err();
+    assert!(
+        matches!(&refused, SimError::Config(m) if m.contains("teams") && m.contains("tiresias")),
+        "{refused}"
+    );
+}
