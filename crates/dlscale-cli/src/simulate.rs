@@ -156,6 +156,26 @@ pub enum Experiment {
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<Load>()))]
         loads: Vec<Load>,
     },
+    /// Teams (issue 27): a trace's teams (Philly's virtual clusters), each guaranteed its share
+    /// of the trace's GPU time, under elastic-batch with quotas, static with borrowing (Kueue's
+    /// model), static partitions, and elastic-batch without quotas.
+    Teams {
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// The trace (philly or itp: its jobs' durations give the shares).
+        #[arg(long)]
+        workload: PathBuf,
+        /// Nodes.
+        #[arg(long, default_value_t = 256)]
+        nodes: u32,
+        /// GPUs per node.
+        #[arg(long, default_value_t = 8)]
+        gpus_per_node: u32,
+        /// True models instead of models learned from reports.
+        #[arg(long)]
+        oracle: bool,
+    },
 }
 
 /// Maps the simulator's errors: everything caused by the input (trace rows, files, settings) exits 2.
@@ -328,6 +348,29 @@ pub fn run_reproduce(args: &ReproduceArgs) -> Result<()> {
             };
             with_progress("pollux", |progress| {
                 reproduce_pollux(out, &options, progress).map(drop)
+            })?;
+            out
+        }
+        Experiment::Teams {
+            out,
+            workload,
+            nodes,
+            gpus_per_node,
+            oracle,
+        } => {
+            let workload =
+                read_workload(workload, None, &ReadOptions::default()).map_err(sim_error)?;
+            let config = SimConfig {
+                cluster: dlscale_core::Cluster::new(*nodes, *gpus_per_node).map_err(input_error)?,
+                knowledge: if *oracle {
+                    Knowledge::Oracle
+                } else {
+                    Knowledge::default()
+                },
+                ..SimConfig::default()
+            };
+            with_progress("teams", |progress| {
+                dlscale_sim::reproduce_teams(&workload, &config, out, progress).map(drop)
             })?;
             out
         }

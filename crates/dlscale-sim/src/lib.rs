@@ -27,5 +27,7 @@ pub use engine::{simulate, SimResult};
 pub use error::{Result, SimError};
 pub use metrics::{CsvJobWriter, JobRecord, Outcome, SimObserver, Summary, Timeline};
 pub use report::{run_to_dir, write_reports};
-pub use reproduce::{reproduce_paper, reproduce_pollux, PaperOptions, PolluxOptions};
+pub use reproduce::{
+    reproduce_paper, reproduce_pollux, reproduce_teams, PaperOptions, PolluxOptions,
+};
 pub use workload::{read_workload, ReadOptions, Workload, WorkloadFormat};

@@ -5,7 +5,7 @@ use dlscale_core::allocator::{ELASTIC_BATCH, STATIC, STATIC_PARTITIONS, TIRESIAS
 use dlscale_core::{Admission, Cluster, Settings};
 use dlscale_sim::teams::guarantees_from_shares;
 use dlscale_sim::workload::read_philly;
-use dlscale_sim::{simulate, ReadOptions, SimConfig, SimError};
+use dlscale_sim::{reproduce_teams, simulate, ReadOptions, SimConfig, SimError};
 
 /// Team `busy` has long 4-GPU jobs from the start; team `late` a long 4-GPU job an hour in, and
 /// as much GPU time, so each is guaranteed half of 8 GPUs.
@@ -65,5 +65,41 @@ fn the_virtual_clusters_are_teams_that_lend_or_keep_their_guarantees() {
     assert!(
         matches!(&refused, SimError::Config(m) if m.contains("teams") && m.contains("tiresias")),
         "{refused}"
+    );
+}
+
+#[test]
+fn reproduce_teams_reports_each_run_and_the_targets_from_its_own_figures() {
+    let workload = read_philly(TRACE.as_bytes(), "trace", &ReadOptions::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = SimConfig {
+        cluster: Cluster::new(1, 8).unwrap(),
+        ..SimConfig::default()
+    };
+    let mut progress = Vec::new();
+    let summaries = reproduce_teams(&workload, &config, dir.path(), &mut |done, total| {
+        progress.push((done, total))
+    })
+    .unwrap();
+    assert_eq!(progress.last(), Some(&(4, 4)));
+    let policies: Vec<&str> = summaries.iter().map(|s| s.policy.as_str()).collect();
+    assert_eq!(
+        policies,
+        [
+            "elastic-batch",
+            "static",
+            "static-partitions",
+            "elastic-batch"
+        ]
+    );
+    // Quotas in the first three runs only.
+    let with_teams: Vec<bool> = summaries.iter().map(|s| !s.teams.is_empty()).collect();
+    assert_eq!(with_teams, [true, true, true, false]);
+    let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    let ratio = summaries[0].avg_jct_s / summaries[2].avg_jct_s;
+    assert!(report.contains(&format!("{ratio:.3}×")), "{report}");
+    assert!(
+        report.contains("| static-partitions | busy | 4 |"),
+        "{report}"
     );
 }

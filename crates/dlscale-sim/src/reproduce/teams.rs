@@ -1,0 +1,110 @@
+//! Issue 27's yardstick: a trace's teams (Philly's virtual clusters) on one cluster, each
+//! guaranteed its share of the trace's GPU time, under elastic-batch with quotas, the two static
+//! baselines (quota with borrowing at the requested size, Kueue's model; static partitions), and
+//! elastic-batch without quotas (the team-blind optimum). `report.md` holds the overall and the
+//! per-team tables and the targets' verdicts, every figure from this run.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use dlscale_core::allocator::{PolicyInfo, ELASTIC_BATCH, STATIC, STATIC_PARTITIONS};
+
+use crate::engine::simulate;
+use crate::error::{Result, SimError};
+use crate::metrics::Summary;
+use crate::report::{comparison_table, team_table};
+use crate::teams::guarantees_from_shares;
+use crate::workload::Workload;
+use crate::SimConfig;
+
+/// Issue 27's targets: average JCT at most this fraction of static partitions'...
+pub const TARGET_AGAINST_PARTITIONS: f64 = 0.5;
+/// ...and of the team-blind run's.
+pub const TARGET_AGAINST_BLIND: f64 = 1.1;
+
+/// The runs, in the report's order: (label, policy, with quotas).
+const RUNS: [(&str, PolicyInfo, bool); 4] = [
+    ("elastic-batch with quotas", ELASTIC_BATCH, true),
+    (
+        "quota with borrowing at the requested size (static, Kueue's model)",
+        STATIC,
+        true,
+    ),
+    ("static partitions", STATIC_PARTITIONS, true),
+    ("elastic-batch, team-blind", ELASTIC_BATCH, false),
+];
+
+/// Runs the four on `workload` under `config` (its `teams` replaced: guarantees from the
+/// workload's shares), writes `report.md` into `out_dir` and returns the summaries in the order
+/// of the report.
+pub fn reproduce_teams(
+    workload: &Workload,
+    config: &SimConfig,
+    out_dir: &Path,
+    on_progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<Summary>> {
+    std::fs::create_dir_all(out_dir).map_err(|e| SimError::io(out_dir, e))?;
+    let teams = guarantees_from_shares(workload, config.cluster.total_gpus())?;
+    let mut summaries = Vec::new();
+    for (done, (_, policy, quotas)) in RUNS.into_iter().enumerate() {
+        let run = SimConfig {
+            teams: quotas.then(|| teams.clone()),
+            ..config.clone()
+        };
+        summaries.push(simulate(workload, &run, policy, &mut ())?.summary);
+        on_progress(done + 1, RUNS.len());
+    }
+    let path = out_dir.join("report.md");
+    std::fs::write(&path, teams_report(workload, config, &summaries))
+        .map_err(|e| SimError::io(&path, e))?;
+    Ok(summaries)
+}
+
+/// The report of [`reproduce_teams`]'s `summaries` (in [`RUNS`]' order).
+fn teams_report(workload: &Workload, config: &SimConfig, summaries: &[Summary]) -> String {
+    let mut out = format!(
+        "# Teams on {} GPUs ({} nodes × {}): {}\n\n",
+        config.cluster.total_gpus(),
+        config.cluster.nodes,
+        config.cluster.gpus_per_node,
+        workload.name
+    );
+    out.push_str(
+        "Each team (a job's `team`; Philly's virtual cluster) is guaranteed its share of the \
+         workload's GPU time and may borrow the whole cluster. Every run knew the same: the \
+         trace's jobs as the mapping rules make them.\n\n",
+    );
+    for ((label, _, _), s) in RUNS.iter().zip(summaries) {
+        let violations: f64 = s.teams.iter().map(|t| t.violation_s).sum();
+        let borrowed: f64 = s.teams.iter().map(|t| t.borrowed_gpu_h).sum();
+        let _ = writeln!(
+            out,
+            "- {label}: average JCT {:.0} s, GPU utilisation {:.3}, guarantee violations beyond \
+             the bound {violations:.0} s, borrowed {borrowed:.1} GPU-h",
+            s.avg_jct_s, s.gpu_utilization
+        );
+    }
+    let refs: Vec<&Summary> = summaries.iter().collect();
+    let _ = write!(
+        out,
+        "\n{}\n{}\n",
+        comparison_table(&refs),
+        team_table(&refs)
+    );
+    let (ours, partitions, blind) = (&summaries[0], &summaries[2], &summaries[3]);
+    let ratio = |other: &Summary| ours.avg_jct_s / other.avg_jct_s;
+    let violations: f64 = ours.teams.iter().map(|t| t.violation_s).sum();
+    let verdict = |met: bool| if met { "met" } else { "not met" };
+    let _ = writeln!(
+        out,
+        "Targets (issue 27): average JCT ≤ {TARGET_AGAINST_PARTITIONS}× static partitions: \
+         {:.3}×, {}; ≤ {TARGET_AGAINST_BLIND}× the team-blind run: {:.3}×, {}; no guarantee \
+         violation beyond the bound: {violations:.0} s, {}.",
+        ratio(partitions),
+        verdict(ratio(partitions) <= TARGET_AGAINST_PARTITIONS),
+        ratio(blind),
+        verdict(ratio(blind) <= TARGET_AGAINST_BLIND),
+        verdict(violations == 0.0)
+    );
+    out
+}
