@@ -566,10 +566,11 @@ async fn the_api_answers_at_once_while_squeue_hangs() {
     for (what, mut times) in [("GET /v1/jobs", reads), ("POST metrics", reports)] {
         times.sort();
         let p99 = times[times.len() * 99 / 100 - 1];
-        // The hang is 10 s; answers within half a second did not wait on it, even on a
-        // loaded machine (the suite's torch tests run beside this one).
+        // The hang is 10 s; answers within a fifth of it did not wait on it. On a loaded
+        // machine (the suite's torch tests run beside this one) a few reports, each a database
+        // commit, took up to 0.9 s.
         assert!(
-            p99 < Duration::from_millis(500),
+            p99 < Duration::from_secs(2),
             "{what}: p99 {p99:?} while squeue hangs (all: {times:?})"
         );
     }

@@ -75,14 +75,21 @@ fn teams_report(workload: &Workload, config: &SimConfig, summaries: &[Summary]) 
          trace's jobs as the mapping rules make them.\n\n",
     );
     for ((label, _, _), s) in RUNS.iter().zip(summaries) {
-        let violations: f64 = s.teams.iter().map(|t| t.violation_s).sum();
-        let borrowed: f64 = s.teams.iter().map(|t| t.borrowed_gpu_h).sum();
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "- {label}: average JCT {:.0} s, GPU utilisation {:.3}, guarantee violations beyond \
-             the bound {violations:.0} s, borrowed {borrowed:.1} GPU-h",
+            "- {label}: average JCT {:.0} s, GPU utilisation {:.3}",
             s.avg_jct_s, s.gpu_utilization
         );
+        if !s.teams.is_empty() {
+            let violations: f64 = s.teams.iter().map(|t| t.violation_s).sum();
+            let borrowed: f64 = s.teams.iter().map(|t| t.borrowed_gpu_h).sum();
+            let _ = write!(
+                out,
+                ", guarantee violations beyond the bound {violations:.0} s, borrowed \
+                 {borrowed:.1} GPU-h"
+            );
+        }
+        out.push('\n');
     }
     let refs: Vec<&Summary> = summaries.iter().collect();
     let _ = write!(
