@@ -368,8 +368,13 @@ pub fn read_pollux(
                 row.application, row.num_replicas
             ));
         }
-        if row.batch_size == 0 {
-            return Err("column 'batch_size': must be at least 1".into());
+        // At least one sample per replica: the job's own check would name the job file's field.
+        if row.batch_size < row.num_replicas {
+            return Err(format!(
+                "column 'batch_size': {} is below num_replicas, {}: each replica takes at least \
+                 one sample",
+                row.batch_size, row.num_replicas
+            ));
         }
         let (job, efficiency) = model_job(
             row.name,
