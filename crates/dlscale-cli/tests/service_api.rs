@@ -226,8 +226,8 @@ async fn bad_requests_get_json_errors_naming_the_field_and_write_nothing() {
         assert_eq!(s.as_u16(), 403, "{method} {path}: {b}");
         assert!(b["error"].as_str().unwrap().contains("job 'tok'"), "{b}");
     }
-    let (s, _) = server.json(Method::DELETE, "/v1/jobs/tok", None).await;
-    assert_eq!(s, 202);
+    // Cancelled, and ended before the crash below (a job still stopping would be listed).
+    server.cancel("tok").await;
 
     // Unknown job ids.
     for (method, path, body) in [
