@@ -97,7 +97,9 @@ impl Autoscaler {
                         _ => f64::INFINITY,
                     };
                     let until_s = l.launched_s + self.config.cooldown_s;
-                    if left_s < restart_s {
+                    // Its workers reported training done: it ends on its own; a stop now
+                    // would cut its completion short.
+                    if left_s < restart_s || r.completed_attempt == Some(r.attempt) {
                         Some(HoldCause::Finishing)
                     } else if now < until_s {
                         Some(HoldCause::Cooldown { until_s })
