@@ -338,7 +338,7 @@ impl DpTable {
 /// The value of a choice, summed from the options themselves: the solvers search among gains
 /// over each job's smallest option, and a gain over a far smaller value (a utility's floor) keeps
 /// only the precision of that value, which a reported objective must not inherit.
-fn chosen_value<O: AsRef<[KnapsackItem]>>(items: &[O], choice: &[usize]) -> f64 {
+pub(super) fn chosen_value<O: AsRef<[KnapsackItem]>>(items: &[O], choice: &[usize]) -> f64 {
     items
         .iter()
         .zip(choice)

@@ -22,7 +22,7 @@
 //! jobs. Small instances take the exact hierarchical DP instead.
 
 use super::knapsack::{
-    reduce, DpTable, Kept, KnapsackItem, KnapsackSolution, KnapsackSolver, SolverPath,
+    chosen_value, reduce, DpTable, Kept, KnapsackItem, KnapsackSolution, KnapsackSolver, SolverPath,
 };
 use super::lagrange::{push_hull, Segment};
 use super::teams::{every_option, largest_reachable, TeamQuota, TeamSolution, TEAM_EXACT_CELLS};
@@ -122,11 +122,7 @@ impl TeamSplit {
             }
             budget_gpus.push(budget.max(b.kept_gpus));
         }
-        let value: f64 = items
-            .iter()
-            .zip(&choice)
-            .map(|(options, &i)| options[i].value)
-            .sum();
+        let value = chosen_value(items, &choice);
         Some(TeamSolution {
             solution: KnapsackSolution {
                 choice,
@@ -163,10 +159,7 @@ impl TeamSplit {
             items[job][1..].iter().map(move |o| o.gpus - first)
         });
         let floor = largest_reachable(shifts, wanted, &mut self.reach);
-        let kept_gpus = quota
-            .lend_limit
-            .map_or(0, |lend| quota.guaranteed_gpus.saturating_sub(lend))
-            .min(cap_gpus);
+        let kept_gpus = quota.kept_gpus().min(cap_gpus);
         Some(Bounds {
             base_gpus,
             base_value,

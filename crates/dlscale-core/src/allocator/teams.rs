@@ -26,7 +26,9 @@
 
 use std::sync::Arc;
 
-use super::knapsack::{DpTable, Kept, KnapsackItem, KnapsackSolution, KnapsackSolver};
+use super::knapsack::{
+    chosen_value, DpTable, Kept, KnapsackItem, KnapsackSolution, KnapsackSolver,
+};
 use super::team_split::TeamSplit;
 use super::{Admission, JobState, Settings};
 use crate::job::Job;
@@ -41,6 +43,15 @@ pub struct TeamQuota {
     pub max_gpus: u32,
     /// The most of its idle guarantee lent to others (`None`: all of it).
     pub lend_limit: Option<u32>,
+}
+
+impl TeamQuota {
+    /// GPUs held for the team whether its jobs use them or not: the part of its guarantee its
+    /// lend limit does not lend (0 without one).
+    pub fn kept_gpus(&self) -> u32 {
+        self.lend_limit
+            .map_or(0, |lend| self.guaranteed_gpus.saturating_sub(lend))
+    }
 }
 
 /// Whether `name` can name a team: letters, digits, `-`, `_` and `.`, at least one.
@@ -298,10 +309,7 @@ pub(super) fn admit_with_teams(
         .enumerate()
         .map(|(t, q)| {
             let grow = (used[t] + room[t]).min(q.guaranteed_gpus);
-            let kept = q
-                .lend_limit
-                .map_or(0, |l| q.guaranteed_gpus.saturating_sub(l));
-            grow.max(kept).saturating_sub(used[t])
+            grow.max(q.kept_gpus()).saturating_sub(used[t])
         })
         .collect();
     let mut reserved: u32 = reserve.iter().sum();
@@ -442,10 +450,7 @@ impl TeamKnapsack {
             let demand = (0..=width).rev().find(|&x| reachable(x)).unwrap_or(0);
             let wanted = (quota.guaranteed_gpus.saturating_sub(base_gpus) as usize).min(demand);
             let floor = (0..=wanted).rev().find(|&x| reachable(x)).unwrap_or(0);
-            let kept = quota
-                .lend_limit
-                .map_or(0, |lend| quota.guaranteed_gpus.saturating_sub(lend))
-                .min(cap);
+            let kept = quota.kept_gpus().min(cap);
             // Held GPUs: what the jobs use, or what the lend limit keeps, whichever is more;
             // of the usages that hold the same GPUs, the best.
             let mut options: Vec<(KnapsackItem, usize)> = Vec::new();
@@ -485,11 +490,7 @@ impl TeamKnapsack {
                 choice[job] = index;
             }
         }
-        let value = items
-            .iter()
-            .zip(&choice)
-            .map(|(options, &i)| options[i].value)
-            .sum();
+        let value = chosen_value(items, &choice);
         Some(TeamSolution {
             solution: KnapsackSolution {
                 choice,
@@ -607,6 +608,15 @@ mod tests {
         held <= *capacity
     }
 
+    /// The best value of a feasible choice, by enumeration; `None` when none is feasible.
+    fn optimum(inst: &Instance) -> Option<f64> {
+        every_choice(&inst.0)
+            .into_iter()
+            .filter(|c| feasible(inst, c))
+            .map(|c| c.iter().zip(&inst.0).map(|(&i, o)| o[i].value).sum::<f64>())
+            .fold(None, |b: Option<f64>, v| Some(b.map_or(v, |b| b.max(v))))
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(400))]
 
@@ -615,11 +625,7 @@ mod tests {
         #[test]
         fn the_team_knapsack_is_exact(inst in instance()) {
             let (items, team_of, quotas, capacity) = &inst;
-            let best = every_choice(items)
-                .into_iter()
-                .filter(|c| feasible(&inst, c))
-                .map(|c| c.iter().zip(items).map(|(&i, o)| o[i].value).sum::<f64>())
-                .fold(None, |b: Option<f64>, v| Some(b.map_or(v, |b| b.max(v))));
+            let best = optimum(&inst);
             let solved = TeamKnapsack::default().solve(items, team_of, quotas, *capacity);
             match (best, solved) {
                 (None, None) => {}
@@ -642,11 +648,7 @@ mod tests {
         #[test]
         fn the_split_at_scale_is_feasible_and_certified(inst in instance()) {
             let (items, team_of, quotas, capacity) = &inst;
-            let best = every_choice(items)
-                .into_iter()
-                .filter(|c| feasible(&inst, c))
-                .map(|c| c.iter().zip(items).map(|(&i, o)| o[i].value).sum::<f64>())
-                .fold(None, |b: Option<f64>, v| Some(b.map_or(v, |b| b.max(v))));
+            let best = optimum(&inst);
             let members: Vec<Vec<usize>> = (0..quotas.len())
                 .map(|t| (0..items.len()).filter(|&j| team_of[j] == t).collect())
                 .collect();
