@@ -33,4 +33,6 @@ pub use input::{
     Submission,
 };
 pub use output::{Action, Event, LaunchSpec, Next, Refusal, Shape, Step, StopReason, Trigger};
-pub use record::{JobRecord, Launch, PendingRebatch, Progress, Status, StopRequest, Waiting};
+pub use record::{
+    JobRecord, Launch, PendingRebatch, Progress, Status, StopRequest, Waiting, STOP_RESEND_AFTER_S,
+};

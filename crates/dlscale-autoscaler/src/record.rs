@@ -78,6 +78,10 @@ impl fmt::Display for Status {
     }
 }
 
+/// How long a stop the executor has not confirmed waits before it is asked again (a lost
+/// `scancel`, a signal that failed to send).
+pub const STOP_RESEND_AFTER_S: f64 = 5.0;
+
 /// A stop asked of the current launch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StopRequest {
@@ -85,6 +89,10 @@ pub struct StopRequest {
     pub reason: StopReason,
     /// When it was asked for.
     pub at_s: f64,
+    /// When the signal was last asked of the executor (`None`: not yet, the launch had not
+    /// started).
+    #[serde(default)]
+    pub sent_s: Option<f64>,
     /// Whether the executor reported the signal delivered.
     pub delivered: bool,
     /// When the launch was killed after its grace period, if it was.

@@ -8,7 +8,7 @@ mod steps;
 use dlscale_autoscaler::{
     Action, Autoscaler, AutoscalerConfig, Event, Input, JobRecord, LaunchState, MetricsReport,
     ModelSource, Next, Observation, ObservedLaunch, Outcome, Refusal, Status, Step, StopReason,
-    Waiting,
+    Waiting, STOP_RESEND_AFTER_S,
 };
 use dlscale_core::allocator::{ELASTIC_BATCH, STATIC};
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
@@ -344,6 +344,49 @@ fn a_stop_past_its_grace_period_is_killed() {
     assert_eq!(kills(&s), [("a".into(), 1)]);
     let s = a.handle(131.0, vec![exited("a", 1, -9)]);
     assert_eq!(status(&a, &s, "a"), Status::Cancelled);
+}
+
+#[test]
+fn an_unconfirmed_stop_is_asked_again_only_after_the_resend_interval() {
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 1));
+    let s = a.handle(0.0, vec![submit(job("a", 1))]);
+    a.handle(0.0, started(&s));
+    let cancel = Input::Cancel {
+        id: "a".into(),
+        by: None,
+    };
+    assert_eq!(stops(&a.handle(100.0, vec![cancel])).len(), 1);
+    let running = |at_s: f64| {
+        Input::Observed(Observation {
+            taken_at_s: at_s,
+            asked: vec![("a".into(), 1)],
+            launches: vec![ObservedLaunch {
+                id: "a".into(),
+                attempt: 1,
+                state: LaunchState::Running,
+            }],
+        })
+    };
+    // The first ask is still on its way: a second signal beside it would stop the launch twice.
+    let soon = 100.0 + STOP_RESEND_AFTER_S / 2.0;
+    assert!(stops(&a.handle(soon, vec![running(soon)])).is_empty());
+    // Unconfirmed after the interval (a lost `scancel`): asked again, once.
+    let late = 100.0 + STOP_RESEND_AFTER_S;
+    assert_eq!(
+        stops(&a.handle(late, vec![running(late)])),
+        [("a".into(), 1, StopReason::Cancel)]
+    );
+    assert!(stops(&a.handle(late + 1.0, vec![running(late + 1.0)])).is_empty());
+    // Once delivered, never again.
+    a.handle(
+        late + 2.0,
+        vec![Input::StopDelivered {
+            id: "a".into(),
+            attempt: 1,
+        }],
+    );
+    let later = late + 3.0 * STOP_RESEND_AFTER_S;
+    assert!(stops(&a.handle(later, vec![running(later)])).is_empty());
 }
 
 #[test]

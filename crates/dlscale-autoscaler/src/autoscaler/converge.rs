@@ -193,9 +193,11 @@ impl Autoscaler {
         let Some(launch) = r.launch.as_mut() else {
             return;
         };
+        let started = launch.started_s.is_some();
         launch.stop = Some(StopRequest {
             reason,
             at_s: now,
+            sent_s: started.then_some(now),
             delivered: false,
             killed_s: None,
             next: next.clone(),
@@ -205,7 +207,7 @@ impl Autoscaler {
         launch.rebatch = None;
         r.status = Status::Stopping;
         let (id, attempt) = (r.id.clone(), r.attempt);
-        if launch.started_s.is_some() {
+        if started {
             out.action(Action::Stop {
                 id: id.clone(),
                 attempt,

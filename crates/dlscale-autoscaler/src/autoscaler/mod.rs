@@ -858,13 +858,16 @@ impl Autoscaler {
             id: id.to_string(),
             attempt,
         });
-        match (&r.status, &launch.stop) {
+        match (&r.status, &mut launch.stop) {
             (Status::Starting, _) => r.status = Status::Running,
-            (Status::Stopping, Some(stop)) => out.action(Action::Stop {
-                id: id.to_string(),
-                attempt,
-                reason: stop.reason,
-            }),
+            (Status::Stopping, Some(stop)) => {
+                stop.sent_s = Some(now);
+                out.action(Action::Stop {
+                    id: id.to_string(),
+                    attempt,
+                    reason: stop.reason,
+                });
+            }
             _ => {}
         }
     }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{Autoscaler, Out};
 use crate::input::{LaunchState, Observation, Outcome};
 use crate::output::{Action, Event, StopReason, Trigger};
-use crate::record::Status;
+use crate::record::{Status, STOP_RESEND_AFTER_S};
 
 impl Autoscaler {
     /// Kills stops past their grace period; makes a decision due when a cooldown ended.
@@ -149,7 +149,14 @@ impl Autoscaler {
                 }
             }
             (Some(stop), _) => {
-                if !stop.delivered {
+                // Asked again only once the last ask had time to get through: a second signal
+                // on its way beside the first would stop the launch twice.
+                let resend = restarted
+                    || stop
+                        .sent_s
+                        .is_none_or(|sent| now >= sent + STOP_RESEND_AFTER_S);
+                if !stop.delivered && resend {
+                    stop.sent_s = Some(now);
                     out.action(Action::Stop {
                         id: id.clone(),
                         attempt,
