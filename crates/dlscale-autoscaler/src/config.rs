@@ -1,6 +1,6 @@
 //! The autoscaler's settings.
 
-use dlscale_core::allocator::{TeamQuota, Teams, ELASTIC_BATCH};
+use dlscale_core::allocator::{FairShare, TeamQuota, Teams, ELASTIC_BATCH};
 use dlscale_core::placement::{ShapeRule, Topology};
 use dlscale_core::{GpuCount, Job, PolicyInfo, PolicyOptions, Settings};
 
@@ -46,6 +46,9 @@ pub struct AutoscalerConfig {
     /// The teams sharing the cluster and their quotas (`None`: no teams; every job is in the
     /// default team and decisions are as without teams).
     pub teams: Option<Teams>,
+    /// Fair share between the teams (`None`: off; only with `teams`): a team's jobs' values
+    /// are scaled by how far its decayed usage is above its share.
+    pub fair_share: Option<FairShare>,
 }
 
 impl Default for AutoscalerConfig {
@@ -68,6 +71,7 @@ impl Default for AutoscalerConfig {
             equal_local_batches: false,
             learn_overlap: true,
             teams: None,
+            fair_share: None,
         }
     }
 }
@@ -112,6 +116,9 @@ struct Stored {
     /// The teams' names and quotas (empty: no teams).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     teams: Vec<(String, TeamQuota)>,
+    /// Fair share between the teams (absent: off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fair_share: Option<FairShare>,
 }
 
 impl serde::Serialize for AutoscalerConfig {
@@ -132,6 +139,7 @@ impl serde::Serialize for AutoscalerConfig {
             equal_local_batches: self.equal_local_batches,
             learn_overlap: self.learn_overlap,
             teams: self.teams.as_ref().map_or_else(Vec::new, Teams::named),
+            fair_share: self.fair_share,
         }
         .serialize(s)
     }
@@ -164,6 +172,7 @@ impl<'de> serde::Deserialize<'de> for AutoscalerConfig {
                     Some(Teams::new(s.teams, GpuCount::MAX).map_err(serde::de::Error::custom)?)
                 }
             },
+            fair_share: s.fair_share,
         })
     }
 }

@@ -223,6 +223,10 @@ pub struct JobRecord {
     /// this was kept (the job's own range then applies).
     #[serde(default)]
     pub max_gpus: dlscale_core::GpuCount,
+    /// Its own priority weight, before its team's fair-share factor scales it for a
+    /// decision; 0 in records stored before this was kept (a restore takes the job's).
+    #[serde(default)]
+    pub weight: f64,
     /// The model family it named ([`crate::Submission::family`]).
     #[serde(default)]
     pub family: Option<String>,

@@ -5,8 +5,10 @@
 mod steps;
 
 use dlscale_autoscaler::explain::Limit;
-use dlscale_autoscaler::{Action, Autoscaler, AutoscalerConfig, Input, Outcome, Step, StopReason};
-use dlscale_core::allocator::{TeamQuota, Teams};
+use dlscale_autoscaler::{
+    Action, Autoscaler, AutoscalerConfig, Input, ModelSource, Outcome, Step, StopReason,
+};
+use dlscale_core::allocator::{FairShare, TeamQuota, Teams};
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::Topology;
 use dlscale_core::Job;
@@ -153,4 +155,93 @@ fn a_job_kept_out_by_other_teams_guarantees_is_told_so() {
         why.to_string().contains("held for other teams' guarantees"),
         "{why}"
     );
+}
+
+#[test]
+fn a_new_learned_job_is_not_held_below_its_teams_guarantee_by_exploration() {
+    for (teams, a1_gpus) in [(true, 4), (false, 1)] {
+        let config = AutoscalerConfig {
+            teams: teams.then(|| config().teams.unwrap()),
+            ..steps::config()
+        };
+        let mut a = Autoscaler::new(config, Topology::uniform(1, 8));
+        a.keep_inputs(true);
+        // a1 asks for one GPU and was never measured: its exploration cap is one GPU. Team a
+        // is owed four (a1 could hold them), so the cap gives way to the guarantee.
+        let mut a1 = job("a1", Some("a"));
+        a1.requested.gpus = 1;
+        let s = step(
+            &mut a,
+            0.0,
+            vec![
+                steps::submit_as(a1, ModelSource::Learned, None),
+                steps::submit(job("b1", Some("b"))),
+            ],
+        );
+        let mut got = launches(&s);
+        got.sort();
+        assert_eq!(got[0], ("a1".to_string(), a1_gpus), "teams: {teams}");
+        // Lifted only as far as the guarantee: beyond it, a1 still explores.
+        let explored = &a.last_inputs().unwrap().explored;
+        assert_eq!(explored["a1"].cap, a1_gpus, "{explored:?}");
+    }
+}
+
+/// A job of `team` whose speed-up diminishes with GPUs (its all-reduce is slow), so that two of
+/// them share GPUs evenly.
+fn diminishing(id: &str, team: &str) -> Job {
+    let text = format!(
+        r#"{{"jobs": [{{"id": "{id}", "min_batch": 64, "max_batch": 64, "batch_size": 64,
+        "max_local_batch": 64, "max_gpus": 8, "work_samples": 1e9, "team": "{team}",
+        "model": {{"compute_base_s": 0.01, "compute_per_sample_s": 0.001,
+        "sync_intra_base_s": 0.02}}}}]}}"#
+    );
+    parse_jobs(&text, FileFormat::Json, "test")
+        .unwrap()
+        .remove(0)
+}
+
+#[test]
+fn with_fair_share_what_is_lent_goes_first_to_the_team_that_used_least() {
+    let quota = TeamQuota {
+        guaranteed_gpus: 2,
+        max_gpus: 8,
+        lend_limit: None,
+    };
+    let teams = Teams::new(vec![("a".into(), quota), ("b".into(), quota)], 8).unwrap();
+    for (fair_share, a2_gpus, b1_gpus) in [(None, 4, 4), (Some(3600.0), 2, 6)] {
+        let config = AutoscalerConfig {
+            teams: Some(teams.clone()),
+            fair_share: fair_share.map(|h| FairShare::new(h, "test").unwrap()),
+            ..steps::config()
+        };
+        let mut a = Autoscaler::new(config, Topology::uniform(1, 8));
+        // Team a has had the whole cluster for a day; its job ends.
+        step(&mut a, 0.0, vec![steps::submit(job("a1", Some("a")))]);
+        let ended = Input::Exited {
+            id: "a1".into(),
+            attempt: 1,
+            outcome: Outcome::Exited(0),
+        };
+        step(&mut a, 86_400.0, vec![ended]);
+        // Two alike jobs, one per team: each gets its guarantee; the four GPUs lent go to b,
+        // which used nothing, unless fair share is off.
+        let s = step(
+            &mut a,
+            86_401.0,
+            vec![
+                steps::submit(diminishing("a2", "a")),
+                steps::submit(diminishing("b1", "b")),
+            ],
+        );
+        let mut got = launches(&s);
+        got.sort();
+        let want = [("a2".to_string(), a2_gpus), ("b1".to_string(), b1_gpus)];
+        assert_eq!(got, want, "fair share: {fair_share:?}");
+        let usage = a.team_usage().map(|u| u.decayed_gpu_s.clone());
+        assert_eq!(usage.is_some(), fair_share.is_some());
+        if let Some(usage) = usage {
+            assert!(usage[0] > 0.0 && usage[1] == 0.0, "{usage:?}");
+        }
+    }
 }

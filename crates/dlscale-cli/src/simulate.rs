@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
+use dlscale_core::allocator::FairShare;
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::PolicyInfo;
 use dlscale_sim::reproduce::Load;
@@ -113,6 +114,10 @@ pub struct SimulateArgs {
     /// cluster) or a JSON file `{"NAME": {"guaranteed_gpus": G, "max_gpus": M}}`.
     #[arg(long)]
     pub teams: Option<String>,
+    /// With teams: the half-life of past usage in the teams' fair share, seconds, or `off`
+    /// [default: 604800, Slurm's seven days].
+    #[arg(long, value_parser = parse_fair_share)]
+    pub fair_share_half_life: Option<FairShareArg>,
     #[command(flatten)]
     pub policy_args: PolicyArgs,
     /// Output directory (created).
@@ -179,6 +184,27 @@ pub enum Experiment {
 }
 
 /// Maps the simulator's errors: everything caused by the input (trace rows, files, settings) exits 2.
+/// `--fair-share-half-life`: off, or a half-life.
+#[derive(Debug, Clone, Copy)]
+pub enum FairShareArg {
+    /// No fair share between teams.
+    Off,
+    /// Fair share with this half-life.
+    HalfLife(FairShare),
+}
+
+fn parse_fair_share(s: &str) -> Result<FairShareArg, String> {
+    if s == "off" {
+        return Ok(FairShareArg::Off);
+    }
+    let half_life_s: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?}: seconds (a number) or `off`"))?;
+    FairShare::new(half_life_s, "--fair-share-half-life")
+        .map(FairShareArg::HalfLife)
+        .map_err(|e| e.to_string())
+}
+
 fn sim_error(e: SimError) -> anyhow::Error {
     match e {
         SimError::Plot { .. } => anyhow::Error::new(e),
@@ -277,6 +303,11 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
                 dlscale_sim::teams::read_teams_file(path.as_ref(), cluster.total_gpus())
                     .map_err(sim_error)?,
             ),
+        },
+        fair_share: match args.fair_share_half_life {
+            None => base.fair_share,
+            Some(FairShareArg::Off) => None,
+            Some(FairShareArg::HalfLife(f)) => Some(f),
         },
         ..base
     };

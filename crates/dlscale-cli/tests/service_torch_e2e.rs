@@ -24,6 +24,17 @@ fn job(id: &str, max_gpus: u32, total_steps: u32, trace: &Path) -> Value {
            "env": {"DLSCALE_STEP_SLEEP": "0.1", "DLSCALE_METRICS_INTERVAL": "1", "DLSCALE_LOG_EVERY": "10"}})
 }
 
+/// Every job the server knows, ended or not, by id.
+async fn every_job(server: &Server) -> Vec<JobView> {
+    let mut jobs: Vec<JobView> = server
+        .client
+        .call(Method::GET, "/v1/jobs?all=true", None)
+        .await
+        .unwrap();
+    jobs.sort_by(|x, y| x.id.cmp(&y.id));
+    jobs
+}
+
 fn running(j: &JobView) -> bool {
     j.state == JobStatus::Running && j.pgid.is_some()
 }
@@ -76,19 +87,12 @@ async fn three_torchrun_jobs_rescale_resume_and_survive_a_server_kill() {
         .await;
     assert!(b1.gpus >= 1 && c1.gpus == 1);
 
-    // kill -9 the server mid-run; the restarted server loses nothing and re-attaches.
-    let before: Vec<JobView> = server
-        .client
-        .call(Method::GET, "/v1/jobs", None)
-        .await
-        .unwrap();
+    // kill -9 the server mid-run; the restarted server loses nothing and re-attaches. Every
+    // job is listed, ended or not: one may finish just before the kill (under load, a did).
+    let before = every_job(&server).await;
     server.kill9();
     server.restart().await;
-    let after: Vec<JobView> = server
-        .client
-        .call(Method::GET, "/v1/jobs", None)
-        .await
-        .unwrap();
+    let after = every_job(&server).await;
     assert_eq!(
         after.iter().map(|j| &j.id).collect::<Vec<_>>(),
         ["a", "b", "c"]

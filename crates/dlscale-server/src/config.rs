@@ -39,6 +39,9 @@
 //! lend_limit = 8              # the most of its idle guarantee lent out (default: all of it)
 //! slurm_account = "vision"    # with executor = "slurm": its launches' --account
 //! ```
+//!
+//! With teams, `fair_share_half_life_s = 604800` (top level; the default, Slurm's seven days)
+//! sets how fast past usage is forgotten in the fair share between teams; 0 turns it off.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -48,7 +51,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use dlscale_autoscaler::AutoscalerConfig;
-use dlscale_core::allocator::{TeamQuota, Teams, ELASTIC_BATCH};
+use dlscale_core::allocator::{FairShare, TeamQuota, Teams, ELASTIC_BATCH};
 use dlscale_core::jobfile::{parse_document, FileFormat};
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::{
@@ -122,6 +125,9 @@ pub struct ConfigFile {
     pub slurm: Option<SlurmFile>,
     /// The teams sharing the cluster, by name: `[teams.NAME]` tables.
     pub teams: Option<BTreeMap<String, TeamFile>>,
+    /// With teams: the half-life of past usage in the fair share between them, seconds (0:
+    /// off; default: seven days).
+    pub fair_share_half_life_s: Option<f64>,
     /// The users, by name: `[users.NAME]` tables.
     pub users: Option<BTreeMap<String, UserFile>>,
 }
@@ -253,6 +259,8 @@ pub struct ServerConfig {
     /// The teams and their quotas (`None`: no teams; every job is in the default team). The
     /// guarantees are checked against the cluster when the service starts.
     pub teams: Option<Teams>,
+    /// Fair share between the teams (`None`: off, or no teams).
+    pub fair_share: Option<FairShare>,
     /// The users and their tokens' hashes (none: only the admin token).
     pub users: Arc<Users>,
 }
@@ -329,6 +337,7 @@ impl ServerConfig {
             equal_local_batches: true,
             learn_overlap: self.learn_overlap,
             teams: self.teams.clone(),
+            fair_share: self.fair_share,
         }
     }
 
@@ -482,9 +491,19 @@ impl ServerConfig {
         };
         let teams = resolve_teams(file.teams, policy)?;
         let users = Arc::new(resolve_users(file.users, teams.as_ref())?);
+        let half_life_s = duration_s(
+            "fair_share_half_life_s",
+            file.fair_share_half_life_s
+                .unwrap_or(FairShare::DEFAULT_HALF_LIFE_S),
+        )?;
+        let fair_share = match (&teams, half_life_s > 0.0) {
+            (Some(_), true) => Some(FairShare::new(half_life_s, "fair_share_half_life_s")?),
+            _ => None,
+        };
         Ok(ServerConfig {
             users,
             teams,
+            fair_share,
             listen,
             metrics_without_token,
             defragment_moves: file.defragment_moves.unwrap_or(0),

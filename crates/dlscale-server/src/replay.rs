@@ -10,6 +10,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use dlscale_autoscaler::learn::Measurements;
 use dlscale_autoscaler::{Action, Autoscaler, AutoscalerConfig, Event, Input};
+use dlscale_core::allocator::TeamUsage;
 use dlscale_core::placement::Topology;
 use dlscale_core::throughput::AnalyticModel;
 
@@ -107,14 +108,26 @@ pub fn replay_history(history: &History) -> Result<ReplayReport> {
                 }
                 None => (Vec::new(), 1),
             };
-            autoscaler = Some(Autoscaler::restore(
+            let mut restored = Autoscaler::restore(
                 config,
                 topology,
                 jobs,
                 stored_families.clone(),
                 next_seq,
                 start.at_s,
-            ));
+            );
+            // The fair share the service resumed from (recorded by starts since teams had it).
+            let usage: Option<TeamUsage> =
+                serde_json::from_value(start.config["team_usage"].clone()).with_context(|| {
+                    format!(
+                        "the teams' usage of the start at batch {} is unreadable",
+                        start.batch
+                    )
+                })?;
+            if let Some(usage) = usage {
+                restored.set_team_usage(usage);
+            }
+            autoscaler = Some(restored);
             report.starts += 1;
         }
         let Some(a) = autoscaler.as_mut() else {

@@ -335,6 +335,15 @@ pub async fn start(
     let at = clock.now_s();
     let mut described = config.describe();
     described["topology"] = serde_json::to_value(&capacity.topology)?;
+    // Fair share resumes from the accounting; the start records it for replays.
+    let team_usage = match (&config.teams, &config.fair_share) {
+        (Some(teams), Some(fair)) => {
+            let events = store.usage_events().await?;
+            Some(crate::usage::team_usage(&events, teams, fair, at))
+        }
+        _ => None,
+    };
+    described["team_usage"] = serde_json::to_value(&team_usage)?;
     let batch = store
         .record_start(at, described)
         .await
@@ -378,6 +387,9 @@ pub async fn start(
         next_seq,
         at,
     );
+    if let Some(usage) = team_usage {
+        autoscaler.set_team_usage(usage);
+    }
     // Decisions keep their inputs, to be explained (`GET /v1/jobs/{id}/explain`).
     autoscaler.keep_inputs(true);
     let mut view = View {

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use dlscale_autoscaler::Event;
-use dlscale_core::allocator::DEFAULT_TEAM;
+use dlscale_core::allocator::{FairShare, TeamUsage, Teams, DEFAULT_TEAM};
 use serde::{Deserialize, Serialize};
 
 use crate::store::{JobOwner, StoredEvent};
@@ -113,6 +113,31 @@ pub fn usage(
             .then(a.key.cmp(&b.key))
     });
     rows
+}
+
+/// Each team's usage as fair share weighs it at `now_s` ([`TeamUsage`]): every launch's hold,
+/// decayed. What a restarted service resumes fair share from, so that it agrees with this
+/// accounting.
+pub fn team_usage(
+    jobs: &[(JobOwner, Vec<StoredEvent>)],
+    teams: &Teams,
+    fair: &FairShare,
+    now_s: f64,
+) -> TeamUsage {
+    let mut usage = TeamUsage::new(teams.names().len(), now_s);
+    let default = teams.find(DEFAULT_TEAM).unwrap_or(0);
+    for (owner, events) in jobs {
+        let team = owner
+            .team
+            .as_deref()
+            .and_then(|t| teams.find(t))
+            .unwrap_or(default);
+        for hold in holds(events) {
+            let until_s = hold.until_s.unwrap_or(now_s);
+            usage.add_hold(fair, team, hold.gpus, hold.from_s, until_s);
+        }
+    }
+    usage
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use dlscale_core::allocator::Teams;
+use dlscale_core::allocator::{FairShare, Teams};
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::{Cluster, CountRule, PolicyInfo, PolicyOptions, Settings};
 
@@ -201,6 +201,8 @@ pub struct SimConfig {
     /// The teams sharing the cluster and their quotas (`None`: no teams). Jobs name theirs;
     /// the policy must keep quotas ([`PolicyInfo::keeps_teams`]).
     pub teams: Option<Teams>,
+    /// Fair share between the teams (`None`: off); only with `teams`.
+    pub fair_share: Option<FairShare>,
 }
 
 impl Default for SimConfig {
@@ -228,6 +230,9 @@ impl Default for SimConfig {
             world: World::Dlscale,
             baseline_shape: None,
             teams: None,
+            fair_share: Some(FairShare {
+                half_life_s: FairShare::DEFAULT_HALF_LIFE_S,
+            }),
         }
     }
 }

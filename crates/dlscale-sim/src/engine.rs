@@ -96,6 +96,7 @@ pub fn autoscaler_config(config: &SimConfig, policy: PolicyInfo) -> AutoscalerCo
         equal_local_batches: false,
         learn_overlap: config.learn_overlap,
         teams: config.teams.clone(),
+        fair_share: config.fair_share,
     }
 }
 

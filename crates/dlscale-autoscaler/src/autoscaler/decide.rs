@@ -119,6 +119,17 @@ impl Autoscaler {
                 causes.insert(r.id.clone(), cause);
             }
         }
+        self.weigh_by_fair_share();
+        if let (Some(teams), Some(cluster)) = (&self.config.teams, &self.model_cluster) {
+            let policy = self.policy.as_ref();
+            super::teams::lift_caps_to_guarantees(
+                teams,
+                policy,
+                cluster,
+                &mut self.jobs,
+                &mut explored,
+            );
+        }
         (causes, explored)
     }
 

@@ -17,6 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use dlscale_core::allocator::TeamUsage;
 use dlscale_core::job::{JobEfficiency, JobHistory};
 use dlscale_core::placement::{self, Topology};
 use dlscale_core::throughput::AnalyticModel;
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 mod converge;
 mod decide;
 mod observe;
+mod teams;
 
 pub use decide::{decide_placed, describe, equal_batch, PlacedDecision};
 
@@ -129,6 +131,8 @@ pub struct Autoscaler {
     /// decide with and what an arriving one starts from (refitting on every arrival would cost
     /// a fit per job, and hand it a model its running peers do not have).
     family_fits: BTreeMap<String, (AnalyticModel, Calibration)>,
+    /// Each team's decayed usage, with fair share between teams ([`AutoscalerConfig::fair_share`]).
+    team_usage: Option<TeamUsage>,
 }
 
 /// What `r`'s learned model is fitted to: its family's pool in `families`, or its own reports.
@@ -198,6 +202,11 @@ impl Autoscaler {
             families: BTreeMap::new(),
             rebuilt_families: BTreeSet::new(),
             family_fits: BTreeMap::new(),
+            team_usage: None,
+        };
+        a.team_usage = match (&a.config.teams, &a.config.fair_share) {
+            (Some(teams), Some(_)) => Some(TeamUsage::new(teams.names().len(), 0.0)),
+            _ => None,
         };
         a.set_topology(topology);
         a
@@ -225,6 +234,9 @@ impl Autoscaler {
         for (mut record, mut job) in jobs.into_iter().filter(|(r, _)| !r.status.is_terminal()) {
             if record.max_gpus == 0 {
                 record.max_gpus = job.gpus.max;
+            }
+            if record.weight <= 0.0 {
+                record.weight = job.weight;
             }
             if let Some(work) = job.remaining_samples {
                 a.work.insert(record.id.clone(), work);
@@ -389,6 +401,7 @@ impl Autoscaler {
         let previous_s = self.now_s;
         self.now_s = now_s.max(self.now_s);
         let now = self.now_s;
+        self.account_team_usage(now);
         if self.next_tick_s.is_none() {
             // Ticks fall on multiples of the interval; the first one after an idle spell (or the
             // first at all, at the interval itself) comes at the next multiple.
@@ -642,6 +655,7 @@ impl Autoscaler {
             planned: None,
             retry_at_s: None,
             max_gpus: job.gpus.max,
+            weight: job.weight,
             family,
             first_grad: None,
             batch_in_place: sub.batch_in_place,

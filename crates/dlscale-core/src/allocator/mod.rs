@@ -4,6 +4,7 @@
 //! optimize`, in the simulator and in the service.
 
 mod elastic;
+mod fair_share;
 pub mod knapsack;
 mod lagrange;
 mod optimus;
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use elastic::{
     held_options, remaining_s, ElasticBatch, ElasticGpu, ELASTIC_BATCH, ELASTIC_GPU,
 };
+pub use fair_share::{FairShare, TeamUsage};
 pub use optimus::{Optimus, OPTIMUS};
 pub use static_fifo::{StaticFifo, STATIC, STATIC_PARTITIONS};
 pub use teams::{

@@ -1,0 +1,128 @@
+//! What teams add to a decision's inputs: a team's guarantee outranks the caution of learning,
+//! and fair share scales each team's values by its decayed usage.
+//!
+//! A learned job is shown to the policy only up to its exploration cap
+//! ([`crate::learn::Measurements::explore_cap`]). A team whose jobs are all new would then be
+//! held below its guarantee by that caution alone, while its jobs could use what it is owed.
+//! [`lift_caps_to_guarantees`] doubles the caps of such a team's learned jobs, step by step,
+//! until their counts reach what the team is owed: the most GPUs, up to its guarantee, that its
+//! jobs could hold uncapped (the measure of the simulator's guarantee ledger).
+
+use std::collections::BTreeMap;
+
+use dlscale_core::allocator::{largest_reachable, TeamUsage, Teams};
+use dlscale_core::{Cluster, GpuCount, Job, Policy};
+
+use super::Autoscaler;
+use crate::explain::Explored;
+
+impl Autoscaler {
+    /// Brings the teams' decayed usage up to `now` (with fair share): since the last step, each
+    /// team held what its started launches hold, as the accounting counts it.
+    pub(super) fn account_team_usage(&mut self, now: f64) {
+        let (Some(usage), Some(teams), Some(fair)) = (
+            self.team_usage.as_mut(),
+            &self.config.teams,
+            &self.config.fair_share,
+        ) else {
+            return;
+        };
+        let mut held: Vec<GpuCount> = vec![0; teams.names().len()];
+        for (r, job) in self.live.iter().zip(&self.jobs) {
+            let started = r.launch.as_ref().filter(|l| l.started_s.is_some());
+            if let (true, Some(launch)) = (r.status.holds_gpus(), started) {
+                held[teams.of(job)] += launch.shape.gpus;
+            }
+        }
+        usage.advance(fair, now, &held);
+    }
+
+    /// Each job's weight for a decision: its own, times its team's fair-share factor.
+    pub(super) fn weigh_by_fair_share(&mut self) {
+        let (Some(usage), Some(teams)) = (&self.team_usage, &self.config.teams) else {
+            return;
+        };
+        let factors = usage.factors(teams);
+        for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
+            job.weight = r.weight * factors[teams.of(job)];
+        }
+    }
+
+    /// The teams' decayed usage (with fair share).
+    pub fn team_usage(&self) -> Option<&TeamUsage> {
+        self.team_usage.as_ref()
+    }
+
+    /// Resumes fair share from `usage`: what the accounting says each team used, decayed (a
+    /// restore's usage starts from none). Ignored without fair share, or for other teams.
+    pub fn set_team_usage(&mut self, usage: TeamUsage) {
+        if let Some(own) = self
+            .team_usage
+            .as_mut()
+            .filter(|own| own.decayed_gpu_s.len() == usage.decayed_gpu_s.len())
+        {
+            *own = usage;
+        }
+    }
+}
+
+/// Lifts the exploration caps (`explored`, by job id) of the learned jobs of every team that
+/// they would hold below what it is owed; each lifted cap is written back to `explored` (and
+/// removed where it reached the job's own maximum).
+pub(super) fn lift_caps_to_guarantees(
+    teams: &Teams,
+    policy: &dyn Policy,
+    cluster: &Cluster,
+    jobs: &mut [Job],
+    explored: &mut BTreeMap<String, Explored>,
+) {
+    if explored.is_empty() {
+        return;
+    }
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); teams.names().len()];
+    for (i, job) in jobs.iter().enumerate() {
+        members[teams.of(job)].push(i);
+    }
+    let mut scratch = Vec::new();
+    for (quota, members) in teams.quotas().iter().zip(&members) {
+        let capped: Vec<(usize, Explored)> = members
+            .iter()
+            .filter_map(|&i| explored.get(&jobs[i].id).map(|e| (i, *e)))
+            .collect();
+        if quota.guaranteed_gpus == 0 || capped.is_empty() {
+            continue;
+        }
+        let mut reach = |jobs: &[Job]| {
+            let counts = members
+                .iter()
+                .map(|&i| policy.feasible_counts(&jobs[i], cluster));
+            largest_reachable(counts, quota.guaranteed_gpus, &mut scratch)
+        };
+        let mut held = reach(jobs);
+        if held == quota.guaranteed_gpus {
+            continue;
+        }
+        for &(i, e) in &capped {
+            jobs[i].gpus.max = e.own_max;
+        }
+        let owed = reach(jobs);
+        for &(i, e) in &capped {
+            jobs[i].gpus.max = e.cap;
+        }
+        while held < owed {
+            for &(i, e) in &capped {
+                let max = &mut jobs[i].gpus.max;
+                *max = max.saturating_mul(2).min(e.own_max);
+            }
+            held = reach(jobs);
+        }
+        for &(i, e) in &capped {
+            let cap: GpuCount = jobs[i].gpus.max;
+            if cap >= e.own_max {
+                explored.remove(&jobs[i].id);
+            } else if let Some(entry) = explored.get_mut(&jobs[i].id) {
+                entry.cap = cap;
+            }
+        }
+    }
+}
