@@ -6,7 +6,8 @@
 //! reasons of the last decision. The login is a session cookie the page's script cannot read:
 //! a reload and a new tab (a bookmark) show the data at once, logging out ends it, and the token
 //! is never in a URL. A second server, one slot, shows a long job name whole, a queued job's
-//! "waiting until", and ended jobs and decisions a page at a time.
+//! "waiting until", and ended jobs and decisions a page at a time. A third, with two teams,
+//! shows each job's team and user and a bar per team: what it holds, borrows and lends.
 //!
 //! Skips, saying why, without Chromium (`chromium`, `chromium-browser` or `google-chrome` on
 //! PATH, or `DLSCALE_CHROMIUM`), unless `DLSCALE_REQUIRE_CHROMIUM=1` (as `scripts/test-all.sh`
@@ -433,10 +434,10 @@ async fn the_dashboard_shows_jobs_gpus_a_rescale_and_its_reasons_and_refuses_a_w
     let cells = page.wait(
         10.0,
         "a's measured samples/s",
-        &format!("(() => {{ const c = {row}; return c[6] !== '–' ? c : null; }})()"),
+        &format!("(() => {{ const c = {row}; return c[8] !== '–' ? c : null; }})()"),
     );
-    assert_eq!(cells[5], json!(predicted), "{cells}");
-    assert_eq!(cells[7], json!(efficiency), "{cells}");
+    assert_eq!(cells[7], json!(predicted), "{cells}");
+    assert_eq!(cells[9], json!(efficiency), "{cells}");
 
     // b and c arrive after a's cooldown: a gives GPUs up.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -770,6 +771,84 @@ async fn the_dashboard_shows_long_names_whole_when_a_queued_job_waits_until_and_
         json!(0),
         "the reasons go with the newest decision"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dashboard_shows_each_teams_bar_and_each_jobs_team_and_user() {
+    let Some(exe) = chromium_or_skip() else {
+        return;
+    };
+    let (bob, bob_hash) = dlscale_server::users::new_token("bob").unwrap();
+    let config = format!(
+        "slots = 4\ninterval_s = 0.5\ngrace_s = 3\n\
+         [teams.a]\nguaranteed_gpus = 2\n[teams.b]\nguaranteed_gpus = 2\n\
+         [users.bob]\nteam = \"b\"\ntoken_hash = \"{bob_hash}\"\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &config).await;
+    let base = format!("http://127.0.0.1:{}", server.port);
+    // Bob's job holds all four GPUs: two of b's, two borrowed from idle a.
+    let mut job = sleeper("b1");
+    job["max_batch"] = json!(32);
+    job["min_gpus"] = json!(4);
+    job["max_gpus"] = json!(4);
+    let bob = ApiClient::new(&base, Some(bob)).unwrap();
+    let body = serde_json::to_vec(&job).unwrap();
+    let (status, _) = bob
+        .send(Method::POST, "/v1/jobs", Some(body))
+        .await
+        .unwrap();
+    assert_eq!(status.as_u16(), 201);
+    server
+        .wait_job("b1", 30.0, "running", |j| j.state.name() == "running")
+        .await;
+
+    let browser = Browser::start(&exe);
+    let mut page = browser.page();
+    page.call("Page.enable", json!({}));
+    page.call("Page.navigate", json!({"url": format!("{base}/")}));
+    page.wait(
+        20.0,
+        "the login form",
+        "!document.querySelector('#login-panel').hidden",
+    );
+    page.log_in(TOKEN);
+    let stands = page.wait(
+        20.0,
+        "the teams' bars",
+        "(() => { const t = [...document.querySelectorAll('#teams .team')]; \
+           return t.length === 3 && !document.querySelector('#teams-section').hidden \
+             ? t.map(e => [e.dataset.team, +e.dataset.gpus, +e.dataset.borrowed, +e.dataset.lent]) : null; })()",
+    );
+    assert_eq!(
+        stands,
+        json!([["a", 0, 0, 2], ["b", 4, 2, 0], ["default", 0, 0, 0]])
+    );
+    // Drawn to scale (widths through the CSSOM: the page's policy refuses inline styles): a's
+    // lent part is half the bar, b's held part and its borrowed part a half each.
+    let width = |team: &str, kind: &str| {
+        format!(
+            "(() => {{ const b = document.querySelector('#teams .team[data-team=\"{team}\"] .team-bar'); \
+               const s = b.querySelector('.seg.{kind}'); \
+               return s ? Math.round(100 * s.getBoundingClientRect().width / b.getBoundingClientRect().width) : null; }})()"
+        )
+    };
+    for (team, kind) in [("a", "lent"), ("b", "own"), ("b", "borrowed")] {
+        assert_eq!(page.eval(&width(team, kind)), json!(50), "{team} {kind}");
+    }
+    let facts = page.texts("#teams .team[data-team=\"b\"] .team-facts");
+    assert!(
+        facts[0].starts_with("4 GPUs held of 2 guaranteed · 2 borrowed"),
+        "{facts:?}"
+    );
+    // The job's row names its team and who submitted it.
+    let row = page.eval(
+        "[...document.querySelectorAll('#jobs tbody tr[data-job=\"b1\"] td')].slice(1, 3).map(t => t.textContent)",
+    );
+    assert_eq!(row, json!(["b", "bob"]));
+    if let Some(file) = std::env::var_os("DLSCALE_DASHBOARD_TEAMS_SCREENSHOT") {
+        screenshot(&mut page, Path::new(&file));
+    }
 }
 
 /// Writes a PNG of the whole page to `file`.

@@ -30,6 +30,7 @@ pub mod replay;
 pub mod service;
 pub mod spec;
 pub mod store;
+pub mod teams;
 pub mod usage;
 pub mod users;
 

@@ -12,10 +12,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use dlscale_autoscaler::Status;
 use dlscale_core::allocator::{Teams, DEFAULT_TEAM};
 
 use crate::service::View;
+use crate::teams::team_views;
 
 /// Labels of a per-route metric.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -181,32 +181,10 @@ impl Metrics {
     }
 }
 
-/// The per-team gauges: each team's guarantee, what its jobs hold, what of that is borrowed
-/// (beyond its guarantee), what of its guarantee others hold (lent), and its jobs waiting.
+/// The per-team gauges ([`team_views`]): each team's guarantee, what its jobs hold, what of that
+/// is borrowed (beyond its guarantee), what of its guarantee others hold (lent), its jobs
+/// waiting, and its fair-share factor (with fair share).
 fn register_teams(registry: &mut Registry, view: &View, teams: &Teams) {
-    let mut held = vec![0u32; teams.quotas().len()];
-    let mut waiting = vec![0i64; teams.quotas().len()];
-    for j in view.jobs.values() {
-        let t = j
-            .spec
-            .entry
-            .team
-            .as_deref()
-            .and_then(|name| teams.find(name))
-            .or_else(|| teams.find(DEFAULT_TEAM))
-            .expect("the default team always exists");
-        held[t] += j.record.shape().map_or(0, |s| s.gpus);
-        waiting[t] += i64::from(j.record.status == Status::Queued);
-    }
-    let borrowed: Vec<u32> = teams
-        .quotas()
-        .iter()
-        .zip(&held)
-        .map(|(q, &h)| h.saturating_sub(q.guaranteed_gpus))
-        .collect();
-    let total_borrowed: u32 = borrowed.iter().sum();
-    // What others borrow comes out of the idle guarantees, in team order.
-    let mut to_place = total_borrowed;
     let gauges: [(&str, &str, Family<TeamLabels, Gauge>); 5] = [
         (
             "team_guaranteed_gpus",
@@ -230,23 +208,29 @@ fn register_teams(registry: &mut Registry, view: &View, teams: &Teams) {
             Family::default(),
         ),
     ];
-    for (t, (name, quota)) in teams.names().iter().zip(teams.quotas()).enumerate() {
-        let labels = TeamLabels {
-            team: name.to_string(),
-        };
-        let idle = quota.guaranteed_gpus.saturating_sub(held[t]);
-        let lent = idle.min(to_place);
-        to_place -= lent;
+    let fair_share = Family::<TeamLabels, Gauge<f64, AtomicU64>>::default();
+    for t in team_views(view, teams) {
+        let labels = TeamLabels { team: t.team };
         let values = [
-            i64::from(quota.guaranteed_gpus),
-            i64::from(held[t]),
-            i64::from(borrowed[t]),
-            i64::from(lent),
-            waiting[t],
+            t.guaranteed_gpus,
+            t.gpus,
+            t.borrowed_gpus,
+            t.lent_gpus,
+            t.jobs_waiting,
         ];
         for ((_, _, family), value) in gauges.iter().zip(values) {
-            family.get_or_create(&labels).set(value);
+            family.get_or_create(&labels).set(i64::from(value));
         }
+        if let Some(factor) = t.fair_share {
+            fair_share.get_or_create(&labels).set(factor);
+        }
+    }
+    if view.team_usage.is_some() {
+        registry.register(
+            "team_fair_share",
+            "A team's fair-share factor, multiplying its jobs' values (1: it used nothing lately; 0.5: its share)",
+            fair_share,
+        );
     }
     for (name, help, family) in gauges {
         registry.register(name, help, family);

@@ -23,6 +23,7 @@ use dlscale_autoscaler::{
     Action, Autoscaler, DecisionInputs, DecisionRecord, Event, Explanation, Input, JobRecord,
     LaunchState, ModelSource, Observation, Outcome, Refusal, Step, Target,
 };
+use dlscale_core::allocator::TeamUsage;
 use dlscale_core::placement::Topology;
 use dlscale_core::throughput::{throughput_samples_per_s, AnalyticModel};
 use dlscale_core::Job;
@@ -87,6 +88,8 @@ pub struct View {
     pub at_s: f64,
     /// Batches committed since the start.
     pub batches: u64,
+    /// The teams' decayed usage, with fair share between teams.
+    pub team_usage: Option<TeamUsage>,
 }
 
 impl View {
@@ -396,6 +399,7 @@ pub async fn start(
         topology: capacity.topology.clone(),
         nodes: capacity.nodes.clone(),
         at_s: at,
+        team_usage: autoscaler.team_usage().cloned(),
         ..View::default()
     };
     for r in autoscaler.live() {
@@ -729,6 +733,7 @@ impl Driver {
             }
         }
         view.last_decision = self.autoscaler.last_decision().cloned();
+        view.team_usage = self.autoscaler.team_usage().cloned();
         if decided {
             if let Some(d) = &view.last_decision {
                 let mut recent = view.decisions.as_ref().clone();

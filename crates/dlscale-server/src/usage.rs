@@ -125,13 +125,8 @@ pub fn team_usage(
     now_s: f64,
 ) -> TeamUsage {
     let mut usage = TeamUsage::new(teams.names().len(), now_s);
-    let default = teams.find(DEFAULT_TEAM).unwrap_or(0);
     for (owner, events) in jobs {
-        let team = owner
-            .team
-            .as_deref()
-            .and_then(|t| teams.find(t))
-            .unwrap_or(default);
+        let team = teams.of_name(owner.team.as_deref());
         for hold in holds(events) {
             let until_s = hold.until_s.unwrap_or(now_s);
             usage.add_hold(fair, team, hold.gpus, hold.from_s, until_s);

@@ -187,6 +187,28 @@ async fn an_idle_teams_gpus_are_lent_and_come_back_when_it_submits() {
         assert!(metrics.contains(line), "{line} not in:\n{metrics}");
     }
 
+    let (status, teams) = call(&h.app, "GET", "/v1/teams", Vec::new()).await;
+    assert_eq!(status, StatusCode::OK, "{teams}");
+    let stand = |teams: &Value, name: &str| {
+        let t = teams
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["team"] == name)
+            .unwrap();
+        let gpus = |k: &str| t[k].as_u64().unwrap();
+        (
+            gpus("guaranteed_gpus"),
+            gpus("gpus"),
+            gpus("borrowed_gpus"),
+            gpus("lent_gpus"),
+        )
+    };
+    assert_eq!(stand(&teams, "a"), (4, 0, 0, 4), "{teams}");
+    assert_eq!(stand(&teams, "b"), (4, 8, 4, 0), "{teams}");
+    // Fair share is on by default: b has used GPUs, a none.
+    assert_eq!(teams[0]["fair_share"], 1.0, "{teams}");
+
     submit(&h, of_team("a1", "a")).await;
     let a1 = wait_job(&h, "a1", running).await;
     let b1 = wait_job(&h, "b1", |j| running(j) && j["attempt"] == 2).await;
@@ -264,4 +286,66 @@ async fn usage_is_the_gpu_seconds_the_launches_held() {
     );
     let (status, bad) = call(&h.app, "GET", "/v1/usage?by=colour", Vec::new()).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+}
+
+/// Fair share counts what the accounting counts: the usage the driver accumulates is what a
+/// restarted service would rebuild from the launch events, and a team that used the whole
+/// cluster for half an hour of a one-hour half-life counts less than one that used nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn fair_share_weighs_the_usage_the_accounting_records() {
+    let team = |guaranteed| dlscale_server::config::TeamFile {
+        guaranteed_gpus: Some(guaranteed),
+        ..Default::default()
+    };
+    let (_dir, h) = harness(ConfigFile {
+        slots: Some(8),
+        teams: Some([("a".into(), team(4)), ("b".into(), team(4))].into()),
+        fair_share_half_life_s: Some(3600.0),
+        ..ConfigFile::default()
+    })
+    .await;
+    let mut b1 = job("b1");
+    b1["min_gpus"] = json!(8);
+    b1["max_gpus"] = json!(8);
+    b1["team"] = json!("b");
+    submit(&h, b1).await;
+    wait_job(&h, "b1", running).await;
+    h.advance(1800.0).await;
+
+    let (_, teams) = call(&h.app, "GET", "/v1/teams", Vec::new()).await;
+    let b = teams
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["team"] == "b")
+        .unwrap();
+    let shown_h = b["decayed_gpu_hours"].as_f64().unwrap();
+    // 8 GPUs for half a half-life, decayed: 8 h/ln 2 (1 - 2^(-1/2)), in hours.
+    let exact_h = 8.0 / std::f64::consts::LN_2 * (1.0 - 0.5f64.sqrt());
+    assert!((shown_h - exact_h).abs() < 1e-6, "{shown_h} vs {exact_h}");
+    // What a restart resumes from: the same, from the launch events.
+    let config = &h.service.config;
+    let events = h.service.store.usage_events().await.unwrap();
+    let now_s = dlscale_server::clock::Clock::now_s(&*h.clock);
+    let teams_config = config.teams.as_ref().unwrap();
+    let rebuilt = dlscale_server::usage::team_usage(
+        &events,
+        teams_config,
+        config.fair_share.as_ref().unwrap(),
+        now_s,
+    );
+    let b_index = teams_config.find("b").unwrap();
+    assert!((rebuilt.decayed_gpu_s[b_index] / 3600.0 - shown_h).abs() < 1e-6);
+    // b used everything (its share: 4 of 4 + 4 + 1): 2^(-9/4); a used nothing.
+    let factor = |name: &str| {
+        let t = teams
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["team"] == name)
+            .unwrap();
+        t["fair_share"].as_f64().unwrap()
+    };
+    assert_eq!(factor("a"), 1.0);
+    assert!((factor("b") - (-2.25f64).exp2()).abs() < 1e-12, "{teams}");
 }

@@ -166,9 +166,13 @@ impl Teams {
 
     /// The index of `job`'s team: the one it names, else [`DEFAULT_TEAM`].
     pub fn of(&self, job: &Job) -> usize {
-        job.team
-            .as_deref()
-            .and_then(|t| self.find(t))
+        self.of_name(job.team.as_deref())
+    }
+
+    /// The index of the team named `team`, else (none named, or one not configured) of
+    /// [`DEFAULT_TEAM`].
+    pub fn of_name(&self, team: Option<&str>) -> usize {
+        team.and_then(|t| self.find(t))
             .or_else(|| self.find(DEFAULT_TEAM))
             .expect("the default team always exists")
     }

@@ -1,7 +1,8 @@
 //! What the autoscaler decided and why: the recent decisions (`GET /v1/decisions`) and the
 //! explanation of one job (`GET /v1/jobs/{id}/explain`), computed from the last decision's
 //! inputs ([`Service::explanations`]); and what it gave, added up: the GPU-seconds each team,
-//! user or job held (`GET /v1/usage`, [`crate::usage`]).
+//! user or job held (`GET /v1/usage`, [`crate::usage`]); and where each team stands now
+//! (`GET /v1/teams`, [`crate::teams`]).
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -12,6 +13,7 @@ use super::dto::{DecisionEntry, DecisionsView, ExplainView};
 use super::{find_job, query, AppState};
 use crate::error::ApiError;
 use crate::service::{Service, RECENT_DECISIONS};
+use crate::teams::{team_views, TeamView};
 use crate::usage::{UsageBy, UsageRow};
 
 /// Query of `GET /v1/decisions`.
@@ -52,6 +54,16 @@ pub(super) async fn usage(
         q.since.unwrap_or(f64::NEG_INFINITY),
         now_s,
     )))
+}
+
+/// `GET /v1/teams`: where each team stands now (none without teams).
+pub(super) async fn teams(State(s): State<AppState>) -> Json<Vec<TeamView>> {
+    Json(
+        s.config
+            .teams
+            .as_ref()
+            .map_or_else(Vec::new, |teams| team_views(&s.view(), teams)),
+    )
 }
 
 /// How many decisions `GET /v1/decisions` answers with by default.

@@ -238,6 +238,13 @@ pub const ROUTES: &[Route] = &[
         handler: || get(insight::usage),
     },
     Route {
+        verb: Verb::Get,
+        path: "/v1/teams",
+        access: Access::Member,
+        summary: "Each team now: guaranteed, held, borrowed and lent GPUs, jobs waiting, fair share",
+        handler: || get(insight::teams),
+    },
+    Route {
         verb: Verb::Post,
         path: "/v1/jobs/{id}/metrics",
         access: Access::Job,

@@ -67,6 +67,10 @@ fn details(route: &Route) -> Value {
                     "what the GPU-seconds are summed by")],
             "responses": {"200": ok("GPU-seconds, most first", json!({"type": "array", "items": schema_ref("UsageRow")})),
                 "400": error("invalid query")}}),
+        (Verb::Get, "/v1/teams") => {
+            json!({"responses": {"200": ok("each team, in the configuration's order (none without teams)",
+            json!({"type": "array", "items": schema_ref("Team")}))}})
+        }
         (Verb::Get, "/v1/jobs/{id}/explain") => json!({"parameters": [id],
             "responses": {"200": ok("the explanation", schema_ref("Explain")), "404": error("unknown job")}}),
         (Verb::Get, "/healthz") => json!({"responses": {"200": ok("alive",
@@ -327,6 +331,13 @@ pub fn schemas() -> Value {
         "UsageRow": object(&["key", "gpu_seconds", "launches"], json!({"key": {"type": "string",
             "description": "the team (`default`: jobs of no team), user (`admin`: the admin's jobs) or job"},
             "gpu_seconds": num, "launches": int})),
+        "Team": object(&["team", "guaranteed_gpus", "gpus", "borrowed_gpus", "lent_gpus", "jobs_waiting"], json!({
+            "team": {"type": "string", "description": "its name (`default`: jobs of no team)"},
+            "guaranteed_gpus": int, "max_gpus": {"type": ["integer", "null"], "description": "null: no limit"},
+            "gpus": int, "borrowed_gpus": int, "lent_gpus": int, "jobs_waiting": int,
+            "fair_share": {"type": ["number", "null"],
+                "description": "the factor on its jobs' values: 1 when it used nothing lately, 0.5 at its share; null: fair share off"},
+            "decayed_gpu_hours": {"type": ["number", "null"], "description": "its GPU-hours with fair share's decay"}})),
         "Profile": object(&["name", "model"], json!({"name": string, "model": schema_ref("AnalyticModel"),
             "quality": nullable(schema_ref("FitQuality")), "source": string, "updated_at": num}))
     })

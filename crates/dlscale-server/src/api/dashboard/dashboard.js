@@ -28,14 +28,16 @@ const $ = (selector) => document.querySelector(selector);
 
 /**
  * An element with attributes (`class`, `title`, `data-*`, ...; `paint`: a job id whose colour
- * fills it) and children (nodes or text). Colours go through the CSSOM: the page's content
- * security policy refuses inline style attributes.
+ * fills it; `share`: its width, in per cent of its parent's) and children (nodes or text).
+ * Colours and widths go through the CSSOM: the page's content security policy refuses inline
+ * style attributes.
  */
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null) continue;
     if (k === "paint") e.style.background = colour(v);
+    else if (k === "share") e.style.width = `${v}%`;
     else e.setAttribute(k, String(v));
   }
   for (const c of children) {
@@ -225,8 +227,9 @@ async function refresh(mine) {
   if (mine !== round) return;
   clearTimeout(timer);
   try {
-    const [cluster, live, endedPage, decisions] = await Promise.all([
+    const [cluster, teams, live, endedPage, decisions] = await Promise.all([
       api("/v1/cluster"),
+      api("/v1/teams"),
       api("/v1/jobs"),
       request("GET", `/v1/jobs?ended=true&limit=${ENDED_PAGE}${before(endedPager)}`),
       api(`/v1/decisions?limit=${DECISIONS_PAGE}${before(decisionsPager)}`),
@@ -245,6 +248,7 @@ async function refresh(mine) {
     const now = Date.now() / 1000;
     renderSummary(cluster, live);
     renderNodes(cluster);
+    renderTeams(teams, cluster.capacity);
     renderJobs(live.concat(ended), why, now);
     endedPager.render();
     renderTimelines(timelines, now);
@@ -311,6 +315,39 @@ function renderNodes(cluster) {
   if (cluster.nodes.length === 0) box.append(el("p", { class: "hint" }, "no usable GPUs"));
 }
 
+/**
+ * A bar per team on the cluster's scale: what it holds within its guarantee, what it borrows
+ * beyond it, what of its guarantee other teams hold (lent), and what of it is idle.
+ */
+function renderTeams(teams, capacity) {
+  $("#teams-section").hidden = teams.length === 0;
+  const box = $("#teams");
+  box.replaceChildren();
+  const scale = Math.max(capacity, ...teams.map((t) => Math.max(t.gpus, t.guaranteed_gpus)), 1);
+  for (const t of teams) {
+    const own = Math.min(t.gpus, t.guaranteed_gpus);
+    const idle = Math.max(0, t.guaranteed_gpus - own - t.lent_gpus);
+    const segments = [["own", own], ["borrowed", t.borrowed_gpus], ["lent", t.lent_gpus], ["idle", idle]]
+      .filter(([, n]) => n > 0)
+      .map(([kind, n]) => el("span", { class: `seg ${kind}`, share: (100 * n) / scale, title: `${kind}: ${gpus(n)}` }));
+    const facts = [`${gpus(t.gpus)} held of ${t.guaranteed_gpus} guaranteed`];
+    if (t.max_gpus !== null) facts.push(`at most ${t.max_gpus}`);
+    if (t.borrowed_gpus > 0) facts.push(`${t.borrowed_gpus} borrowed`);
+    if (t.lent_gpus > 0) facts.push(`${t.lent_gpus} lent`);
+    if (t.jobs_waiting > 0) facts.push(`${t.jobs_waiting} waiting`);
+    if (t.fair_share !== null) facts.push(`fair share ${t.fair_share.toFixed(2)}`);
+    box.append(
+      el(
+        "div",
+        { class: "team", "data-team": t.team, "data-gpus": t.gpus, "data-borrowed": t.borrowed_gpus, "data-lent": t.lent_gpus },
+        el("div", { class: "team-name" }, t.team),
+        el("div", { class: "team-bar" }, ...segments),
+        el("div", { class: "team-facts" }, facts.join(" · ")),
+      ),
+    );
+  }
+}
+
 function renderJobs(jobs, why, now) {
   const body = $("#jobs tbody");
   body.replaceChildren();
@@ -331,6 +368,8 @@ function renderJobs(jobs, why, now) {
         "tr",
         { "data-job": j.id, class: ended ? "ended" : "" },
         el("td", { class: "job" }, ended ? null : el("span", { class: "swatch", paint: j.id }), j.id),
+        el("td", { class: "job-team" }, j.team ?? "default"),
+        el("td", { class: "job-user" }, j.owner ?? "admin"),
         el("td", { class: `state ${j.state}` }, j.state),
         el("td", { class: "num" }, j.gpus),
         el("td", {}, nodes || "–"),
@@ -345,7 +384,7 @@ function renderJobs(jobs, why, now) {
       ),
     );
   }
-  if (jobs.length === 0) body.append(el("tr", {}, el("td", { colspan: 12, class: "hint" }, "no jobs yet")));
+  if (jobs.length === 0) body.append(el("tr", {}, el("td", { colspan: 14, class: "hint" }, "no jobs yet")));
 }
 
 /**
