@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use dlscale_core::allocator::{FairShare, TeamQuota};
 use dlscale_core::efficiency::GradNoise;
 use dlscale_core::job::{JobEfficiency, RemainingWork};
 use dlscale_core::placement::Topology;
@@ -246,6 +247,15 @@ pub enum Input<S = Submission> {
     Observed(Observation),
     /// The usable GPUs changed (nodes up or down, GPUs held by others).
     Capacity(Topology),
+    /// The teams and their quotas changed (a reloaded configuration): the teams' names and
+    /// quotas as [`Teams::new`](dlscale_core::allocator::Teams::new) takes them (none: no
+    /// teams; the shell checked them against the cluster), and fair share between them.
+    Teams {
+        /// Each team's name and quota.
+        teams: Vec<(String, TeamQuota)>,
+        /// Fair share between them (`None`: off).
+        fair_share: Option<FairShare>,
+    },
     /// Time passed: the autoscaler asked for a wake-up at this time.
     Tick,
     /// The shell (re)started: actions handed out before are void unless an observation shows
@@ -301,6 +311,7 @@ impl<S> Input<S> {
             },
             Input::Observed(o) => Input::Observed(o),
             Input::Capacity(t) => Input::Capacity(t),
+            Input::Teams { teams, fair_share } => Input::Teams { teams, fair_share },
             Input::Tick => Input::Tick,
             Input::Restarted => Input::Restarted,
             Input::Oracle { id, oracle } => Input::Oracle { id, oracle },

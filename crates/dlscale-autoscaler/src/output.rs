@@ -146,6 +146,8 @@ pub enum Trigger {
     CooldownEnded(String),
     /// The usable GPUs changed.
     Capacity,
+    /// The teams' quotas changed.
+    Teams,
     /// The periodic decision.
     Interval,
     /// The shell restarted.
@@ -163,6 +165,7 @@ impl fmt::Display for Trigger {
             Trigger::Lost(id) => write!(f, "{id} lost its launch"),
             Trigger::CooldownEnded(id) => write!(f, "{id}'s cooldown ended"),
             Trigger::Capacity => f.write_str("the usable GPUs changed"),
+            Trigger::Teams => f.write_str("the teams' quotas changed"),
             Trigger::Interval => f.write_str("the periodic decision"),
             Trigger::Restart => f.write_str("the server restarted"),
         }
@@ -540,6 +543,8 @@ pub enum Refusal {
         /// The current launch.
         attempt: u32,
     },
+    /// The teams' quotas do not hold together (the error names the team and the field).
+    InvalidTeams(String),
 }
 
 impl fmt::Display for Refusal {
@@ -551,6 +556,7 @@ impl fmt::Display for Refusal {
             Refusal::NotCurrent { attempt } => {
                 write!(f, "not from the job's current launch ({attempt})")
             }
+            Refusal::InvalidTeams(why) => write!(f, "invalid teams: {why}"),
         }
     }
 }

@@ -245,3 +245,75 @@ fn with_fair_share_what_is_lent_goes_first_to_the_team_that_used_least() {
         }
     }
 }
+
+#[test]
+fn new_quotas_take_effect_in_the_next_decision_and_bad_ones_are_refused() {
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 8));
+    let s = step(
+        &mut a,
+        0.0,
+        vec![
+            steps::submit(diminishing("a1", "a")),
+            steps::submit(diminishing("b1", "b")),
+        ],
+    );
+    let mut got = launches(&s);
+    got.sort();
+    assert_eq!(got, [("a1".to_string(), 4), ("b1".to_string(), 4)]);
+    let quota = |guaranteed_gpus, max_gpus| TeamQuota {
+        guaranteed_gpus,
+        max_gpus,
+        lend_limit: None,
+    };
+    // A maximum below the guarantee: refused, naming the field; nothing changes.
+    let bad = Input::Teams {
+        teams: vec![("a".into(), quota(4, 2))],
+        fair_share: None,
+    };
+    let s = step(&mut a, 10.0, vec![bad]);
+    let refused = s.refusals[0].as_ref().map(ToString::to_string);
+    assert!(
+        refused
+            .as_deref()
+            .is_some_and(|r| r.contains("teams.a.max_gpus")),
+        "{refused:?}"
+    );
+    assert!(s.actions.is_empty(), "{:?}", s.actions);
+    // Team a may now hold two GPUs at most: a1 is shrunk in the decision the change makes, and
+    // b1 grows into what a1 gives up.
+    let tighter = Input::Teams {
+        teams: vec![("a".into(), quota(2, 2)), ("b".into(), quota(4, 8))],
+        fair_share: None,
+    };
+    let s = a.handle(20.0, vec![tighter]);
+    assert_eq!(s.refusals, [None]);
+    let stopped: Vec<&str> = s
+        .actions
+        .iter()
+        .filter_map(|x| match x {
+            Action::Stop { id, .. } => Some(id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stopped, ["a1", "b1"], "{:?}", s.actions);
+    let planned: Vec<(String, u32)> = ["a1", "b1"]
+        .iter()
+        .map(|id| {
+            let (r, _) = a.job(id).unwrap();
+            let next = r
+                .launch
+                .as_ref()
+                .unwrap()
+                .stop
+                .as_ref()
+                .unwrap()
+                .next
+                .clone();
+            (id.to_string(), next.unwrap().gpus)
+        })
+        .collect();
+    assert_eq!(planned, [("a1".to_string(), 2), ("b1".to_string(), 6)]);
+    let decided = a.last_decision().unwrap();
+    assert_eq!(decided.trigger, dlscale_autoscaler::Trigger::Teams);
+    assert_eq!(a.config().teams.as_ref().unwrap().quotas()[0].max_gpus, 2);
+}

@@ -21,7 +21,7 @@ use serde_json::Value;
 use crate::input_error;
 
 /// `dlscale serve`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// TOML configuration file (keys documented in the README).
     #[arg(long)]
@@ -182,6 +182,18 @@ pub(crate) fn classify(e: anyhow::Error) -> anyhow::Error {
 
 /// `dlscale serve`.
 pub fn run_serve(args: &ServeArgs) -> Result<()> {
+    let config = read_server_config(args)?;
+    dlscale_server::init_logging();
+    // SIGHUP reads the same file, with the same overrides, again.
+    let args = args.clone();
+    let reread: dlscale_server::Reread = Box::new(move || read_server_config(&args));
+    runtime()?.block_on(dlscale_server::serve(config, Some(reread)))
+}
+
+/// The configuration `args` give: the file (if one), the options that override it and
+/// `DLSCALE_TOKEN`. A bad value is in the file, or in an option that overrides it: the error
+/// says which.
+fn read_server_config(args: &ServeArgs) -> Result<ServerConfig> {
     let mut file = match &args.config {
         Some(path) => ConfigFile::load(path).map_err(input_error)?,
         None => ConfigFile::default(),
@@ -204,8 +216,7 @@ pub fn run_serve(args: &ServeArgs) -> Result<()> {
         ("data_dir", args.data_dir.is_some()),
         ("torchrun", args.torchrun.is_some()),
     ];
-    // A bad value is in the file, or in an option that overrides it: say which.
-    let config = ServerConfig::resolve(file, std::env::var("DLSCALE_TOKEN").ok()).map_err(|e| {
+    ServerConfig::resolve(file, std::env::var("DLSCALE_TOKEN").ok()).map_err(|e| {
         let message = e.to_string();
         let option = overridden
             .iter()
@@ -216,9 +227,7 @@ pub fn run_serve(args: &ServeArgs) -> Result<()> {
             (Some(path), None) => e.context(path.display().to_string()),
             (None, None) => e,
         })
-    })?;
-    dlscale_server::init_logging();
-    runtime()?.block_on(dlscale_server::serve(config))
+    })
 }
 
 /// A job file read for `dlscale submit`.

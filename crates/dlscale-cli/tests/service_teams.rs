@@ -131,3 +131,99 @@ async fn a_teams_lent_gpus_come_back_when_it_submits_and_only_its_users_change_i
         );
     }
 }
+
+/// SIGHUP reloads the configuration without a restart: a new user's token is taken and a
+/// removed user's refused, a team's new maximum shrinks its job in the decision it makes, and a
+/// configuration that does not hold together changes nothing and says why in the log.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reloaded_configuration_changes_users_and_quotas_without_a_restart() {
+    let (alice, alice_hash) = new_token("alice").unwrap();
+    let (bob, bob_hash) = new_token("bob").unwrap();
+    let config = |max_a: u32, users: &str| {
+        format!(
+            "slots = 4\ncooldown_s = 0\ninterval_s = 0.5\ngrace_s = {GRACE_S}\n\
+             [teams.a]\nguaranteed_gpus = 2\nmax_gpus = {max_a}\n[teams.b]\nguaranteed_gpus = 2\n{users}"
+        )
+    };
+    let alice_in_a = format!("[users.alice]\nteam = \"a\"\ntoken_hash = \"{alice_hash}\"\n");
+    let bob_in_b = format!("[users.bob]\nteam = \"b\"\ntoken_hash = \"{bob_hash}\"\n");
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &config(4, &alice_in_a)).await;
+    let url = format!("http://127.0.0.1:{}", server.port);
+    let as_user = |token: &str| ApiClient::new(&url, Some(token.to_string())).unwrap();
+    let (alice, bob) = (as_user(&alice), as_user(&bob));
+    let status = |client: &ApiClient| {
+        let client = client.clone();
+        async move {
+            let (status, _) = client.send(Method::GET, "/v1/jobs", None).await.unwrap();
+            status.as_u16()
+        }
+    };
+    assert_eq!((status(&alice).await, status(&bob).await), (200, 401));
+    // a1 takes all four GPUs: two of a's, two borrowed from idle b.
+    let (code, body) = alice
+        .send(
+            Method::POST,
+            "/v1/jobs",
+            Some(serde_json::to_vec(&job("a1", 100_000)).unwrap()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(code.as_u16(), 201, "{}", String::from_utf8_lossy(&body));
+    server
+        .wait_job("a1", 20.0, "a1 on four GPUs", |j| {
+            j.state == JobStatus::Running && j.gpus == 4
+        })
+        .await;
+
+    // Bob is added, alice removed, and team a may hold two GPUs at most.
+    server.reload(&config(2, &bob_in_b));
+    service_support::wait_until(10.0, "bob's token taken", || async {
+        status(&bob).await == 200
+    })
+    .await;
+    assert_eq!(status(&alice).await, 401);
+    let a1 = server
+        .wait_job("a1", 10.0 + GRACE_S, "a1 shrunk to a's new maximum", |j| {
+            j.state == JobStatus::Running && j.gpus == 2
+        })
+        .await;
+    assert!(a1.attempt >= 2, "{a1:?}");
+    let (_, teams) = server.json(Method::GET, "/v1/teams", None).await;
+    assert_eq!(teams[0]["team"], "a", "{teams}");
+    assert_eq!(teams[0]["max_gpus"], 2, "{teams}");
+    assert!(
+        server
+            .log()
+            .contains("configuration reloaded: teams: a guaranteed 2"),
+        "{}",
+        server.log()
+    );
+
+    // Guarantees beyond the cluster: refused, nothing changes, the log says why.
+    let too_much = config(4, &bob_in_b).replace(
+        "[teams.a]\nguaranteed_gpus = 2",
+        "[teams.a]\nguaranteed_gpus = 3",
+    );
+    server.reload(&too_much);
+    service_support::wait_until(10.0, "the refusal in the log", || async {
+        server.log().contains("configuration not reloaded")
+    })
+    .await;
+    assert!(
+        server
+            .log()
+            .contains("the guarantees add up to 5 GPUs, more than the 4"),
+        "{}",
+        server.log()
+    );
+    let (_, teams) = server.json(Method::GET, "/v1/teams", None).await;
+    assert_eq!(
+        (&teams[0]["guaranteed_gpus"], &teams[0]["max_gpus"]),
+        (&json!(2), &json!(2)),
+        "{teams}"
+    );
+    assert_eq!(status(&bob).await, 200);
+    server.cancel("a1").await;
+    service_support::assert_replays(&server);
+}

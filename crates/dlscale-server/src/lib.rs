@@ -26,6 +26,7 @@ pub mod executor;
 pub mod fault;
 pub mod metrics;
 pub mod profile;
+pub mod reload;
 pub mod replay;
 pub mod service;
 pub mod spec;
@@ -138,9 +139,13 @@ pub async fn start_with(
     service::start(config, token, store, executor, reports_rx).await
 }
 
+/// Reads the configuration again, as at the start (the file and the command line's overrides).
+pub type Reread = Box<dyn Fn() -> Result<ServerConfig> + Send + Sync>;
+
 /// Runs the service until SIGINT or SIGTERM. Jobs keep running when the server stops; the next
-/// start finds them again.
-pub async fn serve(config: ServerConfig) -> Result<()> {
+/// start finds them again. On SIGHUP, `reread` reads the configuration again and
+/// [`reload::reload`] applies what can change without a restart.
+pub async fn serve(config: ServerConfig, reread: Option<Reread>) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -155,6 +160,9 @@ pub async fn serve(config: ServerConfig) -> Result<()> {
         view.topology.total(),
         view.topology.nodes.len()
     );
+    if let Some(reread) = reread {
+        tokio::spawn(reload_on_hangup(Arc::clone(&service), reread));
+    }
     let app = api::router(service).into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
@@ -162,6 +170,29 @@ pub async fn serve(config: ServerConfig) -> Result<()> {
         .context("HTTP server failed")?;
     tracing::info!("dlscale stopped; running jobs continue and are found again at the next start");
     Ok(())
+}
+
+/// Reloads the configuration at every SIGHUP; what it changed, or why it did not, goes to the
+/// log.
+async fn reload_on_hangup(service: Arc<Service>, reread: Reread) {
+    let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+    else {
+        tracing::error!("cannot listen for SIGHUP: the configuration is read at the start only");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        let outcome = match reread() {
+            Ok(config) => reload::reload(&service, config).await,
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(changes) if changes.is_empty() => {
+                tracing::info!("configuration reloaded: nothing changed")
+            }
+            Ok(changes) => tracing::info!("configuration reloaded: {}", changes.join("; ")),
+            Err(e) => tracing::error!("configuration not reloaded: {e:#}"),
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -87,7 +87,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// The text exposition of every metric, with per-job gauges from `view`.
-    pub fn render(&self, view: &View, teams: Option<&Teams>) -> String {
+    pub fn render(&self, view: &View) -> String {
         let mut registry = <Registry>::with_prefix("dlscale");
         registry.register(
             "decision_seconds",
@@ -171,7 +171,7 @@ impl Metrics {
         );
         registry.register("job_step", "Step a job reported last", job_step);
         registry.register("job_restarts", "Relaunches of a job", job_restarts);
-        if let Some(teams) = teams {
+        if let Some(teams) = &view.teams {
             register_teams(&mut registry, view, teams);
         }
         let mut out = String::new();

@@ -23,7 +23,7 @@ use dlscale_autoscaler::{
     Action, Autoscaler, DecisionInputs, DecisionRecord, Event, Explanation, Input, JobRecord,
     LaunchState, ModelSource, Observation, Outcome, Refusal, Step, Target,
 };
-use dlscale_core::allocator::TeamUsage;
+use dlscale_core::allocator::{FairShare, TeamUsage, Teams};
 use dlscale_core::placement::Topology;
 use dlscale_core::throughput::{throughput_samples_per_s, AnalyticModel};
 use dlscale_core::Job;
@@ -36,6 +36,7 @@ use crate::fault;
 use crate::metrics::Metrics;
 use crate::spec::JobSpec;
 use crate::store::{Batch, NewJob, Profile, Received, RecordedInput, Store, WriteError};
+use crate::users::Users;
 
 /// A live job as API reads see it.
 #[derive(Debug, Clone)]
@@ -90,6 +91,10 @@ pub struct View {
     pub batches: u64,
     /// The teams' decayed usage, with fair share between teams.
     pub team_usage: Option<TeamUsage>,
+    /// The teams and their quotas now (the configuration's, or a reload's).
+    pub teams: Option<Teams>,
+    /// Fair share between the teams now.
+    pub fair_share: Option<FairShare>,
 }
 
 impl View {
@@ -177,6 +182,8 @@ pub struct Service {
     /// The metrics registry.
     pub metrics: Metrics,
     admin_token: String,
+    /// The users now: the configuration's until a reload replaces them.
+    users: std::sync::RwLock<Arc<Users>>,
     requests: mpsc::UnboundedSender<Request>,
     view: watch::Receiver<Arc<View>>,
     /// Why the database cannot be written, while it cannot.
@@ -202,6 +209,16 @@ impl Service {
     /// The admin token.
     pub fn admin_token(&self) -> &str {
         &self.admin_token
+    }
+
+    /// The users now (the configuration's, or a reload's: [`crate::reload`]).
+    pub fn users(&self) -> Arc<Users> {
+        Arc::clone(&self.users.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Replaces the users (a reloaded configuration's).
+    pub fn set_users(&self, users: Arc<Users>) {
+        *self.users.write().unwrap_or_else(|e| e.into_inner()) = users;
     }
 
     /// The last committed view.
@@ -400,6 +417,8 @@ pub async fn start(
         nodes: capacity.nodes.clone(),
         at_s: at,
         team_usage: autoscaler.team_usage().cloned(),
+        teams: autoscaler.config().teams.clone(),
+        fair_share: autoscaler.config().fair_share,
         ..View::default()
     };
     for r in autoscaler.live() {
@@ -420,6 +439,7 @@ pub async fn start(
     let (requests_tx, requests_rx) = mpsc::unbounded_channel();
     let (publish, view_rx) = watch::channel(Arc::new(view.clone()));
     let service = Arc::new(Service {
+        users: std::sync::RwLock::new(Arc::clone(&config.users)),
         config,
         store,
         executor,
@@ -734,6 +754,11 @@ impl Driver {
         }
         view.last_decision = self.autoscaler.last_decision().cloned();
         view.team_usage = self.autoscaler.team_usage().cloned();
+        let config = self.autoscaler.config();
+        if view.teams != config.teams || view.fair_share != config.fair_share {
+            view.teams = config.teams.clone();
+            view.fair_share = config.fair_share;
+        }
         if decided {
             if let Some(d) = &view.last_decision {
                 let mut recent = view.decisions.as_ref().clone();

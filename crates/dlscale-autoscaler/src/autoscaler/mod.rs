@@ -204,10 +204,7 @@ impl Autoscaler {
             family_fits: BTreeMap::new(),
             team_usage: None,
         };
-        a.team_usage = match (&a.config.teams, &a.config.fair_share) {
-            (Some(teams), Some(_)) => Some(TeamUsage::new(teams.names().len(), 0.0)),
-            _ => None,
-        };
+        a.team_usage = a.fresh_team_usage(0.0);
         a.set_topology(topology);
         a
     }
@@ -579,6 +576,7 @@ impl Autoscaler {
                 }
                 None
             }
+            Input::Teams { teams, fair_share } => self.set_teams(now, teams, fair_share).err(),
             Input::Tick => None,
             Input::Restarted => {
                 // What a fresh start knows: the records; not the plan, not the policy's caches.

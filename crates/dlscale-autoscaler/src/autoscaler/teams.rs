@@ -10,11 +10,12 @@
 
 use std::collections::BTreeMap;
 
-use dlscale_core::allocator::{largest_reachable, TeamUsage, Teams};
+use dlscale_core::allocator::{largest_reachable, FairShare, TeamQuota, TeamUsage, Teams};
 use dlscale_core::{Cluster, GpuCount, Job, Policy};
 
 use super::Autoscaler;
 use crate::explain::Explored;
+use crate::output::{Refusal, Trigger};
 
 impl Autoscaler {
     /// Brings the teams' decayed usage up to `now` (with fair share): since the last step, each
@@ -35,6 +36,53 @@ impl Autoscaler {
             }
         }
         usage.advance(fair, now, &held);
+    }
+
+    /// No usage yet, as of `at_s`, for the configured teams (`None`: no fair share).
+    pub(super) fn fresh_team_usage(&self, at_s: f64) -> Option<TeamUsage> {
+        match (&self.config.teams, &self.config.fair_share) {
+            (Some(teams), Some(_)) => Some(TeamUsage::new(teams.names().len(), at_s)),
+            _ => None,
+        }
+    }
+
+    /// New teams and quotas ([`crate::Input::Teams`]): a team that stays keeps its usage,
+    /// a new one starts from none; a decision is due. Quotas that do not hold together are
+    /// refused, and the teams stay as they were.
+    pub(super) fn set_teams(
+        &mut self,
+        now: f64,
+        named: Vec<(String, TeamQuota)>,
+        fair_share: Option<FairShare>,
+    ) -> Result<(), Refusal> {
+        // The guarantees were checked against the cluster by the shell, as a replay's recorded
+        // configuration is.
+        let teams = match named.is_empty() {
+            true => None,
+            false => Some(
+                Teams::new(named, GpuCount::MAX)
+                    .map_err(|e| Refusal::InvalidTeams(e.to_string()))?,
+            ),
+        };
+        if teams == self.config.teams && fair_share == self.config.fair_share {
+            return Ok(());
+        }
+        self.account_team_usage(now);
+        let before = self.team_usage.take().zip(self.config.teams.take());
+        self.config.teams = teams;
+        self.config.fair_share = fair_share;
+        self.team_usage = self.fresh_team_usage(now);
+        if let (Some(usage), Some(teams), Some((old, old_teams))) =
+            (self.team_usage.as_mut(), &self.config.teams, before)
+        {
+            for (name, used) in old_teams.names().iter().zip(&old.decayed_gpu_s) {
+                if let Some(t) = teams.find(name) {
+                    usage.decayed_gpu_s[t] = *used;
+                }
+            }
+        }
+        self.due(Trigger::Teams);
+        Ok(())
     }
 
     /// Each job's weight for a decision: its own, times its team's fair-share factor.

@@ -150,6 +150,19 @@ impl Server {
         }
     }
 
+    /// Writes `config` as the server's configuration file and sends it SIGHUP: the running
+    /// server reads it again.
+    #[allow(dead_code)] // not every test binary that shares these helpers reloads
+    pub fn reload(&self, config: &str) {
+        std::fs::write(&self.config, config).unwrap();
+        let pid = self.child.as_ref().expect("the server runs").id();
+        let sent = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -HUP {pid}");
+    }
+
     /// Starts the server again on the same port and data.
     pub async fn restart(&mut self) {
         self.spawn().await;

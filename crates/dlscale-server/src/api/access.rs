@@ -187,7 +187,7 @@ async fn check_token(s: &Service, given: &str, job: Option<&str>) -> Result<Call
     if constant_time_eq(given.as_bytes(), s.admin_token().as_bytes()) {
         return Ok(Caller::Principal(Principal::Admin));
     }
-    if let Some(user) = s.config.users.authenticate(given) {
+    if let Some(user) = s.users().authenticate(given) {
         return Ok(Caller::Principal(Principal::User(user.clone())));
     }
     if let Some(id) = job {

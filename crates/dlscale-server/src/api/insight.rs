@@ -58,11 +58,11 @@ pub(super) async fn usage(
 
 /// `GET /v1/teams`: where each team stands now (none without teams).
 pub(super) async fn teams(State(s): State<AppState>) -> Json<Vec<TeamView>> {
+    let view = s.view();
     Json(
-        s.config
-            .teams
+        view.teams
             .as_ref()
-            .map_or_else(Vec::new, |teams| team_views(&s.view(), teams)),
+            .map_or_else(Vec::new, |teams| team_views(&view, teams)),
     )
 }
 

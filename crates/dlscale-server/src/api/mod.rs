@@ -454,7 +454,7 @@ async fn prometheus(State(s): State<AppState>) -> Response {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        s.metrics.render(&s.view(), s.config.teams.as_ref()),
+        s.metrics.render(&s.view()),
     )
         .into_response()
 }

@@ -51,7 +51,7 @@ fn check_team(s: &Service, spec: &JobSpec) -> Result<(), ApiError> {
     let Some(team) = &spec.entry.team else {
         return Ok(());
     };
-    let why = match &s.config.teams {
+    let why = match &s.view().teams {
         None => "this server has no teams configured ([teams] in its configuration)".to_string(),
         Some(teams) if teams.find(team).is_none() => {
             let known: Vec<&str> = teams.names().iter().map(|n| &**n).collect();

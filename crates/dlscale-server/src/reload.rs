@@ -1,0 +1,93 @@
+//! A reloaded configuration (SIGHUP, `systemctl reload`): the users and their tokens, the
+//! teams and their quotas and fair share take effect at once, without a restart; any other
+//! setting that changed is named, and waits for the next start. The new teams reach the
+//! autoscaler as an input ([`dlscale_autoscaler::Input::Teams`]), so the input log records them
+//! and a replay decides as the service did.
+
+use std::collections::BTreeMap;
+
+use anyhow::{anyhow, ensure, Result};
+use dlscale_autoscaler::Input;
+use dlscale_core::allocator::Teams;
+
+use crate::config::ServerConfig;
+use crate::service::Service;
+
+/// What a reload changed, in words, one line each.
+pub type Changes = Vec<String>;
+
+/// Applies `new` (the configuration file read again, resolved) to the running `service`:
+/// users at once, teams through the driver (committed before this returns). Refused, changing
+/// nothing, when the guarantees exceed the GPUs the service has now.
+pub async fn reload(service: &Service, new: ServerConfig) -> Result<Changes> {
+    let view = service.view();
+    let gpus = view.topology.total();
+    if let Some(teams) = &new.teams {
+        let guaranteed: u64 = teams
+            .quotas()
+            .iter()
+            .map(|q| u64::from(q.guaranteed_gpus))
+            .sum();
+        ensure!(
+            guaranteed <= u64::from(gpus),
+            "teams: the guarantees add up to {guaranteed} GPUs, more than the {gpus} the \
+             cluster has now; nothing was reloaded"
+        );
+    }
+    let mut changes = Changes::new();
+    let old = &service.config;
+    let (old_teams, new_teams) = (view.teams.as_ref(), new.teams.as_ref());
+    if old_teams != new_teams || view.fair_share != new.fair_share {
+        let named = |t: Option<&Teams>| t.map_or_else(Vec::new, Teams::named);
+        let input = Input::Teams {
+            teams: named(new_teams),
+            fair_share: new.fair_share,
+        };
+        let refusals = service
+            .request(vec![input], Vec::new(), BTreeMap::new())
+            .await
+            .map_err(|e| anyhow!("{e}"))?;
+        if let Some(Some(why)) = refusals.first() {
+            return Err(anyhow!("{why}; nothing was reloaded"));
+        }
+        changes.push(describe_teams(new_teams, &new));
+    }
+    if !service.users().all().eq(new.users.all()) {
+        let names: Vec<&str> = new.users.all().map(|u| u.name.as_str()).collect();
+        changes.push(match names.is_empty() {
+            true => "users: none (only the admin token)".into(),
+            false => format!("users: {}", names.join(", ")),
+        });
+        service.set_users(new.users.clone());
+    }
+    // Every other setting is read at the start only.
+    let mut unchanged = new;
+    unchanged.users = old.users.clone();
+    unchanged.teams = old.teams.clone();
+    unchanged.fair_share = old.fair_share;
+    if format!("{unchanged:?}") != format!("{old:?}") {
+        changes.push(
+            "settings other than [users], [teams] and fair_share_half_life_s changed: they take \
+             effect at the next start"
+                .into(),
+        );
+    }
+    Ok(changes)
+}
+
+/// The teams now, in words.
+fn describe_teams(teams: Option<&Teams>, config: &ServerConfig) -> String {
+    let Some(teams) = teams else {
+        return "teams: none".into();
+    };
+    let each: Vec<String> = teams
+        .named()
+        .into_iter()
+        .map(|(name, q)| format!("{name} guaranteed {}", q.guaranteed_gpus))
+        .collect();
+    let fair = match config.fair_share {
+        Some(f) => format!("fair share half-life {} s", f.half_life_s),
+        None => "no fair share".into(),
+    };
+    format!("teams: {}; {fair}", each.join(", "))
+}
