@@ -74,6 +74,14 @@ fn teams_report(workload: &Workload, config: &SimConfig, summaries: &[Summary]) 
          workload's GPU time and may borrow the whole cluster. Every run knew the same: the \
          trace's jobs as the mapping rules make them.\n\n",
     );
+    let _ = writeln!(
+        out,
+        "Fair share between the teams (runs with quotas): {}.\n",
+        match config.fair_share {
+            Some(f) => format!("past usage's half-life {:.0} s", f.half_life_s),
+            None => "off".to_string(),
+        }
+    );
     for ((label, _, _), s) in RUNS.iter().zip(summaries) {
         let _ = write!(
             out,
