@@ -83,11 +83,13 @@ if job.is_chief:
           f"total_steps={args.total_steps}", flush=True)
 ddp = nn.parallel.DistributedDataParallel(model) if distributed else model
 loss_fn = nn.CrossEntropyLoss()
-# One worker measures noise from two micro-batches per step, several from DDP's all-reduce.
-# The two halves of an odd batch differ by one sample; the probe weighs them exactly. A batch of
-# one sample is one backward pass, which measures nothing (the probe skips such steps).
+# Each step runs in DLSCALE_ACCUM_STEPS micro-batches (what fits a GPU). One worker measures
+# noise from at least two micro-batches per step, several from DDP's all-reduce. The two halves
+# of an odd batch differ by one sample; the probe weighs them exactly. A batch of one sample is
+# one backward pass, which measures nothing (the probe skips such steps).
 def micro_batches_for(local_batch: int) -> int:
-    return 2 if args.measure_noise and not distributed and local_batch >= 2 else 1
+    noise = 2 if args.measure_noise and not distributed and local_batch >= 2 else 1
+    return max(job.alloc.accum_steps, noise)
 
 
 micro_batches = micro_batches_for(job.local_batch_size)
@@ -100,8 +102,8 @@ while job.step < args.total_steps:
     idx = torch.tensor(sampler.local_indices(job.samples_seen, job.local_batch_size, job.rank))
     optimizer.zero_grad(set_to_none=True)
     loss = 0.0
-    for part in idx.chunk(micro_batches):
-        part_loss = loss_fn(ddp(X[part]), y[part]) * (len(part) / len(idx))
+    for (inputs, targets), weight in job.micro_batches((X[idx], y[idx]), ddp, parts=micro_batches):
+        part_loss = loss_fn(ddp(inputs), targets) * weight
         part_loss.backward()
         loss = loss + part_loss.detach()
     optimizer.step()

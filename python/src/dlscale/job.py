@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Mapping, NoReturn, Optional
+from typing import Any, Dict, Iterator, List, Mapping, NoReturn, Optional, Tuple
 
 from .checkpoint import (
     FORMAT_VERSION,
@@ -320,6 +320,30 @@ class Job:
         return path
 
     # -- the loop --------------------------------------------------------------------------
+    def micro_batches(self, batch: Any, model: Any = None, parts: Optional[int] = None) -> Iterator[Tuple[Any, float]]:
+        """Gradient accumulation done for you: this worker's ``batch`` (a tensor, or a tuple,
+        list or dict of tensors, split along their first dimension) as ``parts`` micro-batches
+        (default ``DLSCALE_ACCUM_STEPS``: what the server sized so that each fits the GPU) of
+        ``ceil(n / parts)`` samples, the last possibly smaller. Yields ``(micro, weight)``;
+        ``weight`` is the micro-batch's share of the batch, so ``(loss(micro) * weight).backward()``
+        for each gives the gradient of the whole batch's mean loss, as one pass would. With a
+        DistributedDataParallel ``model`` every micro-batch but the last runs in its
+        ``no_sync()``: the gradients are all-reduced once per step."""
+        k = self.alloc.accum_steps if parts is None else int(parts)
+        if k < 1:
+            raise ValueError("parts must be >= 1")
+        n = _batch_len(batch)
+        size = max(1, -(-n // k))
+        bounds = [(lo, min(lo + size, n)) for lo in range(0, n, size)]
+        no_sync = getattr(model, "no_sync", None)
+        for j, (lo, hi) in enumerate(bounds):
+            micro, weight = _batch_slice(batch, lo, hi), (hi - lo) / n
+            if no_sync is not None and j < len(bounds) - 1:
+                with no_sync():
+                    yield micro, weight
+            else:
+                yield micro, weight
+
     def _reset_window(self) -> None:
         self._win_t0 = time.monotonic()
         self._win_steps = 0
@@ -464,6 +488,27 @@ class Job:
             # chief still reports the completion, and the chief's own teardown can then abort
             # (seen as SIGABRT on a loaded machine), failing a job that finished.
             dist.barrier()
+
+
+def _batch_len(batch: Any) -> int:
+    """Samples in ``batch``: the first dimension of its (first) tensor."""
+    if isinstance(batch, dict):
+        batch = next(iter(batch.values()))
+    elif isinstance(batch, (tuple, list)):
+        batch = batch[0]
+    n = len(batch)
+    if n < 1:
+        raise ValueError("an empty batch has no micro-batches")
+    return n
+
+
+def _batch_slice(batch: Any, lo: int, hi: int) -> Any:
+    """Samples ``[lo, hi)`` of every tensor in ``batch``, in the same structure."""
+    if isinstance(batch, dict):
+        return {k: _batch_slice(v, lo, hi) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_batch_slice(v, lo, hi) for v in batch)
+    return batch[lo:hi]
 
 
 def _all_reduce_max(values: List[int]) -> List[int]:

@@ -1,0 +1,70 @@
+"""Gradient accumulation done by the library: ``job.micro_batches`` splits this worker's batch
+into ``DLSCALE_ACCUM_STEPS`` micro-batches, none larger than ``ceil(b / K)`` (what the server
+sized to fit the GPU), and the update equals the one-pass update; with DDP every micro-batch but
+the last runs in ``no_sync()``."""
+import contextlib
+
+from conftest import require
+
+torch = require("torch")
+
+from dlscale import Allocation, Job  # noqa: E402
+
+
+def job_with(local_batch, accum_steps):
+    alloc = Allocation(job_id="a", rank=0, local_rank=0, world_size=1, local_batch_size=local_batch,
+                       batch_size=local_batch, checkpoint_dir=None, api=None, token=None,
+                       accum_steps=accum_steps)
+    return Job(alloc, install_signals=False)
+
+
+def gradient(model, batches):
+    model.zero_grad(set_to_none=True)
+    for (x, y), weight in batches:
+        (torch.nn.functional.mse_loss(model(x), y) * weight).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_micro_batches_fit_and_their_update_is_the_one_pass_update():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2))
+    for local_batch, accum in [(12, 4), (10, 4), (7, 3), (5, 1), (3, 5)]:
+        job = job_with(local_batch, accum)
+        x, y = torch.randn(local_batch, 5), torch.randn(local_batch, 2)
+        micro = list(job.micro_batches((x, y)))
+        sizes = [len(m[0]) for m, _ in micro]
+        assert max(sizes) <= job.alloc.micro_batch_size, (local_batch, accum, sizes)
+        assert sum(sizes) == local_batch and len(micro) == min(accum, local_batch)
+        assert abs(sum(w for _, w in micro) - 1.0) < 1e-12
+        one_pass = gradient(model, [((x, y), 1.0)])
+        accumulated = gradient(model, micro)
+        for a, b in zip(one_pass, accumulated):
+            assert torch.allclose(a, b, atol=1e-6), (local_batch, accum)
+
+
+def test_structures_keep_their_shape_and_parts_can_be_asked_for():
+    job = job_with(6, 2)
+    batch = {"input_ids": torch.arange(12).reshape(6, 2), "labels": [torch.arange(6), torch.ones(6)]}
+    parts = list(job.micro_batches(batch))
+    assert [p["input_ids"].shape[0] for p, _ in parts] == [3, 3]
+    assert isinstance(parts[0][0]["labels"], list)
+    assert torch.equal(parts[1][0]["labels"][0], torch.tensor([3, 4, 5]))
+    assert len(list(job.micro_batches(torch.zeros(6, 1), parts=3))) == 3
+
+
+def test_with_ddp_only_the_last_micro_batch_all_reduces():
+    class Wrapped:
+        def __init__(self):
+            self.inside = False
+            self.seen = []
+
+        @contextlib.contextmanager
+        def no_sync(self):
+            self.inside = True
+            yield
+            self.inside = False
+
+    model = Wrapped()
+    for _ in job_with(8, 4).micro_batches(torch.zeros(8, 1), model):
+        model.seen.append(model.inside)  # the backward pass would run here
+    assert model.seen == [True, True, True, False]
