@@ -6,12 +6,13 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{anyhow, ensure, Result};
+use anyhow::{anyhow, Result};
 use dlscale_autoscaler::Input;
 use dlscale_core::allocator::Teams;
 
 use crate::config::ServerConfig;
 use crate::service::Service;
+use crate::teams::ensure_guarantees_fit;
 
 /// What a reload changed, in words, one line each.
 pub type Changes = Vec<String>;
@@ -21,18 +22,9 @@ pub type Changes = Vec<String>;
 /// nothing, when the guarantees exceed the GPUs the service has now.
 pub async fn reload(service: &Service, new: ServerConfig) -> Result<Changes> {
     let view = service.view();
-    let gpus = view.topology.total();
     if let Some(teams) = &new.teams {
-        let guaranteed: u64 = teams
-            .quotas()
-            .iter()
-            .map(|q| u64::from(q.guaranteed_gpus))
-            .sum();
-        ensure!(
-            guaranteed <= u64::from(gpus),
-            "teams: the guarantees add up to {guaranteed} GPUs, more than the {gpus} the \
-             cluster has now; nothing was reloaded"
-        );
+        let offered_by = "the cluster has now; nothing was reloaded";
+        ensure_guarantees_fit(teams, view.topology.total(), offered_by)?;
     }
     let mut changes = Changes::new();
     let old = &service.config;

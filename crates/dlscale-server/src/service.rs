@@ -337,18 +337,8 @@ pub async fn start(
         .await
         .with_context(|| format!("cannot read the cluster ({} executor)", executor.name()))?;
     if let Some(teams) = &config.teams {
-        let guaranteed: u64 = teams
-            .quotas()
-            .iter()
-            .map(|q| u64::from(q.guaranteed_gpus))
-            .sum();
-        let gpus = capacity.topology.total();
-        anyhow::ensure!(
-            guaranteed <= u64::from(gpus),
-            "teams: the guarantees add up to {guaranteed} GPUs, more than the {gpus} the {} \
-             executor offers",
-            executor.name()
-        );
+        let offered_by = format!("the {} executor offers", executor.name());
+        crate::teams::ensure_guarantees_fit(teams, capacity.topology.total(), &offered_by)?;
     }
     let (stored, next_seq) = store.live_jobs().await?;
     let clock = Arc::clone(&executor.ctx().clock);

@@ -10,6 +10,25 @@ use dlscale_core::GpuCount;
 
 use crate::service::View;
 
+/// Refuses teams whose guarantees add up to more than `gpus`, the GPUs the cluster has
+/// (`offered_by` says whose they are, and what follows).
+pub fn ensure_guarantees_fit(
+    teams: &Teams,
+    gpus: GpuCount,
+    offered_by: &str,
+) -> anyhow::Result<()> {
+    let guaranteed: u64 = teams
+        .quotas()
+        .iter()
+        .map(|q| u64::from(q.guaranteed_gpus))
+        .sum();
+    anyhow::ensure!(
+        guaranteed <= u64::from(gpus),
+        "teams: the guarantees add up to {guaranteed} GPUs, more than the {gpus} {offered_by}"
+    );
+    Ok(())
+}
+
 /// One team now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TeamView {

@@ -152,19 +152,24 @@ async fn a_cancelled_job_is_stopped_and_its_gpus_go_to_the_next() {
     assert_eq!(running_now, ["next"]);
 }
 
+/// Teams a and b, four guaranteed GPUs each.
+fn two_teams_of_four() -> std::collections::BTreeMap<String, dlscale_server::config::TeamFile> {
+    let team = || dlscale_server::config::TeamFile {
+        guaranteed_gpus: Some(4),
+        ..Default::default()
+    };
+    [("a".into(), team()), ("b".into(), team())].into()
+}
+
 /// Two teams of four guaranteed GPUs on eight: team a idle lends its four to b; when a submits,
 /// b's borrowed GPUs come back at once (b is stopped and relaunched on its own four), with no
 /// clock advanced. A team the server does not know is refused, naming the field.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_idle_teams_gpus_are_lent_and_come_back_when_it_submits() {
-    let team = |guaranteed| dlscale_server::config::TeamFile {
-        guaranteed_gpus: Some(guaranteed),
-        ..Default::default()
-    };
     let (_dir, h) = harness(ConfigFile {
         slots: Some(8),
         cooldown_s: Some(600.0),
-        teams: Some([("a".into(), team(4)), ("b".into(), team(4))].into()),
+        teams: Some(two_teams_of_four()),
         ..ConfigFile::default()
     })
     .await;
@@ -293,13 +298,9 @@ async fn usage_is_the_gpu_seconds_the_launches_held() {
 /// cluster for half an hour of a one-hour half-life counts less than one that used nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn fair_share_weighs_the_usage_the_accounting_records() {
-    let team = |guaranteed| dlscale_server::config::TeamFile {
-        guaranteed_gpus: Some(guaranteed),
-        ..Default::default()
-    };
     let (_dir, h) = harness(ConfigFile {
         slots: Some(8),
-        teams: Some([("a".into(), team(4)), ("b".into(), team(4))].into()),
+        teams: Some(two_teams_of_four()),
         fair_share_half_life_s: Some(3600.0),
         ..ConfigFile::default()
     })
