@@ -239,16 +239,17 @@ def test_a_job_takes_the_answered_batch_at_the_end_of_a_log_window(metrics_serve
         if i == 9:
             metrics_server.wait_for(2)  # else the step-15 report may supersede the step-10 one
         changed.append(job.rebatched())
-        if job.step == 5:
-            assert job.rebatched() is False, "once per step"
+        if job.step == 10:
+            assert job.rebatched() is False, "once per change"
     job.reporter.close()
-    # Taken right after the step-5 report, then never again (it is the batch it runs).
-    assert changed == [False] * 4 + [True] + [False] * 10
+    # The answer to the step-5 report is taken at the next window's end, then never again (it is
+    # the batch it runs).
+    assert changed == [False] * 9 + [True] + [False] * 5
     assert (job.batch_size, job.local_batch_size, job.alloc.accum_steps) == (48, 48, 3)
-    assert job.samples_seen == 5 * 16 + 10 * 48
+    assert job.samples_seen == 10 * 16 + 5 * 48
     bodies = [b for _, _, b in metrics_server.wait_for(3)]
-    assert [b["batch_size"] for b in bodies] == [16, 48, 48], "each report covers one batch"
-    assert "dlscale: rebatched step=5 batch_size=48 local_batch_size=48 accum_steps=3" in capsys.readouterr().out
+    assert [b["batch_size"] for b in bodies] == [16, 16, 48], "each report covers one batch"
+    assert "dlscale: rebatched step=10 batch_size=48 local_batch_size=48 accum_steps=3" in capsys.readouterr().out
 
 
 def test_a_batch_that_does_not_fit_the_workers_is_refused(metrics_server, capsys):

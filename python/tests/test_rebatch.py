@@ -56,6 +56,7 @@ def test_every_rank_takes_the_answered_batch_at_the_same_step(tmp_path):
         server.close()
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert ranks[0] == ranks[1], ranks
-    assert ranks[0]["taken"] == [[LOG_EVERY, 40, 20, 2]]
-    assert ranks[0]["samples_seen"] == LOG_EVERY * 16 + 5 * LOG_EVERY * 40
+    # The answer to the first window's report is there by the second window's end: taken there.
+    assert ranks[0]["taken"] == [[2 * LOG_EVERY, 40, 20, 2]]
+    assert ranks[0]["samples_seen"] == 2 * LOG_EVERY * 16 + 4 * LOG_EVERY * 40
     assert bodies[0]["batch_size"] == 16 and bodies[-1]["batch_size"] == 40

@@ -1,27 +1,29 @@
 """``Job``: the pieces wired together for a training loop.
 
     job = dlscale.init()                      # env -> Allocation, SIGTERM handler, reporter
-    job.resume(model, optimizer, lr=lr)       # latest checkpoint, if any (all ranks)
+    model, optimizer, scheduler = ...         # the LRs as tuned for global batch 32
+    job.resume(model, optimizer, base_batch=32, scheduler=scheduler, scaler=scaler)  # newest checkpoint
     job.measure_grad_noise(ddp_model, init_batch_size=B0)  # optional: noise scale in reports
+    loader = job.loader(dataset, num_workers=2, pin_memory=True)  # this rank's share, resumable
     while job.step < total_steps:
-        idx = sampler.local_indices(job.samples_seen, job.local_batch_size, job.rank)
-        ... one optimizer step on idx ...
-        job.step_done(loss=loss.item())       # step += 1, samples_seen += batch, log, report
-        if job.should_stop():                 # SIGTERM seen by any rank (collective)
-            job.stop()                        # checkpoint, log, exit(EXIT_STOPPED)
-        if job.rebatched():                   # batch_in_place jobs: the server's new batch
-            set_lr(optimizer, scaled_lr(base_lr, base_batch, job.batch_size))
+        for batch in loader:                  # one pass: to the end of the epoch
+            ... one optimizer step on batch (job.micro_batches for accumulation) ...
+            job.step_done(loss)               # the one call: count, log, report; stop at a
+            if job.step >= total_steps:       # SIGTERM (checkpoint + exit), take a new batch
+                break
     job.finish()                              # final checkpoint, "dlscale: done step=N"
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+import json
 import math
 import os
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Mapping, NoReturn, Optional, Tuple
+from typing import Any, Deque, Dict, Iterator, List, Mapping, NoReturn, Optional, Tuple
 
 from .checkpoint import (
     FORMAT_VERSION,
@@ -32,7 +34,8 @@ from .checkpoint import (
 )
 from .collective import collective_device
 from .env import Allocation, EnvError
-from .lr import set_lr
+from .loader import ElasticLoader, StreamBatches
+from .lr import LrScaling, set_lr
 from .metrics import MetricsReporter, metrics_payload
 from .noise import GradNoiseEstimator, register_ddp_hook, track_micro_batches
 from .stop import EXIT_BAD_ENV, StopFlag, arm_exit_watchdog, install_stop_handler, stop_exit_code
@@ -68,6 +71,22 @@ def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
     if not math.isfinite(value) or value < 0:
         raise EnvError(f"{name}={raw!r} must be a finite number >= 0")
     return value
+
+
+# Seconds between the stop checks of a distributed job's sync points (one all-reduce each):
+# how long after a SIGTERM its ranks stop at most, beside one step and the log window.
+STOP_CHECK_S = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class HandedBatch:
+    """A global batch a loader handed out: at stream ``position``, ``batch_size`` samples, this
+    rank's ``local_batch_size`` of them (their dataset ``indices`` when they are logged)."""
+
+    position: int
+    batch_size: int
+    local_batch_size: int
+    indices: Optional[List[int]]
 
 
 class Job:
@@ -116,7 +135,20 @@ class Job:
         self._grad_init_batch = 0  # B0 of the reports, set by measure_grad_noise()
         self._grad_updates_seen = 0  # grad_noise.updates at the end of the last log window
         self._warned_no_grad = False
-        self._rebatch_checked_step: Optional[int] = None
+        # The state saved beside the model and optimizer: name -> an object with state_dict() and
+        # load_state_dict() (an LR scheduler, a GradScaler, the user's own).
+        self._objects: Dict[str, Any] = {}
+        self._lr_scaling: Optional[LrScaling] = None
+        # Batches a loader handed out and no step has counted yet, oldest first.
+        self._handed: Deque[HandedBatch] = collections.deque()
+        sample_log = env.get("DLSCALE_SAMPLE_LOG", "").strip()
+        self._sample_log = open(f"{sample_log}.rank{self.rank}", "a") if sample_log else None
+        # Distributed jobs agree on a stop at sync points only (one all-reduce, no host sync in
+        # between): at every log window, and in between every STOP_CHECK_S or so.
+        self._next_sync_step = 0
+        self._sync_t0 = time.monotonic()
+        self._sync_step0 = 0
+        self._rebatched = False  # the batch changed at the last step_done(), not yet asked for
         self._reset_window()
 
     # -- allocation shortcuts ------------------------------------------------------------
@@ -213,22 +245,51 @@ class Job:
             self.grad_noise.sync()
 
     # -- resume / checkpoint ------------------------------------------------------------
-    def resume(self, model: Any, optimizer: Any = None, lr: Optional[float] = None) -> bool:
-        """Load the newest checkpoint into ``model``/``optimizer`` (every rank), restore step,
-        samples_seen, RNG and ``extra``. ``lr`` (the LR scaled for *this* allocation) is set
-        on the optimizer afterwards, since the saved optimizer state carries the old one.
-        Remembers model/optimizer for ``checkpoint()``/``stop()``/``finish()``. Collective with
-        torch.distributed initialized: every rank calls it; when one rank fails to load, it
-        raises that error and the others ``RuntimeError``, as they do when the ranks resumed at
-        different steps (they would otherwise wait in collectives that never come)."""
-        self._model, self._optimizer = model, optimizer
+    def resume(self, model: Any, optimizer: Any = None, lr: Optional[float] = None, *,
+               base_batch: Optional[int] = None, lr_rule: str = "linear", scheduler: Any = None,
+               **objects: Any) -> bool:
+        """Load the newest checkpoint into ``model``/``optimizer`` and the other stateful objects
+        (every rank), restore step, samples_seen, RNG and ``extra``. Remembers them all for
+        ``checkpoint()``/``stop()``/``finish()``.
+
+        * ``scheduler`` (an LR scheduler) and ``**objects`` (a ``GradScaler``, the user's own:
+          anything with ``state_dict()``/``load_state_dict()``, torch's ``Stateful``) are saved
+          in every checkpoint under their names and restored from it.
+        * ``base_batch``: the global batch the optimizer's learning rates (as built) were tuned
+          for. dlscale then keeps them scaled for the job's batch by ``lr_rule`` (``scaled_lr``):
+          at the start, after loading a checkpoint written at another batch, and at every
+          rebatch; a scheduler's base LRs go with them, so its schedule goes on, scaled.
+        * ``lr`` (instead): the learning rate for *this* allocation, set on the optimizer
+          afterwards, since the saved optimizer state carries the old one.
+
+        Collective with torch.distributed initialized: every rank calls it; when one rank fails
+        to load, it raises that error and the others ``RuntimeError``, as they do when the ranks
+        resumed at different steps (they would otherwise wait in collectives that never come)."""
+        if lr is not None and base_batch is not None:
+            raise ValueError("give lr (this allocation's LR) or base_batch (dlscale scales it), not both")
+        if scheduler is not None:
+            objects = {"scheduler": scheduler, **objects}
+        for name, obj in objects.items():
+            if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+                raise TypeError(f"resume(): {name}={type(obj).__name__} has no state_dict() and "
+                                f"load_state_dict(): it cannot be saved in a checkpoint")
+        self._model, self._optimizer, self._objects = model, optimizer, objects
+        self.forget_handed()
+        self._lr_scaling = None
+        if base_batch is not None:
+            if optimizer is None:
+                raise ValueError("base_batch scales an optimizer's learning rates: give the optimizer")
+            self._lr_scaling = LrScaling(optimizer, int(base_batch), lr_rule, scheduler)
         found, failure = None, None
         try:
             found = self._load_latest(model, optimizer)
         except Exception as exc:  # re-raised below, once the other ranks know
             failure = exc
-        if lr is not None and optimizer is not None and failure is None:
-            set_lr(optimizer, lr)
+        if failure is None:
+            if lr is not None and optimizer is not None:
+                set_lr(optimizer, lr)
+            if self._lr_scaling is not None:
+                self._lr_scaling.scale_to(self.batch_size)
         if _dist() is not None:
             # Also the barrier: nobody writes a new checkpoint before everyone has read. A rank
             # that failed to load, or ranks at different steps, would leave the others waiting in
@@ -245,6 +306,7 @@ class Job:
         elif failure is not None:
             raise failure
         self._reset_window()
+        self._next_sync_step = self.step
         return found is not None
 
     def _load_latest(self, model: Any, optimizer: Any) -> Optional[str]:
@@ -256,6 +318,16 @@ class Job:
         _unwrap(model).load_state_dict(state["model"])
         if optimizer is not None and state.get("optimizer") is not None:
             optimizer.load_state_dict(state["optimizer"])
+        saved = state.get("objects") or {}
+        for name, obj in self._objects.items():
+            if name in saved:
+                obj.load_state_dict(saved[name])
+            else:
+                print(f"dlscale: warning: {path} has no state for {name}: it starts afresh",
+                      file=sys.stderr, flush=True)
+        if self._lr_scaling is not None and state.get("lr_batch"):
+            # The loaded optimizer's LRs are scaled for the batch it was saved at.
+            self._lr_scaling.batch = int(state["lr_batch"])
         self.step = int(state["step"])
         self.samples_seen = int(state["samples_seen"])
         self.extra = dict(state.get("extra") or {})
@@ -284,6 +356,8 @@ class Job:
             "samples_seen": self.samples_seen,
             "model": _unwrap(self._model).state_dict(),
             "optimizer": opt.state_dict() if opt is not None else None,
+            "objects": {name: obj.state_dict() for name, obj in self._objects.items()},
+            "lr_batch": self._lr_scaling.batch if self._lr_scaling is not None else None,
             "rng": capture_rng_state(),
             "extra": dict(self.extra),
             "grad_noise": self.grad_noise.state_dict(),
@@ -344,37 +418,123 @@ class Job:
             else:
                 yield micro, weight
 
+    def loader(self, dataset: Any, *, seed: int = 0, shuffle: bool = True, **dataloader_kwargs: Any) -> ElasticLoader:
+        """A ``torch.utils.data.DataLoader`` over ``dataset`` (any other of its arguments:
+        ``num_workers``, ``pin_memory``, ``collate_fn``, ...) whose batches are this rank's share
+        of the job's global batches, in the order ``ElasticSampler(len(dataset), seed, shuffle)``
+        gives: one pass per ``for`` loop, to the end of the epoch. A batch changed in place, a
+        rescale and a resume start it again at the first sample no step has counted."""
+        return ElasticLoader(self, dataset, seed=seed, shuffle=shuffle, **dataloader_kwargs)
+
+    def next_stream_position(self) -> int:
+        """The stream position of the first sample not handed out yet: ``samples_seen`` and
+        the global batches a loader handed out that no step has counted."""
+        return self.samples_seen + sum(h.batch_size for h in self._handed)
+
+    def handed_out(self, position: int, batches: StreamBatches) -> None:
+        """Record the batch a loader handed out, at ``position``, cut by ``batches``; the
+        ``step_done()`` that counts it takes its size (and, with ``DLSCALE_SAMPLE_LOG``, logs
+        its indices)."""
+        indices = batches.indices(position) if self._sample_log is not None else None
+        self._handed.append(HandedBatch(position, batches.batch_size, batches.local_batch_size, indices))
+
+    def forget_handed(self) -> None:
+        """Forget the batches handed out that no step has counted: a new pass starts."""
+        self._handed.clear()
+
     def _reset_window(self) -> None:
         self._win_t0 = time.monotonic()
         self._win_steps = 0
         self._win_samples = 0
-        self._win_losses: List[float] = []
+        self._win_loss_sum: Any = 0.0  # a float, or a tensor left on its device until the window ends
+        self._win_loss_n = 0
 
-    def step_done(self, loss: Optional[float] = None, samples: Optional[int] = None) -> None:
-        """Count one finished optimizer step of ``samples`` samples (default: the global batch)."""
+    def step_done(self, loss: Any = None, samples: Optional[int] = None) -> bool:
+        """The one call per step, after the optimizer step, on every rank. It counts the step and
+        its samples (those of the batch a loader handed out, else ``samples``, else the global
+        batch) and ends the log window every ``log_every`` steps: a progress line and report.
+        ``loss`` may be a tensor: it is summed where it lies and read once per window, so a step
+        costs no host sync.
+
+        At sync points it acts on what reached the job: after a SIGTERM (on any rank) it
+        checkpoints and exits (``stop()``); at the end of a log window it takes the batch the
+        server answered (``batch_in_place`` jobs), rescales the learning rates (``resume(...,
+        base_batch=)``) and returns True: ``batch_size``, ``local_batch_size`` and
+        ``alloc.accum_steps`` are then the new ones, and ``job.loader`` follows. Alone, a job
+        checks its stop flag every step; under torch.distributed the ranks agree on both in one
+        all-reduce, at every window and in between every ``STOP_CHECK_S`` or so."""
         if self._grad_probe is not None:
             self._grad_probe.step()
+        handed = self._handed.popleft() if self._handed else None
+        if samples is not None:
+            n = int(samples)
+        elif handed is not None:
+            n = handed.batch_size
+        else:
+            n = self.batch_size
+        if handed is not None and self._sample_log is not None:
+            self._sample_log.write(json.dumps({
+                "step": self.step + 1, "rank": self.rank, "world_size": self.world_size,
+                "offset": handed.position + self.rank * handed.local_batch_size,
+                "count": handed.local_batch_size, "indices": handed.indices}) + "\n")
+            self._sample_log.flush()
         self.step += 1
-        n = self.batch_size if samples is None else int(samples)
         self.samples_seen += n
         self._win_steps += 1
         self._win_samples += n
         if loss is not None:
-            loss = float(loss)
-            self.last_loss = loss
-            if math.isfinite(loss):
-                self._win_losses.append(loss)
-        if self.step % self.log_every == 0:
+            if hasattr(loss, "detach"):
+                loss = loss.detach()
+            else:
+                loss = float(loss)
+                self.last_loss = loss
+            self._win_loss_sum = self._win_loss_sum + loss
+            self._win_loss_n += 1
+        window = self.step % self.log_every == 0
+        if window:
             self._flush_window()
         if self.checkpoint_every and self.step % self.checkpoint_every == 0:
             self.checkpoint()
+        self._rebatched = False
+        if window or _dist() is None or self.step >= self._next_sync_step:
+            self._sync(window)
+        return self._rebatched
+
+    def _sync(self, window: bool) -> None:
+        """A sync point: one all-reduce (under torch.distributed) of the stop flag, rank 0's next
+        sync point and, at the end of a log window, the batch the server answered."""
+        answer = self.reporter.batch() if window and self.is_chief else None
+        wanted = [int(self.stop_flag.is_set()), self._sync_gap() if self.is_chief else 0,
+                  *(answer if answer is not None else (0, 0, 0))]
+        if _dist() is not None:
+            wanted = _all_reduce_max(wanted)  # only rank 0 has a gap and an answer (the others send 0)
+        stop, gap, *batch = wanted
+        self._next_sync_step = self.step + max(1, gap)
+        if stop:
+            self.stop()
+        if window:
+            self._take_batch(*batch)
+
+    def _sync_gap(self) -> int:
+        """Steps to the next sync point: about STOP_CHECK_S of them at the recent step time, at
+        least one, at most a log window."""
+        now = time.monotonic()
+        steps = self.step - self._sync_step0
+        per_step_s = (now - self._sync_t0) / steps if steps > 0 else STOP_CHECK_S
+        self._sync_t0, self._sync_step0 = now, self.step
+        return max(1, min(self.log_every, int(STOP_CHECK_S / max(per_step_s, 1e-9))))
 
     def _flush_window(self) -> None:
         if self._win_steps == 0:
             return
         elapsed = max(time.monotonic() - self._win_t0, 1e-9)
         sps = self._win_samples / elapsed
-        loss = sum(self._win_losses) / len(self._win_losses) if self._win_losses else None
+        loss = None
+        if self._win_loss_n:
+            loss = float(self._win_loss_sum) / self._win_loss_n  # a tensor's one host sync
+            self.last_loss = loss
+            if not math.isfinite(loss):
+                loss = None
         self._sync_grad_noise()  # collective, like the window itself (same step on every rank)
         take = getattr(self._grad_probe, "take_compute_time_s", None)
         compute_time_s = take() if take is not None else None  # rank 0's own, as its step time
@@ -402,54 +562,51 @@ class Job:
         self._reset_window()
 
     def should_stop(self) -> bool:
-        """True once SIGTERM reached any rank. With torch.distributed initialized this is a
-        collective (all-reduce MAX of the flag), so every rank stops after the same step."""
+        """True once SIGTERM reached any rank, for a loop that stops at a step of its own
+        choosing (``step_done()`` stops by itself). With torch.distributed initialized this is a
+        collective (all-reduce MAX of the flag) on every step, so every rank stops after the
+        same step."""
         flag = self.stop_flag.is_set()
         if _dist() is None:
             return flag
         return bool(_all_reduce_max([1 if flag else 0])[0])
 
     def rebatched(self) -> bool:
-        """Whether this launch runs another batch from the next step on. A job submitted with
-        ``batch_in_place: true`` has its batch changed while it runs: the server answers its
-        reports with the batch its launch is to run. Call this on every rank after
-        ``step_done()`` (and ``should_stop()``), before the next step draws its samples. At the
-        end of each log window (every ``log_every`` steps, right after a report, so that each
-        report covers one batch) the ranks take rank 0's latest answer (a collective). When it
-        returns True, ``batch_size``, ``local_batch_size`` and ``alloc.accum_steps`` have
-        changed, and so has what the gradient-noise probe counts: rescale the learning rate
-        (``scaled_lr``) and draw the next samples with the new sizes."""
-        if self.step % self.log_every != 0 or self._rebatch_checked_step == self.step:
-            return False
-        self._rebatch_checked_step = self.step
-        answer = self.reporter.batch() if self.is_chief else None
-        wanted = list(answer) if answer is not None else [0, 0, 0]
-        if _dist() is not None:
-            wanted = _all_reduce_max(wanted)  # only rank 0 has an answer (the others send 0)
-        batch, local, micro = wanted
+        """Whether the last ``step_done()`` changed the batch from the next step on (see there);
+        True once per change."""
+        changed, self._rebatched = self._rebatched, False
+        return changed
+
+    def _take_batch(self, batch: int, local: int, micro: int) -> None:
+        """Run ``batch`` (``local`` per worker in ``micro`` micro-steps) from the next step on,
+        if it is a change that fits this launch's workers."""
         a = self.alloc
         if batch < 1 or (batch, local, micro) == (a.batch_size, a.local_batch_size, a.accum_steps):
-            return False
+            return
         if local * a.world_size < batch or micro > local:
             # An answer for another world size (torchrun formed fewer workers): kept as is.
             if self.is_chief:
                 print(f"dlscale: warning: batch {batch} ({local} per worker, {micro} micro-steps) "
                       f"does not fit {a.world_size} workers; kept {a.batch_size}",
                       file=sys.stderr, flush=True)
-            return False
+            return
         self.alloc = dataclasses.replace(a, batch_size=batch, local_batch_size=local, accum_steps=micro)
         probe = self._grad_probe
         if hasattr(probe, "local_batch_size"):  # DDP: per-worker gradients
             probe.local_batch_size, probe.micro_steps = local, micro
         elif hasattr(probe, "batch_size"):  # one worker: its micro-batches
             probe.batch_size = local
+        if self._lr_scaling is not None:
+            self._lr_scaling.scale_to(batch)
+        self._rebatched = True
         self.log(f"rebatched step={self.step} batch_size={batch} local_batch_size={local} "
                  f"accum_steps={micro}")
-        return True
 
     def _close(self) -> None:
         self.reporter.close()
         self.stop_flag.uninstall()
+        if self._sample_log is not None:
+            self._sample_log.close()
 
     def stop(self) -> NoReturn:
         """Checkpoint, log ``dlscale: stopped step=N``, leave the process group, exit. A process

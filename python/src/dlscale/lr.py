@@ -34,3 +34,47 @@ def set_lr(optimizer: Any, lr: float) -> None:
     written at another batch size)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+# The learning rates a param group may hold: its own, and what schedulers keep beside it
+# (``initial_lr`` of every scheduler, OneCycleLR's ``max_lr``/``min_lr``).
+_GROUP_LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
+
+
+def rescale_lr(optimizer: Any, factor: float, scheduler: Any = None) -> None:
+    """Multiply every learning rate ``optimizer`` and ``scheduler`` hold by ``factor``: each param
+    group's (with its schedulers' base LRs, ``initial_lr``, ``max_lr``, ``min_lr``) and the
+    scheduler's ``base_lrs`` and last LRs, so that the schedule goes on, scaled."""
+    for group in optimizer.param_groups:
+        for key in _GROUP_LR_KEYS:
+            value = group.get(key)
+            if value is None:
+                continue
+            if hasattr(value, "mul_"):  # a tensor LR (capturable optimizers)
+                value.mul_(factor)
+            else:
+                group[key] = value * factor
+    if scheduler is not None:
+        for name in ("base_lrs", "_last_lr"):
+            values = getattr(scheduler, name, None)
+            if isinstance(values, list):
+                setattr(scheduler, name, [v * factor for v in values])
+
+
+class LrScaling:
+    """Keeps an optimizer's learning rates scaled for the job's global batch: built with the LRs
+    tuned for ``base_batch``, it multiplies them (and a scheduler's) by ``rule``'s factor whenever
+    the batch they are scaled for changes (``scale_to``)."""
+
+    def __init__(self, optimizer: Any, base_batch: int, rule: str = "linear", scheduler: Any = None) -> None:
+        scaled_lr(1.0, base_batch, base_batch, rule)  # checks base_batch and rule
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.rule = rule
+        self.batch = base_batch  # the batch the optimizer's LRs are scaled for now
+
+    def scale_to(self, batch: int) -> None:
+        """Rescale from the batch the LRs are scaled for to ``batch``."""
+        if batch != self.batch:
+            rescale_lr(self.optimizer, scaled_lr(1.0, self.batch, batch, self.rule), self.scheduler)
+            self.batch = batch

@@ -1,0 +1,112 @@
+"""``job.loader(dataset, **DataLoader kwargs)``: a ``torch.utils.data.DataLoader`` that yields this
+rank's share of each global batch of the job's sample stream (``ElasticSampler``), follows a batch
+changed in place at the step it takes effect, and resumes at the exact sample.
+
+The DataLoader is a real one (workers, ``pin_memory``, ``collate_fn``, ``prefetch_factor``,
+``persistent_workers``): only its ``batch_sampler`` is dlscale's. Its workers prefetch batches
+cut with the sizes of the moment, so when the job's batch, world size or position changes the
+loader starts a new iterator at the first sample nobody has trained on yet; the batches already
+handed out (a framework may fetch one ahead) are trained as they are, and counted with their own
+size.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, List, Optional
+
+from .sampler import ElasticSampler
+
+# DataLoader arguments the loader sets itself: the batches are the job's.
+_CHOSEN_BY_THE_JOB = ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+
+
+class StreamBatches:
+    """A DataLoader ``batch_sampler``: this rank's indices of the consecutive global batches of
+    ``batch_size`` samples from stream position ``start`` until ``end``; its ``local_batch_size``
+    slice of each is the one at offset ``rank * local_batch_size``. The loader sets the fields
+    before it starts each iterator (the DataLoader calls ``iter()`` on it in the main process)."""
+
+    def __init__(self, sampler: ElasticSampler) -> None:
+        self.sampler = sampler
+        self.start = 0
+        self.end = 0
+        self.batch_size = 1
+        self.local_batch_size = 1
+        self.rank = 0
+
+    def indices(self, position: int) -> List[int]:
+        """This rank's dataset indices of the global batch that starts at ``position``."""
+        return self.sampler.stream(position + self.rank * self.local_batch_size, self.local_batch_size)
+
+    def __iter__(self) -> Iterator[List[int]]:
+        position = self.start
+        while position < self.end:
+            yield self.indices(position)
+            position += self.batch_size
+
+    def __len__(self) -> int:
+        return max(0, -(-(self.end - self.start) // self.batch_size))
+
+
+class ElasticLoader:
+    """Iterating it is one pass: from the job's next untrained sample to the end of that sample's
+    epoch (the stream runs on across epochs; the last batch of a pass may take its first samples
+    of the next epoch), so ``for epoch in ...: for batch in loader:`` works, and so does a loop that
+    counts steps. ``len(loader)`` is the batches left in the pass at the current sizes. Each batch
+    handed out is recorded with the job, whose ``step_done()`` counts it with its own size."""
+
+    def __init__(self, job: Any, dataset: Any, *, seed: int = 0, shuffle: bool = True, **kwargs: Any) -> None:
+        chosen = [name for name in _CHOSEN_BY_THE_JOB if name in kwargs]
+        if chosen:
+            raise ValueError(f"job.loader() cuts the batches from the job's allocation: drop "
+                             f"{', '.join(chosen)} (the order is the job's too: seed=, shuffle=)")
+        from torch.utils.data import DataLoader
+
+        self.job = job
+        self.num_samples = len(dataset)
+        self.sampler = ElasticSampler(self.num_samples, seed=seed, shuffle=shuffle)
+        self.batches = StreamBatches(self.sampler)
+        self.dataloader = DataLoader(dataset, batch_sampler=self.batches, **kwargs)
+        self._iterator: Optional[Iterator[Any]] = None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the next sample to be handed out."""
+        return self.job.next_stream_position() // self.num_samples
+
+    def __len__(self) -> int:
+        position = self.job.next_stream_position()
+        end = (position // self.num_samples + 1) * self.num_samples
+        return -(-(end - position) // self.job.batch_size)
+
+    def _restart(self, position: int, end: int) -> None:
+        b = self.batches
+        b.start, b.end = position, end
+        b.batch_size, b.local_batch_size, b.rank = (self.job.batch_size, self.job.local_batch_size,
+                                                    self.job.rank)
+        # A new iterator: persistent workers are kept, and what the old one prefetched is dropped.
+        self._iterator = iter(self.dataloader)
+
+    def _current(self, position: int) -> bool:
+        b, job = self.batches, self.job
+        return (self._iterator is not None and position == job.next_stream_position()
+                and (b.batch_size, b.local_batch_size, b.rank) == (job.batch_size, job.local_batch_size,
+                                                                    job.rank))
+
+    def __iter__(self) -> Iterator[Any]:
+        job = self.job
+        job.forget_handed()  # what an earlier pass handed out and no step counted was not trained
+        position = job.next_stream_position()
+        end = (position // self.num_samples + 1) * self.num_samples
+        self._iterator = None
+        while position < end:
+            if not self._current(position):
+                # A rebatch, a resume or a step counted with other samples: start again at the
+                # first sample nobody has, with the job's sizes of now.
+                position = job.next_stream_position()
+                if position >= end:
+                    break
+                self._restart(position, end)
+            batch = next(self._iterator)
+            job.handed_out(position, self.batches)
+            position += self.batches.batch_size
+            yield batch

@@ -1,0 +1,183 @@
+"""``job.loader``: a real DataLoader (workers, pinned memory, a collate_fn) whose batches are this
+rank's share of the job's sample stream, through in-place rebatches, lookahead, resumes at other
+sizes and several ranks; every sample is trained exactly once per epoch."""
+import json
+
+import pytest
+from conftest import require
+
+torch = require("torch")
+
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+from dlscale import Allocation, ElasticSampler, Job  # noqa: E402
+
+N = 50  # dataset size: batches straddle the epoch boundaries
+
+
+class Indexed(torch.utils.data.Dataset):
+    """Sample i is (i as a float tensor, i): the batches say which samples they hold."""
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        return torch.tensor([float(i)]), i
+
+
+def collate(samples):
+    """A custom collate_fn: the inputs stacked, the indices as a plain list."""
+    return {"x": torch.stack([x for x, _ in samples]), "index": [i for _, i in samples]}
+
+
+def job_with(tmp_path, world=1, rank=0, local=4, sample_log=None):
+    alloc = Allocation(job_id="l", rank=rank, local_rank=rank, world_size=world, local_batch_size=local,
+                       batch_size=local * world, checkpoint_dir=str(tmp_path / "ck"), api=None, token=None)
+    env = {"DLSCALE_SAMPLE_LOG": sample_log} if sample_log else {}
+    return Job(alloc, log_every=5, install_signals=False, report_interval=0, environ=env)
+
+
+def answer(job, batch, local, micro=1):
+    job.reporter._take_answer(json.dumps({"accepted": True, "batch": {
+        "batch_size": batch, "local_batch_size": local, "micro_steps": micro}}).encode())
+
+
+def model_and_optimizer():
+    model = torch.nn.Linear(1, 1)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train(job, loader, steps, seen, lookahead=False):
+    """``steps`` steps through ``loader`` (passes end at epochs), the indices of each appended
+    to ``seen``. ``lookahead``: fetch the next batch before the step is counted, as Lightning's
+    fetcher does; the last one fetched is then handed out and never trained."""
+    done = 0
+    while done < steps:
+        it = iter(loader)
+        batch = next(it, None)
+        while batch is not None and done < steps:
+            ahead = next(it, None) if lookahead else None
+            seen.extend(batch["index"])
+            job.step_done(loss=torch.tensor(1.0))
+            done += 1
+            if done < steps:
+                batch = ahead if lookahead else next(it, None)
+
+
+def assert_each_sample_once_per_epoch(seen):
+    for lo in range(0, len(seen), N):
+        block = seen[lo:lo + N]
+        assert len(set(block)) == len(block), f"repeated in epoch {lo // N}: {block}"
+
+
+def test_batches_follow_the_stream_through_workers_rebatches_and_a_resume(tmp_path):
+    job = job_with(tmp_path)
+    model, optimizer = model_and_optimizer()
+    job.resume(model, optimizer)
+    kwargs = dict(num_workers=2, pin_memory=True, collate_fn=collate, persistent_workers=True,
+                  prefetch_factor=4)
+    loader = job.loader(Indexed(), seed=7, **kwargs)
+    assert len(loader) == -(-N // 4)
+    seen = []
+    train(job, loader, 5, seen)
+    answer(job, 6, 6)  # taken at the window's end (step 10), while the workers hold old batches
+    train(job, loader, 10, seen)
+    assert job.batch_size == 6 and job.step == 15
+    job.checkpoint()
+    stream = ElasticSampler(N, seed=7).stream(0, len(seen))
+    assert seen == stream, "a rebatch must not lose or repeat prefetched samples"
+    assert job.samples_seen == 10 * 4 + 5 * 6
+
+    # Resume at another batch: the loader starts at the exact sample.
+    job2 = job_with(tmp_path, local=9)
+    model2, optimizer2 = model_and_optimizer()
+    job2.resume(model2, optimizer2)
+    loader2 = job2.loader(Indexed(), seed=7, **kwargs)
+    assert loader2.epoch == job.samples_seen // N
+    train(job2, loader2, 7, seen)
+    assert seen == ElasticSampler(N, seed=7).stream(0, len(seen))
+    assert_each_sample_once_per_epoch(seen)
+
+
+def test_a_batch_fetched_ahead_is_trained_at_its_own_size(tmp_path):
+    job = job_with(tmp_path)
+    model, optimizer = model_and_optimizer()
+    job.resume(model, optimizer)
+    loader = job.loader(Indexed(), seed=3, collate_fn=collate)
+    seen = []
+    answer(job, 8, 8)
+    train(job, loader, 12, seen, lookahead=True)
+    # The batch fetched ahead of the rebatch at step 5 is counted with its 4 samples.
+    assert job.samples_seen == 6 * 4 + 6 * 8
+    assert seen == ElasticSampler(N, seed=3).stream(0, job.samples_seen)
+
+
+def test_each_pass_ends_with_its_epoch(tmp_path):
+    job = job_with(tmp_path, local=8)
+    model, optimizer = model_and_optimizer()
+    job.resume(model, optimizer)
+    loader = job.loader(Indexed(), shuffle=False, collate_fn=collate)
+    for epoch in range(3):
+        assert loader.epoch == epoch
+        expected, passes = len(loader), 0
+        for batch in loader:
+            assert batch["index"] == [(job.samples_seen + i) % N for i in range(8)]
+            job.step_done()
+            passes += 1
+        assert passes == expected
+        # The pass's last batch straddles the epoch's end: the next pass starts after it.
+        assert job.samples_seen - 8 < (epoch + 1) * N <= job.samples_seen
+
+
+def test_arguments_the_job_chooses_are_refused(tmp_path):
+    job = job_with(tmp_path)
+    with pytest.raises(ValueError, match="drop batch_size, drop_last"):
+        job.loader(Indexed(), batch_size=4, drop_last=True)
+
+
+def test_the_sample_log_records_what_each_step_trained(tmp_path):
+    log = tmp_path / "samples"
+    job = job_with(tmp_path, local=6, sample_log=str(log))
+    model, optimizer = model_and_optimizer()
+    job.resume(model, optimizer)
+    seen = []
+    train(job, job.loader(Indexed(), collate_fn=collate), 12, seen)
+    job._close()
+    rows = [json.loads(line) for line in (tmp_path / "samples.rank0").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 13))
+    assert [i for r in rows for i in r["indices"]] == seen
+    assert [r["offset"] for r in rows] == [6 * k for k in range(12)]
+
+
+def rank_worker(rank, world, out_dir):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank, world_size=world)
+    import pathlib
+
+    job = job_with(pathlib.Path(out_dir), world=world, rank=rank, local=3)
+    model, optimizer = model_and_optimizer()
+    job.resume(model, optimizer)
+    if rank == 0:
+        answer(job, 10, 5)
+    seen = []
+    train(job, job.loader(Indexed(), seed=11, collate_fn=collate, num_workers=1), 14, seen)
+    with open(f"{out_dir}/rank{rank}.json", "w") as f:
+        json.dump({"seen": seen, "samples_seen": job.samples_seen, "batch": job.batch_size}, f)
+    dist.destroy_process_group()
+
+
+def test_each_rank_takes_its_share_of_every_global_batch(tmp_path):
+    mp.start_processes(rank_worker, args=(2, str(tmp_path)), nprocs=2, join=True, start_method="spawn")
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert ranks[0]["samples_seen"] == ranks[1]["samples_seen"] == 5 * 6 + 9 * 10
+    assert ranks[0]["batch"] == 10
+    stream = ElasticSampler(N, seed=11).stream(0, ranks[0]["samples_seen"])
+    merged, at = [], {0: 0, 1: 0}
+    for local in [3] * 5 + [5] * 9:
+        for r in range(2):
+            merged.extend(ranks[r]["seen"][at[r]:at[r] + local])
+            at[r] += local
+    assert merged == stream
+    assert_each_sample_once_per_epoch(merged)
+
