@@ -11,7 +11,7 @@ torch = require("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
-from dlscale import Allocation, ElasticSampler, Job  # noqa: E402
+from dlscale import Allocation, ElasticSampler, Job, load_latest_checkpoint  # noqa: E402
 
 N = 50  # dataset size: batches straddle the epoch boundaries
 
@@ -181,3 +181,66 @@ def test_each_rank_takes_its_share_of_every_global_batch(tmp_path):
     assert merged == stream
     assert_each_sample_once_per_epoch(merged)
 
+
+
+_WITH_WORKERS = r"""
+import sys
+import dlscale, torch
+job = dlscale.init(log_every=1)
+model = torch.nn.Linear(1, 1)
+job.resume(model, torch.optim.SGD(model.parameters(), lr=0.1))
+loader = job.loader(list(range(1000)), num_workers=2, persistent_workers=True)
+while job.step < int(sys.argv[1]):
+    for batch in loader:
+        job.step_done()
+        if job.step == int(sys.argv[1]):
+            break
+job.finish()
+"""
+
+
+def test_a_signal_to_the_process_group_stops_at_a_checkpoint_not_in_a_dead_worker(tmp_path):
+    import os
+    import signal
+    import sys
+    import time
+
+    from conftest import Proc, clean_env
+    from dlscale.stop import EXIT_WATCHDOG_S
+
+    env = clean_env(DLSCALE_CHECKPOINT_DIR=str(tmp_path), DLSCALE_LOCAL_BATCH_SIZE="4")
+    proc = Proc([sys.executable, "-c", _WITH_WORKERS, "1000000"], env)
+    proc.wait_for(r"dlscale: step=(\d+)", 60, lambda m: int(m.group(1)) >= 20)
+    os.killpg(proc.p.pid, signal.SIGTERM)  # as a launcher does: the workers get it too
+    step = int(proc.wait_for(r"dlscale: stopped step=(\d+)", 30).group(1))
+    stopped = time.monotonic()
+    assert proc.p.wait(60) == 75, proc.output
+    # Its workers were ended at exit, not left for the exit watchdog.
+    assert time.monotonic() - stopped < EXIT_WATCHDOG_S, proc.output
+    assert load_latest_checkpoint(str(tmp_path))[1]["step"] == step
+    assert "Traceback" not in proc.output
+
+
+def test_a_finished_job_with_persistent_workers_exits(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import clean_env
+
+    env = clean_env(DLSCALE_CHECKPOINT_DIR=str(tmp_path), DLSCALE_LOCAL_BATCH_SIZE="4")
+    done = subprocess.run([sys.executable, "-c", _WITH_WORKERS, "300"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "dlscale: done step=300" in done.stdout
+
+
+def test_starting_a_pass_draws_nothing_from_the_global_rng(tmp_path):
+    # A resumed run restores the RNG, then starts a pass: dropout and augmentation must draw
+    # what they drew in a run never stopped.
+    job = job_with(tmp_path)
+    loader = job.loader(Indexed(), collate_fn=collate)
+    torch.manual_seed(5)
+    next(iter(loader))
+    drawn = torch.rand(3)
+    torch.manual_seed(5)
+    assert torch.equal(drawn, torch.rand(3))

@@ -290,6 +290,7 @@ class Job:
                 set_lr(optimizer, lr)
             if self._lr_scaling is not None:
                 self._lr_scaling.scale_to(self.batch_size)
+                self.log(self._lr_scaling.describe())
         if _dist() is not None:
             # Also the barrier: nobody writes a new checkpoint before everyone has read. A rank
             # that failed to load, or ranks at different steps, would leave the others waiting in
@@ -596,11 +597,12 @@ class Job:
             probe.local_batch_size, probe.micro_steps = local, micro
         elif hasattr(probe, "batch_size"):  # one worker: its micro-batches
             probe.batch_size = local
-        if self._lr_scaling is not None:
-            self._lr_scaling.scale_to(batch)
         self._rebatched = True
         self.log(f"rebatched step={self.step} batch_size={batch} local_batch_size={local} "
                  f"accum_steps={micro}")
+        if self._lr_scaling is not None:
+            self._lr_scaling.scale_to(batch)
+            self.log(self._lr_scaling.describe())
 
     def _close(self) -> None:
         self.reporter.close()

@@ -11,12 +11,43 @@ size.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, List, Optional
+import atexit
+import signal
+import weakref
+from typing import Any, Callable, Iterator, List, Optional
 
 from .sampler import ElasticSampler
 
 # DataLoader arguments the loader sets itself: the batches are the job's.
 _CHOSEN_BY_THE_JOB = ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+
+# The loaders alive, closed at exit before multiprocessing ends its children: its atexit handler,
+# registered when it was imported and so run after this one, terminates daemonic children and
+# joins them, and workers that ignore SIGTERM (``IgnoreStopSignals``) would never be joined.
+_LIVE: "weakref.WeakSet[ElasticLoader]" = weakref.WeakSet()
+_LIVE_REGISTERED: List[bool] = []  # non-empty once _close_all is registered
+
+
+def _close_all() -> None:
+    for loader in list(_LIVE):
+        loader.close()
+
+
+class IgnoreStopSignals:
+    """A DataLoader ``worker_init_fn`` that makes its worker ignore SIGTERM and SIGINT, then calls
+    the user's own. A launcher signals the whole process group (Slurm, torchrun, dlscale's local
+    executor, Ctrl-C in a terminal); a worker that died of it would fail the main process's next
+    batch before its checkpoint. The main process stops at its next step and ends its workers
+    itself; a SIGKILL still ends them all. A class, not a closure: spawned workers pickle it."""
+
+    def __init__(self, user_init: Optional[Callable[[int], None]]) -> None:
+        self.user_init = user_init
+
+    def __call__(self, worker_id: int) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if self.user_init is not None:
+            self.user_init(worker_id)
 
 
 class StreamBatches:
@@ -65,8 +96,29 @@ class ElasticLoader:
         self.num_samples = len(dataset)
         self.sampler = ElasticSampler(self.num_samples, seed=seed, shuffle=shuffle)
         self.batches = StreamBatches(self.sampler)
+        kwargs["worker_init_fn"] = IgnoreStopSignals(kwargs.get("worker_init_fn"))
+        if kwargs.get("generator") is None:
+            import torch
+
+            # Each new iterator draws its workers' base seed from this generator: from the global
+            # RNG it would shift the draws (dropout, augmentation) of a resumed run off those of
+            # a run never stopped.
+            kwargs["generator"] = torch.Generator().manual_seed(seed)
         self.dataloader = DataLoader(dataset, batch_sampler=self.batches, **kwargs)
         self._iterator: Optional[Iterator[Any]] = None
+        if not _LIVE_REGISTERED:
+            # Now, after the DataLoader's import has imported multiprocessing: run before it.
+            atexit.register(_close_all)
+            _LIVE_REGISTERED.append(True)
+        _LIVE.add(self)
+
+    def close(self) -> None:
+        """End the current iterator: its workers finish and are joined (the next pass starts
+        new ones)."""
+        iterator, self._iterator = self._iterator, None
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
 
     @property
     def epoch(self) -> int:

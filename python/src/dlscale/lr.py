@@ -71,7 +71,13 @@ class LrScaling:
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.rule = rule
+        self.base_batch = base_batch
         self.batch = base_batch  # the batch the optimizer's LRs are scaled for now
+
+    def describe(self) -> str:
+        """What the LRs are scaled by now, for the job's log."""
+        factor = scaled_lr(1.0, self.base_batch, self.batch, self.rule)
+        return f"lr batch_size={self.batch} factor={factor:.6g} rule={self.rule} base_batch={self.base_batch}"
 
     def scale_to(self, batch: int) -> None:
         """Rescale from the batch the LRs are scaled for to ``batch``."""

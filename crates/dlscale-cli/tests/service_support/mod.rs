@@ -448,7 +448,7 @@ fn check_trace(id: &str, trace: &Path, total: u64) {
 }
 
 /// The losses of the job's progress lines.
-fn losses(log: &str) -> Vec<f64> {
+pub fn losses(log: &str) -> Vec<f64> {
     log.lines()
         .filter(|l| l.starts_with("dlscale: step="))
         .filter_map(|l| {
@@ -562,4 +562,60 @@ impl<T> Drop for Watch<T> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// Checks the worker library's sample log (`DLSCALE_SAMPLE_LOG=prefix`: one file per rank, a
+/// line per step with the dataset indices that rank trained on), over every launch of a job:
+/// each step counted once by each of its ranks, and the steps' samples, ranks in order, a
+/// stream in which every epoch of `dataset_len` samples holds each sample exactly once.
+/// Returns the steps.
+pub fn assert_each_sample_once(prefix: &Path, dataset_len: usize) -> u64 {
+    let dir = prefix.parent().unwrap();
+    let name = prefix.file_name().unwrap().to_string_lossy().into_owned();
+    let mut rows: Vec<Value> = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        if file.starts_with(&format!("{name}.rank")) {
+            rows.extend(read_trace(&path));
+        }
+    }
+    let key = |r: &Value| (r["step"].as_u64().unwrap(), r["rank"].as_u64().unwrap());
+    rows.sort_by_key(key);
+    let mut stream: Vec<u64> = Vec::new();
+    let mut step = 0;
+    let mut rank = 0;
+    for row in &rows {
+        let (s, r) = key(row);
+        let world = row["world_size"].as_u64().unwrap();
+        if r == 0 {
+            assert_eq!(s, step + 1, "step {} lost or repeated: {row}", step + 1);
+            step = s;
+        } else {
+            assert_eq!((s, r), (step, rank + 1), "a rank's share lost or repeated: {row}");
+        }
+        assert!(r < world, "{row}");
+        rank = r;
+        let indices = row["indices"].as_array().unwrap();
+        assert_eq!(indices.len() as u64, row["count"].as_u64().unwrap(), "{row}");
+        stream.extend(indices.iter().map(|i| i.as_u64().unwrap()));
+    }
+    for (epoch, block) in stream.chunks(dataset_len).enumerate() {
+        let mut sorted = block.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(
+            sorted.len(),
+            block.len(),
+            "epoch {epoch}: a sample trained twice"
+        );
+        if block.len() == dataset_len {
+            assert_eq!(
+                sorted.last().copied(),
+                Some(dataset_len as u64 - 1),
+                "epoch {epoch}"
+            );
+        }
+    }
+    step
 }

@@ -1,0 +1,130 @@
+//! Training code as people write it, as dlscale jobs under `dlscale serve` with real torch
+//! workers on CPU: the plain `DataLoader` loop of `examples/adopt/` (its diff from the user's own
+//! script is in python/README.md). One job is rescaled (stopped at a checkpoint, relaunched on
+//! other GPUs) and changes its batch in place; the worker library's sample log shows that no
+//! sample was lost or repeated on any rank, its log that the learning rate followed every batch,
+//! and the service that its metrics and gradient noise arrived. Skips (passes with a message)
+//! when the torch venv is missing, unless `DLSCALE_REQUIRE_TORCH=1`.
+
+mod service_support;
+
+use dlscale_autoscaler::Status as JobStatus;
+use serde_json::json;
+use service_support::{
+    assert_each_sample_once, assert_replays, losses, repo_root, torch_venv_or_skip, Server, WORKER,
+};
+
+/// scikit-learn's digits: the examples' data set.
+const DIGITS: usize = 1797;
+/// The global batch the examples' learning rates are tuned for: the jobs' `batch_size` (B0).
+const BASE_BATCH: u32 = 32;
+
+/// The learning-rate lines of a job's log (`dlscale: lr batch_size=B factor=F ...`): every one
+/// scales linearly from the base batch. Returns the batches.
+fn assert_lr_followed_the_batch(log: &str) -> Vec<u32> {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("dlscale: lr "))
+        .collect();
+    lines
+        .iter()
+        .map(|line| {
+            let field = |name: &str| {
+                line.split_whitespace()
+                    .find_map(|t| t.strip_prefix(name))
+                    .unwrap_or_else(|| panic!("no {name} in {line}"))
+                    .to_owned()
+            };
+            let batch: u32 = field("batch_size=").parse().unwrap();
+            let factor: f64 = field("factor=").parse().unwrap();
+            assert_eq!(field("base_batch="), BASE_BATCH.to_string(), "{line}");
+            assert!(
+                (factor - f64::from(batch) / f64::from(BASE_BATCH)).abs() < 1e-5,
+                "{line}"
+            );
+            batch
+        })
+        .collect()
+}
+
+/// The plain loop, submitted with a tiny analytic noise scale: the service starts it at a small
+/// batch on both slots; once its workers' measured noise scale arrives, the batch grows in
+/// place. A second job then takes a slot: the loop is stopped at a checkpoint and relaunched on
+/// one, and grows back when that job ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dataloader_loop_is_rescaled_and_rebatched_without_losing_a_sample() {
+    let Some(venv) =
+        torch_venv_or_skip("a_dataloader_loop_is_rescaled_and_rebatched_without_losing_a_sample")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "slots = 2\ncooldown_s = 2\ninterval_s = 1\ngrace_s = 30\nmin_gain = 0.05\n\
+         utility = \"goodput\"\nrestart_cost_s = 0\ntorchrun = \"{}\"\n",
+        venv.join("bin/torchrun").display()
+    );
+    let server = Server::start(dir.path(), &config).await;
+    let samples = dir.path().join("samples");
+    server
+        .submit(json!({"id": "loop", "min_batch": 16, "max_batch": 512, "batch_size": BASE_BATCH,
+            "max_local_batch": 256, "max_gpus": 2, "powers_of_two": true, "batch_in_place": true,
+            "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.0005, "sync_intra_base_s": 0.005,
+                      "noise_scale": 100, "init_batch": BASE_BATCH},
+            "command": ["examples/adopt/loop_dlscale.py", "--epochs", "150"],
+            "workdir": repo_root().display().to_string(), "launcher": "torchrun",
+            "env": {"DLSCALE_SAMPLE_LOG": samples.display().to_string(),
+                    "DLSCALE_METRICS_INTERVAL": "1"}}))
+        .await;
+    let first = server
+        .wait_job("loop", 120.0, "the loop training on both slots", |j| {
+            j.state == JobStatus::Running && j.gpus == 2 && j.step.is_some_and(|s| s >= 50)
+        })
+        .await;
+    let rebatched = server
+        .wait_job("loop", 120.0, "a measured noise scale and a batch changed in place", |j| {
+            j.noise_scale.is_some() && j.attempt == first.attempt && j.batch_size != first.batch_size
+        })
+        .await;
+
+    let other = json!({"id": "other", "min_batch": 32, "max_batch": 32, "max_local_batch": 32, "max_gpus": 1,
+        "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.001},
+        "command": ["sh", "-c", WORKER], "workdir": "/tmp", "launcher": "plain",
+        "env": {"TOTAL": "150"}});
+    server.submit(other).await;
+    server
+        .wait_job("loop", 120.0, "the loop relaunched on one slot", |j| {
+            j.attempt > rebatched.attempt && j.state == JobStatus::Running && j.gpus == 1
+        })
+        .await;
+    let done = server
+        .wait_job("loop", 400.0, "the loop's end", |j| j.state.is_terminal())
+        .await;
+    let log = server
+        .client
+        .text("/v1/jobs/loop/logs?tail_bytes=10000000")
+        .await
+        .unwrap_or_default();
+    assert_eq!(
+        (done.state, done.exit_code),
+        (JobStatus::Succeeded, Some(0)),
+        "{done:?}\n{}\n--- the loop's log, the end ---\n{}",
+        server.log(),
+        &log[log.len().saturating_sub(6000)..]
+    );
+    assert!(done.restarts >= 1, "{done:?}");
+    assert!(log.lines().any(|l| l.starts_with("dlscale: rebatched ")), "{log}");
+    let steps = assert_each_sample_once(&samples, DIGITS);
+    assert_eq!(Some(steps), done.step);
+    let batches = assert_lr_followed_the_batch(&log);
+    assert!(
+        batches.len() > done.restarts as usize + 1 && batches.windows(2).any(|w| w[0] != w[1]),
+        "one LR line per launch and per rebatch: {batches:?}"
+    );
+    let l = losses(&log);
+    assert!(
+        l.len() >= 5 && l[l.len() - 1] < 0.5 * l[0],
+        "the loss did not fall: {l:?}"
+    );
+    assert_replays(&server);
+}
