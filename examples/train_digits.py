@@ -74,13 +74,13 @@ sampler = dlscale.ElasticSampler(len(X), seed=args.seed)
 
 torch.manual_seed(args.seed)
 model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
-lr = dlscale.scaled_lr(args.base_lr, args.base_batch, job.batch_size, rule=args.lr_rule)
-optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-job.resume(model, optimizer, lr=lr)  # no-op on a fresh start
+optimizer = torch.optim.SGD(model.parameters(), lr=args.base_lr, momentum=0.9)
+# Loads the newest checkpoint, if any; keeps the LR scaled for the job's batch from now on.
+job.resume(model, optimizer, base_batch=args.base_batch, lr_rule=args.lr_rule)
 if job.is_chief:
     print(f"train_digits: world_size={job.world_size} local_batch={job.local_batch_size} "
-          f"batch_size={job.batch_size} lr={lr:.4g} rule={args.lr_rule} start_step={job.step} "
-          f"total_steps={args.total_steps}", flush=True)
+          f"batch_size={job.batch_size} lr={optimizer.param_groups[0]['lr']:.4g} rule={args.lr_rule} "
+          f"start_step={job.step} total_steps={args.total_steps}", flush=True)
 ddp = nn.parallel.DistributedDataParallel(model) if distributed else model
 loss_fn = nn.CrossEntropyLoss()
 # Each step runs in DLSCALE_ACCUM_STEPS micro-batches (what fits a GPU). One worker measures
@@ -113,12 +113,9 @@ while job.step < args.total_steps:
         trace.flush()
     if args.step_sleep:
         time.sleep(args.step_sleep)
-    job.step_done(loss=loss.item())
-    if job.should_stop():
-        job.stop()  # checkpoint + exit; a restart resumes right after this step
-    if job.rebatched():  # submitted with batch_in_place: the server changed the batch
-        lr = dlscale.scaled_lr(args.base_lr, args.base_batch, job.batch_size, rule=args.lr_rule)
-        dlscale.set_lr(optimizer, lr)
+    # Counts the step; after a SIGTERM it checkpoints and exits (a restart resumes right after
+    # this step); True when the server changed the batch in place (batch_in_place jobs).
+    if job.step_done(loss):
         micro_batches = micro_batches_for(job.local_batch_size)
 
 if job.is_chief:

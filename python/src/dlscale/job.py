@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Deque, Dict, Iterator, List, Mapping, NoReturn, Optional, Tuple
+from typing import Any, Deque, Dict, Iterator, List, Mapping, NamedTuple, NoReturn, Optional, Tuple
 
 from .checkpoint import (
     FORMAT_VERSION,
@@ -50,12 +50,10 @@ def _unwrap(model: Any) -> Any:
 
 
 def _dist():
-    """torch.distributed if it is initialized with more than one rank, else None."""
-    if "torch" not in sys.modules:
-        return None
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    """torch.distributed if it is initialized with more than one rank, else None. Read from
+    ``sys.modules``: a program that never imported it has no group, and every step asks."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return dist
     return None
 
@@ -78,8 +76,7 @@ def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
 STOP_CHECK_S = 1.0
 
 
-@dataclasses.dataclass(frozen=True)
-class HandedBatch:
+class HandedBatch(NamedTuple):
     """A global batch a loader handed out: at stream ``position``, ``batch_size`` samples, this
     rank's ``local_batch_size`` of them (their dataset ``indices`` when they are logged)."""
 
@@ -447,8 +444,7 @@ class Job:
         self._win_t0 = time.monotonic()
         self._win_steps = 0
         self._win_samples = 0
-        self._win_loss_sum: Any = 0.0  # a float, or a tensor left on its device until the window ends
-        self._win_loss_n = 0
+        self._win_losses: List[Any] = []  # floats, or tensors left on their device until the window ends
 
     def step_done(self, loss: Any = None, samples: Optional[int] = None) -> bool:
         """The one call per step, after the optimizer step, on every rank. It counts the step and
@@ -484,21 +480,18 @@ class Job:
         self._win_steps += 1
         self._win_samples += n
         if loss is not None:
-            if hasattr(loss, "detach"):
-                loss = loss.detach()
-            else:
-                loss = float(loss)
-                self.last_loss = loss
-            self._win_loss_sum = self._win_loss_sum + loss
-            self._win_loss_n += 1
+            # A tensor stays where it lies until the window ends: no host sync per step.
+            self._win_losses.append(loss.detach() if hasattr(loss, "detach") else float(loss))
         window = self.step % self.log_every == 0
         if window:
             self._flush_window()
         if self.checkpoint_every and self.step % self.checkpoint_every == 0:
             self.checkpoint()
         self._rebatched = False
-        if window or _dist() is None or self.step >= self._next_sync_step:
+        if window or self.step >= self._next_sync_step:
             self._sync(window)
+        elif self.stop_flag.is_set() and _dist() is None:
+            self.stop()  # alone, a job needs no sync point to stop
         return self._rebatched
 
     def _sync(self, window: bool) -> None:
@@ -531,8 +524,15 @@ class Job:
         elapsed = max(time.monotonic() - self._win_t0, 1e-9)
         sps = self._win_samples / elapsed
         loss = None
-        if self._win_loss_n:
-            loss = float(self._win_loss_sum) / self._win_loss_n  # a tensor's one host sync
+        if self._win_losses:
+            losses = self._win_losses
+            if all(hasattr(v, "detach") for v in losses):
+                import torch
+
+                total = float(torch.stack(losses).sum())  # the window's one host sync
+            else:
+                total = sum(float(v) for v in losses)
+            loss = total / len(losses)
             self.last_loss = loss
             if not math.isfinite(loss):
                 loss = None
