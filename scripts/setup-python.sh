@@ -4,8 +4,8 @@
 #   scripts/setup-python.sh            # venv at ${DLSCALE_VENV:-$HOME/.cache/dlscale/venv}
 #   DLSCALE_VENV=/some/dir scripts/setup-python.sh
 #
-# Idempotent: an existing venv that already has torch, scikit-learn, pytest and an editable
-# dlscale pointing at this checkout is left alone (second run takes ~1-2 s).
+# Idempotent: an existing venv that already has torch, scikit-learn, pytest, Lightning, transformers,
+# accelerate and an editable dlscale pointing at this checkout is left alone (second run ~1-2 s).
 # The first run downloads torch from PyPI (the default build is the CUDA one, ~540 MB download,
 # ~5 GB installed, ~3 min here; it runs fine on CPU with gloo).
 # Env knobs: PYTHON (interpreter used to create the venv, default python3),
@@ -36,13 +36,16 @@ done <<DEPS
 torch $torch_spec
 scikit-learn scikit-learn
 pytest pytest
+lightning lightning>=2.6,<3
+transformers transformers>=5,<6
+accelerate accelerate>=1.0
 DEPS
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing: ${missing[*]} (torch takes a few minutes the first time)"
   "$vpy" -m pip install --quiet --upgrade pip
   "$vpy" -m pip install --quiet "${missing[@]}"
 else
-  log "torch, scikit-learn, pytest already installed"
+  log "torch, scikit-learn, pytest, lightning, transformers, accelerate already installed"
 fi
 
 # Our library, editable, pointing at this checkout (re-done if the venv points at another checkout).
@@ -61,6 +64,6 @@ fi
 
 "$vpy" - >&2 <<'PY'
 import importlib.metadata as m
-print("setup-python: " + ", ".join(f"{d} {m.version(d)}" for d in ("torch", "scikit-learn", "pytest", "dlscale")))
+print("setup-python: " + ", ".join(f"{d} {m.version(d)}" for d in ("torch", "scikit-learn", "pytest", "lightning", "transformers", "accelerate", "dlscale")))
 PY
 echo "$venv"

@@ -1,6 +1,7 @@
 //! Training code as people write it, as dlscale jobs under `dlscale serve` with real torch
-//! workers on CPU: the plain `DataLoader` loop of `examples/adopt/` (its diff from the user's own
-//! script is in python/README.md). One job is rescaled (stopped at a checkpoint, relaunched on
+//! workers on CPU: the plain `DataLoader` loop, the Lightning module and the Hugging Face
+//! `Trainer` script of `examples/adopt/` (their diffs from the user's own scripts are in
+//! python/README.md). Each is rescaled (stopped at a checkpoint, relaunched on
 //! other GPUs) and changes its batch in place; the worker library's sample log shows that no
 //! sample was lost or repeated on any rank, its log that the learning rate followed every batch,
 //! and the service that its metrics and gradient noise arrived. Skips (passes with a message)
@@ -14,8 +15,10 @@ use service_support::{
     assert_each_sample_once, assert_replays, losses, repo_root, torch_venv_or_skip, Server, WORKER,
 };
 
-/// scikit-learn's digits: the examples' data set.
+/// scikit-learn's digits: the data set of the loop and the Lightning module.
 const DIGITS: usize = 1797;
+/// The Hugging Face example's toy language: its sequences.
+const COUNTING_SEQUENCES: usize = 2048;
 /// The global batch the examples' learning rates are tuned for: the jobs' `batch_size` (B0).
 const BASE_BATCH: u32 = 32;
 
@@ -47,15 +50,48 @@ fn assert_lr_followed_the_batch(log: &str) -> Vec<u32> {
         .collect()
 }
 
-/// The plain loop, submitted with a tiny analytic noise scale: the service starts it at a small
-/// batch on both slots; once its workers' measured noise scale arrives, the batch grows in
-/// place. A second job then takes a slot: the loop is stopped at a checkpoint and relaunched on
-/// one, and grows back when that job ends.
+/// A `DataLoader` loop (`examples/adopt/loop_dlscale.py`).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dataloader_loop_is_rescaled_and_rebatched_without_losing_a_sample() {
-    let Some(venv) =
-        torch_venv_or_skip("a_dataloader_loop_is_rescaled_and_rebatched_without_losing_a_sample")
-    else {
+    rescaled_and_rebatched(
+        "a_dataloader_loop_is_rescaled_and_rebatched_without_losing_a_sample",
+        &["examples/adopt/loop_dlscale.py", "--epochs", "150"],
+        DIGITS,
+    )
+    .await;
+}
+
+/// A Lightning module (`examples/adopt/lit_dlscale.py`, `dlscale.lightning.DlscaleCallback`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lightning_module_is_rescaled_and_rebatched_without_losing_a_sample() {
+    rescaled_and_rebatched(
+        "a_lightning_module_is_rescaled_and_rebatched_without_losing_a_sample",
+        &["examples/adopt/lit_dlscale.py", "--max-steps", "4000", "--out", "{dir}/lightning"],
+        DIGITS,
+    )
+    .await;
+}
+
+/// A Hugging Face `Trainer` script (`examples/adopt/hf_trainer_dlscale.py`,
+/// `dlscale.hf.prepare`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hugging_face_trainer_is_rescaled_and_rebatched_without_losing_a_sample() {
+    rescaled_and_rebatched(
+        "a_hugging_face_trainer_is_rescaled_and_rebatched_without_losing_a_sample",
+        &["examples/adopt/hf_trainer_dlscale.py", "--max-steps", "2500", "--out", "{dir}/hf"],
+        COUNTING_SEQUENCES,
+    )
+    .await;
+}
+
+/// Runs `command` (`{dir}` in it: the server's data directory) as the job `adopted`, submitted
+/// with a moderate analytic noise scale: the service starts it on both slots; once its workers'
+/// measured noise scale arrives, the batch changes in place. A second job then takes a slot: the
+/// job is stopped at a checkpoint and relaunched on one, and on two again when that job ends. It
+/// must succeed with every sample trained once per epoch on every rank (`dataset_len` samples),
+/// the LR scaled for every batch, its metrics and noise scale reported and its loss fallen.
+async fn rescaled_and_rebatched(test: &str, command: &[&str], dataset_len: usize) {
+    let Some(venv) = torch_venv_or_skip(test) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -66,23 +102,26 @@ async fn a_dataloader_loop_is_rescaled_and_rebatched_without_losing_a_sample() {
     );
     let server = Server::start(dir.path(), &config).await;
     let samples = dir.path().join("samples");
+    let command: Vec<String> = command
+        .iter()
+        .map(|a| a.replace("{dir}", &dir.path().display().to_string()))
+        .collect();
     server
-        .submit(json!({"id": "loop", "min_batch": 16, "max_batch": 512, "batch_size": BASE_BATCH,
+        .submit(json!({"id": "adopted", "min_batch": 16, "max_batch": 512, "batch_size": BASE_BATCH,
             "max_local_batch": 256, "max_gpus": 2, "powers_of_two": true, "batch_in_place": true,
             "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.0005, "sync_intra_base_s": 0.005,
                       "noise_scale": 100, "init_batch": BASE_BATCH},
-            "command": ["examples/adopt/loop_dlscale.py", "--epochs", "150"],
-            "workdir": repo_root().display().to_string(), "launcher": "torchrun",
+            "command": command, "workdir": repo_root().display().to_string(), "launcher": "torchrun",
             "env": {"DLSCALE_SAMPLE_LOG": samples.display().to_string(),
                     "DLSCALE_METRICS_INTERVAL": "1"}}))
         .await;
     let first = server
-        .wait_job("loop", 120.0, "the loop training on both slots", |j| {
+        .wait_job("adopted", 120.0, "the job training on both slots", |j| {
             j.state == JobStatus::Running && j.gpus == 2 && j.step.is_some_and(|s| s >= 50)
         })
         .await;
     let rebatched = server
-        .wait_job("loop", 120.0, "a measured noise scale and a batch changed in place", |j| {
+        .wait_job("adopted", 120.0, "a measured noise scale and a batch changed in place", |j| {
             j.noise_scale.is_some() && j.attempt == first.attempt && j.batch_size != first.batch_size
         })
         .await;
@@ -93,28 +132,28 @@ async fn a_dataloader_loop_is_rescaled_and_rebatched_without_losing_a_sample() {
         "env": {"TOTAL": "150"}});
     server.submit(other).await;
     server
-        .wait_job("loop", 120.0, "the loop relaunched on one slot", |j| {
+        .wait_job("adopted", 120.0, "the job relaunched on one slot", |j| {
             j.attempt > rebatched.attempt && j.state == JobStatus::Running && j.gpus == 1
         })
         .await;
     let done = server
-        .wait_job("loop", 400.0, "the loop's end", |j| j.state.is_terminal())
+        .wait_job("adopted", 400.0, "the job's end", |j| j.state.is_terminal())
         .await;
     let log = server
         .client
-        .text("/v1/jobs/loop/logs?tail_bytes=10000000")
+        .text("/v1/jobs/adopted/logs?tail_bytes=10000000")
         .await
         .unwrap_or_default();
     assert_eq!(
         (done.state, done.exit_code),
         (JobStatus::Succeeded, Some(0)),
-        "{done:?}\n{}\n--- the loop's log, the end ---\n{}",
+        "{done:?}\n{}\n--- the job's log, the end ---\n{}",
         server.log(),
         &log[log.len().saturating_sub(6000)..]
     );
     assert!(done.restarts >= 1, "{done:?}");
     assert!(log.lines().any(|l| l.starts_with("dlscale: rebatched ")), "{log}");
-    let steps = assert_each_sample_once(&samples, DIGITS);
+    let steps = assert_each_sample_once(&samples, dataset_len);
     assert_eq!(Some(steps), done.step);
     let batches = assert_lr_followed_the_batch(&log);
     assert!(
