@@ -115,11 +115,11 @@ run_lane() { # lane name, then "binary[:test filter args]" entries; "*" is every
   done
   return $failed
 }
-lane_taken="service_slurm_e2e soak service_torch_e2e dashboard_browser"
+lane_taken="service_slurm_e2e soak service_torch_e2e service_adopt_e2e dashboard_browser"
 echo "== the Rust tests, in three lanes ($((SECONDS - started)) s so far)"
 run_lane slurm service_slurm_e2e "soak:slurm" &
 slurm_lane=$!
-run_lane engines service_torch_e2e dashboard_browser "soak:--skip slurm" &
+run_lane engines service_torch_e2e service_adopt_e2e dashboard_browser "soak:--skip slurm" &
 engines_lane=$!
 rust=0
 run_lane rest "*" || rust=1
