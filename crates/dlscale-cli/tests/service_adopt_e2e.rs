@@ -66,7 +66,13 @@ async fn a_dataloader_loop_is_rescaled_and_rebatched_without_losing_a_sample() {
 async fn a_lightning_module_is_rescaled_and_rebatched_without_losing_a_sample() {
     rescaled_and_rebatched(
         "a_lightning_module_is_rescaled_and_rebatched_without_losing_a_sample",
-        &["examples/adopt/lit_dlscale.py", "--max-steps", "4000", "--out", "{dir}/lightning"],
+        &[
+            "examples/adopt/lit_dlscale.py",
+            "--max-steps",
+            "4000",
+            "--out",
+            "{dir}/lightning",
+        ],
         DIGITS,
     )
     .await;
@@ -78,7 +84,13 @@ async fn a_lightning_module_is_rescaled_and_rebatched_without_losing_a_sample() 
 async fn a_hugging_face_trainer_is_rescaled_and_rebatched_without_losing_a_sample() {
     rescaled_and_rebatched(
         "a_hugging_face_trainer_is_rescaled_and_rebatched_without_losing_a_sample",
-        &["examples/adopt/hf_trainer_dlscale.py", "--max-steps", "2500", "--out", "{dir}/hf"],
+        &[
+            "examples/adopt/hf_trainer_dlscale.py",
+            "--max-steps",
+            "2500",
+            "--out",
+            "{dir}/hf",
+        ],
         COUNTING_SEQUENCES,
     )
     .await;
@@ -121,9 +133,16 @@ async fn rescaled_and_rebatched(test: &str, command: &[&str], dataset_len: usize
         })
         .await;
     let rebatched = server
-        .wait_job("adopted", 120.0, "a measured noise scale and a batch changed in place", |j| {
-            j.noise_scale.is_some() && j.attempt == first.attempt && j.batch_size != first.batch_size
-        })
+        .wait_job(
+            "adopted",
+            120.0,
+            "a measured noise scale and a batch changed in place",
+            |j| {
+                j.noise_scale.is_some()
+                    && j.attempt == first.attempt
+                    && j.batch_size != first.batch_size
+            },
+        )
         .await;
 
     let other = json!({"id": "other", "min_batch": 32, "max_batch": 32, "max_local_batch": 32, "max_gpus": 1,
@@ -152,7 +171,10 @@ async fn rescaled_and_rebatched(test: &str, command: &[&str], dataset_len: usize
         &log[log.len().saturating_sub(6000)..]
     );
     assert!(done.restarts >= 1, "{done:?}");
-    assert!(log.lines().any(|l| l.starts_with("dlscale: rebatched ")), "{log}");
+    assert!(
+        log.lines().any(|l| l.starts_with("dlscale: rebatched ")),
+        "{log}"
+    );
     let steps = assert_each_sample_once(&samples, dataset_len);
     assert_eq!(Some(steps), done.step);
     let batches = assert_lr_followed_the_batch(&log);

@@ -592,12 +592,20 @@ pub fn assert_each_sample_once(prefix: &Path, dataset_len: usize) -> u64 {
             assert_eq!(s, step + 1, "step {} lost or repeated: {row}", step + 1);
             step = s;
         } else {
-            assert_eq!((s, r), (step, rank + 1), "a rank's share lost or repeated: {row}");
+            assert_eq!(
+                (s, r),
+                (step, rank + 1),
+                "a rank's share lost or repeated: {row}"
+            );
         }
         assert!(r < world, "{row}");
         rank = r;
         let indices = row["indices"].as_array().unwrap();
-        assert_eq!(indices.len() as u64, row["count"].as_u64().unwrap(), "{row}");
+        assert_eq!(
+            indices.len() as u64,
+            row["count"].as_u64().unwrap(),
+            "{row}"
+        );
         stream.extend(indices.iter().map(|i| i.as_u64().unwrap()));
     }
     for (epoch, block) in stream.chunks(dataset_len).enumerate() {
