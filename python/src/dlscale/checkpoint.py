@@ -1,27 +1,31 @@
-"""Atomic checkpoint files in a directory: ``step-0000000123.pt``.
+"""Atomic checkpoints in a directory: ``step-0000000123.pt`` files, and ``step-0000000123.dcp``
+directories for sharded models (``torch.distributed.checkpoint``: each rank writes its shards).
 
-A file is written as ``.step-….pt.tmp-<pid>``, fsynced, then ``os.replace``d into place, so a
-reader only ever sees complete checkpoints. The newest ``keep`` are kept. torch is imported
-lazily here (and only here).
+A file is written as ``.step-….pt.tmp-<pid>``, fsynced, then ``os.replace``d into place; a sharded
+checkpoint is written by every rank into ``.step-….dcp.tmp`` and renamed into place by rank 0 once
+all have written. A reader only ever sees complete checkpoints. The newest ``keep`` are kept.
+torch is imported lazily here.
 """
 from __future__ import annotations
 
 import os
 import random
 import re
+import shutil
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-_NAME = re.compile(r"^step-(\d{10})\.pt$")
+_NAME = re.compile(r"^step-(\d{10})\.(pt|dcp)$")
 FORMAT_VERSION = 1
+SHARDED = ".dcp"  # the ending of a sharded checkpoint's directory
 
 
-def checkpoint_path(directory: str, step: int) -> str:
-    return os.path.join(directory, f"step-{step:010d}.pt")
+def checkpoint_path(directory: str, step: int, sharded: bool = False) -> str:
+    return os.path.join(directory, f"step-{step:010d}{SHARDED if sharded else '.pt'}")
 
 
 def list_checkpoints(directory: str) -> List[Tuple[int, str]]:
-    """(step, path) of complete checkpoints, newest first."""
+    """(step, path) of complete checkpoints, files and sharded directories, newest first."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -68,21 +72,65 @@ def save_checkpoint(directory: str, step: int, state: Dict[str, Any], keep: int 
             pass
         raise
     _fsync_dir(directory)
-    for _, old in list_checkpoints(directory)[max(1, keep):]:
-        try:
-            os.unlink(old)
-        except OSError:
-            pass
+    _prune(directory, keep)
     return final
 
 
+def _prune(directory: str, keep: int) -> None:
+    """Remove all but the newest ``keep`` checkpoints (at least one)."""
+    for _, old in list_checkpoints(directory)[max(1, keep):]:
+        try:
+            if old.endswith(SHARDED):
+                shutil.rmtree(old)
+            else:
+                os.unlink(old)
+        except OSError:
+            pass
+
+
+def save_sharded_checkpoint(directory: str, step: int, state: Dict[str, Any], keep: int = 2) -> str:
+    """Write ``state`` (a sharded model's and optimizer's state dicts, and more) as the sharded
+    checkpoint for ``step`` with ``torch.distributed.checkpoint``: every rank its own shards, into
+    a temporary directory that rank 0 renames into place once every rank has written; prunes to
+    the newest ``keep``. Collective: every rank calls it at the same step."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    chief = dist.get_rank() == 0
+    final = checkpoint_path(directory, step, sharded=True)
+    tmp = os.path.join(directory, f".{os.path.basename(final)}.tmp")
+    if chief:
+        os.makedirs(directory, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # what a writer that died left
+    dist.barrier()
+    dcp.save(state, checkpoint_id=tmp)  # its files fsynced; the metadata, rank 0's, last
+    dist.barrier()
+    if chief:
+        shutil.rmtree(final, ignore_errors=True)  # the same step saved again
+        os.replace(tmp, final)
+        _fsync_dir(directory)
+        _prune(directory, keep)
+    dist.barrier()
+    return final
+
+
+def load_sharded_checkpoint(path: str, state: Dict[str, Any]) -> None:
+    """Load the sharded checkpoint at ``path`` into ``state`` (in place: its tensors are filled,
+    its other values replaced), resharded to this group. Collective."""
+    import torch.distributed.checkpoint as dcp
+
+    dcp.load(state, checkpoint_id=path)
+
+
 def load_latest_checkpoint(directory: Optional[str]) -> Optional[Tuple[str, Dict[str, Any]]]:
-    """(path, state) of the newest loadable checkpoint in ``directory``, or None."""
+    """(path, state) of the newest loadable checkpoint file in ``directory``, or None."""
     if not directory:
         return None
     import torch
 
     for _, path in list_checkpoints(directory):
+        if path.endswith(SHARDED):
+            continue  # a sharded model's: Job.resume loads those
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # a damaged file: fall back to the previous one

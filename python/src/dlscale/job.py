@@ -27,10 +27,14 @@ from typing import Any, Deque, Dict, Iterator, List, Mapping, NamedTuple, NoRetu
 
 from .checkpoint import (
     FORMAT_VERSION,
+    SHARDED,
     capture_rng_state,
+    list_checkpoints,
     load_latest_checkpoint,
+    load_sharded_checkpoint,
     restore_rng_state,
     save_checkpoint,
+    save_sharded_checkpoint,
 )
 from .collective import collective_device
 from .env import Allocation, EnvError
@@ -47,6 +51,13 @@ def _unwrap(model: Any) -> Any:
     if inner is not None and type(model).__name__ in ("DistributedDataParallel", "DataParallel"):
         return inner
     return model
+
+
+def _is_sharded(model: Any) -> bool:
+    """Whether ``model``'s parameters are sharded across ranks (DTensors: FSDP2's
+    ``fully_shard``, tensor parallelism): its checkpoints are then ``torch.distributed.checkpoint``'s."""
+    parameters = getattr(model, "parameters", None)
+    return parameters is not None and any(type(p).__name__ == "DTensor" for p in parameters())
 
 
 def _dist():
@@ -123,6 +134,7 @@ class Job:
         self.last_loss: Optional[float] = None
         self._model: Any = None
         self._optimizer: Any = None
+        self._sharded = False  # the model's parameters are DTensors (FSDP2): sharded checkpoints
         self._warned_no_ckpt = False
         self._last_ckpt_step: Optional[int] = None
         # Gradient noise scale (dlscale.noise): measured once measure_grad_noise() is called.
@@ -271,6 +283,7 @@ class Job:
                 raise TypeError(f"resume(): {name}={type(obj).__name__} has no state_dict() and "
                                 f"load_state_dict(): it cannot be saved in a checkpoint")
         self._model, self._optimizer, self._objects = model, optimizer, objects
+        self._sharded = _is_sharded(model)
         self.forget_handed()
         self._lr_scaling = None
         if base_batch is not None:
@@ -309,13 +322,14 @@ class Job:
 
     def _load_latest(self, model: Any, optimizer: Any) -> Optional[str]:
         """Loads the newest checkpoint into this rank's objects; its path, or None."""
-        found = load_latest_checkpoint(self.alloc.checkpoint_dir)
+        found = self._load_sharded() if self._sharded else load_latest_checkpoint(self.alloc.checkpoint_dir)
         if found is None:
             return None
         path, state = found
-        _unwrap(model).load_state_dict(state["model"])
-        if optimizer is not None and state.get("optimizer") is not None:
-            optimizer.load_state_dict(state["optimizer"])
+        if not self._sharded:
+            _unwrap(model).load_state_dict(state["model"])
+            if optimizer is not None and state.get("optimizer") is not None:
+                optimizer.load_state_dict(state["optimizer"])
         saved = state.get("objects") or {}
         for name, obj in self._objects.items():
             if name in saved:
@@ -346,14 +360,46 @@ class Job:
         )
         return path
 
-    def state_dict(self) -> Dict[str, Any]:
+    def _load_sharded(self) -> Optional[Tuple[str, Dict[str, Any]]]:
+        """Loads the newest sharded checkpoint into the model and optimizer (collective: every
+        rank its shards, resharded to this group); its path and the rest of its state."""
+        found = list_checkpoints(self.alloc.checkpoint_dir) if self.alloc.checkpoint_dir else []
+        if not found:
+            return None
+        path = found[0][1]
+        if not path.endswith(SHARDED):
+            raise RuntimeError(f"{path} holds an unsharded model: a sharded model resumes only from "
+                               f"a sharded checkpoint (step-….dcp)")
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        state = self.state_dict()  # the template: its tensors are filled, its other values replaced
+        load_sharded_checkpoint(path, state)
+        if state.get("format") != FORMAT_VERSION:
+            raise RuntimeError(f"{path} is not a dlscale checkpoint")
+        set_state_dict(self._model, self._optimizer if self._optimizer is not None else [],
+                       model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"] if self._optimizer is not None else {})
+        return path, state
+
+    def _model_state(self) -> Tuple[Any, Any]:
+        """The model's and optimizer's state dicts: this rank's shards for a sharded model."""
         opt = self._optimizer
+        if self._sharded:
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
+            if opt is None:
+                return get_model_state_dict(self._model), None
+            return get_state_dict(self._model, opt)
+        return _unwrap(self._model).state_dict(), opt.state_dict() if opt is not None else None
+
+    def state_dict(self) -> Dict[str, Any]:
+        model, optimizer = self._model_state()
         return {
             "format": FORMAT_VERSION,
             "step": self.step,
             "samples_seen": self.samples_seen,
-            "model": _unwrap(self._model).state_dict(),
-            "optimizer": opt.state_dict() if opt is not None else None,
+            "model": model,
+            "optimizer": optimizer,
             "objects": {name: obj.state_dict() for name, obj in self._objects.items()},
             "lr_batch": self._lr_scaling.batch if self._lr_scaling is not None else None,
             "rng": capture_rng_state(),
@@ -381,7 +427,11 @@ class Job:
                       file=sys.stderr, flush=True)
         else:
             self._sync_grad_noise()  # collective, on every rank: rank 0 saves the job's estimate
-            if self.is_chief:
+            if self._sharded:  # every rank writes its shards
+                path = save_sharded_checkpoint(self.alloc.checkpoint_dir, self.step, self.state_dict(),
+                                               keep=self.keep_checkpoints)
+                self.log(f"checkpoint step={self.step}")
+            elif self.is_chief:
                 path = save_checkpoint(self.alloc.checkpoint_dir, self.step, self.state_dict(),
                                        keep=self.keep_checkpoints)
                 self.log(f"checkpoint step={self.step}")

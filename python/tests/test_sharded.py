@@ -1,0 +1,68 @@
+"""A sharded model (FSDP2's ``fully_shard``, gloo on CPU) is checkpointed with
+``torch.distributed.checkpoint``: every rank writes its shards into a directory renamed into place
+once all have written; a resume loads them back, at the same world size and resharded to another,
+with the optimizer, the scheduler and the job's own state."""
+import json
+
+from conftest import require
+
+torch = require("torch")
+
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+from dlscale import Allocation, Job, list_checkpoints  # noqa: E402
+
+
+def worker(rank, world, out_dir, phase):
+    torch.set_num_threads(1)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous-{phase}", rank=rank,
+                            world_size=world)
+    torch.manual_seed(phase)  # each phase builds other weights: only a resume makes them equal
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    alloc = Allocation(job_id="s", rank=rank, local_rank=rank, world_size=world, local_batch_size=4,
+                       batch_size=4 * world, checkpoint_dir=f"{out_dir}/ck", api=None, token=None)
+    job = Job(alloc, install_signals=False, report_interval=0)
+    resumed = job.resume(model, optimizer, scheduler=scheduler)
+    if phase == 0:
+        torch.manual_seed(100 + rank)
+        for _ in range(5):
+            optimizer.zero_grad()
+            model(torch.randn(4, 6)).pow(2).mean().backward()
+            optimizer.step()
+            scheduler.step()
+            job.step_done()
+        job.checkpoint()
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    momentum = sorted(float(v["momentum_buffer"].full_tensor().abs().sum())  # collectives: every rank
+                      for v in optimizer.state.values())
+    if rank == 0:
+        with open(f"{out_dir}/phase{phase}.json", "w") as f:
+            json.dump({"resumed": resumed, "step": job.step, "samples_seen": job.samples_seen,
+                       "last_epoch": scheduler.last_epoch, "lr": optimizer.param_groups[0]["lr"],
+                       "momentum": momentum,
+                       "weights": {k: v.flatten().tolist() for k, v in full.items()}}, f)
+    dist.destroy_process_group()
+
+
+def test_a_sharded_model_resumes_from_its_shards_at_another_world_size(tmp_path):
+    for phase, world in ((0, 2), (1, 2), (2, 1)):
+        mp.start_processes(worker, args=(world, str(tmp_path), phase), nprocs=world, join=True,
+                           start_method="spawn")
+    saved, same, resharded = (json.loads((tmp_path / f"phase{p}.json").read_text()) for p in range(3))
+    assert [path.rsplit("/", 1)[1] for _, path in list_checkpoints(str(tmp_path / "ck"))] == ["step-0000000005.dcp"]
+    assert not saved["resumed"] and same["resumed"] and resharded["resumed"]
+    for resumed in (same, resharded):
+        assert resumed["weights"] == saved["weights"]
+        assert (resumed["step"], resumed["samples_seen"], resumed["last_epoch"], resumed["lr"]) == (
+            5, 40, 5, saved["lr"])
+        assert resumed["momentum"] == saved["momentum"]
