@@ -104,6 +104,11 @@ pub struct MetricsReport {
     /// the worker measures it: learned models then tell compute from synchronisation.
     #[serde(default)]
     pub compute_time_s: Option<f64>,
+    /// The samples per GPU one micro-step holds, as the worker measured them (the worker
+    /// library's `probe_max_local_batch`): the job's memory limit from then on, when it lets the
+    /// job run.
+    #[serde(default)]
+    pub max_local_batch: Option<u32>,
 }
 
 /// The state of one launch as its executor sees it.

@@ -342,6 +342,15 @@ pub enum Event {
         /// Distinct configurations measured.
         points: usize,
     },
+    /// A job's workers measured how many samples per GPU one micro-step holds (their probe).
+    MemoryMeasured {
+        /// Job id.
+        id: String,
+        /// Samples per GPU one micro-step holds.
+        memory_local_batch: u32,
+        /// Why the job keeps its limit, when it does.
+        refused: Option<String>,
+    },
     /// A job reported that training completed.
     CompletionReported {
         /// Job id.
@@ -373,6 +382,7 @@ impl Event {
             | Event::CancelRequested { id, .. }
             | Event::Stale { id, .. }
             | Event::ModelFitted { id, .. }
+            | Event::MemoryMeasured { id, .. }
             | Event::CompletionReported { id, .. } => Some(id),
         }
     }
@@ -396,6 +406,7 @@ impl Event {
             Event::CancelRequested { .. } => "cancel",
             Event::Stale { .. } => "stale",
             Event::ModelFitted { .. } => "model",
+            Event::MemoryMeasured { .. } => "memory",
             Event::CompletionReported { .. } => "completed",
         }
     }
@@ -517,6 +528,22 @@ impl fmt::Display for Event {
             Event::ModelFitted { id, points } => {
                 write!(f, "{id}: model refitted from {points} measured configuration(s)")
             }
+            Event::MemoryMeasured {
+                id,
+                memory_local_batch,
+                refused: None,
+            } => write!(
+                f,
+                "{id}: its workers measured that a GPU holds {memory_local_batch} samples per micro-step: its limit from now on"
+            ),
+            Event::MemoryMeasured {
+                id,
+                memory_local_batch,
+                refused: Some(why),
+            } => write!(
+                f,
+                "{id}: its workers measured that a GPU holds {memory_local_batch} samples per micro-step; its limit is kept: {why}"
+            ),
             Event::CompletionReported { id, attempt, step } => write!(
                 f,
                 "{id}: workers of launch {attempt} report training done at step {step}"

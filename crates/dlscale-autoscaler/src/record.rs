@@ -237,6 +237,10 @@ pub struct JobRecord {
     /// Whether its workers change batch in place ([`crate::Submission::batch_in_place`]).
     #[serde(default)]
     pub batch_in_place: bool,
+    /// The samples per GPU its workers last measured one micro-step to hold (their probe):
+    /// its memory limit when that lets it run, which a restore applies again.
+    #[serde(default)]
+    pub measured_memory: Option<u32>,
 }
 
 impl JobRecord {

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::efficiency::GradNoise;
 use crate::error::{CoreError, Result};
-use crate::throughput::ThroughputModel;
+use crate::throughput::{Accumulating, ThroughputModel};
 use crate::{BatchSize, GpuCount};
 
 /// Inclusive range of global batch sizes the job trains correctly with (learning rate scaled).
@@ -257,6 +257,32 @@ pub struct Job {
 }
 
 impl Job {
+    /// The job's memory as measured (a worker's probe): one micro-step holds at most
+    /// `memory_local` samples per GPU. Its per-GPU batch limit follows, keeping the accumulation
+    /// it was submitted with (`max_local_batch` = memory × `max_accum_steps`), and so does its
+    /// model. The configuration it runs now may no longer fit: the next decision moves it. An
+    /// error names why, and leaves the job as it was, when it could then not run at all (its
+    /// minimum batch would fit nowhere, or the batch its user asked for not on their GPUs).
+    pub fn set_memory_local_batch(&mut self, memory_local: BatchSize) -> Result<()> {
+        if memory_local == 0 {
+            return Err(CoreError::job(&self.id, "max_local_batch", "must be at least 1"));
+        }
+        let memory_now = self.throughput.memory_local_batch().unwrap_or(self.max_local_batch);
+        let accumulation = (self.max_local_batch / memory_now.max(1)).max(1);
+        let base = self
+            .throughput
+            .accumulated()
+            .unwrap_or_else(|| Arc::clone(&self.throughput));
+        let mut measured = self.clone();
+        measured.max_local_batch = memory_local.saturating_mul(accumulation);
+        measured.throughput = Accumulating::wrap(base, memory_local, measured.max_local_batch);
+        let current = measured.current.take();
+        measured.validate()?;
+        measured.current = current;
+        *self = measured;
+        Ok(())
+    }
+
     /// Steps left at global batch `batch`, if the job's remaining work is known.
     pub fn remaining_steps(&self, batch: BatchSize) -> Option<f64> {
         match &self.remaining_work {

@@ -533,6 +533,7 @@ impl<'w, 'o> Engine<'w, 'o> {
                         grad_var: g.grad_var * s.noise.measurement_factor(reporting.noise),
                     }),
                     compute_time_s,
+                    max_local_batch: None,
                 },
             });
         }

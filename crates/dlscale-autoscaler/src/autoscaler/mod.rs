@@ -239,6 +239,10 @@ impl Autoscaler {
                 a.work.insert(record.id.clone(), work);
             }
             job.history = record.history.clone();
+            if let Some(memory) = record.measured_memory {
+                // Refused then, refused now: the job keeps the limit it was submitted with.
+                let _ = job.set_memory_local_batch(memory);
+            }
             if let Some(family) = record.family.as_ref().filter(|f| !persisted.contains(*f)) {
                 a.rebuilt_families.insert(family.clone());
                 let pool = a.families.entry(family.clone()).or_default();
@@ -656,6 +660,7 @@ impl Autoscaler {
             weight: job.weight,
             family,
             first_grad: None,
+            measured_memory: None,
             batch_in_place: sub.batch_in_place,
         };
         if let Some(family) = record.family.as_ref() {
@@ -816,6 +821,29 @@ impl Autoscaler {
             job.remaining_samples = Some((work - report.samples_seen as f64).max(1.0));
         }
         let mut measured = false;
+        if let Some(memory) = report
+            .max_local_batch
+            .filter(|&m| r.measured_memory != Some(m))
+        {
+            // Once per value: the workers send it with every report.
+            r.measured_memory = Some(memory);
+            let now = job
+                .throughput
+                .memory_local_batch()
+                .unwrap_or(job.max_local_batch);
+            if memory != now {
+                let refused = job
+                    .set_memory_local_batch(memory)
+                    .err()
+                    .map(|e| e.to_string());
+                measured |= refused.is_none();
+                out.event(Event::MemoryMeasured {
+                    id: id.clone(),
+                    memory_local_batch: memory,
+                    refused,
+                });
+            }
+        }
         if let Some(noise) = report.grad.and_then(|g| r.measurements.add_grad(g)) {
             let init_batch = job.efficiency.map_or(job.requested.batch, |e| e.init_batch);
             job.efficiency = Some(JobEfficiency { noise, init_batch });

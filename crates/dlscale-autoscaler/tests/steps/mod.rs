@@ -69,7 +69,7 @@ pub fn started(step: &Step) -> Vec<Input> {
 }
 
 /// A report of launch `attempt` of a job: step 1, 1000 samples seen, `samples_per_s` at
-/// `batch`, no world size, loss, gradient statistics or compute time; a test sets the fields
+/// `batch`, no world size, loss, gradient statistics, compute time or memory; a test sets the fields
 /// it is about with `MetricsReport { ..report(...) }`.
 #[allow(dead_code)] // not every test binary that shares these helpers reports
 pub fn report(attempt: u32, batch: u32, samples_per_s: f64) -> MetricsReport {
@@ -83,6 +83,7 @@ pub fn report(attempt: u32, batch: u32, samples_per_s: f64) -> MetricsReport {
         attempt: Some(attempt),
         grad: None,
         compute_time_s: None,
+        max_local_batch: None,
     }
 }
 

@@ -94,4 +94,8 @@ impl ThroughputModel for Accumulating {
     fn memory_local_batch(&self) -> Option<BatchSize> {
         Some(self.memory_local)
     }
+
+    fn accumulated(&self) -> Option<Arc<dyn ThroughputModel>> {
+        Some(Arc::clone(&self.inner))
+    }
 }

@@ -14,6 +14,8 @@ pub use accumulate::{accumulated_step_time_s, micro_steps_for, Accumulating};
 pub use analytic::{AnalyticModel, FitQuality, StepTimeSample, MAX_OVERLAP_GAMMA};
 pub use table::MeasuredTable;
 
+use std::sync::Arc;
+
 use crate::{BatchSize, GpuCount};
 
 /// Predicts the time of one synchronous data-parallel training step.
@@ -38,6 +40,12 @@ pub trait ThroughputModel: std::fmt::Debug + Send + Sync {
     /// The largest per-GPU batch one micro-step holds, when the model accumulates larger ones
     /// ([`Accumulating`]); `None` for models that run every batch in one step.
     fn memory_local_batch(&self) -> Option<BatchSize> {
+        None
+    }
+
+    /// The model a job's accumulation wraps ([`Accumulating`]), to wrap it again with other
+    /// memory limits; `None` for a model that does not accumulate.
+    fn accumulated(&self) -> Option<Arc<dyn ThroughputModel>> {
         None
     }
 

@@ -318,7 +318,9 @@ pub fn schemas() -> Value {
             "attempt": {"type": "integer", "minimum": 0, "description": "the launch the report comes from (DLSCALE_ATTEMPT)"},
             "grad": nullable(schema_ref("GradNoise")),
             "compute_time_s": nullable(json!({"type": "number", "exclusiveMinimum": 0,
-                "description": "seconds of one micro-step's compute alone, without the all-reduce"}))})),
+                "description": "seconds of one micro-step's compute alone, without the all-reduce"})),
+            "max_local_batch": nullable(json!({"type": "integer", "minimum": 1,
+                "description": "samples per GPU one micro-step holds, as the worker measured them: the job's memory limit from then on"}))})),
         "CompletionReport": object(&["attempt", "step", "samples_seen"], json!({
             "attempt": int, "step": int, "samples_seen": int})),
         "ReportAnswer": object(&["accepted"], json!({"accepted": {"type": "boolean"}, "reason": string,

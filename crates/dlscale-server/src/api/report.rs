@@ -5,7 +5,7 @@ use dlscale_autoscaler::MetricsReport;
 use crate::error::ApiError;
 
 /// The fields of a metrics report ([`MetricsReport`]).
-pub const METRICS_FIELDS: [&str; 9] = [
+pub const METRICS_FIELDS: [&str; 10] = [
     "step",
     "samples_per_s",
     "batch_size",
@@ -15,6 +15,7 @@ pub const METRICS_FIELDS: [&str; 9] = [
     "attempt",
     "grad",
     "compute_time_s",
+    "max_local_batch",
 ];
 
 /// The fields of a report's `grad`.
@@ -54,6 +55,12 @@ pub fn validate_report(m: &MetricsReport) -> Result<(), ApiError> {
         return Err(ApiError::field(
             "compute_time_s",
             "field 'compute_time_s' must be a finite number > 0 or null",
+        ));
+    }
+    if m.max_local_batch == Some(0) {
+        return Err(ApiError::field(
+            "max_local_batch",
+            "field 'max_local_batch' must be ≥ 1 or null",
         ));
     }
     if let Some(g) = &m.grad {
