@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Deque, Dict, Iterator, List, Mapping, NamedTuple, NoReturn, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, NamedTuple, NoReturn, Optional, Tuple
 
 from .checkpoint import (
     FORMAT_VERSION,
@@ -81,6 +81,9 @@ def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
         raise EnvError(f"{name}={raw!r} must be a finite number >= 0")
     return value
 
+
+# Where a probed memory limit is kept in checkpoints (``Job.extra``).
+PROBED_KEY = "dlscale.max_local_batch"
 
 # Seconds between the stop checks of a distributed job's sync points (one all-reduce each):
 # how long after a SIGTERM its ranks stop at most, beside one step and the log window.
@@ -252,6 +255,31 @@ class Job:
     def _sync_grad_noise(self) -> None:
         if self._grad_measuring and _dist() is not None:
             self.grad_noise.sync()
+
+    # -- memory ----------------------------------------------------------------------------
+    def probe_max_local_batch(self, step: Callable[[int], Any], *, start: Optional[int] = None,
+                              limit: int = 1 << 16, margin: float = 0.9) -> int:
+        """Measure how many samples per GPU one micro-step holds, instead of guessing
+        ``max_local_batch``: ``step(b)`` runs one forward and backward pass on ``b`` samples (as
+        training does; it must leave nothing behind but gradients) at doubling ``b`` from
+        ``start`` (default the local batch) until the device runs out of memory, then bisects;
+        ``margin`` of the largest that fit is kept (fragmentation, activations that vary). Every
+        rank probes its own GPU and the group takes the smallest (a collective). The result goes
+        to the server with every report (``max_local_batch``): the job's limit from then on, its
+        batches and accumulation decided within it. It is kept in checkpoints (``extra``), so a
+        relaunch reports it without probing again; returns it. Only an accelerator's
+        out-of-memory error can be caught: on a CPU the search ends at ``limit``."""
+        if PROBED_KEY in self.extra:
+            return int(self.extra[PROBED_KEY])
+        if not 0 < margin <= 1:
+            raise ValueError("margin must be in (0, 1]")
+        fits = _largest_fitting(step, max(1, start or self.local_batch_size), limit)
+        value = max(1, int(fits * margin))
+        if _dist() is not None:
+            value = -_all_reduce_max([-value])[0]  # the smallest GPU's
+        self.extra[PROBED_KEY] = value
+        self.log(f"probe max_local_batch={value} (the largest that fit: {fits}, margin {margin})")
+        return value
 
     # -- resume / checkpoint ------------------------------------------------------------
     def resume(self, model: Any, optimizer: Any = None, lr: Optional[float] = None, *,
@@ -609,6 +637,7 @@ class Job:
                 step=self.step, samples_per_s=sps, batch_size=self.batch_size,
                 world_size=self.world_size, loss=loss, samples_seen=self.samples_seen,
                 attempt=self.alloc.attempt, grad=grad, compute_time_s=compute_time_s,
+                max_local_batch=self.extra.get(PROBED_KEY),
             ))
         self._reset_window()
 
@@ -697,6 +726,68 @@ class Job:
             # chief still reports the completion, and the chief's own teardown can then abort
             # (seen as SIGABRT on a loaded machine), failing a job that finished.
             dist.barrier()
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is a device's out-of-memory error (CUDA's, or another accelerator's)."""
+    torch = sys.modules.get("torch")
+    oom = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    return (oom is not None and isinstance(exc, oom)) or (
+        isinstance(exc, RuntimeError) and "out of memory" in str(exc))
+
+
+def _release_memory() -> None:
+    import gc
+
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _fits(step: Callable[[int], Any], batch: int) -> bool:
+    try:
+        step(batch)
+    except Exception as exc:  # only an out-of-memory error is an answer; the rest are bugs
+        if not _out_of_memory(exc):
+            raise
+        del exc
+        _release_memory()
+        return False
+    _release_memory()
+    return True
+
+
+def _largest_fitting(step: Callable[[int], Any], start: int, limit: int) -> int:
+    """The largest ``b <= limit`` with ``step(b)`` not out of memory: doubling from ``start``
+    (halving while even it does not fit), then bisecting."""
+    fit, too_big = 0, None
+    b = min(start, limit)
+    if _fits(step, b):
+        fit = b
+        while fit < limit:
+            b = min(2 * fit, limit)
+            if not _fits(step, b):
+                too_big = b
+                break
+            fit = b
+    else:
+        too_big = b
+        while b > 1:
+            b //= 2
+            if _fits(step, b):
+                fit = b
+                break
+            too_big = b
+        if fit == 0:
+            raise RuntimeError("not even one sample per GPU fits in the device's memory")
+    while too_big is not None and too_big - fit > 1:
+        mid = (fit + too_big) // 2
+        if _fits(step, mid):
+            fit = mid
+        else:
+            too_big = mid
+    return fit
 
 
 def _batch_len(batch: Any) -> int:

@@ -30,11 +30,13 @@ def metrics_payload(
     attempt: Optional[int] = None,
     grad: Optional[Mapping[str, Any]] = None,
     compute_time_s: Optional[float] = None,
+    max_local_batch: Optional[int] = None,
 ) -> Dict[str, Any]:
     """The body of a metrics report. NaN/inf never reach it: a non-finite ``loss`` becomes null,
     a non-finite ``samples_per_s`` 0, and a ``grad`` (``GradNoiseEstimator.report``) with a
     non-finite or negative value is left out, as is a ``compute_time_s`` (seconds of one
-    micro-step's compute alone) that is not a finite number > 0."""
+    micro-step's compute alone) that is not a finite number > 0. ``max_local_batch``: the samples
+    per GPU one micro-step holds, as ``Job.probe_max_local_batch`` measured them."""
     if loss is not None:
         loss = float(loss)
         if not math.isfinite(loss):
@@ -55,6 +57,8 @@ def metrics_payload(
     g = _grad_field(grad)
     if g is not None:
         payload["grad"] = g
+    if max_local_batch is not None and int(max_local_batch) >= 1:
+        payload["max_local_batch"] = int(max_local_batch)
     if compute_time_s is not None:
         c = float(compute_time_s)
         if math.isfinite(c) and c > 0.0:

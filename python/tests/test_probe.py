@@ -1,0 +1,60 @@
+"""``job.probe_max_local_batch``: the largest per-GPU batch a training step holds, found by
+doubling and bisecting on the device's out-of-memory error, kept with a margin, reported to the
+server with every report and kept in checkpoints (a relaunch does not probe again). The device
+is simulated: a step that raises torch's OutOfMemoryError above a capacity; no GPU here."""
+import pytest
+from conftest import require
+
+torch = require("torch")
+
+from dlscale import Allocation, Job, metrics_payload  # noqa: E402
+
+
+def job(tmp_path, local=32):
+    alloc = Allocation(job_id="p", rank=0, local_rank=0, world_size=1, local_batch_size=local,
+                       batch_size=local, checkpoint_dir=str(tmp_path), api=None, token=None)
+    return Job(alloc, install_signals=False, report_interval=0)
+
+
+def device(capacity, calls):
+    def step(batch):
+        calls.append(batch)
+        if batch > capacity:
+            raise torch.OutOfMemoryError(f"CUDA out of memory: tried {batch} samples")
+    return step
+
+
+@pytest.mark.parametrize("capacity,local", [(1000, 32), (300, 512), (1, 8), (37, 37), (5000, 1)])
+def test_the_probe_finds_the_largest_batch_that_fits(tmp_path, capacity, local):
+    calls = []
+    j = job(tmp_path, local)
+    assert j.probe_max_local_batch(device(capacity, calls), margin=1.0) == capacity
+    assert len(calls) <= 2 * capacity.bit_length() + 4, calls  # doubling, then bisecting
+
+
+def test_the_margin_is_kept_and_the_result_is_reported_and_checkpointed(tmp_path):
+    j = job(tmp_path)
+    model = torch.nn.Linear(1, 1)
+    j.resume(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert j.probe_max_local_batch(device(1000, []), margin=0.9) == 900
+    j.step_done()
+    j.checkpoint()
+    # What the reports carry.
+    assert metrics_payload(step=1, samples_per_s=1.0, batch_size=32, world_size=1, loss=None,
+                           samples_seen=32, max_local_batch=j.extra["dlscale.max_local_batch"]
+                           )["max_local_batch"] == 900
+    # A relaunch resumes it: no probe.
+    j2 = job(tmp_path)
+    j2.resume(torch.nn.Linear(1, 1))
+    calls = []
+    assert j2.probe_max_local_batch(device(10, calls)) == 900 and calls == []
+
+
+def test_only_out_of_memory_is_an_answer(tmp_path):
+    def broken(batch):
+        raise ValueError("a bug in the step")
+
+    with pytest.raises(ValueError, match="a bug"):
+        job(tmp_path).probe_max_local_batch(broken)
+    with pytest.raises(RuntimeError, match="not even one sample"):
+        job(tmp_path).probe_max_local_batch(device(0, []))
