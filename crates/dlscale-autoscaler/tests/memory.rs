@@ -29,7 +29,12 @@ fn autoscaler(accum: u32) -> Autoscaler {
     let mut a = Autoscaler::new(steps::config(), Topology::uniform(1, 1));
     let s = a.handle(
         0.0,
-        vec![steps::submission(job(accum), ModelSource::Given, None, false)],
+        vec![steps::submission(
+            job(accum),
+            ModelSource::Given,
+            None,
+            false,
+        )],
     );
     a.handle(0.0, steps::started(&s));
     a
@@ -107,7 +112,10 @@ fn a_memory_that_leaves_the_job_unable_to_run_is_refused_with_its_reason() {
     // 8 samples per GPU: its minimum batch of 16 fits nowhere on its one GPU.
     let s = a.handle(5.0, vec![measured(&a, 8)]);
     assert_eq!(memory_events(&s.events), [(8, false)]);
-    let shown = s.events.iter().find(|e| matches!(e, Event::MemoryMeasured { .. }));
+    let shown = s
+        .events
+        .iter()
+        .find(|e| matches!(e, Event::MemoryMeasured { .. }));
     assert!(
         shown.unwrap().to_string().contains("its limit is kept"),
         "{shown:?}"

@@ -19,6 +19,9 @@ use service_support::{
 const DIGITS: usize = 1797;
 /// The Hugging Face example's toy language: its sequences.
 const COUNTING_SEQUENCES: usize = 2048;
+/// The noise scale the jobs are submitted with (samples): the service starts them on both slots
+/// at a batch it suits, until their workers' measured one replaces it.
+const SUBMITTED_NOISE_SCALE: f64 = 100.0;
 /// The global batch the examples' learning rates are tuned for: the jobs' `batch_size` (B0).
 const BASE_BATCH: u32 = 32;
 
@@ -122,7 +125,7 @@ async fn rescaled_and_rebatched(test: &str, command: &[&str], dataset_len: usize
         .submit(json!({"id": "adopted", "min_batch": 16, "max_batch": 512, "batch_size": BASE_BATCH,
             "max_local_batch": 256, "max_gpus": 2, "powers_of_two": true, "batch_in_place": true,
             "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.0005, "sync_intra_base_s": 0.005,
-                      "noise_scale": 100, "init_batch": BASE_BATCH},
+                      "noise_scale": SUBMITTED_NOISE_SCALE, "init_batch": BASE_BATCH},
             "command": command, "workdir": repo_root().display().to_string(), "launcher": "torchrun",
             "env": {"DLSCALE_SAMPLE_LOG": samples.display().to_string(),
                     "DLSCALE_METRICS_INTERVAL": "1"}}))
@@ -138,7 +141,8 @@ async fn rescaled_and_rebatched(test: &str, command: &[&str], dataset_len: usize
             120.0,
             "a measured noise scale and a batch changed in place",
             |j| {
-                j.noise_scale.is_some()
+                // The noise scale its workers measured replaced the submitted one.
+                j.noise_scale.is_some_and(|n| n != SUBMITTED_NOISE_SCALE)
                     && j.attempt == first.attempt
                     && j.batch_size != first.batch_size
             },

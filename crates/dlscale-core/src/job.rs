@@ -265,9 +265,16 @@ impl Job {
     /// minimum batch would fit nowhere, or the batch its user asked for not on their GPUs).
     pub fn set_memory_local_batch(&mut self, memory_local: BatchSize) -> Result<()> {
         if memory_local == 0 {
-            return Err(CoreError::job(&self.id, "max_local_batch", "must be at least 1"));
+            return Err(CoreError::job(
+                &self.id,
+                "max_local_batch",
+                "must be at least 1",
+            ));
         }
-        let memory_now = self.throughput.memory_local_batch().unwrap_or(self.max_local_batch);
+        let memory_now = self
+            .throughput
+            .memory_local_batch()
+            .unwrap_or(self.max_local_batch);
         let accumulation = (self.max_local_batch / memory_now.max(1)).max(1);
         let base = self
             .throughput
