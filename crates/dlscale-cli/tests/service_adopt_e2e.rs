@@ -90,7 +90,7 @@ async fn a_hugging_face_trainer_is_rescaled_and_rebatched_without_losing_a_sampl
         &[
             "examples/adopt/hf_trainer_dlscale.py",
             "--max-steps",
-            "2500",
+            "4000",
             "--out",
             "{dir}/hf",
         ],
