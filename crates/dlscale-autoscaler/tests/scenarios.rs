@@ -834,10 +834,16 @@ fn a_profile_update_keeps_the_jobs_accumulation() {
 
 /// A loop that counts steps declares its length in steps at its batch (`steps` with
 /// `batch_size`); 15 s from its end it keeps its GPUs when a job arrives, which a job that
-/// declares no length does not.
+/// declares no length does not, nor one whose progress has passed the length it declared (that
+/// length is wrong: what it has left is unknown, not next to nothing).
 #[test]
 fn a_job_declaring_its_length_in_steps_keeps_its_gpus_near_its_end() {
-    for (length, held) in [(r#""steps": 500,"#, true), ("", false)] {
+    let table = [
+        (r#""steps": 500,"#, true),
+        ("", false),
+        (r#""steps": 400,"#, false),
+    ];
+    for (length, held) in table {
         let text = format!(
             r#"{{"jobs": [{{"id": "a", "model": {{"compute_base_s": 0.01, "compute_per_sample_s": 0.001,
                 "sync_intra_base_s": 0.002}}, {length} "batch_size": 64, "gpus": 4,

@@ -817,8 +817,11 @@ impl Autoscaler {
         }
         let r = &mut self.live[i];
         let job = &mut self.jobs[i];
-        if let Some(work) = self.work.get(&id) {
-            job.remaining_samples = Some((work - report.samples_seen as f64).max(1.0));
+        if let Some(&work) = self.work.get(&id) {
+            // A job that has done more than it declared has a wrong length: what it has left is
+            // unknown from then on, not next to nothing (which would keep it first for ever).
+            let seen = report.samples_seen as f64;
+            job.remaining_samples = (seen < work).then(|| (work - seen).max(1.0));
         }
         let mut measured = false;
         if let Some(memory) = report
