@@ -105,6 +105,10 @@ pub struct SimulateArgs {
     /// file's epochs), so that its remaining work is known (false: no job's length is known).
     #[arg(long, default_value_t = dlscale_sim::Reporting::default().declares_length, action = clap::ArgAction::Set)]
     pub declares_length: bool,
+    /// Learned runs with declared lengths: each is its true length times a factor drawn
+    /// log-uniformly in [1/R, R], per job and seed (1: exact), as users over- and under-declare.
+    #[arg(long, value_name = "R", default_value_t = dlscale_sim::Reporting::default().length_error, value_parser = length_error)]
+    pub length_error: f64,
     /// Learned runs: each report carries the compute time of one micro-step alone, as the
     /// worker library measures it (false: step times only, as from other training programs).
     #[arg(long, default_value_t = dlscale_sim::Reporting::default().reports_compute_time, action = clap::ArgAction::Set)]
@@ -288,6 +292,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
                 seed: args.noise_seed,
                 families: args.families,
                 declares_length: args.declares_length,
+                length_error: args.length_error,
                 reports_compute_time: args.report_compute_time,
             })
         },
@@ -423,4 +428,14 @@ fn with_progress(
     .map_err(sim_error)?;
     bar.finish();
     Ok(())
+}
+
+/// `--length-error`: a finite factor of at least 1.
+fn length_error(raw: &str) -> Result<f64, String> {
+    match raw.parse::<f64>() {
+        Ok(r) if r.is_finite() && r >= 1.0 => Ok(r),
+        _ => Err(format!(
+            "{raw:?} is not a factor ≥ 1 (1: the declared lengths are exact)"
+        )),
+    }
 }

@@ -94,6 +94,11 @@ pub struct Reporting {
     /// remaining work (the target less what it reported done), and shortest-remaining-first
     /// weighing can use it; without it no job's length is known.
     pub declares_length: bool,
+    /// How wrong the declared lengths are: each job's is its true length times a factor drawn
+    /// log-uniformly in `[1 / length_error, length_error]`, the same for a job in every run of
+    /// a seed ([`Reporting::declared_length_factor`]); 1: exact. Users over-declare (a
+    /// `max_epochs` that early stopping cuts short) and under-declare.
+    pub length_error: f64,
     /// Each report carries the compute time of one micro-step alone (what the worker library
     /// measures from its DDP hook; in Pollux's world the artifact's step less its sync time,
     /// which is what Pollux's own policy learns from), with the same relative noise; without
@@ -111,8 +116,30 @@ impl Default for Reporting {
             seed: 1,
             families: true,
             declares_length: true,
+            length_error: 1.0,
             reports_compute_time: true,
         }
+    }
+}
+
+impl Reporting {
+    /// The factor job `id`'s declared length is off by: log-uniform in `[1 / length_error,
+    /// length_error]`, drawn from the job's id and the seed alone (no other stream moves).
+    pub fn declared_length_factor(&self, id: &str) -> f64 {
+        if self.length_error <= 1.0 {
+            return 1.0;
+        }
+        // FNV-1a of the id, mixed with the seed by SplitMix64's finaliser: 53 uniform bits.
+        let mut h = 0xcbf2_9ce4_8422_2325_u64;
+        for b in id.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        let mut z = h ^ self.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let u = (z >> 11) as f64 / (1u64 << 53) as f64;
+        ((2.0 * u - 1.0) * self.length_error.ln()).exp()
     }
 }
 

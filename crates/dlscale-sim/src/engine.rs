@@ -431,7 +431,9 @@ impl<'w, 'o> Engine<'w, 'o> {
                 let declares = reporting.declares_length
                     && !(self.artifact.is_some() && is_artifact_baseline(self.info));
                 job.remaining_samples = match (declares, self.by_id.get(job.id.as_str())) {
-                    (true, Some(&i)) => Some(self.jobs[i].target_samples()),
+                    (true, Some(&i)) => Some(
+                        self.jobs[i].target_samples() * reporting.declared_length_factor(&job.id),
+                    ),
                     _ => None,
                 };
                 // Its user knows how it runs batches beyond memory: the prior accumulates as the

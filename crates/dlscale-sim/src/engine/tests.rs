@@ -107,6 +107,33 @@ fn learned_jobs_declare_their_progress_target_unless_told_not_to() {
     for s in submissions(&declared, TIRESIAS) {
         assert_eq!(s.job.remaining_samples, None, "{}", s.job.id);
     }
+    // Wrong lengths: each off by its own factor within [1/2, 2], the same in every run of a seed.
+    let wrong = |seed| SimConfig {
+        knowledge: Knowledge::Learned(Reporting {
+            length_error: 2.0,
+            seed,
+            ..Reporting::default()
+        }),
+        ..SimConfig::pollux()
+    };
+    let factors = |seed| -> Vec<f64> {
+        submissions(&wrong(seed), ELASTIC_BATCH)
+            .iter()
+            .map(|s| {
+                let profile = artifact.model(&s.job.model_name).unwrap();
+                let target = profile.total() * f64::from(profile.init_batch());
+                s.job.remaining_samples.unwrap() / target
+            })
+            .collect()
+    };
+    let (first, again, other) = (factors(1), factors(1), factors(2));
+    assert_eq!(first, again);
+    assert_ne!(first, other);
+    assert!(first.iter().all(|f| (0.5..=2.0).contains(f)), "{first:?}");
+    assert!(
+        first.iter().any(|&f| f < 0.8) && first.iter().any(|&f| f > 1.25),
+        "{first:?}"
+    );
 }
 
 #[test]
