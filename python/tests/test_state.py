@@ -69,7 +69,7 @@ def test_every_stateful_object_is_restored_and_the_lr_follows_the_batch(tmp_path
     job.checkpoint()
     weights = model.weight.detach().clone()
 
-    # Resumed at batch 16 (sqrt-free linear rule): the schedule goes on where it was, scaled.
+    # Resumed at batch 16 (the linear rule): the schedule goes on where it was, scaled.
     job2 = job_with(tmp_path, local=16)
     model2, optimizer2, scheduler2, scaler2, counter2 = build()
     assert job2.resume(model2, optimizer2, base_batch=BASE_BATCH, scheduler=scheduler2, scaler=scaler2,

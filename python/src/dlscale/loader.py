@@ -25,7 +25,6 @@ _CHOSEN_BY_THE_JOB = ("batch_size", "shuffle", "sampler", "batch_sampler", "drop
 # registered when it was imported and so run after this one, terminates daemonic children and
 # joins them, and workers that ignore SIGTERM (``IgnoreStopSignals``) would never be joined.
 _LIVE: "weakref.WeakSet[ElasticLoader]" = weakref.WeakSet()
-_LIVE_REGISTERED: List[bool] = []  # non-empty once _close_all is registered
 
 
 def _close_all() -> None:
@@ -106,10 +105,10 @@ class ElasticLoader:
             kwargs["generator"] = torch.Generator().manual_seed(seed)
         self.dataloader = DataLoader(dataset, batch_sampler=self.batches, **kwargs)
         self._iterator: Optional[Iterator[Any]] = None
-        if not _LIVE_REGISTERED:
-            # Now, after the DataLoader's import has imported multiprocessing: run before it.
-            atexit.register(_close_all)
-            _LIVE_REGISTERED.append(True)
+        # Registered now, after the DataLoader's import has imported multiprocessing: run before
+        # it. Once: a registration is replaced, not added to.
+        atexit.unregister(_close_all)
+        atexit.register(_close_all)
         _LIVE.add(self)
 
     def close(self) -> None:
