@@ -7,13 +7,17 @@
 //! `64x256,256x1024`, default `16x64,32x128`). The `teams` group: the large cluster's measured
 //! decision with its jobs spread over 50 teams, each guaranteed an equal part of three quarters
 //! of the cluster and allowed all of it (issue 27's target); its setup refuses a certified gap
-//! above 1e-4.
+//! above 1e-4. The `gpu-types` group: the knapsack across GPU types (issue 29's targets), exact
+//! on three types of 64 GPUs in all with 50 jobs, priced on four types of 16,384 GPUs in all with
+//! 4,000 jobs (its setup refuses a certified gap above 1e-4). The `milp` group also times the
+//! MILP across three types (8, 8 and 16 GPUs, 12 jobs: the instance of `tests/milp.rs`).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use dlscale_core::allocator::knapsack::{DpChoice, KnapsackSolver, BAND_CELL_BUDGET};
+use dlscale_core::allocator::typed::TypedKnapsack;
 use dlscale_core::allocator::{SolverPath, TeamQuota, Teams};
 use dlscale_core::synthetic::{analytic_jobs, measured_jobs, KINDS};
 use dlscale_core::{build_policy, Cluster, DecisionRequest, Settings, Utility};
@@ -162,8 +166,55 @@ fn milp(c: &mut Criterion) {
             |b, items| b.iter(|| support::milp_optimum(items, cluster.total_gpus())),
         );
     }
+    let types = [(4, 8), (4, 8), (8, 16)];
+    let capacities: Vec<u32> = types.iter().map(|&(_, g)| g).collect();
+    let items = support::typed_items(&measured_jobs(12, 8, 1), &types, 1);
+    group.bench_with_input(
+        BenchmarkId::new("typed-microlp", "3x32x12"),
+        &items,
+        |b, items| b.iter(|| support::typed_milp_optimum(items, &capacities)),
+    );
     group.finish();
 }
 
-criterion_group!(benches, optimizer, large_cluster, teams, milp);
+fn gpu_types(c: &mut Criterion) {
+    const MAX_GAP: f64 = 1e-4;
+    // Types as (GPUs per node, GPUs): T4-, V100- and A100-like; then four types.
+    const THREE: [(u32, u32); 3] = [(4, 24), (8, 24), (8, 16)];
+    const FOUR: [(u32, u32); 4] = [(4, 4096), (8, 4096), (8, 4096), (8, 4096)];
+    let instances = [
+        (50, &THREE[..], SolverPath::TypedDp),
+        (4000, &FOUR[..], SolverPath::TypePricing),
+    ];
+    let mut group = c.benchmark_group("gpu-types");
+    group.sample_size(20);
+    for (jobs, types, path) in instances {
+        let gpus: u32 = types.iter().map(|&(_, g)| g).sum();
+        let capacities: Vec<u32> = types.iter().map(|&(_, g)| g).collect();
+        let items = support::typed_items(&measured_jobs(jobs, 64, 42), types, 42);
+        let mut solver = TypedKnapsack::default();
+        let solution = solver.solve(&items, &capacities).expect("feasible");
+        assert_eq!(solution.path, path);
+        assert!(
+            solution.gap() <= MAX_GAP,
+            "certified gap {} above {MAX_GAP}",
+            solution.gap()
+        );
+        eprintln!(
+            "gpu-types: {} types, {jobs} jobs, {gpus} GPUs: {}, certified gap {:.3e}",
+            types.len(),
+            path.name(),
+            solution.gap()
+        );
+        let size = format!("{}x{gpus}x{jobs}", types.len());
+        group.bench_with_input(
+            BenchmarkId::new("typed/measured", &size),
+            &items,
+            |b, items| b.iter(|| solver.solve(items, &capacities)),
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, optimizer, large_cluster, teams, milp, gpu_types);
 criterion_main!(benches);

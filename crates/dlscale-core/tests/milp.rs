@@ -4,6 +4,7 @@
 mod support;
 
 use dlscale_core::allocator::knapsack::{DpChoice, KnapsackSolver, SolverPath, BAND_CELL_BUDGET};
+use dlscale_core::allocator::typed::TypedKnapsack;
 use dlscale_core::synthetic::{analytic_jobs, measured_jobs};
 use dlscale_core::{build_policy, Cluster, DecisionRequest, Settings, Utility};
 
@@ -50,6 +51,52 @@ fn knapsack_matches_milp_on_medium_instances() {
                 .unwrap()
                 .decide(&DecisionRequest::new(&cluster, &jobs, &settings));
             assert!((decision.objective - milp).abs() <= 1e-6 * milp.abs().max(1.0));
+        }
+    }
+}
+
+/// Across GPU types: the DP, plain and after fixing, finds the MILP's optimum, and the priced
+/// split stays within the bound it certifies, on three types (T4-, V100- and A100-like speeds) of 8, 8 and 16 GPUs.
+#[test]
+fn the_typed_dp_matches_milp_and_pricing_certifies_it() {
+    let types = [(4, 8), (4, 8), (8, 16)];
+    let capacities: Vec<u32> = types.iter().map(|&(_, g)| g).collect();
+    for seed in 1..=4 {
+        for (kind, jobs) in [
+            ("analytic", analytic_jobs(12, 8, seed)),
+            ("measured", measured_jobs(12, 8, seed)),
+        ] {
+            let items = support::typed_items(&jobs, &types, seed);
+            let milp = support::typed_milp_optimum(&items, &capacities).expect("feasible");
+            let exact = TypedKnapsack::new(DpChoice::Full)
+                .solve(&items, &capacities)
+                .unwrap();
+            let rel = (exact.value - milp).abs() / milp.abs().max(1.0);
+            assert!(
+                rel <= 1e-6,
+                "{kind} seed {seed}: dp {} vs milp {milp}",
+                exact.value
+            );
+            assert_eq!((exact.path, exact.gap()), (SolverPath::TypedDp, 0.0));
+            // Fixing by reduced costs first: the same optimum.
+            let auto = TypedKnapsack::default().solve(&items, &capacities).unwrap();
+            let rel = (auto.value - milp).abs() / milp.abs().max(1.0);
+            assert!(
+                rel <= 1e-6,
+                "{kind} seed {seed}: auto {} vs milp {milp}",
+                auto.value
+            );
+            assert_eq!((auto.path, auto.gap()), (SolverPath::TypedDp, 0.0));
+            let priced = TypedKnapsack::new(DpChoice::Banded)
+                .solve(&items, &capacities)
+                .unwrap();
+            assert_eq!(priced.path, SolverPath::TypePricing);
+            assert!(
+                priced.value <= milp + 1e-6 && priced.bound >= milp - 1e-6,
+                "{kind} seed {seed}: priced {} bound {} vs milp {milp}",
+                priced.value,
+                priced.bound
+            );
         }
     }
 }

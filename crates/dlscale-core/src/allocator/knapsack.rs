@@ -59,6 +59,11 @@ pub enum SolverPath {
     /// Teams at scale: the LP over every team splits the cluster, each team's jobs solved within
     /// their share; the LP's value certifies the gap.
     TeamSplit,
+    /// GPU types, exactly: the DP over one GPU total per type.
+    TypedDp,
+    /// GPU types at scale: a price per type's GPUs sends each job to a type, each type is
+    /// solved exactly; the prices' Lagrangian bound certifies the gap.
+    TypePricing,
     /// No optimisation: the static policy runs requests first come first served.
     Fifo,
     /// No optimisation: a policy's own priority rule (Tiresias' queues, Optimus' greedy).
@@ -67,11 +72,13 @@ pub enum SolverPath {
 
 impl SolverPath {
     /// Every path.
-    pub const ALL: [SolverPath; 6] = [
+    pub const ALL: [SolverPath; 8] = [
         SolverPath::AllFit,
         SolverPath::ExactDp,
         SolverPath::LagrangianDp,
         SolverPath::TeamSplit,
+        SolverPath::TypedDp,
+        SolverPath::TypePricing,
         SolverPath::Fifo,
         SolverPath::Priority,
     ];
@@ -83,6 +90,8 @@ impl SolverPath {
             SolverPath::ExactDp => "exact-dp",
             SolverPath::LagrangianDp => "lagrangian-dp",
             SolverPath::TeamSplit => "team-split",
+            SolverPath::TypedDp => "typed-dp",
+            SolverPath::TypePricing => "type-pricing",
             SolverPath::Fifo => "fifo",
             SolverPath::Priority => "priority",
         }

@@ -12,6 +12,7 @@ mod static_fifo;
 mod team_split;
 mod teams;
 mod tiresias;
+pub mod typed;
 
 use std::fmt;
 use std::str::FromStr;

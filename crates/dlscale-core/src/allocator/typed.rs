@@ -1,0 +1,821 @@
+//! The knapsack across GPU types: every job takes exactly one of its options, an option being a
+//! GPU type, a number of GPUs of that type and a value (a job runs on one type at a time); each
+//! type's GPUs are a capacity of their own. A multiple-choice, multi-dimensional knapsack.
+//!
+//! **Exact, by a DP over one GPU total per type.** `best[i][k]`, with `k` a vector of GPUs per
+//! type, is the best value of jobs `0..i` within `k`: `best[i][k] = max over options (t, g, v)
+//! of best[i−1][k − g·e_t] + v` (`-inf` where no option fits). The vectors are stored flat, type
+//! `t` at stride `s_t`, so `k − g·e_t` is one offset, `g·s_t`, and every cell with at least `g`
+//! GPUs of type `t` lies in contiguous runs: the inner loop is the 1-D DP's branch-free
+//! `max(cur, prev + v)` over slices (the type of largest extent innermost, for the longest
+//! runs). The choice is recovered by recomputing the same sums bit-identically. Two reductions
+//! keep it small: within a type, an option with more GPUs and no more value is never needed
+//! (more GPUs of a type are never scarcer than fewer), and a type's extent is cut to what the
+//! jobs could use of it at most. The table has `jobs × Π (capacity_t + 1)` cells: a few types of
+//! a few dozen GPUs each.
+//!
+//! **Prices per type.** For prices `λ_t ≥ 0` per GPU of each type,
+//! `U(λ) = Σ_j max_o (v_o − λ_{t_o} g_o) + Σ_t λ_t C_t` bounds the optimum from above (any
+//! feasible plan is worth at most its priced value plus what its GPUs cost, at most
+//! `Σ λ_t C_t`). `U` is convex in `λ`; it is minimised one type at a time, exactly (the price at
+//! which the type's demand, each job on its best priced type at its best priced count, falls to
+//! its capacity), sweeping the types until no price moves. Each job then goes to its best type
+//! at those prices (where a type's smallest options do not fit, the jobs that lose least move),
+//! and each type's jobs are solved exactly among themselves by the 1-D knapsack: a feasible
+//! plan, the incumbent, worth `L`.
+//!
+//! **Exact by fixing.** A plan worth `V` has reduced costs `h_j(λ) − (v_o − λ_t g_o)` adding up
+//! to at most `U − V`, so no plan better than one worth `V` takes an option whose reduced cost
+//! exceeds `U − V`. The automatic path runs the DP among the options within a quarter of
+//! `U − L` (a job left with one is fixed, its GPUs taken off): when that plan is worth at least
+//! `U − (U − L)/4`, nothing outside it is better; otherwise the DP among the options within
+//! `U` less the better of the two plans is exact. Only when that DP would be too large
+//! ([`TYPED_DP_CELLS`], [`TYPED_DP_WORK`]) does the incumbent stand, with `U(λ)` certifying how
+//! far from the optimum it can be ([`KnapsackSolution::bound`]): with many jobs per type only
+//! the few that are nearly indifferent between types at the prices can be misplaced.
+
+use super::knapsack::{DpChoice, KnapsackItem, KnapsackSolution, KnapsackSolver, SolverPath};
+
+/// One option of one job: a GPU type (an index into the capacities), its GPUs and the value of
+/// running with them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TypedItem {
+    /// Index of the GPU type.
+    pub gpu_type: usize,
+    /// GPUs of that type.
+    pub gpus: u32,
+    /// Its value.
+    pub value: f64,
+}
+
+/// An option worth its GPUs: its index in the job's options, and what it is.
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    index: usize,
+    gpu_type: usize,
+    gpus: u32,
+    value: f64,
+}
+
+/// Largest DP table (jobs × GPU-total vectors) [`DpChoice::Auto`] builds; larger instances are
+/// priced.
+pub const TYPED_DP_CELLS: usize = 1 << 22;
+
+/// Most cell updates (options × GPU-total vectors) a DP of [`DpChoice::Auto`] may take.
+pub const TYPED_DP_WORK: usize = 1 << 24;
+
+/// Sweeps over the types' prices at most (each moves the bound down or stops the search).
+const PRICE_SWEEPS: usize = 50;
+
+/// The knapsack across GPU types, with reusable buffers.
+#[derive(Debug, Default)]
+pub struct TypedKnapsack {
+    kept: Vec<Vec<Kept>>,
+    cells: Vec<f64>,
+    per_type: KnapsackSolver,
+    dp: DpChoice,
+}
+
+impl TypedKnapsack {
+    /// A solver taking the plain DP over every option ([`DpChoice::Full`]), the priced split
+    /// alone ([`DpChoice::Banded`]) or, with [`DpChoice::Auto`] (the default), the DP after
+    /// fixing by reduced costs, exact unless its table would be too large.
+    pub fn new(dp: DpChoice) -> Self {
+        TypedKnapsack {
+            dp,
+            ..TypedKnapsack::default()
+        }
+    }
+
+    /// Solves the problem with `capacities[t]` GPUs of type `t`; `None` when a job has no option
+    /// that fits its type's capacity or the jobs' smallest options do not fit together (at
+    /// scale: when a first fit of them by type does not). Options naming a type beyond
+    /// `capacities` are never chosen. Deterministic.
+    pub fn solve<O: AsRef<[TypedItem]>>(
+        &mut self,
+        items: &[O],
+        capacities: &[u32],
+    ) -> Option<KnapsackSolution> {
+        let n = items.len();
+        self.kept.resize_with(n, Vec::new);
+        for (options, kept) in items.iter().zip(&mut self.kept) {
+            reduce(options.as_ref(), capacities, kept);
+            if kept.is_empty() {
+                return None;
+            }
+        }
+        let kept = &self.kept[..n];
+        // Every job at its best option, if that fits, is the optimum.
+        let best: Vec<usize> = kept.iter().map(|k| best_option(k)).collect();
+        let mut used = vec![0u64; capacities.len()];
+        for (k, &b) in kept.iter().zip(&best) {
+            used[k[b].gpu_type] += u64::from(k[b].gpus);
+        }
+        if used
+            .iter()
+            .zip(capacities)
+            .all(|(&u, &c)| u <= u64::from(c))
+        {
+            let choice: Vec<usize> = kept.iter().zip(&best).map(|(k, &b)| k[b].index).collect();
+            let value = chosen_value(items, &choice);
+            return Some(KnapsackSolution {
+                choice,
+                value,
+                bound: value,
+                path: SolverPath::AllFit,
+            });
+        }
+        if self.dp == DpChoice::Full {
+            let choice = Table::shape(kept, capacities).solve(kept, &mut self.cells)?;
+            return Some(exact(items, choice));
+        }
+        let prices = Prices::of(kept, capacities);
+        let incumbent = prices.split(kept, capacities, &mut self.per_type);
+        if self.dp == DpChoice::Auto {
+            // A plan worth `V` has reduced costs adding up to at most `U − V` (U the bound).
+            // First the DP among options of reduced cost at most a quarter of the incumbent's
+            // distance θ: if it finds a plan worth at least `U − θ`, no plan with any other
+            // option is better. Otherwise its plan, or the incumbent, bounds the reduced costs
+            // of every better plan, and the DP among those options is exact.
+            let tolerance = 1e-9 * prices.bound.abs().max(1.0);
+            let mut distance = incumbent
+                .as_ref()
+                .map_or(f64::INFINITY, |(_, value)| prices.bound - value);
+            if distance.is_finite() {
+                let threshold = distance / 4.0;
+                let cells = &mut self.cells;
+                if let Some(choice) =
+                    restricted(kept, &prices, capacities, threshold + tolerance, cells)
+                {
+                    let value = chosen_value(items, &choice);
+                    if value >= prices.bound - threshold - tolerance {
+                        return Some(exact(items, choice));
+                    }
+                    distance = distance.min(prices.bound - value);
+                }
+            }
+            let cells = &mut self.cells;
+            if let Some(choice) = restricted(kept, &prices, capacities, distance + tolerance, cells)
+            {
+                return Some(exact(items, choice));
+            }
+        }
+        let (positions, _) = incumbent?;
+        let choice: Vec<usize> = kept
+            .iter()
+            .zip(positions)
+            .map(|(k, p)| k[p].index)
+            .collect();
+        let value = chosen_value(items, &choice);
+        Some(KnapsackSolution {
+            choice,
+            value,
+            bound: prices.bound.max(value),
+            path: SolverPath::TypePricing,
+        })
+    }
+}
+
+/// The best plan among the options whose reduced cost at `prices` is at most `threshold`
+/// (a job left with one is fixed; the DP runs over the others): each job's option index;
+/// `None` when no plan of them fits, or the DP would exceed [`TYPED_DP_CELLS`] or
+/// [`TYPED_DP_WORK`].
+fn restricted(
+    kept: &[Vec<Kept>],
+    prices: &Prices,
+    capacities: &[u32],
+    threshold: f64,
+    cells: &mut Vec<f64>,
+) -> Option<Vec<usize>> {
+    let mut free: Vec<u32> = capacities.to_vec();
+    let mut choice = vec![usize::MAX; kept.len()];
+    let (mut open, mut open_jobs) = (Vec::new(), Vec::new());
+    for (j, options) in kept.iter().enumerate() {
+        let best = prices.best(options, j);
+        let left: Vec<Kept> = options
+            .iter()
+            .filter(|o| prices.reduced_cost(best, o) <= threshold)
+            .copied()
+            .collect();
+        if let [only] = left[..] {
+            free[only.gpu_type] = free[only.gpu_type].checked_sub(only.gpus)?;
+            choice[j] = only.index;
+        } else {
+            open.push(left);
+            open_jobs.push(j);
+        }
+    }
+    let table = Table::shape(&open, &free);
+    let options: usize = open.iter().map(Vec::len).sum();
+    if !table.fits(open.len(), options) {
+        return None;
+    }
+    for (j, c) in open_jobs.into_iter().zip(table.solve(&open, cells)?) {
+        choice[j] = c;
+    }
+    Some(choice)
+}
+
+/// The solution of an exact solve choosing `choice`.
+fn exact<O: AsRef<[TypedItem]>>(items: &[O], choice: Vec<usize>) -> KnapsackSolution {
+    let value = chosen_value(items, &choice);
+    KnapsackSolution {
+        choice,
+        value,
+        bound: value,
+        path: SolverPath::TypedDp,
+    }
+}
+
+/// Keeps `options`' worthwhile ones in `kept`, by type and then GPUs: within a type, each option
+/// whose value strictly exceeds every smaller one's on that type (ties: the first given), among
+/// those that fit the type's capacity.
+fn reduce(options: &[TypedItem], capacities: &[u32], kept: &mut Vec<Kept>) {
+    kept.clear();
+    kept.extend(
+        options
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| capacities.get(o.gpu_type).is_some_and(|&c| o.gpus <= c))
+            .map(|(index, o)| Kept {
+                index,
+                gpu_type: o.gpu_type,
+                gpus: o.gpus,
+                value: o.value,
+            }),
+    );
+    kept.sort_by(|a, b| {
+        (a.gpu_type, a.gpus)
+            .cmp(&(b.gpu_type, b.gpus))
+            .then(b.value.total_cmp(&a.value))
+            .then(a.index.cmp(&b.index))
+    });
+    let mut best = (usize::MAX, f64::NEG_INFINITY);
+    kept.retain(|k| {
+        if k.gpu_type != best.0 {
+            best = (k.gpu_type, f64::NEG_INFINITY);
+        }
+        let worth = k.value > best.1;
+        best.1 = best.1.max(k.value);
+        worth
+    });
+}
+
+/// The position of a job's best option among its kept ones (ties: the first).
+fn best_option(kept: &[Kept]) -> usize {
+    (0..kept.len()).fold(0, |b, i| if kept[i].value > kept[b].value { i } else { b })
+}
+
+/// The value of a choice, summed from the options themselves (as the 1-D solver reports it).
+fn chosen_value<O: AsRef<[TypedItem]>>(items: &[O], choice: &[usize]) -> f64 {
+    items
+        .iter()
+        .zip(choice)
+        .map(|(options, &i)| options.as_ref()[i].value)
+        .sum()
+}
+
+/// The shape of the DP table: per type, its extent and stride.
+struct Table {
+    extent: Vec<usize>,
+    stride: Vec<usize>,
+    /// Cells per row (one row per job, and row 0 before any).
+    cells: usize,
+}
+
+impl Table {
+    /// Extents cut to what the jobs could use of each type; the largest innermost.
+    fn shape(kept: &[Vec<Kept>], capacities: &[u32]) -> Table {
+        let mut most = vec![0u64; capacities.len()];
+        for options in kept {
+            let mut job_most = vec![0u32; capacities.len()];
+            for o in options {
+                job_most[o.gpu_type] = job_most[o.gpu_type].max(o.gpus);
+            }
+            for (m, j) in most.iter_mut().zip(job_most) {
+                *m += u64::from(j);
+            }
+        }
+        let extent: Vec<usize> = most
+            .iter()
+            .zip(capacities)
+            .map(|(&m, &c)| m.min(u64::from(c)) as usize + 1)
+            .collect();
+        let mut order: Vec<usize> = (0..extent.len()).collect();
+        order.sort_by_key(|&t| (extent[t], t));
+        let mut stride = vec![0; extent.len()];
+        let mut cells = 1usize;
+        for &t in &order {
+            stride[t] = cells;
+            cells = cells.saturating_mul(extent[t]);
+        }
+        Table {
+            extent,
+            stride,
+            cells,
+        }
+    }
+
+    /// Whether the DP over `jobs` jobs with `options` options in all is within
+    /// [`TYPED_DP_CELLS`] and [`TYPED_DP_WORK`].
+    fn fits(&self, jobs: usize, options: usize) -> bool {
+        let within =
+            |count: usize, most: usize| self.cells.checked_mul(count).is_some_and(|c| c <= most);
+        within(jobs + 1, TYPED_DP_CELLS) && within(options, TYPED_DP_WORK)
+    }
+
+    /// The DP and its backtrack: the index of each job's chosen option; `None` when the jobs
+    /// cannot all take an option within the capacities.
+    fn solve(&self, kept: &[Vec<Kept>], cells: &mut Vec<f64>) -> Option<Vec<usize>> {
+        let width = self.cells;
+        cells.clear();
+        cells.resize(width * (kept.len() + 1), 0.0);
+        for (job, options) in kept.iter().enumerate() {
+            let (done, rest) = cells.split_at_mut(width * (job + 1));
+            let prev = &done[width * job..];
+            let cur = &mut rest[..width];
+            cur.fill(f64::NEG_INFINITY);
+            for o in options {
+                let (stride, extent) = (self.stride[o.gpu_type], self.extent[o.gpu_type]);
+                if o.gpus as usize >= extent {
+                    continue; // beyond what is free of its type
+                }
+                let (shift, block) = (o.gpus as usize * stride, extent * stride);
+                for base in (0..width).step_by(block) {
+                    let dst = &mut cur[base + shift..base + block];
+                    let src = &prev[base..base + block - shift];
+                    for (c, &p) in dst.iter_mut().zip(src) {
+                        let x = p + o.value;
+                        *c = if x > *c { x } else { *c };
+                    }
+                }
+            }
+        }
+        // Every type at its full extent: the last cell of a type's run.
+        let mut at: usize = self
+            .extent
+            .iter()
+            .zip(&self.stride)
+            .map(|(&e, &s)| (e - 1) * s)
+            .sum();
+        if cells[width * kept.len() + at] == f64::NEG_INFINITY {
+            return None;
+        }
+        let mut choice = vec![0; kept.len()];
+        for job in (0..kept.len()).rev() {
+            let cur = cells[width * (job + 1) + at];
+            let prev = &cells[width * job..width * (job + 1)];
+            let o = kept[job]
+                .iter()
+                .find(|o| {
+                    let stride = self.stride[o.gpu_type];
+                    let held = at / stride % self.extent[o.gpu_type];
+                    o.gpus as usize <= held && prev[at - o.gpus as usize * stride] + o.value == cur
+                })
+                .expect("some option reproduces every reachable cell");
+            choice[job] = o.index;
+            at -= o.gpus as usize * self.stride[o.gpu_type];
+        }
+        Some(choice)
+    }
+}
+
+/// Each job's options on one type as the upper concave hull of `(gpus, value)`: the only
+/// options a price on that type can make best.
+#[derive(Debug)]
+struct Hulls {
+    /// `(job, type)` → range in `vertices`.
+    ranges: Vec<std::ops::Range<usize>>,
+    /// Positions in the job's kept options, GPUs ascending.
+    vertices: Vec<usize>,
+    types: usize,
+}
+
+impl Hulls {
+    fn of(kept: &[Vec<Kept>], types: usize) -> Hulls {
+        let mut ranges = Vec::with_capacity(kept.len() * types);
+        let mut vertices: Vec<usize> = Vec::new();
+        for options in kept {
+            // Kept options come grouped by type, GPUs ascending.
+            let mut start = 0;
+            for t in 0..types {
+                let begin = vertices.len();
+                while start < options.len() && options[start].gpu_type < t {
+                    start += 1;
+                }
+                let mut end = start;
+                while end < options.len() && options[end].gpu_type == t {
+                    let o = options[end];
+                    // Pop vertices that lie on or below the chord to the new one.
+                    while vertices.len() >= begin + 2 {
+                        let (a, b) = (
+                            options[vertices[vertices.len() - 2]],
+                            options[vertices[vertices.len() - 1]],
+                        );
+                        let cross = (b.value - a.value) * f64::from(o.gpus - a.gpus)
+                            - (o.value - a.value) * f64::from(b.gpus - a.gpus);
+                        if cross <= 0.0 {
+                            vertices.pop();
+                        } else {
+                            break;
+                        }
+                    }
+                    vertices.push(end);
+                    end += 1;
+                }
+                start = end;
+                ranges.push(begin..vertices.len());
+            }
+        }
+        Hulls {
+            ranges,
+            vertices,
+            types,
+        }
+    }
+
+    /// Job `job`'s best priced option on type `t` at `price`: (priced value, position); ties go
+    /// to more GPUs. `None` when it has no option there.
+    fn best(&self, kept: &[Kept], job: usize, t: usize, price: f64) -> Option<(f64, usize)> {
+        self.vertices[self.ranges[job * self.types + t].clone()]
+            .iter()
+            .map(|&p| (kept[p].value - price * f64::from(kept[p].gpus), p))
+            .reduce(|best, c| if c.0 >= best.0 { c } else { best })
+    }
+
+    /// Job `job`'s best priced value over every type but `skip` at `prices`.
+    fn best_elsewhere(&self, kept: &[Kept], job: usize, skip: usize, prices: &[f64]) -> f64 {
+        (0..self.types)
+            .filter(|&t| t != skip)
+            .filter_map(|t| self.best(kept, job, t, prices[t]))
+            .map(|(v, _)| v)
+            .fold(f64::NEG_INFINITY, f64::max)
+    }
+}
+
+/// `U(λ)`: every job at its best priced option, plus what the capacities cost.
+fn dual(kept: &[Vec<Kept>], hulls: &Hulls, prices: &[f64], capacities: &[u32]) -> f64 {
+    let jobs: f64 = (0..kept.len())
+        .map(|j| hulls.best_elsewhere(&kept[j], j, usize::MAX, prices))
+        .sum();
+    jobs + prices
+        .iter()
+        .zip(capacities)
+        .map(|(p, &c)| p * f64::from(c))
+        .sum::<f64>()
+}
+
+/// The price on type `t` that minimises `U` with the other prices fixed: the smallest at which
+/// the type's demand (each job on its best priced type, at its best priced count) is within its
+/// capacity. Demand falls in steps: at the slopes of each job's hull on `t` (it steps down to
+/// fewer GPUs) and where its best there falls to its best elsewhere (it leaves).
+fn price_type(
+    kept: &[Vec<Kept>],
+    hulls: &Hulls,
+    prices: &[f64],
+    t: usize,
+    capacity: u32,
+    steps: &mut Vec<(f64, u32)>,
+) -> f64 {
+    steps.clear();
+    let mut demand: u64 = 0;
+    for (j, options) in kept.iter().enumerate() {
+        let vertices = &hulls.vertices[hulls.ranges[j * hulls.types + t].clone()];
+        let Some(&top) = vertices.last() else {
+            continue;
+        };
+        let elsewhere = hulls.best_elsewhere(options, j, t, prices);
+        if options[top].value <= elsewhere {
+            continue; // never on `t` at any price ≥ 0
+        }
+        demand += u64::from(options[top].gpus);
+        // Walk down the hull: vertex `i` is held for prices up to the slope of the segment
+        // below it; the job leaves where its priced value there meets `elsewhere`.
+        for i in (0..vertices.len()).rev() {
+            let held = options[vertices[i]];
+            let upper = match i {
+                0 => f64::INFINITY,
+                _ => {
+                    let below = options[vertices[i - 1]];
+                    (held.value - below.value) / f64::from(held.gpus - below.gpus)
+                }
+            };
+            let leave = match held.gpus {
+                0 => f64::INFINITY,
+                g => (held.value - elsewhere) / f64::from(g),
+            };
+            if leave <= upper {
+                if leave.is_finite() {
+                    steps.push((leave, held.gpus));
+                }
+                break;
+            }
+            let below = options[vertices[i - 1]];
+            steps.push((upper, held.gpus - below.gpus));
+        }
+    }
+    if demand <= u64::from(capacity) {
+        return 0.0;
+    }
+    steps.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for &(price, drop) in steps.iter() {
+        demand -= u64::from(drop);
+        if demand <= u64::from(capacity) {
+            return price;
+        }
+    }
+    // The jobs that cannot go elsewhere exceed the capacity at any price: the problem is
+    // infeasible, which the assignment finds; any price keeps the bound valid.
+    steps.last().map_or(0.0, |s| s.0)
+}
+
+/// Prices per type that minimise `U` (one type at a time, exactly, until no price moves), and
+/// `U` at them: an upper bound on the optimum.
+#[derive(Debug)]
+struct Prices {
+    hulls: Hulls,
+    prices: Vec<f64>,
+    bound: f64,
+}
+
+impl Prices {
+    fn of(kept: &[Vec<Kept>], capacities: &[u32]) -> Prices {
+        let types = capacities.len();
+        let hulls = Hulls::of(kept, types);
+        let mut prices = vec![0.0; types];
+        let mut bound = dual(kept, &hulls, &prices, capacities);
+        let mut steps = Vec::new();
+        for _ in 0..PRICE_SWEEPS {
+            let mut moved = false;
+            for t in 0..types {
+                let old = prices[t];
+                prices[t] = price_type(kept, &hulls, &prices, t, capacities[t], &mut steps);
+                let priced = dual(kept, &hulls, &prices, capacities);
+                if priced < bound - 1e-12 * bound.abs().max(1.0) {
+                    bound = priced;
+                    moved = true;
+                } else if priced > bound {
+                    prices[t] = old;
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        Prices {
+            hulls,
+            prices,
+            bound,
+        }
+    }
+
+    /// Job `job`'s best priced value.
+    fn best(&self, kept: &[Kept], job: usize) -> f64 {
+        self.hulls
+            .best_elsewhere(kept, job, usize::MAX, &self.prices)
+    }
+
+    /// How far option `o` falls short of its job's `best` priced value.
+    fn reduced_cost(&self, best: f64, o: &Kept) -> f64 {
+        best - (o.value - self.prices[o.gpu_type] * f64::from(o.gpus))
+    }
+
+    /// The priced split: each job on its best type at the prices, each type's jobs solved
+    /// exactly among themselves. Each job's choice as a position in its kept options, and the
+    /// total value; `None` when the assignment finds no room for some job.
+    fn split(
+        &self,
+        kept: &[Vec<Kept>],
+        capacities: &[u32],
+        per_type: &mut KnapsackSolver,
+    ) -> Option<(Vec<usize>, f64)> {
+        let assignment = assign(kept, &self.hulls, &self.prices, capacities)?;
+        let mut choice = vec![0; kept.len()];
+        let mut value = 0.0;
+        let mut members: Vec<usize> = Vec::new();
+        let mut options: Vec<Vec<KnapsackItem>> = Vec::new();
+        for (t, &capacity) in capacities.iter().enumerate() {
+            members.clear();
+            members.extend((0..kept.len()).filter(|&j| assignment[j] == t));
+            options.resize_with(members.len(), Vec::new);
+            for (&j, o) in members.iter().zip(&mut options) {
+                o.clear();
+                o.extend(
+                    kept[j]
+                        .iter()
+                        .filter(|k| k.gpu_type == t)
+                        .map(|k| KnapsackItem {
+                            gpus: k.gpus,
+                            value: k.value,
+                        }),
+                );
+            }
+            let solved = per_type.solve(&options[..members.len()], capacity)?;
+            for (&j, &c) in members.iter().zip(&solved.choice) {
+                // Kept options come grouped by type: the type's first plus the choice.
+                let first = kept[j].iter().position(|k| k.gpu_type == t);
+                choice[j] = first.expect("a job is assigned a type it has options on") + c;
+                value += kept[j][choice[j]].value;
+            }
+        }
+        Some((choice, value))
+    }
+}
+
+/// Each job's type: its best at `prices` (ties: the first type); where the jobs' smallest
+/// options on a type exceed its capacity, the jobs that lose least by moving go to a type with
+/// room for theirs. `None` when some job finds no room.
+fn assign(
+    kept: &[Vec<Kept>],
+    hulls: &Hulls,
+    prices: &[f64],
+    capacities: &[u32],
+) -> Option<Vec<usize>> {
+    let types = capacities.len();
+    let priced = |j: usize, t: usize| hulls.best(&kept[j], j, t, prices[t]).map(|(v, _)| v);
+    let smallest = |j: usize, t: usize| {
+        kept[j]
+            .iter()
+            .find(|k| k.gpu_type == t)
+            .map(|k| u64::from(k.gpus))
+    };
+    let mut assignment: Vec<usize> = (0..kept.len())
+        .map(|j| {
+            (0..types)
+                .filter_map(|t| Some((priced(j, t)?, t)))
+                .reduce(|best, c| if c.0 > best.0 { c } else { best })
+                .map_or(0, |(_, t)| t)
+        })
+        .collect();
+    let mut floor = vec![0u64; types];
+    for (j, &t) in assignment.iter().enumerate() {
+        floor[t] += smallest(j, t).unwrap_or(0);
+    }
+    for t in 0..types {
+        if floor[t] <= u64::from(capacities[t]) {
+            continue;
+        }
+        // Jobs on `t` by what moving costs them (their best elsewhere falls shortest).
+        let mut movable: Vec<(f64, usize)> = (0..kept.len())
+            .filter(|&j| assignment[j] == t)
+            .map(|j| {
+                let here = priced(j, t).unwrap_or(f64::NEG_INFINITY);
+                let there = hulls.best_elsewhere(&kept[j], j, t, prices);
+                (here - there, j)
+            })
+            .collect();
+        movable.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (_, j) in movable {
+            if floor[t] <= u64::from(capacities[t]) {
+                break;
+            }
+            let room = (0..types)
+                .filter(|&u| u != t)
+                .filter_map(|u| {
+                    let need = smallest(j, u)?;
+                    (floor[u] + need <= u64::from(capacities[u])).then_some((priced(j, u)?, u))
+                })
+                .reduce(|best, c| if c.0 > best.0 { c } else { best });
+            if let Some((_, u)) = room {
+                floor[t] -= smallest(j, t).unwrap_or(0);
+                floor[u] += smallest(j, u).unwrap_or(0);
+                assignment[j] = u;
+            }
+        }
+        if floor[t] > u64::from(capacities[t]) {
+            return None;
+        }
+    }
+    Some(assignment)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn item(gpu_type: usize, gpus: u32, value: f64) -> TypedItem {
+        TypedItem {
+            gpu_type,
+            gpus,
+            value,
+        }
+    }
+
+    /// Every combination of options, written independently of the solver.
+    fn brute(items: &[Vec<TypedItem>], free: &mut Vec<u32>) -> Option<f64> {
+        let Some((first, rest)) = items.split_first() else {
+            return Some(0.0);
+        };
+        let mut best = None;
+        for o in first {
+            if free.get(o.gpu_type).is_some_and(|&f| o.gpus <= f) {
+                free[o.gpu_type] -= o.gpus;
+                if let Some(v) = brute(rest, free) {
+                    best = Some(f64::max(best.unwrap_or(f64::NEG_INFINITY), v + o.value));
+                }
+                free[o.gpu_type] += o.gpus;
+            }
+        }
+        best
+    }
+
+    /// One option per job, each type within its capacity, worth `value`.
+    fn check_feasible(items: &[Vec<TypedItem>], capacities: &[u32], s: &KnapsackSolution) {
+        let mut used = vec![0u32; capacities.len()];
+        for (options, &c) in items.iter().zip(&s.choice) {
+            used[options[c].gpu_type] += options[c].gpus;
+        }
+        for (t, (&u, &c)) in used.iter().zip(capacities).enumerate() {
+            assert!(u <= c, "type {t}: {u} > {c}");
+        }
+        let value: f64 = items.iter().zip(&s.choice).map(|(o, &c)| o[c].value).sum();
+        assert_eq!(value, s.value);
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+    }
+
+    /// Jobs of 1–6 options on 2–3 types, values on a coarse grid (ties are common), some jobs
+    /// repeated verbatim; capacities of 0–6 GPUs per type.
+    fn instance() -> impl Strategy<Value = (Vec<Vec<TypedItem>>, Vec<u32>)> {
+        (2usize..4).prop_flat_map(|types| {
+            let option =
+                (0..types, 1u32..5, 0u32..24).prop_map(|(t, g, v)| item(t, g, f64::from(v) * 0.25));
+            let job = prop::collection::vec(option, 1..7);
+            (
+                prop::collection::vec((job, 1usize..3), 1..5),
+                prop::collection::vec(0u32..7, types),
+            )
+                .prop_map(|(jobs, capacities)| {
+                    let items = jobs
+                        .into_iter()
+                        .flat_map(|(o, copies)| std::iter::repeat_n(o, copies))
+                        .collect();
+                    (items, capacities)
+                })
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn the_dp_matches_brute_force_and_pricing_certifies_its_bound(
+            (items, capacities) in instance()
+        ) {
+            let best = brute(&items, &mut capacities.clone());
+            let exact = TypedKnapsack::new(DpChoice::Full).solve(&items, &capacities);
+            prop_assert_eq!(best.is_some(), exact.is_some(), "{:?}", exact);
+            let priced = TypedKnapsack::new(DpChoice::Banded).solve(&items, &capacities);
+            let (Some(best), Some(exact)) = (best, exact) else {
+                prop_assert!(priced.is_none());
+                return Ok(());
+            };
+            check_feasible(&items, &capacities, &exact);
+            prop_assert!(close(exact.value, best), "dp {} vs brute {}", exact.value, best);
+            prop_assert_eq!(exact.gap(), 0.0);
+            prop_assert!(matches!(exact.path, SolverPath::TypedDp | SolverPath::AllFit));
+            // Fixing by reduced costs keeps the optimum: the automatic path finds it too.
+            let auto = TypedKnapsack::default().solve(&items, &capacities).unwrap();
+            check_feasible(&items, &capacities, &auto);
+            prop_assert!(close(auto.value, best), "auto {} vs brute {}", auto.value, best);
+            prop_assert_eq!(auto.path, exact.path);
+            // The priced split may find no room where a cleverer packing would; what it finds
+            // is feasible, and its bound holds.
+            if let Some(priced) = priced {
+                check_feasible(&items, &capacities, &priced);
+                prop_assert!(priced.value <= best + 1e-9, "{} > optimum {}", priced.value, best);
+                prop_assert!(priced.bound >= best - 1e-9, "bound {} < optimum {}", priced.bound, best);
+            }
+        }
+    }
+
+    #[test]
+    fn a_job_goes_to_the_type_where_it_is_worth_most() {
+        // Job 0 is worth far more on type 1 (fast GPUs); job 1 nearly the same on both.
+        let items = vec![
+            vec![item(0, 4, 1.0), item(1, 2, 3.0)],
+            vec![item(0, 4, 1.0), item(1, 2, 1.1)],
+        ];
+        for dp in [DpChoice::Full, DpChoice::Banded] {
+            let s = TypedKnapsack::new(dp).solve(&items, &[4, 2]).unwrap();
+            assert_eq!(s.choice, vec![1, 0], "{dp:?}");
+            assert!(close(s.value, 4.0) && close(s.bound, 4.0), "{dp:?}: {s:?}");
+        }
+    }
+
+    #[test]
+    fn options_beyond_their_type_or_the_capacities_are_never_chosen() {
+        let items = vec![vec![item(2, 1, 9.0), item(0, 9, 8.0), item(1, 1, 1.0)]];
+        let s = TypedKnapsack::default().solve(&items, &[8, 1]).unwrap();
+        assert_eq!((s.choice[0], s.path), (2, SolverPath::AllFit));
+        assert!(TypedKnapsack::default()
+            .solve(&[vec![item(0, 9, 1.0)]], &[8])
+            .is_none());
+        // Two jobs whose smallest options need the one GPU of the only type they run on.
+        let both = vec![vec![item(0, 1, 1.0)], vec![item(0, 1, 1.0)]];
+        assert!(TypedKnapsack::default().solve(&both, &[1, 4]).is_none());
+    }
+}
