@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod efficiency;
 pub mod error;
 pub mod fieldline;
+pub mod fleet;
 pub mod job;
 pub mod jobfile;
 pub mod options;
@@ -33,6 +34,7 @@ pub use allocator::{
 };
 pub use cluster::Cluster;
 pub use error::{CoreError, Result};
+pub use fleet::{Fleet, GpuPool};
 pub use job::{BatchRange, CurrentAllocation, GpuRange, Hold, Job, JobHistory, Requested};
 pub use options::{BatchChoice, RestartAwareness};
 pub use utility::Utility;

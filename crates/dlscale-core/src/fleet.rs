@@ -1,0 +1,257 @@
+//! A fleet of GPU types: nodes carry one type each (a name, GPUs per node, memory per GPU), and a
+//! job runs on one type at a time. Each type is a pool of identical nodes, a [`Cluster`] of its
+//! own, whose GPUs are a capacity of their own in the knapsack across types
+//! ([`crate::allocator::typed`]). One pool is today's homogeneous cluster ([`Fleet::uniform`]).
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::Cluster;
+use crate::error::{CoreError, Result};
+use crate::GpuCount;
+
+/// The nodes of one GPU type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuPool {
+    /// The type's name, as jobs, profiles and Slurm's typed GRES name it (`a100`, `t4`).
+    pub name: Arc<str>,
+    /// Number of nodes of this type.
+    pub nodes: u32,
+    /// GPUs on each of them.
+    pub gpus_per_node: GpuCount,
+    /// Memory of one GPU, GiB (what bounds a job's per-GPU batch on this type).
+    pub memory_gib: f64,
+}
+
+impl GpuPool {
+    /// The pool as a homogeneous cluster.
+    pub fn cluster(&self) -> Cluster {
+        Cluster {
+            nodes: self.nodes,
+            gpus_per_node: self.gpus_per_node,
+        }
+    }
+
+    /// Its GPUs.
+    pub fn gpus(&self) -> GpuCount {
+        self.nodes * self.gpus_per_node
+    }
+}
+
+/// The name of the one type of a fleet made from a plain cluster ([`Fleet::uniform`]).
+pub const UNTYPED: &str = "gpu";
+
+/// Whether `name` can name a GPU type: lower-case letters, digits, `-`, `_` and `.`, starting
+/// with a letter (as Slurm's GRES types are written).
+pub fn is_type_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c))
+}
+
+/// The GPU types of a cluster, each a pool of identical nodes, checked. As a file:
+/// `{"types": [{"name": "a100", "nodes": 2, "gpus_per_node": 8, "memory_gib": 80}, …]}`, or
+/// `[[types]]` tables in TOML.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, try_from = "FleetFields")]
+pub struct Fleet {
+    #[serde(rename = "types")]
+    pools: Vec<GpuPool>,
+}
+
+/// A fleet as written, before its checks.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FleetFields {
+    types: Vec<GpuPool>,
+}
+
+impl TryFrom<FleetFields> for Fleet {
+    type Error = CoreError;
+    fn try_from(fields: FleetFields) -> Result<Fleet> {
+        Fleet::new(fields.types)
+    }
+}
+
+impl Fleet {
+    /// The fleet of `pools`, checked: at least one; names valid and unique; each pool's nodes
+    /// and GPUs per node positive; memory positive and finite; at most 1,048,576 GPUs in all.
+    /// The error names the pool (`types[1].memory_gib`).
+    pub fn new(pools: Vec<GpuPool>) -> Result<Fleet> {
+        let invalid = |field: String, reason: String| CoreError::InvalidCluster { field, reason };
+        if pools.is_empty() {
+            return Err(invalid(
+                "types".into(),
+                "at least one GPU type is needed".into(),
+            ));
+        }
+        let mut total: u64 = 0;
+        for (i, pool) in pools.iter().enumerate() {
+            let field = |key: &str| format!("types[{i}].{key}");
+            if !is_type_name(&pool.name) {
+                return Err(invalid(
+                    field("name"),
+                    format!(
+                        "{:?}: lower-case letters, digits, '-', '_' and '.', starting with a letter",
+                        pool.name
+                    ),
+                ));
+            }
+            if pools[..i].iter().any(|p| p.name == pool.name) {
+                return Err(invalid(
+                    field("name"),
+                    format!("type {:?} is given twice", pool.name),
+                ));
+            }
+            pool.cluster().validate().map_err(|e| match e {
+                CoreError::InvalidCluster { field: key, reason } => invalid(field(&key), reason),
+                other => other,
+            })?;
+            if !(pool.memory_gib.is_finite() && pool.memory_gib > 0.0) {
+                return Err(invalid(
+                    field("memory_gib"),
+                    format!("must be a positive number, got {}", pool.memory_gib),
+                ));
+            }
+            total += u64::from(pool.gpus());
+        }
+        if total > 1 << 20 {
+            return Err(invalid(
+                "types".into(),
+                "more than 1,048,576 GPUs in total is not supported".into(),
+            ));
+        }
+        Ok(Fleet { pools })
+    }
+
+    /// A plain cluster as a fleet of one type, [`UNTYPED`], whose memory is not known to
+    /// bound anything (jobs declare their own per-GPU limits).
+    pub fn uniform(cluster: Cluster) -> Fleet {
+        Fleet {
+            pools: vec![GpuPool {
+                name: UNTYPED.into(),
+                nodes: cluster.nodes,
+                gpus_per_node: cluster.gpus_per_node,
+                memory_gib: f64::INFINITY,
+            }],
+        }
+    }
+
+    /// Its pools, in the order given: a type's index is its position here.
+    pub fn pools(&self) -> &[GpuPool] {
+        &self.pools
+    }
+
+    /// The index of the type named `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.pools.iter().position(|p| &*p.name == name)
+    }
+
+    /// Each type's GPUs, by index: the knapsack's capacities.
+    pub fn capacities(&self) -> Vec<GpuCount> {
+        self.pools.iter().map(GpuPool::gpus).collect()
+    }
+
+    /// Every GPU of every type.
+    pub fn total_gpus(&self) -> GpuCount {
+        self.pools.iter().map(GpuPool::gpus).sum()
+    }
+
+    /// Whether it has one type only: what a homogeneous cluster's decisions run on.
+    pub fn is_uniform(&self) -> bool {
+        self.pools.len() == 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobfile::{parse_document, FileFormat};
+
+    fn pool(name: &str, nodes: u32, per_node: u32, memory_gib: f64) -> GpuPool {
+        GpuPool {
+            name: name.into(),
+            nodes,
+            gpus_per_node: per_node,
+            memory_gib,
+        }
+    }
+
+    #[test]
+    fn a_fleet_keeps_its_types_in_order() {
+        let fleet = Fleet::new(vec![
+            pool("t4", 4, 4, 16.0),
+            pool("v100", 2, 8, 32.0),
+            pool("a100", 2, 8, 80.0),
+        ])
+        .unwrap();
+        assert_eq!(fleet.capacities(), vec![16, 16, 16]);
+        assert_eq!((fleet.total_gpus(), fleet.index_of("a100")), (48, Some(2)));
+        assert_eq!(fleet.pools()[0].cluster(), Cluster::new(4, 4).unwrap());
+        assert!(!fleet.is_uniform() && Fleet::uniform(Cluster::new(2, 8).unwrap()).is_uniform());
+    }
+
+    #[test]
+    fn bad_fleets_are_refused_naming_the_field() {
+        let cases: [(Vec<GpuPool>, &str); 6] = [
+            (vec![], "'types'"),
+            (vec![pool("A100", 1, 8, 80.0)], "'types[0].name'"),
+            (
+                vec![pool("a100", 1, 8, 80.0), pool("a100", 2, 8, 80.0)],
+                "'types[1].name'",
+            ),
+            (
+                vec![pool("t4", 1, 4, 16.0), pool("v100", 0, 8, 32.0)],
+                "'types[1].nodes'",
+            ),
+            (vec![pool("t4", 1, 0, 16.0)], "'types[0].gpus_per_node'"),
+            (vec![pool("t4", 1, 4, f64::NAN)], "'types[0].memory_gib'"),
+        ];
+        for (pools, field) in cases {
+            let error = Fleet::new(pools).unwrap_err().to_string();
+            assert!(error.contains(field), "{error} should name {field}");
+        }
+    }
+
+    #[test]
+    fn a_fleet_file_is_read_and_checked() {
+        let json = r#"{"types": [
+            {"name": "t4", "nodes": 4, "gpus_per_node": 4, "memory_gib": 16},
+            {"name": "a100", "nodes": 2, "gpus_per_node": 8, "memory_gib": 80}
+        ]}"#;
+        let fleet: Fleet = parse_document(json, FileFormat::Json, "fleet.json").unwrap();
+        assert_eq!(fleet.capacities(), vec![16, 16]);
+        let round = serde_json::to_string(&fleet).unwrap();
+        assert_eq!(
+            parse_document::<Fleet>(&round, FileFormat::Json, "again").unwrap(),
+            fleet
+        );
+        let cases = [
+            (json.replace("a100", "t4"), FileFormat::Json, "given twice"),
+            (
+                "[[types]]\nname = \"a100\"\nnodes = 2\ngpus_per_node = 8\nmemory_gib = 80\ngpus = 3\n"
+                    .to_string(),
+                FileFormat::Toml,
+                "fleet:6: field 'types[0].gpus'",
+            ),
+            (
+                "[[types]]\nname = \"a100\"\nnodes = -2\ngpus_per_node = 8\nmemory_gib = 80\n"
+                    .to_string(),
+                FileFormat::Toml,
+                "types[0].nodes",
+            ),
+        ];
+        for (text, format, expected) in cases {
+            let error = parse_document::<Fleet>(&text, format, "fleet")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.starts_with("fleet") && error.contains(expected),
+                "{error} should say {expected}"
+            );
+        }
+    }
+}
