@@ -289,6 +289,7 @@ impl<'a> Explainer<'a> {
                 settings: &inputs.settings,
                 allowed_counts: inputs.allowed.as_deref(),
                 teams: inputs.teams.as_ref(),
+                fleet: None,
             },
             choice: if name == ELASTIC_GPU.name {
                 BatchChoice::Fixed

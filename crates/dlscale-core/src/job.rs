@@ -254,6 +254,45 @@ pub struct Job {
     /// Its team's name (`None`: the default team), whose quota bounds it with its teammates
     /// when teams are configured ([`crate::allocator::Teams`]).
     pub team: Option<Arc<str>>,
+    /// How it runs on each GPU type of a fleet, and the type it runs on now.
+    pub types: JobTypes,
+}
+
+/// How a job runs on the GPU types of a fleet ([`crate::Fleet`]).
+#[derive(Debug, Clone, Default)]
+pub struct JobTypes {
+    /// The types it may run on, each with its model and per-GPU batch limit there; empty: every
+    /// type, alike (its own [`Job::throughput`] and [`Job::max_local_batch`]).
+    pub on: Vec<JobOnType>,
+    /// The type it runs on now (with [`Job::current`]); `None` with a current allocation: the
+    /// fleet's first type it may run on.
+    pub current: Option<Arc<str>>,
+}
+
+/// How a job runs on one GPU type.
+#[derive(Debug, Clone)]
+pub struct JobOnType {
+    /// The type's name.
+    pub gpu_type: Arc<str>,
+    /// Its step-time model there.
+    pub throughput: Arc<dyn ThroughputModel>,
+    /// Its largest per-GPU batch there (that type's memory).
+    pub max_local_batch: BatchSize,
+}
+
+impl Job {
+    /// How it runs on the type named `gpu_type`: its model and per-GPU batch limit there;
+    /// `None` when it may not run on it.
+    pub fn on_type(&self, gpu_type: &str) -> Option<(&Arc<dyn ThroughputModel>, BatchSize)> {
+        if self.types.on.is_empty() {
+            return Some((&self.throughput, self.max_local_batch));
+        }
+        self.types
+            .on
+            .iter()
+            .find(|o| &*o.gpu_type == gpu_type)
+            .map(|o| (&o.throughput, o.max_local_batch))
+    }
 }
 
 impl Job {

@@ -847,6 +847,7 @@ impl JobEntry {
             hold: Hold::Free,
             remaining_work: None,
             team: self.team.as_deref().map(Arc::from),
+            types: Default::default(),
         };
         let times = [
             ("attained_gpu_s", self.attained_gpu_s),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
-use crate::job::Job;
+use crate::job::{CurrentAllocation, Job};
 use crate::throughput::throughput_from_step;
 use crate::utility::Utility;
 use crate::{BatchSize, GpuCount};
@@ -222,6 +222,16 @@ struct Grid {
     preferred_batch: BatchSize,
 }
 
+/// How a job's options on one GPU type are valued against its options on the others
+/// ([`OptionTable::options_across`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AcrossTypes {
+    /// The metric its values are normalised by on every type (a normalised utility's 1×).
+    pub reference: f64,
+    /// Where it runs now when that is on another type: every option here is a change from it.
+    pub moving_from: Option<CurrentAllocation>,
+}
+
 /// Metrics this close (relative) are a tie: float rounding of equal throughputs, not a gain.
 const METRIC_TIE: f64 = 1e-12;
 
@@ -373,21 +383,36 @@ impl OptionTable {
         cluster: &Cluster,
         restart: &RestartAwareness,
     ) -> Vec<ConfigOption> {
-        self.valued(job, cluster, restart, false)
+        self.valued(job, cluster, restart, false, None)
+    }
+
+    /// [`OptionTable::options`] of `job` on one GPU type of several, valued `across` types: its
+    /// values normalised by one reference for every type, and, on a type it does not run on
+    /// now, every option a change from where it runs (restart awareness applies, nothing is
+    /// kept).
+    pub fn options_across(
+        &self,
+        job: &Job,
+        cluster: &Cluster,
+        restart: &RestartAwareness,
+        across: &AcrossTypes,
+    ) -> Vec<ConfigOption> {
+        self.valued(job, cluster, restart, false, Some(across))
     }
 
     /// The option of the job's current configuration alone (its GPUs and its batch; its best
-    /// batch at its GPUs when it changes batches in place), valued as kept: for a job that must
-    /// not change. `None` without a current allocation, or when the model cannot run it that
+    /// batch at its GPUs when it changes batches in place), valued as kept (`across` types as
+    /// [`OptionTable::options_across`] values them): for a job that must not change. `None` without a current allocation, or when the model cannot run it that
     /// way.
     pub fn current_option(
         &self,
         job: &Job,
         cluster: &Cluster,
         restart: &RestartAwareness,
+        across: Option<&AcrossTypes>,
     ) -> Option<ConfigOption> {
         let current = job.current?;
-        self.valued(job, cluster, restart, true)
+        self.valued(job, cluster, restart, true, across)
             .into_iter()
             .find(|o| {
                 o.gpus == current.gpus && (current.batch_in_place || o.batch == current.batch)
@@ -402,11 +427,12 @@ impl OptionTable {
         cluster: &Cluster,
         restart: &RestartAwareness,
         only_current: bool,
+        across: Option<&AcrossTypes>,
     ) -> Vec<ConfigOption> {
         let utility = self.utility;
         let eval = Evaluator::new(job, cluster, utility);
         let current = job.current;
-        let change_factor = match current {
+        let change_factor = match current.or(across.and_then(|a| a.moving_from)) {
             Some(c) if restart.cost_s > 0.0 => ((c.age_s - restart.cost_s * f64::from(c.restarts))
                 .max(0.0)
                 / (c.age_s + restart.cost_s))
@@ -463,8 +489,11 @@ impl OptionTable {
                 continue;
             };
             // The reference is the best raw metric at the smallest feasible count.
-            let reference =
-                *reference.get_or_insert(if utility.normalised() { best_raw } else { 1.0 });
+            let reference = *reference.get_or_insert(match across {
+                _ if !utility.normalised() => 1.0,
+                Some(a) => a.reference,
+                None => best_raw,
+            });
             if only_current && current.is_none_or(|c| c.gpus != gpus) {
                 continue;
             }
@@ -716,6 +745,7 @@ mod tests {
             hold: Default::default(),
             remaining_work: None,
             team: None,
+            types: Default::default(),
         };
         let cluster = Cluster::new(4, 4).unwrap();
         let utility = Utility::Fair { p: -1.0 };
@@ -827,6 +857,7 @@ mod tests {
                 hold: Default::default(),
                 remaining_work: None,
                 team: None,
+                types: Default::default(),
             };
             let options = job_options(
                 &job,

@@ -96,6 +96,7 @@ pub fn analytic_jobs(count: usize, max_gpus: GpuCount, seed: u64) -> Vec<Job> {
                 hold: Default::default(),
                 remaining_work: None,
                 team: None,
+                types: Default::default(),
             }
         })
         .collect()

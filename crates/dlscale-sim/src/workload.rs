@@ -645,6 +645,7 @@ pub fn model_job(
         hold: Default::default(),
         remaining_work: None,
         team: None,
+        types: Default::default(),
     };
     job.validate().map_err(|e| e.to_string())?;
     Ok((job, Some(efficiency)))

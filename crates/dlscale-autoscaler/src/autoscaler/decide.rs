@@ -31,6 +31,7 @@ impl Autoscaler {
             settings: &self.config.settings,
             allowed_counts: self.allowed.as_deref(),
             teams: self.config.teams.as_ref(),
+            fleet: None,
         };
         self.policy
             .next_change_s(&request)
@@ -180,6 +181,7 @@ impl Autoscaler {
             settings: &self.config.settings,
             allowed_counts: self.allowed.as_deref(),
             teams: self.config.teams.as_ref(),
+            fleet: None,
         };
         let PlacedDecision {
             decision,

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use super::across_types::Typed;
 use super::knapsack::{KnapsackItem, KnapsackSolver};
 use super::teams::{admit_with_teams, TeamKnapsack, Teams};
 use super::{
@@ -29,6 +30,7 @@ pub const ELASTIC_BATCH: PolicyInfo = PolicyInfo {
     name: "elastic-batch",
     about: "GPUs and batch size both adapt: the exact knapsack over each job's best batch per GPU count (the paper's optimizer)",
     keeps_teams: true,
+    keeps_types: true,
     build: |_| Box::new(ElasticBatch::default()),
 };
 
@@ -37,6 +39,7 @@ pub const ELASTIC_GPU: PolicyInfo = PolicyInfo {
     name: "elastic-gpu",
     about: "GPUs adapt, the batch stays at the user's (the paper's baseline)",
     keeps_teams: true,
+    keeps_types: true,
     build: |_| Box::new(ElasticGpu::default()),
 };
 
@@ -75,6 +78,7 @@ impl Policy for ElasticBatch {
 
     fn forget(&mut self, id: &str) {
         self.0.tables.remove(id);
+        self.0.typed.forget(id);
     }
 }
 
@@ -101,6 +105,7 @@ impl Policy for ElasticGpu {
 
     fn forget(&mut self, id: &str) {
         self.0.tables.remove(id);
+        self.0.typed.forget(id);
     }
 }
 
@@ -129,11 +134,13 @@ pub(super) fn counts(job: &Job, cluster: &Cluster, choice: BatchChoice) -> Vec<G
     .collect()
 }
 
-/// The knapsack, its buffers and the value tables kept per job id.
+/// The knapsack, its buffers and the value tables kept per job id; on a fleet of GPU types,
+/// their counterparts per type.
 #[derive(Debug, Default)]
 struct Knapsack {
     solvers: Solvers,
     tables: TableCache,
+    typed: Typed,
 }
 
 /// Value tables kept per job id between decisions.
@@ -182,6 +189,9 @@ struct TableKey {
 
 impl Knapsack {
     fn decide(&mut self, request: &DecisionRequest<'_>, choice: BatchChoice) -> Decision {
+        if let Some(fleet) = request.fleet {
+            return self.typed.decide(request, fleet, choice);
+        }
         let settings = request.settings;
         let (tables, remaining): (Vec<Vec<ConfigOption>>, Vec<Option<f64>>) = request
             .jobs
@@ -229,7 +239,7 @@ pub fn held_options(
     let restart = &request.settings.restart;
     let mut options = match (job.hold, job.current) {
         (Hold::Keep, Some(_)) => table
-            .current_option(job, request.cluster, restart)
+            .current_option(job, request.cluster, restart, None)
             .into_iter()
             .collect(),
         (Hold::ShrinkOnly, Some(c)) => {
@@ -238,7 +248,7 @@ pub fn held_options(
                 .into_iter()
                 .filter(|o| o.gpus < c.gpus)
                 .collect();
-            options.extend(table.current_option(job, request.cluster, restart));
+            options.extend(table.current_option(job, request.cluster, restart, None));
             options
         }
         _ => table.options(job, request.cluster, restart),
@@ -304,6 +314,11 @@ impl TableCache {
     /// Forgets the table of `id`.
     pub(super) fn remove(&mut self, id: &str) {
         self.kept.remove(id);
+    }
+
+    /// The table kept for job `id`, as last built or refreshed.
+    pub(super) fn get(&self, id: &str) -> Option<&OptionTable> {
+        self.kept.get(id).map(|k| &k.table)
     }
 
     /// The kept table of `job`, rebuilt or refreshed when what it depends on changed.

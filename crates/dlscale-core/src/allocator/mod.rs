@@ -3,6 +3,7 @@
 //! [`REGISTRY`]: adding one is a file here and that line. The same policies decide in `dlscale
 //! optimize`, in the simulator and in the service.
 
+mod across_types;
 mod elastic;
 mod fair_share;
 pub mod knapsack;
@@ -16,6 +17,7 @@ pub mod typed;
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +33,7 @@ pub use teams::{
 pub use tiresias::{Tiresias, TIRESIAS};
 
 use crate::cluster::Cluster;
+use crate::fleet::Fleet;
 use crate::job::{Hold, Job};
 use crate::options::{ConfigOption, RestartAwareness};
 use crate::throughput::throughput_samples_per_s;
@@ -292,6 +295,9 @@ pub struct JobDecision {
     pub throughput_samples_per_s: f64,
     /// The job's weighted utility.
     pub utility: f64,
+    /// The GPU type it runs on, when the request has a fleet ([`DecisionRequest::fleet`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<Arc<str>>,
 }
 
 impl JobDecision {
@@ -305,6 +311,7 @@ impl JobDecision {
             local_batch_size: option.local_batch,
             throughput_samples_per_s: option.throughput_samples_per_s,
             utility: option.utility,
+            gpu_type: None,
         }
     }
 
@@ -322,6 +329,7 @@ impl JobDecision {
             local_batch_size: batch.div_ceil(gpus),
             throughput_samples_per_s: throughput,
             utility: 0.0,
+            gpu_type: None,
         })
     }
 
@@ -335,6 +343,7 @@ impl JobDecision {
             local_batch_size: 0,
             throughput_samples_per_s: 0.0,
             utility: 0.0,
+            gpu_type: None,
         }
     }
 }
@@ -380,6 +389,11 @@ pub struct DecisionRequest<'a> {
     pub allowed_counts: Option<&'a [bool]>,
     /// The teams and their quotas, which the knapsack policies keep to (`None`: no teams).
     pub teams: Option<&'a Teams>,
+    /// The GPU types, for policies that keep them ([`PolicyInfo::keeps_types`]; `None`: the
+    /// cluster's GPUs are alike). Each job runs on one type, as its [`Job::types`] say; the
+    /// cluster, the capacity and `allowed_counts` are then not used, nor teams (callers refuse
+    /// teams and types together).
+    pub fleet: Option<&'a Fleet>,
 }
 
 impl<'a> DecisionRequest<'a> {
@@ -393,6 +407,7 @@ impl<'a> DecisionRequest<'a> {
             settings,
             allowed_counts: None,
             teams: None,
+            fleet: None,
         }
     }
 
@@ -474,6 +489,9 @@ pub struct PolicyInfo {
     /// Whether it keeps teams' quotas ([`DecisionRequest::teams`]); one that does not is refused
     /// where teams are configured.
     pub keeps_teams: bool,
+    /// Whether it decides across GPU types ([`DecisionRequest::fleet`]); one that does not is
+    /// refused where the cluster has several.
+    pub keeps_types: bool,
     /// A fresh instance.
     pub build: fn(&PolicyOptions) -> Box<dyn Policy>,
 }

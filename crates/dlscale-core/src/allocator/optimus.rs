@@ -15,6 +15,7 @@ pub const OPTIMUS: PolicyInfo = PolicyInfo {
     name: "optimus",
     about: "Optimus+Oracle: the user's batch; GPUs go to the job whose true step time drops most times its remaining steps",
     keeps_teams: false,
+    keeps_types: false,
     build: |_| Box::new(Optimus),
 };
 

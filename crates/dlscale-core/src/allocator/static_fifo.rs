@@ -20,6 +20,7 @@ pub const STATIC: PolicyInfo = PolicyInfo {
     about: "the user's GPUs and batch, first come first served (teams: quotas lent and \
             borrowed at those sizes, Kueue's model)",
     keeps_teams: true,
+    keeps_types: false,
     build: |_| Box::new(StaticFifo::default()),
 };
 
@@ -28,6 +29,7 @@ pub const STATIC_PARTITIONS: PolicyInfo = PolicyInfo {
     name: "static-partitions",
     about: "the user's GPUs and batch, first come first served, each team only its guarantee",
     keeps_teams: true,
+    keeps_types: false,
     build: |_| {
         Box::new(StaticFifo {
             partitions: true,

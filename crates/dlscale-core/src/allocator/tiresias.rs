@@ -13,6 +13,7 @@ pub const TIRESIAS: PolicyInfo = PolicyInfo {
     name: "tiresias",
     about: "two-queue least attained service (Tiresias): the user's GPUs and batch, preemptive",
     keeps_teams: false,
+    keeps_types: false,
     build: |o| Box::new(Tiresias::new(o.tiresias_threshold_gpu_s)),
 };
 
