@@ -3,13 +3,21 @@
 //! Pollux's six models (T4 GPUs, 1–64 GPUs; `data/pollux/`, Apache-2.0) carry step times and
 //! gradient statistics; Gavel's table (`data/gavel/`, MIT) is reachable as
 //! `gavel:<gpu>:<model>`, e.g. `gavel:v100:ResNet-50` (throughput only).
+//!
+//! **Across GPU types** ([`bundled_on_types`]), each of Pollux's models has a table on every
+//! type of [`BUNDLED_TYPES`]: measured where a source measured that model there (T4: Pollux's
+//! profiles; K80, P100, V100: Gavel's ResNet-50 for `imagenet` and ResNet-18 for `cifar10`, 1–8
+//! GPUs; A100: ElasticFlow's ResNet-50, BERT and DeepSpeech2, 1–64 GPUs on 8-GPU nodes,
+//! `data/elasticflow/`, Apache-2.0), else derived: its T4 table sped up by the type's speed
+//! over T4, the geometric mean over the models measured on both of their one-GPU throughput
+//! ratio at the largest per-GPU batch both fit ([`Provenance`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use crate::efficiency::EfficiencyModel;
 use crate::error::{CoreError, Result};
-use crate::throughput::{MeasuredTable, ThroughputModel};
+use crate::throughput::{throughput_samples_per_s, MeasuredTable, Scaled, ThroughputModel};
 
 /// A named model: how fast it steps, and how efficiently it learns per sample.
 #[derive(Debug, Clone)]
@@ -105,6 +113,154 @@ fn load(files: &BundledFiles) -> Result<ModelProfile> {
     })
 }
 
+/// The GPU types every bundled Pollux model has a table on ([`bundled_on_types`]).
+pub const BUNDLED_TYPES: [&str; 5] = ["t4", "k80", "p100", "v100", "a100"];
+
+/// The type Pollux's profiles were measured on, from which the other types are derived.
+const PROFILED_TYPE: &str = "t4";
+
+/// Models measured on a type besides T4: (type, Pollux model, the source's file or model).
+const MEASURED_ELSEWHERE: [(&str, &str, &str); 9] = [
+    ("k80", "imagenet", "ResNet-50"),
+    ("k80", "cifar10", "ResNet-18"),
+    ("p100", "imagenet", "ResNet-50"),
+    ("p100", "cifar10", "ResNet-18"),
+    ("v100", "imagenet", "ResNet-50"),
+    ("v100", "cifar10", "ResNet-18"),
+    ("a100", "imagenet", "resnet50"),
+    ("a100", "bert", "bert"),
+    ("a100", "deepspeech2", "deepspeech2"),
+];
+
+const ELASTICFLOW_A100: [(&str, &str); 3] = [
+    (
+        "resnet50",
+        include_str!("../data/elasticflow/a100/resnet50.csv"),
+    ),
+    ("bert", include_str!("../data/elasticflow/a100/bert.csv")),
+    (
+        "deepspeech2",
+        include_str!("../data/elasticflow/a100/deepspeech2.csv"),
+    ),
+];
+
+/// Where a bundled model's table on a GPU type comes from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Provenance {
+    /// Measured on that type.
+    Measured,
+    /// Its T4 table with every step time divided by `speedup`, the type's speed over T4.
+    Derived {
+        /// The type's speed over T4.
+        speedup: f64,
+    },
+}
+
+/// A bundled model on one GPU type.
+#[derive(Debug, Clone)]
+pub struct TypedProfile {
+    /// The type ([`BUNDLED_TYPES`]).
+    pub gpu_type: &'static str,
+    /// Its step times there.
+    pub throughput: Arc<dyn ThroughputModel>,
+    /// Measured or derived.
+    pub provenance: Provenance,
+}
+
+/// The table of Pollux model `model` measured on `gpu_type` by another source, if one did.
+fn measured_elsewhere(gpu_type: &str, model: &str) -> Option<Arc<dyn ThroughputModel>> {
+    static TABLES: OnceLock<BTreeMap<(&'static str, &'static str), Arc<dyn ThroughputModel>>> =
+        OnceLock::new();
+    let tables = TABLES.get_or_init(|| {
+        MEASURED_ELSEWHERE
+            .iter()
+            .map(|&(gpu_type, model, source)| {
+                let table = if gpu_type == "a100" {
+                    let (file, text) = ELASTICFLOW_A100
+                        .iter()
+                        .find(|(file, _)| *file == source)
+                        .expect("every A100 source is bundled");
+                    MeasuredTable::from_elasticflow_csv(
+                        text.as_bytes(),
+                        &format!("data/elasticflow/a100/{file}.csv"),
+                        8,
+                    )
+                } else {
+                    MeasuredTable::from_gavel_csv(
+                        GAVEL_CSV.as_bytes(),
+                        "data/gavel/throughputs_isolated_flat.csv",
+                        gpu_type,
+                        source,
+                    )
+                };
+                // The bundled files are fixed at compile time and covered by tests.
+                let table: Arc<dyn ThroughputModel> =
+                    Arc::new(table.expect("bundled table parses"));
+                ((gpu_type, model), table)
+            })
+            .collect()
+    });
+    tables.get(&(gpu_type, model)).cloned()
+}
+
+/// How much faster `gpu_type` runs than T4: the geometric mean, over the models measured on
+/// both, of their one-GPU throughput ratio at the largest per-GPU batch both tables fit.
+pub fn speedup_over_t4(gpu_type: &str) -> Option<f64> {
+    let ratios: Vec<f64> = MEASURED_ELSEWHERE
+        .iter()
+        .filter(|(t, _, _)| *t == gpu_type)
+        .filter_map(|&(_, model, _)| {
+            let there = measured_elsewhere(gpu_type, model)?;
+            let t4 = &pollux_profiles().get(model)?.throughput;
+            let batch = there.max_local_batch()?.min(t4.max_local_batch()?);
+            let fast = throughput_samples_per_s(there.as_ref(), 1, 1, batch)?;
+            let slow = throughput_samples_per_s(t4.as_ref(), 1, 1, batch)?;
+            Some(fast / slow)
+        })
+        .collect();
+    (!ratios.is_empty())
+        .then(|| (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp())
+}
+
+/// Bundled Pollux model `name` on every type of [`BUNDLED_TYPES`], measured or derived.
+pub fn bundled_on_types(name: &str) -> Result<Vec<TypedProfile>> {
+    let t4 = bundled(name)?;
+    if !bundled_names().contains(&name) {
+        return Err(CoreError::UnknownModel {
+            name: name.to_string(),
+            known: bundled_names().join(", "),
+        });
+    }
+    Ok(BUNDLED_TYPES
+        .iter()
+        .map(|&gpu_type| {
+            if gpu_type == PROFILED_TYPE {
+                return TypedProfile {
+                    gpu_type,
+                    throughput: t4.throughput.clone(),
+                    provenance: Provenance::Measured,
+                };
+            }
+            match measured_elsewhere(gpu_type, name) {
+                Some(throughput) => TypedProfile {
+                    gpu_type,
+                    throughput,
+                    provenance: Provenance::Measured,
+                },
+                None => {
+                    let speedup = speedup_over_t4(gpu_type)
+                        .expect("every bundled type has a model measured on it and on T4");
+                    TypedProfile {
+                        gpu_type,
+                        throughput: Arc::new(Scaled::new(t4.throughput.clone(), speedup)),
+                        provenance: Provenance::Derived { speedup },
+                    }
+                }
+            }
+        })
+        .collect())
+}
+
 /// The bundled Pollux profiles, parsed once.
 fn pollux_profiles() -> &'static BTreeMap<&'static str, ModelProfile> {
     static PROFILES: OnceLock<BTreeMap<&'static str, ModelProfile>> = OnceLock::new();
@@ -154,7 +310,6 @@ pub fn bundled(name: &str) -> Result<ModelProfile> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::throughput::throughput_samples_per_s;
 
     #[test]
     fn every_bundled_profile_loads_and_scales() {
@@ -198,5 +353,57 @@ mod tests {
             "{err}"
         );
         assert!(bundled("gavel:v100:NoSuchNet").is_err());
+    }
+
+    #[test]
+    fn every_bundled_model_runs_on_every_bundled_type() {
+        for &(gpu_type, _, _) in &MEASURED_ELSEWHERE {
+            let speedup = speedup_over_t4(gpu_type).unwrap();
+            assert!(speedup.is_finite() && speedup > 0.0, "{gpu_type}");
+        }
+        // Newer types are faster, as every source measured.
+        let speed = |t: &str| speedup_over_t4(t).unwrap();
+        assert!(speed("a100") > speed("v100") && speed("v100") > speed("k80"));
+        for name in bundled_names() {
+            let on = bundled_on_types(name).unwrap();
+            assert_eq!(on.len(), BUNDLED_TYPES.len(), "{name}");
+            for typed in on {
+                let model = typed.throughput.as_ref();
+                let local = model.max_local_batch().unwrap();
+                let one = throughput_samples_per_s(model, 1, 1, local);
+                assert!(one.is_some_and(|x| x > 0.0), "{name} on {}", typed.gpu_type);
+                let measured = MEASURED_ELSEWHERE
+                    .iter()
+                    .any(|&(t, m, _)| t == typed.gpu_type && m == name)
+                    || typed.gpu_type == PROFILED_TYPE;
+                assert_eq!(
+                    typed.provenance == Provenance::Measured,
+                    measured,
+                    "{name} on {}",
+                    typed.gpu_type
+                );
+            }
+        }
+        assert!(bundled_on_types("gavel:v100:ResNet-50").is_err());
+    }
+
+    #[test]
+    fn elasticflow_tables_read_as_measured() {
+        // resnet50.csv: global batch 256 on 8 GPUs, 10.378702644353233 steps/s.
+        let table = measured_elsewhere("a100", "imagenet").unwrap();
+        let step = table.step_time_s(8, 1, 32).unwrap();
+        assert!((step - 1.0 / 10.378702644353233).abs() < 1e-12, "{step}");
+        assert_eq!(
+            (table.max_gpus(), table.max_local_batch()),
+            (Some(64), Some(256))
+        );
+        let bad = "global_batch_size,1,2\n64,3.5,x\n";
+        let error = MeasuredTable::from_elasticflow_csv(bad.as_bytes(), "t.csv", 8)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("t.csv:2") && error.contains("column 2"),
+            "{error}"
+        );
     }
 }

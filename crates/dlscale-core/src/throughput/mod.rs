@@ -8,10 +8,12 @@
 mod accumulate;
 mod analytic;
 mod fit;
+mod scaled;
 pub(crate) mod table;
 
 pub use accumulate::{accumulated_step_time_s, micro_steps_for, Accumulating};
 pub use analytic::{AnalyticModel, FitQuality, StepTimeSample, MAX_OVERLAP_GAMMA};
+pub use scaled::Scaled;
 pub use table::MeasuredTable;
 
 use std::sync::Arc;

@@ -1,4 +1,5 @@
-//! Throughput from measured step-time tables (Pollux's profiles, Gavel's table).
+//! Throughput from measured step-time tables (Pollux's profiles, Gavel's table, ElasticFlow's
+//! A100 tables).
 //!
 //! # Interpolation, and where it stops
 //!
@@ -185,11 +186,59 @@ impl MeasuredTable {
         MeasuredTable::from_points(&points)
     }
 
+    /// Reads one of ElasticFlow's strong-scaling tables (`global_batch_size,1,2,4,…,64`: per
+    /// global batch, optimizer steps per second on each GPU count), measured on nodes of
+    /// `gpus_per_node` GPUs: a GPU count is placed on the fewest nodes, at a per-GPU batch of
+    /// the global batch over the GPUs (a count that does not divide its batch, and an empty,
+    /// zero or `nan` cell, are not measurements).
+    pub fn from_elasticflow_csv(
+        csv: impl Read,
+        name: &str,
+        gpus_per_node: GpuCount,
+    ) -> Result<Self> {
+        let mut points = Vec::new();
+        for (line, row) in read_csv::<BTreeMap<String, String>>(csv, name)? {
+            let batch: u32 = row
+                .get("global_batch_size")
+                .and_then(|b| b.parse().ok())
+                .ok_or_else(|| {
+                    CoreError::parse(name, line, "global_batch_size must be a whole number")
+                })?;
+            for (column, cell) in &row {
+                let Ok(gpus) = column.parse::<GpuCount>() else {
+                    continue; // the batch column
+                };
+                let steps_per_s: f64 = match cell.as_str() {
+                    "" | "nan" => continue,
+                    text => text.parse().map_err(|_| {
+                        CoreError::parse(
+                            name,
+                            line,
+                            format!("column {column}: {text:?} is not a number"),
+                        )
+                    })?,
+                };
+                if steps_per_s == 0.0 || gpus == 0 || !batch.is_multiple_of(gpus) {
+                    continue;
+                }
+                points.push(checked_point(
+                    name,
+                    line,
+                    gpus.div_ceil(gpus_per_node.max(1)),
+                    gpus,
+                    batch / gpus,
+                    1.0 / steps_per_s,
+                )?);
+            }
+        }
+        MeasuredTable::from_points(&points)
+    }
+
     /// Reads one model of Gavel's flattened table (`worker_type,job_type,model,
     /// per_worker_batch_size,num_gpus,steps_per_sec_simulation,steps_per_sec_physical_cluster`)
     /// for a GPU type such as `v100`. Consolidated rows are one node; the `_unconsolidated` worker
     /// type is one GPU per node. Gavel sums steps over workers, so one step takes
-    /// `num_gpus / steps_per_sec` seconds.
+    /// `num_gpus / steps_per_sec` seconds; a rate of 0 is a configuration that did not run.
     pub fn from_gavel_csv(
         csv: impl Read,
         name: &str,
@@ -213,11 +262,14 @@ impl MeasuredTable {
             let Some(local_batch) = row.per_worker_batch_size else {
                 continue;
             };
-            if row.steps_per_sec_simulation <= 0.0 {
+            if row.steps_per_sec_simulation == 0.0 {
+                continue; // Gavel's record of a configuration that did not run (memory)
+            }
+            if row.steps_per_sec_simulation < 0.0 {
                 return Err(CoreError::parse(
                     name,
                     line,
-                    "steps_per_sec_simulation must be positive",
+                    "steps_per_sec_simulation must not be negative",
                 ));
             }
             let nodes = if row.worker_type == spread {
