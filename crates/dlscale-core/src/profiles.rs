@@ -167,10 +167,12 @@ pub struct TypedProfile {
     pub provenance: Provenance,
 }
 
+/// A GPU type and a Pollux model.
+type TypeAndModel = (&'static str, &'static str);
+
 /// The table of Pollux model `model` measured on `gpu_type` by another source, if one did.
 fn measured_elsewhere(gpu_type: &str, model: &str) -> Option<Arc<dyn ThroughputModel>> {
-    static TABLES: OnceLock<BTreeMap<(&'static str, &'static str), Arc<dyn ThroughputModel>>> =
-        OnceLock::new();
+    static TABLES: OnceLock<BTreeMap<TypeAndModel, Arc<dyn ThroughputModel>>> = OnceLock::new();
     let tables = TABLES.get_or_init(|| {
         MEASURED_ELSEWHERE
             .iter()
