@@ -263,7 +263,7 @@ pub struct Job {
 pub struct JobTypes {
     /// The types it may run on, each with its model and per-GPU batch limit there; empty: every
     /// type, alike (its own [`Job::throughput`] and [`Job::max_local_batch`]).
-    pub on: Vec<JobOnType>,
+    pub on: Arc<[JobOnType]>,
     /// The type it runs on now (with [`Job::current`]); `None` with a current allocation: the
     /// fleet's first type it may run on.
     pub current: Option<Arc<str>>,

@@ -13,7 +13,7 @@
 //! everything else accepts and ignores them, so one file serves `dlscale optimize` and `dlscale
 //! submit`. The full schema is in the README.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -23,7 +23,8 @@ use crate::efficiency::GradNoise;
 use crate::error::{nearest_name, serde_field, CoreError, Result};
 use crate::fieldline::{field_line, job_field_line};
 use crate::job::{
-    BatchRange, CurrentAllocation, GpuRange, Hold, Job, JobEfficiency, JobHistory, Requested,
+    BatchRange, CurrentAllocation, GpuRange, Hold, Job, JobEfficiency, JobHistory, JobOnType,
+    JobTypes, Requested,
 };
 use crate::profiles;
 use crate::throughput::{Accumulating, AnalyticModel, ThroughputModel};
@@ -118,6 +119,27 @@ pub struct JobEntry {
     /// The team it belongs to (default: the default team), whose quota it shares.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub team: Option<String>,
+    /// How it runs on each GPU type it may use, by type name (default: a bundled model's
+    /// table on every bundled type, [`crate::profiles::bundled_on_types`]; any other model,
+    /// alike on every type). A job that lists types runs on those only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub types: Option<BTreeMap<String, TypeEntry>>,
+    /// The GPU type it runs on now, with `current` (default: the first it may run on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_type: Option<String>,
+}
+
+/// How a job runs on one GPU type, in a job file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TypeEntry {
+    /// Its model there: a bundled name or analytic parameters (default: the job's `model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelField>,
+    /// Its largest per-GPU batch there (default: that model's memory limit, else the job's
+    /// `max_local_batch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_local_batch: Option<BatchSize>,
 }
 
 /// The `model` field: a name or inline parameters, or a model a program supplies.
@@ -130,6 +152,41 @@ pub enum ModelField {
     /// A fitted model, every parameter kept (overlap, memory limit): a stored profile or a
     /// learned fit, set by the service rather than read from a file.
     Fitted(AnalyticModel),
+}
+
+impl ModelField {
+    /// Its step-time model alone (a bundled profile's table, the analytic parameters'
+    /// model), checked; errors name job `id`.
+    fn step_model(&self, id: &str) -> Result<Arc<dyn ThroughputModel>> {
+        match self {
+            ModelField::Name(name) => Ok(profiles::bundled(name)?.throughput),
+            ModelField::Analytic(spec) => {
+                let model = spec.model();
+                model.validate(id)?;
+                Ok(Arc::new(model))
+            }
+            ModelField::Fitted(model) => {
+                model.validate(id)?;
+                Ok(Arc::new(*model))
+            }
+        }
+    }
+}
+
+impl AnalyticSpec {
+    /// The analytic model of these parameters (unchecked; no memory limit of its own).
+    fn model(&self) -> AnalyticModel {
+        AnalyticModel {
+            compute_base_s: self.compute_base_s,
+            compute_per_sample_s: self.compute_per_sample_s,
+            sync_intra_base_s: self.sync_intra_base_s,
+            sync_intra_per_gpu_s: self.sync_intra_per_gpu_s,
+            sync_inter_base_s: self.sync_inter_base_s,
+            sync_inter_per_gpu_s: self.sync_inter_per_gpu_s,
+            overlap_gamma: self.overlap_gamma,
+            max_local_batch: None,
+        }
+    }
 }
 
 /// A name is written as a string, parameters as a table; a fitted model as the table of its
@@ -229,7 +286,7 @@ fn no_overlap() -> f64 {
 }
 
 /// The fields of a job that the allocator reads: those of [`JobEntry`].
-pub const JOB_FIELDS: [&str; 21] = [
+pub const JOB_FIELDS: [&str; 23] = [
     "id",
     "model",
     "min_batch",
@@ -251,6 +308,8 @@ pub const JOB_FIELDS: [&str; 21] = [
     "current",
     "attained_gpu_s",
     "team",
+    "types",
+    "current_type",
 ];
 
 /// The fields of a job that only the service reads: how to run it, and what it learns from.
@@ -660,6 +719,96 @@ fn strip_position(message: &str) -> String {
 }
 
 impl JobEntry {
+    /// How the job runs on each GPU type: its `types` (each type's model, else the job's own
+    /// `model`; each type's memory limit, else that model's, else the job's `memory_local`), or
+    /// a bundled model's table on every bundled type, or nothing (alike on every type); each
+    /// wrapped in the job's accumulation (`steps`). The type it runs on now, from
+    /// `current_type`. `model` is the job's own step-time model, before its accumulation.
+    fn job_types(
+        &self,
+        id: &str,
+        model: &Arc<dyn ThroughputModel>,
+        memory_local: BatchSize,
+        steps: u32,
+    ) -> Result<JobTypes> {
+        let on_type = |gpu_type: &str,
+                       model: Arc<dyn ThroughputModel>,
+                       limit: Option<BatchSize>|
+         -> Result<JobOnType> {
+            let memory = match (limit, model.max_local_batch()) {
+                (Some(user), Some(measured)) => user.min(measured),
+                (Some(user), None) => user,
+                (None, Some(measured)) => measured,
+                (None, None) => memory_local,
+            };
+            if memory == 0 {
+                return Err(CoreError::job(
+                    id,
+                    format!("types.{gpu_type}.max_local_batch"),
+                    "must be at least 1",
+                ));
+            }
+            let max_local = memory.saturating_mul(steps);
+            Ok(JobOnType {
+                gpu_type: gpu_type.into(),
+                throughput: Accumulating::wrap(model, memory, max_local),
+                max_local_batch: max_local,
+            })
+        };
+        let on: Arc<[JobOnType]> = match (&self.types, &self.model) {
+            (Some(types), _) => types
+                .iter()
+                .map(|(gpu_type, entry)| {
+                    if !crate::fleet::is_type_name(gpu_type) {
+                        return Err(CoreError::job(
+                            id,
+                            format!("types.{gpu_type}"),
+                            "a GPU type's name has lower-case letters, digits, '-', '_' and '.', \
+                             starting with a letter",
+                        ));
+                    }
+                    let there = match &entry.model {
+                        None => model.clone(),
+                        Some(field) => field.step_model(id).map_err(|e| {
+                            CoreError::job(id, format!("types.{gpu_type}.model"), e.to_string())
+                        })?,
+                    };
+                    on_type(gpu_type, there, entry.max_local_batch)
+                })
+                .collect::<Result<_>>()?,
+            (None, Some(ModelField::Name(name)))
+                if profiles::bundled_names().contains(&name.as_str()) =>
+            {
+                profiles::bundled_on_types(name)?
+                    .into_iter()
+                    .map(|typed| on_type(typed.gpu_type, typed.throughput, self.max_local_batch))
+                    .collect::<Result<_>>()?
+            }
+            (None, _) => Arc::from([]),
+        };
+        let current = match (&self.current_type, &self.current) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(CoreError::job(
+                    id,
+                    "current_type",
+                    "given without `current`: only a running job runs on a type",
+                ))
+            }
+            (Some(name), Some(_)) if !on.is_empty() && !on.iter().any(|o| &*o.gpu_type == name) => {
+                return Err(CoreError::job(
+                    id,
+                    "current_type",
+                    format!("{name:?} is not a type the job may run on"),
+                ))
+            }
+            (Some(name), Some(_)) => Some(name.as_str().into()),
+        };
+        Ok(JobTypes { on, current })
+    }
+}
+
+impl JobEntry {
     /// Resolves the model and validates every field.
     pub fn into_job(self) -> Result<Job> {
         let id = self.id.clone();
@@ -697,16 +846,7 @@ impl JobEntry {
                 ("analytic".to_string(), Arc::new(*model), None, None)
             }
             Some(ModelField::Analytic(spec)) => {
-                let model = AnalyticModel {
-                    compute_base_s: spec.compute_base_s,
-                    compute_per_sample_s: spec.compute_per_sample_s,
-                    sync_intra_base_s: spec.sync_intra_base_s,
-                    sync_intra_per_gpu_s: spec.sync_intra_per_gpu_s,
-                    sync_inter_base_s: spec.sync_inter_base_s,
-                    sync_inter_per_gpu_s: spec.sync_inter_per_gpu_s,
-                    overlap_gamma: spec.overlap_gamma,
-                    max_local_batch: None,
-                };
+                let model = spec.model();
                 model.validate(&id)?;
                 let efficiency = match spec.noise_scale {
                     Some(phi) if !(phi.is_finite() && phi >= 0.0) => {
@@ -749,6 +889,7 @@ impl JobEntry {
             ));
         }
         let max_local = max_local_batch.saturating_mul(steps);
+        let types = self.job_types(&id, &throughput, max_local_batch, steps)?;
         let throughput = Accumulating::wrap(throughput, max_local_batch, max_local);
         let max_local_batch = max_local;
         // One length: the second one given is the field at fault.
@@ -847,7 +988,7 @@ impl JobEntry {
             hold: Hold::Free,
             remaining_work: None,
             team: self.team.as_deref().map(Arc::from),
-            types: Default::default(),
+            types,
         };
         let times = [
             ("attained_gpu_s", self.attained_gpu_s),
@@ -873,6 +1014,64 @@ mod tests {
 
     fn parse(text: &str) -> Result<Vec<Job>> {
         parse_jobs(text, FileFormat::Json, "jobs.json")
+    }
+
+    #[test]
+    fn gpu_types_are_read_from_bundled_tables_or_given_and_checked() {
+        // A bundled model runs on every bundled type; T4 is its own profile.
+        let job = parse(r#"{"id": "a", "model": "imagenet", "min_batch": 64, "max_batch": 1024}"#)
+            .unwrap()
+            .remove(0);
+        let names: Vec<&str> = job.types.on.iter().map(|o| &*o.gpu_type).collect();
+        assert_eq!(names, profiles::BUNDLED_TYPES);
+        let (t4, limit) = job.on_type("t4").unwrap();
+        assert_eq!(
+            (t4.step_time_s(1, 1, 200), limit),
+            (job.throughput.step_time_s(1, 1, 200), job.max_local_batch)
+        );
+        // An analytic job runs alike everywhere unless it lists its types.
+        let text = |extra: &str| {
+            format!(
+                r#"{{"id": "b", "model": {{"compute_per_sample_s": 0.002}}, "min_batch": 16,
+                    "max_batch": 256, "max_local_batch": 32{extra}}}"#
+            )
+        };
+        assert!(parse(&text("")).unwrap()[0].types.on.is_empty());
+        let job = parse(&text(
+            r#", "types": {"a100": {"model": {"compute_per_sample_s": 0.0005}, "max_local_batch": 128},
+                "t4": {}}, "current": {"gpus": 2, "batch": 64}, "current_type": "t4""#,
+        ))
+        .unwrap()
+        .remove(0);
+        let (a100, limit) = job.on_type("a100").unwrap();
+        assert_eq!(limit, 128);
+        assert!(
+            a100.step_time_s(1, 1, 32).unwrap() < job.throughput.step_time_s(1, 1, 32).unwrap()
+        );
+        assert_eq!(job.on_type("t4").unwrap().1, 32);
+        assert!(job.on_type("v100").is_none());
+        assert_eq!(job.types.current.as_deref(), Some("t4"));
+        // Errors name the field.
+        for (extra, field) in [
+            (r#", "types": {"A100": {}}"#, "types.A100"),
+            (
+                r#", "types": {"a100": {"model": "resnet9000"}}"#,
+                "types.a100.model",
+            ),
+            (
+                r#", "types": {"a100": {"max_local_batch": 0}}"#,
+                "types.a100.max_local_batch",
+            ),
+            (r#", "types": {"a100": {"memory": 3}}"#, "types.a100.memory"),
+            (r#", "current_type": "t4""#, "current_type"),
+            (
+                r#", "types": {"t4": {}}, "current": {"gpus": 1, "batch": 32}, "current_type": "a100""#,
+                "current_type",
+            ),
+        ] {
+            let err = parse(&text(extra)).unwrap_err().to_string();
+            assert!(err.contains(&format!("field '{field}")), "{extra}: {err}");
+        }
     }
 
     #[test]

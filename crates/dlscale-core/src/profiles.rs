@@ -224,16 +224,29 @@ pub fn speedup_over_t4(gpu_type: &str) -> Option<f64> {
         .then(|| (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp())
 }
 
-/// Bundled Pollux model `name` on every type of [`BUNDLED_TYPES`], measured or derived.
+/// Bundled Pollux model `name` on every type of [`BUNDLED_TYPES`], measured or derived (built
+/// once: every job of a model shares its tables).
 pub fn bundled_on_types(name: &str) -> Result<Vec<TypedProfile>> {
-    let t4 = bundled(name)?;
-    if !bundled_names().contains(&name) {
-        return Err(CoreError::UnknownModel {
+    static TYPED: OnceLock<BTreeMap<&'static str, Vec<TypedProfile>>> = OnceLock::new();
+    let typed = TYPED.get_or_init(|| {
+        bundled_names()
+            .into_iter()
+            .map(|name| (name, on_types(name)))
+            .collect()
+    });
+    typed
+        .get(name)
+        .cloned()
+        .ok_or_else(|| CoreError::UnknownModel {
             name: name.to_string(),
             known: bundled_names().join(", "),
-        });
-    }
-    Ok(BUNDLED_TYPES
+        })
+}
+
+/// Bundled Pollux model `name` on every bundled type.
+fn on_types(name: &str) -> Vec<TypedProfile> {
+    let t4 = &pollux_profiles()[name];
+    BUNDLED_TYPES
         .iter()
         .map(|&gpu_type| {
             if gpu_type == PROFILED_TYPE {
@@ -260,7 +273,7 @@ pub fn bundled_on_types(name: &str) -> Result<Vec<TypedProfile>> {
                 }
             }
         })
-        .collect())
+        .collect()
 }
 
 /// The bundled Pollux profiles, parsed once.

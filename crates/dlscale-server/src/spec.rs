@@ -311,10 +311,19 @@ impl JobSpec {
                     || ApiError::field("max_retries", "field 'max_retries' must be an integer ≥ 0"),
                 )?),
             };
-        if map.contains_key("current") {
+        for field in ["current", "current_type"] {
+            if map.contains_key(field) {
+                return Err(ApiError::field(
+                    field,
+                    format!("field '{field}' is managed by the server and cannot be submitted"),
+                ));
+            }
+        }
+        if map.contains_key("types") {
             return Err(ApiError::field(
-                "current",
-                "field 'current' is managed by the server and cannot be submitted",
+                "types",
+                "field 'types': this service's GPUs are of one type; per-type models need a \
+                 cluster of several (not supported by the service yet)",
             ));
         }
         let id = match map.get("id") {
@@ -662,6 +671,22 @@ mod tests {
                     v
                 },
                 "current",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["current_type"] = json!("a100");
+                    v
+                },
+                "current_type",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["types"] = json!({"a100": {}});
+                    v
+                },
+                "types",
             ),
             (
                 {

@@ -1105,7 +1105,7 @@ fn typed_job(index: usize, raw: &RawJob, speed: f64, on: usize, fleet: &Fleet) -
         throughput: Arc::new(model),
         max_local_batch: job.max_local_batch,
     };
-    job.types.on = vec![on_type("slow", raw.model), on_type("fast", fast)];
+    job.types.on = Arc::from([on_type("slow", raw.model), on_type("fast", fast)]);
     let pool = &fleet.pools()[on];
     if job.current.is_some_and(|c| c.gpus > pool.gpus()) {
         job.current = None;
