@@ -10,7 +10,7 @@ use dlscale_core::allocator::knapsack::SolverPath;
 use dlscale_core::jobfile::{parse_document, parse_jobs, FileFormat};
 use dlscale_core::placement::{ShapeRule, Topology};
 use dlscale_core::{
-    policy_info, Admission, Cluster, CountRule, Decision, DecisionRequest, Job, JobState,
+    policy_info, Admission, Cluster, CountRule, Decision, DecisionRequest, Fleet, Job, JobState,
     PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility, Weighing, REGISTRY,
 };
 use serde::Serialize;
@@ -181,8 +181,13 @@ pub struct OptimizeArgs {
     #[arg(long)]
     pub jobs: PathBuf,
     /// Cluster file: {"nodes": N, "gpus_per_node": M} (JSON or TOML).
-    #[arg(long, conflicts_with_all = ["nodes", "gpus_per_node"], required_unless_present_all = ["nodes", "gpus_per_node"])]
+    #[arg(long, conflicts_with_all = ["nodes", "gpus_per_node", "fleet"])]
     pub cluster: Option<PathBuf>,
+    /// Fleet file, a cluster of several GPU types: {"types": [{"name": "a100", "nodes": N,
+    /// "gpus_per_node": M, "memory_gib": G}, ...]} (JSON, or `[[types]]` in TOML). Each job runs
+    /// on one type, as its `types` say (a bundled model: its table on each bundled type).
+    #[arg(long, conflicts_with_all = ["nodes", "gpus_per_node"])]
+    pub fleet: Option<PathBuf>,
     /// Number of nodes.
     #[arg(long, requires = "gpus_per_node")]
     pub nodes: Option<u32>,
@@ -218,7 +223,10 @@ struct Report<'a> {
     /// Certified relative gap between `objective` and an upper bound on the optimum (0: exact).
     gap: f64,
     solve_ms: f64,
-    cluster: Cluster,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster: Option<Cluster>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fleet: Option<&'a Fleet>,
     gpus_used: u32,
     jobs: &'a [dlscale_core::JobDecision],
 }
@@ -258,6 +266,32 @@ pub fn load_cluster(path: &Path) -> Result<Cluster> {
 /// Runs `dlscale optimize`.
 pub fn run_optimize(args: &OptimizeArgs) -> Result<()> {
     let settings = args.policy_args.settings()?;
+    let options = args.policy_args.policy_options();
+    if let Some(path) = &args.fleet {
+        let fleet = load_fleet(path)?;
+        if !args.policy.keeps_types {
+            let typed: Vec<&str> = REGISTRY
+                .iter()
+                .filter(|p| p.keeps_types)
+                .map(|p| p.name)
+                .collect();
+            return Err(input_error(anyhow::anyhow!(
+                "policy '{}' does not decide across GPU types (those that do: {})",
+                args.policy,
+                typed.join(", ")
+            )));
+        }
+        let jobs = load_jobs(&args.jobs)?;
+        let start = Instant::now();
+        let cluster = fleet.pools()[0].cluster();
+        let decision = args.policy.instance(&options).decide(&DecisionRequest {
+            fleet: Some(&fleet),
+            ..DecisionRequest::new(&cluster, &jobs, &settings)
+        });
+        let solve_ms = start.elapsed().as_secs_f64() * 1e3;
+        let on = Machines::Fleet(&fleet);
+        return print(args, &settings, on, &jobs, &decision, solve_ms);
+    }
     let cluster = match (&args.cluster, args.nodes, args.gpus_per_node) {
         (Some(path), _, _) => load_cluster(path)?,
         (None, Some(nodes), Some(per_node)) => {
@@ -265,20 +299,59 @@ pub fn run_optimize(args: &OptimizeArgs) -> Result<()> {
         }
         _ => {
             return Err(input_error(anyhow::anyhow!(
-                "give --cluster FILE or --nodes N --gpus-per-node M"
+                "give --cluster FILE, --fleet FILE or --nodes N --gpus-per-node M"
             )))
         }
     };
     let jobs = load_jobs(&args.jobs)?;
-    let options = args.policy_args.policy_options();
     let (decision, solve_ms) = solve(args.policy, &options, &cluster, &jobs, &settings);
-    match args.format {
-        OutputFormat::Json => print_json(args.policy, &settings, &cluster, &decision, solve_ms)?,
-        OutputFormat::Table => {
-            print_table(args.policy, &settings, &cluster, &jobs, &decision, solve_ms)
+    print(
+        args,
+        &settings,
+        Machines::Cluster(&cluster),
+        &jobs,
+        &decision,
+        solve_ms,
+    )
+}
+
+/// What a decision ran on: a cluster of alike GPUs, or a fleet of types.
+#[derive(Debug, Clone, Copy)]
+enum Machines<'a> {
+    Cluster(&'a Cluster),
+    Fleet(&'a Fleet),
+}
+
+impl Machines<'_> {
+    fn total_gpus(&self) -> u32 {
+        match self {
+            Machines::Cluster(c) => c.total_gpus(),
+            Machines::Fleet(f) => f.total_gpus(),
         }
     }
+}
+
+/// Prints `decision` in the format `args` ask for.
+fn print(
+    args: &OptimizeArgs,
+    settings: &Settings,
+    on: Machines<'_>,
+    jobs: &[Job],
+    decision: &Decision,
+    solve_ms: f64,
+) -> Result<()> {
+    match args.format {
+        OutputFormat::Json => print_json(args.policy, settings, on, decision, solve_ms)?,
+        OutputFormat::Table => print_table(args.policy, settings, on, jobs, decision, solve_ms),
+    }
     Ok(())
+}
+
+/// Reads and validates a fleet file.
+pub fn load_fleet(path: &Path) -> Result<Fleet> {
+    let text = read_input(path)?;
+    let name = path.display().to_string();
+    parse_document(&text, FileFormat::for_path(&name), &name).map_err(input_error)
 }
 
 /// Runs `dlscale demo`: the bundled example mix on a 4 × 4 cluster with each policy.
@@ -298,10 +371,11 @@ pub fn run_demo(args: &DemoArgs) -> Result<()> {
     for &policy in REGISTRY {
         let options = PolicyOptions::default();
         let (decision, solve_ms) = solve(policy, &options, &cluster, &jobs, &settings);
+        let on = Machines::Cluster(&cluster);
         match args.format {
-            OutputFormat::Json => print_json(policy, &settings, &cluster, &decision, solve_ms)?,
+            OutputFormat::Json => print_json(policy, &settings, on, &decision, solve_ms)?,
             OutputFormat::Table => {
-                print_table(policy, &settings, &cluster, &jobs, &decision, solve_ms);
+                print_table(policy, &settings, on, &jobs, &decision, solve_ms);
                 println!();
             }
         }
@@ -344,10 +418,14 @@ fn solve(
 fn print_json(
     policy: PolicyInfo,
     settings: &Settings,
-    cluster: &Cluster,
+    on: Machines<'_>,
     decision: &Decision,
     solve_ms: f64,
 ) -> Result<()> {
+    let (cluster, fleet) = match on {
+        Machines::Cluster(c) => (Some(*c), None),
+        Machines::Fleet(f) => (None, Some(f)),
+    };
     let report = Report {
         policy: policy.name,
         utility: settings.utility.to_string(),
@@ -355,7 +433,8 @@ fn print_json(
         solver: decision.solver,
         gap: decision.gap,
         solve_ms,
-        cluster: *cluster,
+        cluster,
+        fleet,
         gpus_used: decision.gpus_used(),
         jobs: &decision.jobs,
     };
@@ -366,22 +445,28 @@ fn print_json(
 fn print_table(
     policy: PolicyInfo,
     settings: &Settings,
-    cluster: &Cluster,
+    on: Machines<'_>,
     jobs: &[Job],
     decision: &Decision,
     solve_ms: f64,
 ) {
+    let typed = matches!(on, Machines::Fleet(_));
     println!(
         "policy {policy}  utility {}  objective {:.4}  GPUs {}/{}  solved in {solve_ms:.3} ms ({}, gap {:.1e})",
         settings.utility,
         decision.objective,
         decision.gpus_used(),
-        cluster.total_gpus(),
+        on.total_gpus(),
         decision.solver.name(),
         decision.gap,
     );
+    let type_column = if typed {
+        format!(" {:<8}", "type")
+    } else {
+        String::new()
+    };
     println!(
-        "{:<16} {:<12} {:<8} {:>5} {:>5} {:>7} {:>7} {:>14} {:>9}",
+        "{:<16} {:<12} {:<8}{type_column} {:>5} {:>5} {:>7} {:>7} {:>14} {:>9}",
         "job", "model", "state", "gpus", "nodes", "batch", "local", "samples/s", "utility"
     );
     for d in &decision.jobs {
@@ -394,8 +479,13 @@ fn print_table(
             JobState::Queued => "queued",
             JobState::Dropped => "dropped",
         };
+        let type_column = if typed {
+            format!(" {:<8}", d.gpu_type.as_deref().unwrap_or("-"))
+        } else {
+            String::new()
+        };
         println!(
-            "{:<16} {:<12} {:<8} {:>5} {:>5} {:>7} {:>7} {:>14.1} {:>9.4}",
+            "{:<16} {:<12} {:<8}{type_column} {:>5} {:>5} {:>7} {:>7} {:>14.1} {:>9.4}",
             d.id,
             model,
             state,

@@ -390,3 +390,76 @@ fn consolidate_decides_as_the_autoscaler_does() {
         [job("a", 3, 1), job("c", 3, 1), job("b", 1, 1)]
     );
 }
+
+/// `--fleet`: the example mix on the example fleet of three GPU types. Every running job runs on
+/// one of the fleet's types, within each type's GPUs, bundled models on the types their tables
+/// cover, the analytic one anywhere; policies that do not decide across types, and bad fleets,
+/// are refused naming what is wrong.
+#[test]
+fn optimize_decides_across_the_gpu_types_of_a_fleet() {
+    let fleet = examples().join("fleet.toml");
+    let jobs = examples().join("jobs.json");
+    let (fleet, jobs) = (fleet.to_str().unwrap(), jobs.to_str().unwrap());
+    let capacity: std::collections::BTreeMap<&str, u64> =
+        [("t4", 24), ("v100", 24), ("a100", 16)].into();
+    for utility in ["speedup", "fair"] {
+        let doc = dlscale_json(&[
+            "optimize",
+            "--fleet",
+            fleet,
+            "--jobs",
+            jobs,
+            "--utility",
+            utility,
+            "--format",
+            "json",
+        ]);
+        assert_eq!(doc["solver"], "typed-dp", "{utility}: {doc}");
+        assert_eq!(doc["gap"], 0.0);
+        assert!(doc.get("cluster").is_none() && doc["fleet"]["types"][2]["name"] == "a100");
+        let mut used: std::collections::BTreeMap<&str, u64> = Default::default();
+        for job in doc["jobs"].as_array().unwrap() {
+            if job["state"] == "running" {
+                let gpu_type = job["gpu_type"].as_str().expect("a running job's type");
+                *used.entry(gpu_type).or_default() += job["gpus"].as_u64().unwrap();
+            } else {
+                assert!(job.get("gpu_type").is_none(), "{job}");
+            }
+        }
+        assert!(
+            used.iter()
+                .all(|(t, &u)| capacity.get(t).is_some_and(|&c| u <= c)),
+            "{utility}: {used:?}"
+        );
+        assert_eq!(doc["gpus_used"].as_u64(), Some(used.values().sum::<u64>()));
+    }
+    let table = dlscale(&["optimize", "--fleet", fleet, "--jobs", jobs]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.status.success() && text.lines().nth(1).unwrap().contains("type"),
+        "{text}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let twice = write(
+        &dir,
+        "twice.toml",
+        "[[types]]\nname = \"t4\"\nnodes = 1\ngpus_per_node = 4\nmemory_gib = 16\n\
+         [[types]]\nname = \"t4\"\nnodes = 1\ngpus_per_node = 8\nmemory_gib = 16\n",
+    );
+    for (args, expected) in [
+        (
+            vec!["--fleet", fleet, "--policy", "static"],
+            "does not decide across GPU types",
+        ),
+        (vec!["--fleet", &twice], "given twice"),
+        (
+            vec!["--fleet", fleet, "--nodes", "2"],
+            "cannot be used with",
+        ),
+    ] {
+        let out = dlscale(&[&["optimize", "--jobs", jobs][..], &args[..]].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}

@@ -121,7 +121,8 @@ pub struct JobEntry {
     pub team: Option<String>,
     /// How it runs on each GPU type it may use, by type name (default: a bundled model's
     /// table on every bundled type, [`crate::profiles::bundled_on_types`]; any other model,
-    /// alike on every type). A job that lists types runs on those only.
+    /// alike on every type). A job that lists types runs on those only; a type that names no
+    /// model there runs the bundled model's table on it, else the job's `model`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub types: Option<BTreeMap<String, TypeEntry>>,
     /// The GPU type it runs on now, with `current` (default: the first it may run on).
@@ -719,8 +720,8 @@ fn strip_position(message: &str) -> String {
 }
 
 impl JobEntry {
-    /// How the job runs on each GPU type: its `types` (each type's model, else the job's own
-    /// `model`; each type's memory limit, else that model's, else the job's `memory_local`), or
+    /// How the job runs on each GPU type: its `types` (each type's model, else a bundled
+    /// model's table there, else the job's own `model`; each type's memory limit, else that model's, else the job's `memory_local`), or
     /// a bundled model's table on every bundled type, or nothing (alike on every type); each
     /// wrapped in the job's accumulation (`steps`). The type it runs on now, from
     /// `current_type`. `model` is the job's own step-time model, before its accumulation.
@@ -755,6 +756,15 @@ impl JobEntry {
                 max_local_batch: max_local,
             })
         };
+        // A bundled model's own table on a bundled type.
+        let bundled_on = |gpu_type: &str| match &self.model {
+            Some(ModelField::Name(name)) => profiles::bundled_on_types(name)
+                .ok()?
+                .into_iter()
+                .find(|typed| typed.gpu_type == gpu_type)
+                .map(|typed| typed.throughput),
+            _ => None,
+        };
         let on: Arc<[JobOnType]> = match (&self.types, &self.model) {
             (Some(types), _) => types
                 .iter()
@@ -768,7 +778,7 @@ impl JobEntry {
                         ));
                     }
                     let there = match &entry.model {
-                        None => model.clone(),
+                        None => bundled_on(gpu_type).unwrap_or_else(|| model.clone()),
                         Some(field) => field.step_model(id).map_err(|e| {
                             CoreError::job(id, format!("types.{gpu_type}.model"), e.to_string())
                         })?,
