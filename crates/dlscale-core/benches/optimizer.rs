@@ -9,7 +9,9 @@
 //! of the cluster and allowed all of it (issue 27's target); its setup refuses a certified gap
 //! above 1e-4. The `gpu-types` group: the knapsack across GPU types (issue 29's targets), exact
 //! on three types of 64 GPUs in all with 50 jobs, priced on four types of 16,384 GPUs in all with
-//! 4,000 jobs (its setup refuses a certified gap above 1e-4). The `milp` group also times the
+//! 4,000 jobs (its setup refuses a certified gap above 1e-4), and whole elastic-batch decisions
+//! (value tables on every type, then the knapsack) on fleets of T4, V100 and A100 nodes of 64 and
+//! 12,288 GPUs with 50 and 4,000 measured jobs. The `milp` group also times the
 //! MILP across three types (8, 8 and 16 GPUs, 12 jobs: the instance of `tests/milp.rs`).
 
 #[path = "../tests/support/mod.rs"]
@@ -20,7 +22,7 @@ use dlscale_core::allocator::knapsack::{DpChoice, KnapsackSolver, BAND_CELL_BUDG
 use dlscale_core::allocator::typed::TypedKnapsack;
 use dlscale_core::allocator::{SolverPath, TeamQuota, Teams};
 use dlscale_core::synthetic::{analytic_jobs, measured_jobs, KINDS};
-use dlscale_core::{build_policy, Cluster, DecisionRequest, Settings, Utility};
+use dlscale_core::{build_policy, Cluster, DecisionRequest, Fleet, GpuPool, Settings, Utility};
 
 const SIZES: [(usize, u32); 4] = [(64, 256), (256, 1024), (1000, 4096), (4000, 16384)];
 const LARGE: (usize, u32) = (10_000, 65_536);
@@ -211,6 +213,48 @@ fn gpu_types(c: &mut Criterion) {
             BenchmarkId::new("typed/measured", &size),
             &items,
             |b, items| b.iter(|| solver.solve(items, &capacities)),
+        );
+    }
+    // Whole decisions: measured jobs (bundled models, each with its tables on every bundled
+    // type) on fleets of T4, V100 and A100 nodes; a fresh policy per decision.
+    for (jobs, nodes) in [(50, [6u32, 3, 2]), (4000, [1024, 512, 512])] {
+        let pool = |name: &str, nodes: u32, gpus_per_node: u32| GpuPool {
+            name: name.into(),
+            nodes,
+            gpus_per_node,
+            memory_gib: 32.0,
+        };
+        let fleet = Fleet::new(vec![
+            pool("t4", nodes[0], 4),
+            pool("v100", nodes[1], 8),
+            pool("a100", nodes[2], 8),
+        ])
+        .expect("a valid fleet");
+        let instance = measured_jobs(jobs, 64, 42);
+        let settings = Settings::default();
+        let cluster = fleet.pools()[0].cluster();
+        let request = DecisionRequest {
+            fleet: Some(&fleet),
+            ..DecisionRequest::new(&cluster, &instance, &settings)
+        };
+        let decide = || {
+            build_policy("elastic-batch", &Default::default())
+                .unwrap()
+                .decide(&request)
+        };
+        let decision = decide();
+        eprintln!(
+            "gpu-types: decision, {jobs} jobs on {} GPUs: {}, certified gap {:.3e}",
+            fleet.total_gpus(),
+            decision.solver.name(),
+            decision.gap
+        );
+        group.bench_function(
+            BenchmarkId::new(
+                "decision/measured/speedup",
+                format!("3x{}x{jobs}", fleet.total_gpus()),
+            ),
+            |b| b.iter(decide),
         );
     }
     group.finish();
