@@ -261,12 +261,46 @@ pub struct Job {
 /// How a job runs on the GPU types of a fleet ([`crate::Fleet`]).
 #[derive(Debug, Clone, Default)]
 pub struct JobTypes {
-    /// The types it may run on, each with its model and per-GPU batch limit there; empty: every
-    /// type, alike (its own [`Job::throughput`] and [`Job::max_local_batch`]).
+    /// The types it may run on, each with its model and per-GPU batch limit there; empty: see
+    /// `bundled`, else every type alike (its own [`Job::throughput`] and
+    /// [`Job::max_local_batch`]).
     pub on: Arc<[JobOnType]>,
+    /// A bundled model that lists no types: its tables on the bundled types, looked up when a
+    /// fleet asks ([`Job::on_type`]), so that a cluster of one type never loads them.
+    pub bundled: Option<BundledOnTypes>,
     /// The type it runs on now (with [`Job::current`]); `None` with a current allocation: the
     /// fleet's first type it may run on.
     pub current: Option<Arc<str>>,
+}
+
+/// A bundled model's tables on the bundled GPU types, as a job runs them
+/// ([`crate::profiles::bundled_on_types`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BundledOnTypes {
+    /// The bundled model's name.
+    pub model: Arc<str>,
+    /// The job's own cap on its per-GPU batch (one micro-step), if it gave one.
+    pub max_local_batch: Option<BatchSize>,
+    /// Its most micro-steps per step (gradient accumulation).
+    pub accum_steps: u32,
+}
+
+impl BundledOnTypes {
+    /// The job on `gpu_type`: the model's table there, within the job's cap and its type's
+    /// measured memory, with the job's accumulation. `None` for a type the tables do not cover.
+    pub fn on(&self, gpu_type: &str) -> Option<JobOnType> {
+        let typed = crate::profiles::bundled_on_type(&self.model, gpu_type)?;
+        let memory = match (self.max_local_batch, typed.throughput.max_local_batch()) {
+            (Some(cap), Some(measured)) => cap.min(measured),
+            (cap, measured) => cap.or(measured)?,
+        };
+        let max_local = memory.saturating_mul(self.accum_steps.max(1));
+        Some(JobOnType {
+            gpu_type: typed.gpu_type.into(),
+            throughput: Accumulating::wrap(typed.throughput, memory, max_local),
+            max_local_batch: max_local,
+        })
+    }
 }
 
 /// How a job runs on one GPU type.
@@ -282,16 +316,21 @@ pub struct JobOnType {
 
 impl Job {
     /// How it runs on the type named `gpu_type`: its model and per-GPU batch limit there;
-    /// `None` when it may not run on it.
-    pub fn on_type(&self, gpu_type: &str) -> Option<(&Arc<dyn ThroughputModel>, BatchSize)> {
-        if self.types.on.is_empty() {
-            return Some((&self.throughput, self.max_local_batch));
+    /// `None` when it may not run on it. A bundled model runs on a type its tables do not cover
+    /// as on every type of a job without types: with its own model.
+    pub fn on_type(&self, gpu_type: &str) -> Option<(Arc<dyn ThroughputModel>, BatchSize)> {
+        if !self.types.on.is_empty() {
+            return self
+                .types
+                .on
+                .iter()
+                .find(|o| &*o.gpu_type == gpu_type)
+                .map(|o| (o.throughput.clone(), o.max_local_batch));
         }
-        self.types
-            .on
-            .iter()
-            .find(|o| &*o.gpu_type == gpu_type)
-            .map(|o| (&o.throughput, o.max_local_batch))
+        match self.types.bundled.as_ref().and_then(|b| b.on(gpu_type)) {
+            Some(on) => Some((on.throughput, on.max_local_batch)),
+            None => Some((self.throughput.clone(), self.max_local_batch)),
+        }
     }
 }
 

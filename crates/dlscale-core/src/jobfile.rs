@@ -23,8 +23,8 @@ use crate::efficiency::GradNoise;
 use crate::error::{nearest_name, serde_field, CoreError, Result};
 use crate::fieldline::{field_line, job_field_line};
 use crate::job::{
-    BatchRange, CurrentAllocation, GpuRange, Hold, Job, JobEfficiency, JobHistory, JobOnType,
-    JobTypes, Requested,
+    BatchRange, BundledOnTypes, CurrentAllocation, GpuRange, Hold, Job, JobEfficiency, JobHistory,
+    JobOnType, JobTypes, Requested,
 };
 use crate::profiles;
 use crate::throughput::{Accumulating, AnalyticModel, ThroughputModel};
@@ -120,8 +120,8 @@ pub struct JobEntry {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub team: Option<String>,
     /// How it runs on each GPU type it may use, by type name (default: a bundled model's
-    /// table on every bundled type, [`crate::profiles::bundled_on_types`]; any other model,
-    /// alike on every type). A job that lists types runs on those only; a type that names no
+    /// table on each bundled type, [`crate::profiles::bundled_on_types`], and its own model on
+    /// any other; any other model, alike on every type). A job that lists types runs on those only; a type that names no
     /// model there runs the bundled model's table on it, else the job's `model`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub types: Option<BTreeMap<String, TypeEntry>>,
@@ -721,10 +721,11 @@ fn strip_position(message: &str) -> String {
 
 impl JobEntry {
     /// How the job runs on each GPU type: its `types` (each type's model, else a bundled
-    /// model's table there, else the job's own `model`; each type's memory limit, else that model's, else the job's `memory_local`), or
-    /// a bundled model's table on every bundled type, or nothing (alike on every type); each
-    /// wrapped in the job's accumulation (`steps`). The type it runs on now, from
-    /// `current_type`. `model` is the job's own step-time model, before its accumulation.
+    /// model's table there, else the job's own `model`; each type's memory limit, else that
+    /// model's, else the job's `memory_local`; each wrapped in the job's accumulation, `steps`),
+    /// or a bundled model's tables, looked up when a fleet asks, or nothing (alike on every
+    /// type). The type it runs on now, from `current_type`. `model` is the job's own step-time
+    /// model, before its accumulation.
     fn job_types(
         &self,
         id: &str,
@@ -786,15 +787,17 @@ impl JobEntry {
                     on_type(gpu_type, there, entry.max_local_batch)
                 })
                 .collect::<Result<_>>()?,
-            (None, Some(ModelField::Name(name)))
-                if profiles::bundled_names().contains(&name.as_str()) =>
-            {
-                profiles::bundled_on_types(name)?
-                    .into_iter()
-                    .map(|typed| on_type(typed.gpu_type, typed.throughput, self.max_local_batch))
-                    .collect::<Result<_>>()?
-            }
             (None, _) => Arc::from([]),
+        };
+        let bundled = match (&self.types, &self.model) {
+            (None, Some(ModelField::Name(name))) if profiles::pollux_files(name).is_some() => {
+                Some(BundledOnTypes {
+                    model: name.as_str().into(),
+                    max_local_batch: self.max_local_batch,
+                    accum_steps: steps,
+                })
+            }
+            _ => None,
         };
         let current = match (&self.current_type, &self.current) {
             (None, _) => None,
@@ -814,7 +817,11 @@ impl JobEntry {
             }
             (Some(name), Some(_)) => Some(name.as_str().into()),
         };
-        Ok(JobTypes { on, current })
+        Ok(JobTypes {
+            on,
+            bundled,
+            current,
+        })
     }
 }
 
@@ -1032,13 +1039,28 @@ mod tests {
         let job = parse(r#"{"id": "a", "model": "imagenet", "min_batch": 64, "max_batch": 1024}"#)
             .unwrap()
             .remove(0);
-        let names: Vec<&str> = job.types.on.iter().map(|o| &*o.gpu_type).collect();
-        assert_eq!(names, profiles::BUNDLED_TYPES);
-        let (t4, limit) = job.on_type("t4").unwrap();
-        assert_eq!(
-            (t4.step_time_s(1, 1, 200), limit),
-            (job.throughput.step_time_s(1, 1, 200), job.max_local_batch)
-        );
+        for gpu_type in profiles::BUNDLED_TYPES {
+            let typed = profiles::bundled_on_type("imagenet", gpu_type).unwrap();
+            let (model, limit) = job.on_type(gpu_type).unwrap();
+            assert_eq!(
+                model.step_time_s(1, 1, 32),
+                typed.throughput.step_time_s(1, 1, 32),
+                "{gpu_type}"
+            );
+            assert_eq!(
+                Some(limit),
+                typed.throughput.max_local_batch(),
+                "{gpu_type}"
+            );
+        }
+        // T4 is its own profile; a type the tables do not cover runs its own model too.
+        for gpu_type in ["t4", "h100"] {
+            let (model, limit) = job.on_type(gpu_type).unwrap();
+            assert_eq!(
+                (model.step_time_s(1, 1, 200), limit),
+                (job.throughput.step_time_s(1, 1, 200), job.max_local_batch)
+            );
+        }
         // An analytic job runs alike everywhere unless it lists its types.
         let text = |extra: &str| {
             format!(
@@ -1046,7 +1068,8 @@ mod tests {
                     "max_batch": 256, "max_local_batch": 32{extra}}}"#
             )
         };
-        assert!(parse(&text("")).unwrap()[0].types.on.is_empty());
+        let alike = parse(&text("")).unwrap().remove(0);
+        assert!(alike.types.on.is_empty() && alike.types.bundled.is_none());
         let job = parse(&text(
             r#", "types": {"a100": {"model": {"compute_per_sample_s": 0.0005}, "max_local_batch": 128},
                 "t4": {}}, "current": {"gpus": 2, "batch": 64}, "current_type": "t4""#,

@@ -243,6 +243,17 @@ pub fn bundled_on_types(name: &str) -> Result<Vec<TypedProfile>> {
         })
 }
 
+/// Bundled Pollux model `name` on `gpu_type`, if both are bundled.
+pub fn bundled_on_type(name: &str, gpu_type: &str) -> Option<TypedProfile> {
+    if !BUNDLED_TYPES.contains(&gpu_type) {
+        return None; // without loading the tables
+    }
+    bundled_on_types(name)
+        .ok()?
+        .into_iter()
+        .find(|typed| typed.gpu_type == gpu_type)
+}
+
 /// Bundled Pollux model `name` on every bundled type.
 fn on_types(name: &str) -> Vec<TypedProfile> {
     let t4 = &pollux_profiles()[name];

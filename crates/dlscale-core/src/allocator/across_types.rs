@@ -70,7 +70,7 @@ impl Typed {
                     continue;
                 };
                 let mut view = job.clone();
-                view.throughput = model.clone();
+                view.throughput = model;
                 view.max_local_batch = max_local_batch;
                 if here != Some(t) {
                     view.current = None;

@@ -1014,7 +1014,7 @@ fn typed_brute(fleet: &Fleet, settings: &Settings, jobs: &[Job]) -> (Vec<JobStat
                 .filter_map(|(t, pool)| {
                     let (model, limit) = job.on_type(&pool.name)?;
                     let mut view = job.clone();
-                    view.throughput = model.clone();
+                    view.throughput = model;
                     view.max_local_batch = limit;
                     if here != Some(t) {
                         view.current = None;
