@@ -32,32 +32,23 @@ pub fn elastic_batch_items(
 }
 
 /// Optimum of the multiple-choice knapsack as an MILP: one binary per option, exactly one per
-/// job, GPUs within capacity. `None` when the solver fails.
+/// job, GPUs within capacity (the MILP across types with one type). `None` when the solver
+/// fails.
 pub fn milp_optimum(items: &[Vec<KnapsackItem>], capacity: u32) -> Option<f64> {
-    let mut vars = ProblemVariables::new();
-    let x: Vec<Vec<_>> = items
+    let typed: Vec<Vec<TypedItem>> = items
         .iter()
-        .map(|opts| opts.iter().map(|_| vars.add(variable().binary())).collect())
+        .map(|options| {
+            options
+                .iter()
+                .map(|o| TypedItem {
+                    gpu_type: 0,
+                    gpus: o.gpus,
+                    value: o.value,
+                })
+                .collect()
+        })
         .collect();
-    let objective: Expression = items
-        .iter()
-        .zip(&x)
-        .flat_map(|(opts, xs)| opts.iter().zip(xs).map(|(o, &v)| o.value * v))
-        .sum();
-    let gpus: Expression = items
-        .iter()
-        .zip(&x)
-        .flat_map(|(opts, xs)| opts.iter().zip(xs).map(|(o, &v)| f64::from(o.gpus) * v))
-        .sum();
-    let mut model = vars
-        .maximise(objective.clone())
-        .using(default_solver)
-        .with(constraint!(gpus <= f64::from(capacity)));
-    for xs in &x {
-        let one: Expression = xs.iter().copied().sum();
-        model = model.with(constraint!(one == 1.0));
-    }
-    model.solve().ok().map(|solution| solution.eval(&objective))
+    typed_milp_optimum(&typed, &[capacity])
 }
 
 /// The options of `jobs` on a fleet of GPU types, each type `(GPUs per node, GPUs)`: a job's
