@@ -8,7 +8,7 @@ use clap::Args;
 use dlscale_autoscaler::{decide_placed, PlacedDecision};
 use dlscale_core::allocator::knapsack::SolverPath;
 use dlscale_core::jobfile::{parse_document, parse_jobs, FileFormat};
-use dlscale_core::placement::{ShapeRule, Topology};
+use dlscale_core::placement::{place_by_type, ShapeRule, Topology, Wanted};
 use dlscale_core::{
     policy_info, Admission, Cluster, CountRule, Decision, DecisionRequest, Fleet, Job, JobState,
     PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility, Weighing, REGISTRY,
@@ -284,10 +284,25 @@ pub fn run_optimize(args: &OptimizeArgs) -> Result<()> {
         let jobs = load_jobs(&args.jobs)?;
         let start = Instant::now();
         let cluster = fleet.pools()[0].cluster();
-        let decision = args.policy.instance(&options).decide(&DecisionRequest {
+        let mut decision = args.policy.instance(&options).decide(&DecisionRequest {
             fleet: Some(&fleet),
             ..DecisionRequest::new(&cluster, &jobs, &settings)
         });
+        // Each running job on its type's nodes: its `nodes` are those it is placed on.
+        let wanted: Vec<(Wanted, usize)> = decision
+            .jobs
+            .iter()
+            .filter_map(|d| {
+                let t = fleet.index_of(d.gpu_type.as_deref()?)?;
+                Some((Wanted::new(d.id.clone(), d.gpus, true), t))
+            })
+            .collect();
+        let placed = place_by_type(&fleet.topologies(), ShapeRule::Any, &|_| None, &wanted, 0);
+        for d in &mut decision.jobs {
+            if let Some(shares) = placed.placement.get(&d.id) {
+                d.nodes = shares.len() as u32;
+            }
+        }
         let solve_ms = start.elapsed().as_secs_f64() * 1e3;
         let on = Machines::Fleet(&fleet);
         return print(args, &settings, on, &jobs, &decision, solve_ms);

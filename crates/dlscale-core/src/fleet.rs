@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
 use crate::error::{CoreError, Result};
+use crate::placement::{Node, Topology};
 use crate::GpuCount;
 
 /// The nodes of one GPU type.
@@ -160,6 +161,22 @@ impl Fleet {
         self.pools.iter().map(GpuPool::gpus).sum()
     }
 
+    /// Each type's nodes, by type index, named `<type>-1`, `<type>-2`, …: what
+    /// [`crate::placement::place_by_type`] places on.
+    pub fn topologies(&self) -> Vec<Topology> {
+        self.pools
+            .iter()
+            .map(|pool| Topology {
+                nodes: (1..=pool.nodes)
+                    .map(|i| Node {
+                        name: format!("{}-{i}", pool.name).into(),
+                        gpus: pool.gpus_per_node,
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
     /// Whether it has one type only: what a homogeneous cluster's decisions run on.
     pub fn is_uniform(&self) -> bool {
         self.pools.len() == 1
@@ -192,6 +209,46 @@ mod tests {
         assert_eq!((fleet.total_gpus(), fleet.index_of("a100")), (48, Some(2)));
         assert_eq!(fleet.pools()[0].cluster(), Cluster::new(4, 4).unwrap());
         assert!(!fleet.is_uniform() && Fleet::uniform(Cluster::new(2, 8).unwrap()).is_uniform());
+    }
+
+    #[test]
+    fn each_type_places_its_own_jobs_on_its_own_nodes() {
+        use crate::placement::{gpus_of, place_by_type, ShapeRule, Wanted};
+        let fleet = Fleet::new(vec![pool("t4", 2, 4, 16.0), pool("a100", 1, 8, 80.0)]).unwrap();
+        let topologies = fleet.topologies();
+        let wanted = [
+            (Wanted::new("a", 6, true), 0),
+            (Wanted::new("b", 8, true), 1),
+            (Wanted::new("c", 2, true), 0),
+        ];
+        let placed = place_by_type(&topologies, ShapeRule::Any, &|_| None, &wanted, 0);
+        assert!(placed.unplaced.is_empty(), "{placed:?}");
+        for (w, t) in &wanted {
+            let shares = &placed.placement[&w.id];
+            assert_eq!(gpus_of(shares), w.gpus);
+            let prefix = format!("{}-", fleet.pools()[*t].name);
+            assert!(
+                shares.iter().all(|s| s.node.starts_with(&prefix)),
+                "{shares:?}"
+            );
+        }
+        // `b` moves to the T4 nodes: its A100 shares are no T4's, so it is placed afresh.
+        let before = placed.placement.clone();
+        let moved = [
+            (Wanted::new("b", 2, true), 0),
+            (Wanted::new("a", 6, false), 0),
+        ];
+        let again = place_by_type(
+            &topologies,
+            ShapeRule::Any,
+            &|id| before.get(id).map(Vec::as_slice),
+            &moved,
+            0,
+        );
+        assert_eq!(again.placement["a"], before["a"], "a keeps its GPUs");
+        assert!(again.placement["b"]
+            .iter()
+            .all(|s| s.node.starts_with("t4-")));
     }
 
     #[test]

@@ -293,6 +293,32 @@ pub fn place<'a>(
     placed
 }
 
+/// Places each job on the nodes of its GPU type: `wanted` pairs a job with the index of its
+/// type's topology in `topologies`. The types are placed independently, each as [`place`]
+/// places a cluster; a job whose type changed finds its previous shares on no node of its new
+/// type, and is placed afresh there.
+pub fn place_by_type<'a>(
+    topologies: &[Topology],
+    rule: ShapeRule,
+    previous: &dyn Fn(&str) -> Option<&'a [Share]>,
+    wanted: &[(Wanted, usize)],
+    defragment_moves_per_job: u32,
+) -> Placed {
+    let mut placed = Placed::default();
+    for (t, topology) in topologies.iter().enumerate() {
+        let on_type: Vec<Wanted> = wanted
+            .iter()
+            .filter(|(_, of)| *of == t)
+            .map(|(w, _)| w.clone())
+            .collect();
+        let one = place(topology, rule, previous, &on_type, defragment_moves_per_job);
+        placed.placement.extend(one.placement);
+        placed.moved.extend(one.moved);
+        placed.unplaced.extend(one.unplaced);
+    }
+    placed
+}
+
 /// The largest count up to `gpus` that `rule` can place on the GPUs `placement` leaves free
 /// besides job `id`'s own, on no more nodes than the count takes on the idle topology (0: none).
 /// What a job that `placement` spreads could get consolidated instead.
