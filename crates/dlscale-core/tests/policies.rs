@@ -331,3 +331,60 @@ fn history_counts_attained_service() {
     assert_eq!(h.when_attained(50.0, 300.0), Some(205.0));
     assert_eq!(h.when_attained(1e6, 300.0), None);
 }
+
+/// On a fleet, a running job moves to a faster type only when the speed it gains there beats
+/// the restart it costs: a young job stays, an old one moves; a held job stays on its type.
+#[test]
+fn a_move_between_gpu_types_is_valued_as_a_restart() {
+    use dlscale_core::{CurrentAllocation, Fleet, GpuPool, Hold, RestartAwareness};
+    let pool = |name: &str, gpus_per_node: u32| GpuPool {
+        name: name.into(),
+        nodes: 1,
+        gpus_per_node,
+        memory_gib: 16.0,
+    };
+    let fleet = Fleet::new(vec![pool("t4", 4), pool("a100", 4)]).unwrap();
+    // Three times faster on a100; it runs on 4 T4s now.
+    let text = r#"{"id": "j", "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.003},
+        "min_batch": 32, "max_batch": 512, "max_local_batch": 64, "max_gpus": 4,
+        "types": {"t4": {}, "a100": {"model": {"compute_base_s": 0.0033, "compute_per_sample_s": 0.001}}},
+        "current": {"gpus": 4, "batch": 256}, "current_type": "t4"}"#;
+    let base =
+        dlscale_core::jobfile::parse_jobs(text, dlscale_core::jobfile::FileFormat::Json, "t")
+            .unwrap()
+            .remove(0);
+    let settings = Settings {
+        restart: RestartAwareness {
+            min_gain: 0.05,
+            cost_s: 600.0,
+        },
+        ..Settings::default()
+    };
+    let cluster = fleet.pools()[0].cluster();
+    let cases = [
+        ("young", 60.0, Hold::Free, "t4"),
+        ("old", 100_000.0, Hold::Free, "a100"),
+        ("old but held", 100_000.0, Hold::Keep, "t4"),
+    ];
+    for (name, age_s, hold, expected) in cases {
+        let mut job = base.clone();
+        job.current = Some(CurrentAllocation {
+            age_s,
+            ..job.current.unwrap()
+        });
+        job.hold = hold;
+        let jobs = [job];
+        let decision = fresh(
+            "elastic-batch",
+            &DecisionRequest {
+                fleet: Some(&fleet),
+                ..DecisionRequest::new(&cluster, &jobs, &settings)
+            },
+        );
+        assert_eq!(
+            decision.jobs[0].gpu_type.as_deref(),
+            Some(expected),
+            "{name}: {decision:?}"
+        );
+    }
+}
