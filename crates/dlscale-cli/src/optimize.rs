@@ -73,6 +73,14 @@ pub struct PolicyArgs {
     /// The scale of `--remaining-exponent`, seconds [default: 3600].
     #[arg(long)]
     pub remaining_scale_s: Option<f64>,
+    /// Elastic-batch and elastic-gpu, least attained service: a job that has held a
+    /// GPU-seconds weighs (1 + a / scale)^(−this), so that young jobs get GPUs first (0: off)
+    /// [default: 0].
+    #[arg(long)]
+    pub service_exponent: Option<f64>,
+    /// The scale of `--service-exponent`, GPU-seconds [default: 3600].
+    #[arg(long)]
+    pub service_scale_gpu_s: Option<f64>,
 }
 
 impl PolicyArgs {
@@ -117,6 +125,15 @@ impl PolicyArgs {
         }
         if weighing.remaining_exponent > 0.0 && weighing.remaining_scale_s == 0.0 {
             weighing.remaining_scale_s = Weighing::DEFAULT_REMAINING_SCALE_S;
+        }
+        if let Some(x) = self.service_exponent {
+            weighing.service_exponent = x;
+        }
+        if let Some(s) = self.service_scale_gpu_s {
+            weighing.service_scale_gpu_s = s;
+        }
+        if weighing.service_exponent > 0.0 && weighing.service_scale_gpu_s == 0.0 {
+            weighing.service_scale_gpu_s = Weighing::DEFAULT_SERVICE_SCALE_GPU_S;
         }
         weighing
             .validate()

@@ -334,6 +334,24 @@ fn bad_input_exits_2_with_a_message_naming_file_and_field() {
         "fair:2",
     ]);
     assert_eq!(out.status.code(), Some(2));
+    // A weighing lever out of range names its flag; in range, it decides.
+    let weighed = |exponent: &str| {
+        dlscale(&[
+            "optimize",
+            "--jobs",
+            jobs.to_str().unwrap(),
+            "--cluster",
+            cluster,
+            &format!("--service-exponent={exponent}"),
+        ])
+    };
+    let out = weighed("-1");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(2) && stderr.contains("--service-exponent"),
+        "{stderr}"
+    );
+    assert!(weighed("1").status.success());
 }
 
 #[test]

@@ -179,6 +179,9 @@ impl Weighing {
     /// short jobs of the bundled workloads end and the long ones begin.
     pub const DEFAULT_REMAINING_SCALE_S: f64 = 3600.0;
 
+    /// The scale of least attained service where none is given: a GPU-hour.
+    pub const DEFAULT_SERVICE_SCALE_GPU_S: f64 = 3600.0;
+
     /// Shortest remaining first with exponent `exponent` at the default scale.
     pub fn shortest_remaining_first(exponent: f64) -> Weighing {
         Weighing {
