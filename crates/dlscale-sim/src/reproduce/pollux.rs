@@ -58,6 +58,15 @@ pub enum PolluxRun {
     /// so shortest remaining first weighs every job alike (what a cluster whose users give no
     /// epochs gets).
     ElasticBatchLengthUnknown,
+    /// Interval-only and learned, lengths declared, but no job names its model family: each
+    /// learns from its own reports alone (what a cluster running a new model gets).
+    ElasticBatchNoFamilies,
+    /// Interval-only and learned with what Pollux's policy knows: no declared lengths, no model
+    /// families (each job's reports, its age, its restarts).
+    ElasticBatchPolluxInformation,
+    /// Interval-only and learned, each declared length wrong: the true length times a factor
+    /// drawn log-uniformly in `[1 / WRONG_LENGTHS_BY, WRONG_LENGTHS_BY]` per job.
+    ElasticBatchWrongLengths,
     /// Interval-only and learned from step times alone: no report carries a compute time (what
     /// a training program outside the worker library sends), so learned models fit the plain sum.
     ElasticBatchStepTimesOnly,
@@ -75,8 +84,12 @@ impl PolluxRun {
     /// The measurement-noise seeds of the interval-only runs besides the default one.
     pub const OTHER_SEEDS: [u64; 2] = [2, 3];
 
+    /// How wrong [`PolluxRun::ElasticBatchWrongLengths`]'s declared lengths are at most, as a
+    /// factor either way.
+    pub const WRONG_LENGTHS_BY: f64 = 2.0;
+
     /// Every run, in the report's order.
-    pub const ALL: [PolluxRun; 10] = [
+    pub const ALL: [PolluxRun; 13] = [
         PolluxRun::Tiresias,
         PolluxRun::OptimusOracle,
         PolluxRun::ElasticBatchInterval,
@@ -84,6 +97,9 @@ impl PolluxRun {
         PolluxRun::ElasticBatchIntervalSeed(PolluxRun::OTHER_SEEDS[1]),
         PolluxRun::ElasticBatchEvents,
         PolluxRun::ElasticBatchLengthUnknown,
+        PolluxRun::ElasticBatchNoFamilies,
+        PolluxRun::ElasticBatchPolluxInformation,
+        PolluxRun::ElasticBatchWrongLengths,
         PolluxRun::ElasticBatchStepTimesOnly,
         PolluxRun::ElasticBatchRestartsToRebatch,
         PolluxRun::ElasticBatchOracle,
@@ -91,8 +107,9 @@ impl PolluxRun {
 
     /// Its key in `pollux.json`: `tiresias`, `optimus-oracle`, `elastic-batch-interval`,
     /// `elastic-batch-interval-seed-2`, `elastic-batch-events`, `elastic-batch-length-unknown`,
-    /// `elastic-batch-step-times-only`, `elastic-batch-restarts-to-rebatch`,
-    /// `elastic-batch-oracle`.
+    /// `elastic-batch-no-families`, `elastic-batch-pollux-information`,
+    /// `elastic-batch-wrong-lengths`, `elastic-batch-step-times-only`,
+    /// `elastic-batch-restarts-to-rebatch`, `elastic-batch-oracle`.
     pub fn key(self) -> String {
         match self {
             PolluxRun::Tiresias => "tiresias".into(),
@@ -103,6 +120,9 @@ impl PolluxRun {
             }
             PolluxRun::ElasticBatchEvents => "elastic-batch-events".into(),
             PolluxRun::ElasticBatchLengthUnknown => "elastic-batch-length-unknown".into(),
+            PolluxRun::ElasticBatchNoFamilies => "elastic-batch-no-families".into(),
+            PolluxRun::ElasticBatchPolluxInformation => "elastic-batch-pollux-information".into(),
+            PolluxRun::ElasticBatchWrongLengths => "elastic-batch-wrong-lengths".into(),
             PolluxRun::ElasticBatchStepTimesOnly => "elastic-batch-step-times-only".into(),
             PolluxRun::ElasticBatchRestartsToRebatch => "elastic-batch-restarts-to-rebatch".into(),
             PolluxRun::ElasticBatchOracle => "elastic-batch-oracle".into(),
@@ -130,6 +150,17 @@ impl PolluxRun {
             PolluxRun::ElasticBatchLengthUnknown => {
                 "elastic-batch, learned, interval-only, no job declaring its length".into()
             }
+            PolluxRun::ElasticBatchNoFamilies => {
+                "elastic-batch, learned, interval-only, no model families".into()
+            }
+            PolluxRun::ElasticBatchPolluxInformation => {
+                "elastic-batch, learned, interval-only, what Pollux knows (no lengths, no families)"
+                    .into()
+            }
+            PolluxRun::ElasticBatchWrongLengths => format!(
+                "elastic-batch, learned, interval-only, lengths wrong by up to {}× either way",
+                PolluxRun::WRONG_LENGTHS_BY
+            ),
             PolluxRun::ElasticBatchStepTimesOnly => {
                 "elastic-batch, learned, interval-only, step times only (no compute times)".into()
             }
@@ -184,6 +215,28 @@ impl PolluxRun {
             PolluxRun::ElasticBatchLengthUnknown => SimConfig {
                 knowledge: Knowledge::Learned(Reporting {
                     declares_length: false,
+                    ..reporting
+                }),
+                ..preset
+            },
+            PolluxRun::ElasticBatchNoFamilies => SimConfig {
+                knowledge: Knowledge::Learned(Reporting {
+                    families: false,
+                    ..reporting
+                }),
+                ..preset
+            },
+            PolluxRun::ElasticBatchPolluxInformation => SimConfig {
+                knowledge: Knowledge::Learned(Reporting {
+                    declares_length: false,
+                    families: false,
+                    ..reporting
+                }),
+                ..preset
+            },
+            PolluxRun::ElasticBatchWrongLengths => SimConfig {
+                knowledge: Knowledge::Learned(Reporting {
+                    length_error: PolluxRun::WRONG_LENGTHS_BY,
                     ..reporting
                 }),
                 ..preset

@@ -332,6 +332,26 @@ fn elastic_section(r: &LoadRows) -> String {
              remaining work known, so shortest remaining first weighs every job alike): {s}."
         ));
     }
+    if let Some(s) = learned(R::ElasticBatchNoFamilies) {
+        bullets.push(format!(
+            "- **Learned elastic-batch, no model families** (interval-only, lengths declared; \
+             each job learns from its own reports alone): {s}."
+        ));
+    }
+    if let Some(s) = learned(R::ElasticBatchPolluxInformation) {
+        bullets.push(format!(
+            "- **Learned elastic-batch on what Pollux knows** (interval-only; no declared \
+             lengths, no model families: each job's reports, age and restarts): {s}."
+        ));
+    }
+    if let Some(s) = learned(R::ElasticBatchWrongLengths) {
+        bullets.push(format!(
+            "- **Learned elastic-batch, declared lengths wrong by up to {}× either way** \
+             (interval-only; each job's length times a factor drawn log-uniformly in that \
+             range): {s}.",
+            R::WRONG_LENGTHS_BY
+        ));
+    }
     if let Some(s) = learned(R::ElasticBatchStepTimesOnly) {
         bullets.push(format!(
             "- **Learned elastic-batch from step times only** (interval-only; no report carries \
@@ -350,6 +370,7 @@ fn elastic_section(r: &LoadRows) -> String {
     let verdicts: Vec<String> = [
         ("interval-only", R::ElasticBatchInterval),
         ("event-driven", R::ElasticBatchEvents),
+        ("on what Pollux knows", R::ElasticBatchPolluxInformation),
     ]
     .into_iter()
     .filter(|_| TARGET_LOADS.contains(&r.load))
