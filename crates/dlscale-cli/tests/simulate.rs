@@ -138,6 +138,9 @@ fn reproduce_pollux_writes_a_report_of_every_run_with_its_target() {
             "elastic-batch-interval-seed-3",
             "elastic-batch-events",
             "elastic-batch-length-unknown",
+            "elastic-batch-no-families",
+            "elastic-batch-pollux-information",
+            "elastic-batch-wrong-lengths",
             "elastic-batch-step-times-only",
             "elastic-batch-restarts-to-rebatch",
             "elastic-batch-oracle"
@@ -154,6 +157,9 @@ fn reproduce_pollux_writes_a_report_of_every_run_with_its_target() {
         "| elastic-batch, learned, interval-only, noise seed 3 |",
         "| elastic-batch, learned, event-driven |",
         "| elastic-batch, learned, interval-only, every batch change a restart |",
+        "| elastic-batch, learned, interval-only, what Pollux knows (no lengths, no families) |",
+        "| elastic-batch, learned, interval-only, lengths wrong by up to 2× either way |",
+        "on what Pollux knows m",
         "**Over measurement-noise seeds 1, 2 and 3**",
         "**Target: at most 0.90× Pollux's published mean, ",
     ] {
