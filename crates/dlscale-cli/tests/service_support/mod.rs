@@ -321,20 +321,34 @@ trap 'echo "$s" > "$ck.tmp" && mv "$ck.tmp" "$ck"; echo "dlscale: stopped step=$
 while [ "$s" -lt "$TOTAL" ]; do s=$((s+1)); echo "dlscale: step=$s loss=1 samples_per_s=100 world_size=$DLSCALE_WORLD_SIZE batch_size=$DLSCALE_BATCH_SIZE"; sleep 0.1; done
 echo "$s" > "$ck"; echo "dlscale: done step=$s""#;
 
-/// Every stop of a [`WORKER`] checkpointed the step the next launch resumed from: no step lost
-/// or repeated across its launches (`log`: the job's log).
+/// Every launch of a [`WORKER`] after its first resumed from the step the launch before it
+/// checkpointed as it ended (stopped, or done: a stop that lands as the job finishes is still a
+/// stop, and the next launch resumes at the end and is done at once): no step lost or repeated
+/// across its launches (`log`: the job's log).
 pub fn assert_resumed_where_stopped(log: &str) {
-    let stopped: Vec<&str> = log
-        .lines()
-        .filter_map(|l| l.strip_prefix("dlscale: stopped step="))
-        .collect();
-    let resumed: Vec<&str> = log
-        .lines()
-        .filter_map(|l| l.strip_prefix("dlscale: resumed step="))
-        .map(|r| r.split(' ').next().unwrap_or_default())
-        .collect();
-    assert_eq!(resumed.len(), stopped.len() + 1, "{log}");
-    assert_eq!(&resumed[1..], &stopped[..], "{log}");
+    let mut ended: Option<&str> = None;
+    let mut launches = 0;
+    for line in log.lines() {
+        if let Some(rest) = line.strip_prefix("dlscale: resumed step=") {
+            let step = rest.split(' ').next().unwrap_or_default();
+            if launches > 0 {
+                assert_eq!(
+                    Some(step),
+                    ended,
+                    "launch {} resumed elsewhere:\n{log}",
+                    launches + 1
+                );
+            }
+            launches += 1;
+            ended = None;
+        } else if let Some(step) = line
+            .strip_prefix("dlscale: stopped step=")
+            .or_else(|| line.strip_prefix("dlscale: done step="))
+        {
+            ended = Some(step);
+        }
+    }
+    assert!(launches > 0, "{log}");
 }
 
 /// The GPU-seconds job `id`'s launches held by its allocations (`GET /v1/jobs/{id}/allocations`:
