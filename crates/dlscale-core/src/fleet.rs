@@ -22,7 +22,8 @@ pub struct GpuPool {
     pub nodes: u32,
     /// GPUs on each of them.
     pub gpus_per_node: GpuCount,
-    /// Memory of one GPU, GiB (what bounds a job's per-GPU batch on this type).
+    /// Memory of one GPU, GiB: a description of the type; what bounds a job's per-GPU batch
+    /// on it is the job's own limit there (`types` in a job file, or its bundled table's).
     pub memory_gib: f64,
 }
 
