@@ -205,6 +205,7 @@ fn jobs_of_one_family_share_a_refitted_model() {
             micro_steps: 1,
             samples_per_s: speed,
             compute_time_s: None,
+            gpu_type: None,
         };
         pool.record(gpus, 1, measured);
     }

@@ -772,7 +772,7 @@ fn a_launch_carries_its_micro_steps_and_reports_are_recorded_at_its_placement() 
     };
     a.handle(60.0, vec![report(1), report(2)]);
     let (record, job) = a.job("a").unwrap();
-    let p = record.measurements.points[0];
+    let p = &record.measurements.points[0];
     assert_eq!(
         (p.gpus, p.nodes, p.local_batch, p.micro_steps),
         (2, 2, 128, 4)

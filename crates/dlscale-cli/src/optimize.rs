@@ -8,7 +8,7 @@ use clap::Args;
 use dlscale_autoscaler::{decide_placed, PlacedDecision};
 use dlscale_core::allocator::knapsack::SolverPath;
 use dlscale_core::jobfile::{parse_document, parse_jobs, FileFormat};
-use dlscale_core::placement::{place_by_type, ShapeRule, Topology, Wanted};
+use dlscale_core::placement::{ShapeRule, Topology};
 use dlscale_core::{
     policy_info, Admission, Cluster, CountRule, Decision, DecisionRequest, Fleet, Job, JobState,
     PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility, Weighing, REGISTRY,
@@ -299,29 +299,8 @@ pub fn run_optimize(args: &OptimizeArgs) -> Result<()> {
             )));
         }
         let jobs = load_jobs(&args.jobs)?;
-        let start = Instant::now();
-        let cluster = fleet.pools()[0].cluster();
-        let mut decision = args.policy.instance(&options).decide(&DecisionRequest {
-            fleet: Some(&fleet),
-            ..DecisionRequest::new(&cluster, &jobs, &settings)
-        });
-        // Each running job on its type's nodes: its `nodes` are those it is placed on.
-        let wanted: Vec<(Wanted, usize)> = decision
-            .jobs
-            .iter()
-            .filter_map(|d| {
-                let t = fleet.index_of(d.gpu_type.as_deref()?)?;
-                Some((Wanted::new(d.id.clone(), d.gpus, true), t))
-            })
-            .collect();
-        let placed = place_by_type(&fleet.topologies(), ShapeRule::Any, &|_| None, &wanted, 0);
-        for d in &mut decision.jobs {
-            if let Some(shares) = placed.placement.get(&d.id) {
-                d.nodes = shares.len() as u32;
-            }
-        }
-        let solve_ms = start.elapsed().as_secs_f64() * 1e3;
         let on = Machines::Fleet(&fleet);
+        let (decision, solve_ms) = solve(args.policy, &options, on, &jobs, &settings);
         return print(args, &settings, on, &jobs, &decision, solve_ms);
     }
     let cluster = match (&args.cluster, args.nodes, args.gpus_per_node) {
@@ -336,7 +315,8 @@ pub fn run_optimize(args: &OptimizeArgs) -> Result<()> {
         }
     };
     let jobs = load_jobs(&args.jobs)?;
-    let (decision, solve_ms) = solve(args.policy, &options, &cluster, &jobs, &settings);
+    let on = Machines::Cluster(&cluster);
+    let (decision, solve_ms) = solve(args.policy, &options, on, &jobs, &settings);
     print(
         args,
         &settings,
@@ -402,8 +382,8 @@ pub fn run_demo(args: &DemoArgs) -> Result<()> {
     }
     for &policy in REGISTRY {
         let options = PolicyOptions::default();
-        let (decision, solve_ms) = solve(policy, &options, &cluster, &jobs, &settings);
         let on = Machines::Cluster(&cluster);
+        let (decision, solve_ms) = solve(policy, &options, on, &jobs, &settings);
         match args.format {
             OutputFormat::Json => print_json(policy, &settings, on, &decision, solve_ms)?,
             OutputFormat::Table => {
@@ -415,26 +395,36 @@ pub fn run_demo(args: &DemoArgs) -> Result<()> {
     Ok(())
 }
 
-/// Decides as the autoscaler does: the policy, then the placement on the cluster's nodes, after
-/// which consolidation (`--consolidate`) may make the policy decide again. Each running job's
-/// `nodes` are those the placement put it on.
+/// Decides as the autoscaler does: the policy, then the placement on the nodes (a fleet's
+/// jobs each on their type's), after which consolidation (`--consolidate`) may make the policy
+/// decide again. Each running job's `nodes` are those the placement put it on.
 fn solve(
     policy: PolicyInfo,
     options: &PolicyOptions,
-    cluster: &Cluster,
+    on: Machines<'_>,
     jobs: &[Job],
     settings: &Settings,
 ) -> (Decision, f64) {
     let start = Instant::now();
-    let topology = Topology::uniform(cluster.nodes, cluster.gpus_per_node);
+    let (cluster, fleet, topologies) = match on {
+        Machines::Cluster(cluster) => (
+            *cluster,
+            None,
+            vec![Topology::uniform(cluster.nodes, cluster.gpus_per_node)],
+        ),
+        Machines::Fleet(fleet) => (fleet.pools()[0].cluster(), Some(fleet), fleet.topologies()),
+    };
     let PlacedDecision {
         mut decision,
         placed,
         ..
     } = decide_placed(
         policy.instance(options).as_mut(),
-        &DecisionRequest::new(cluster, jobs, settings),
-        &topology,
+        &DecisionRequest {
+            fleet,
+            ..DecisionRequest::new(&cluster, jobs, settings)
+        },
+        &topologies,
         ShapeRule::Any,
         &|_| None,
         0,

@@ -62,6 +62,10 @@ pub fn is_type_name(name: &str) -> bool {
 pub struct Fleet {
     #[serde(rename = "types")]
     pools: Vec<GpuPool>,
+    /// Each type's GPUs: its nodes times their GPUs for a fleet as written; what its nodes
+    /// offer for one read off a topology ([`Fleet::of_topology`]), whose nodes may differ.
+    #[serde(skip)]
+    capacities: Vec<GpuCount>,
 }
 
 /// A fleet as written, before its checks.
@@ -126,7 +130,56 @@ impl Fleet {
                 "more than 1,048,576 GPUs in total is not supported".into(),
             ));
         }
-        Ok(Fleet { pools })
+        let capacities = pools.iter().map(GpuPool::gpus).collect();
+        Ok(Fleet { pools, capacities })
+    }
+
+    /// The fleet a topology's typed nodes make ([`Node::gpu_type`]), with each type's own
+    /// topology (by type index, in order of first appearance); `None` when no node names a
+    /// type. A node of no type is of type [`UNTYPED`]. A type's pool has as many nodes as it
+    /// has with GPUs, each with the most any of them has (what its throughput models see of
+    /// spanning nodes, as [`Topology::model_cluster`]); its capacity is what its nodes offer.
+    pub fn of_topology(topology: &Topology) -> Option<(Fleet, Vec<Topology>)> {
+        topology.nodes.iter().find(|n| n.gpu_type.is_some())?;
+        let mut pools: Vec<GpuPool> = Vec::new();
+        let mut topologies: Vec<Topology> = Vec::new();
+        let mut capacities: Vec<GpuCount> = Vec::new();
+        for node in &topology.nodes {
+            let name = node.gpu_type.clone().unwrap_or_else(|| UNTYPED.into());
+            let t = match pools.iter().position(|p| p.name == name) {
+                Some(t) => t,
+                None => {
+                    pools.push(GpuPool {
+                        name,
+                        nodes: 0,
+                        gpus_per_node: 0,
+                        memory_gib: f64::INFINITY,
+                    });
+                    topologies.push(Topology::default());
+                    capacities.push(0);
+                    pools.len() - 1
+                }
+            };
+            if node.gpus > 0 {
+                pools[t].nodes += 1;
+                pools[t].gpus_per_node = pools[t].gpus_per_node.max(node.gpus);
+                capacities[t] += node.gpus;
+            }
+            topologies[t].nodes.push(node.clone());
+        }
+        Some((Fleet { pools, capacities }, topologies))
+    }
+
+    /// Every node of every type, typed, named `<type>-1`, `<type>-2`, … per type: a cluster
+    /// the autoscaler and the simulator run on ([`Fleet::of_topology`] reads it back).
+    pub fn topology(&self) -> Topology {
+        Topology {
+            nodes: self
+                .topologies()
+                .into_iter()
+                .flat_map(|t| t.nodes)
+                .collect(),
+        }
     }
 
     /// A plain cluster as a fleet of one type, [`UNTYPED`], whose memory is not known to
@@ -139,6 +192,7 @@ impl Fleet {
                 gpus_per_node: cluster.gpus_per_node,
                 memory_gib: f64::INFINITY,
             }],
+            capacities: vec![cluster.total_gpus()],
         }
     }
 
@@ -154,12 +208,12 @@ impl Fleet {
 
     /// Each type's GPUs, by index: the knapsack's capacities.
     pub fn capacities(&self) -> Vec<GpuCount> {
-        self.pools.iter().map(GpuPool::gpus).collect()
+        self.capacities.clone()
     }
 
     /// Every GPU of every type.
     pub fn total_gpus(&self) -> GpuCount {
-        self.pools.iter().map(GpuPool::gpus).sum()
+        self.capacities.iter().sum()
     }
 
     /// Each type's nodes, by type index, named `<type>-1`, `<type>-2`, …: what
@@ -172,6 +226,7 @@ impl Fleet {
                     .map(|i| Node {
                         name: format!("{}-{i}", pool.name).into(),
                         gpus: pool.gpus_per_node,
+                        gpu_type: Some(pool.name.clone()),
                     })
                     .collect(),
             })
@@ -210,6 +265,27 @@ mod tests {
         assert_eq!((fleet.total_gpus(), fleet.index_of("a100")), (48, Some(2)));
         assert_eq!(fleet.pools()[0].cluster(), Cluster::new(4, 4).unwrap());
         assert!(!fleet.is_uniform() && Fleet::uniform(Cluster::new(2, 8).unwrap()).is_uniform());
+    }
+
+    #[test]
+    fn a_typed_topology_reads_back_as_its_fleet() {
+        let fleet = Fleet::new(vec![pool("t4", 2, 4, 16.0), pool("a100", 1, 8, 80.0)]).unwrap();
+        let (read, topologies) = Fleet::of_topology(&fleet.topology()).unwrap();
+        assert_eq!(read.capacities(), fleet.capacities());
+        assert_eq!(topologies, fleet.topologies());
+        for (a, b) in read.pools().iter().zip(fleet.pools()) {
+            assert_eq!((&a.name, a.cluster()), (&b.name, b.cluster()));
+        }
+        // Nodes that differ: the capacity is what they offer; an untyped node is `gpu`.
+        let mut topology = fleet.topology();
+        topology.nodes[1].gpus = 1;
+        topology.nodes.push(Node::untyped("spare", 2));
+        let (read, topologies) = Fleet::of_topology(&topology).unwrap();
+        assert_eq!(read.capacities(), vec![5, 8, 2]);
+        assert_eq!(read.pools()[0].cluster(), Cluster::new(2, 4).unwrap());
+        assert_eq!(&*read.pools()[2].name, UNTYPED);
+        assert_eq!(topologies[2].nodes, vec![Node::untyped("spare", 2)]);
+        assert!(Fleet::of_topology(&Topology::uniform(2, 8)).is_none());
     }
 
     #[test]

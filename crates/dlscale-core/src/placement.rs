@@ -97,6 +97,21 @@ pub struct Node {
     pub name: Arc<str>,
     /// GPUs dlscale may use on it.
     pub gpus: GpuCount,
+    /// Its GPU type (Slurm's typed GRES, `gpu:a100:4`; a fleet's pool), when the cluster
+    /// names types: a topology whose nodes name types is a fleet ([`crate::Fleet::of_topology`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<Arc<str>>,
+}
+
+impl Node {
+    /// A node of `gpus` GPUs of no named type.
+    pub fn untyped(name: impl Into<Arc<str>>, gpus: GpuCount) -> Node {
+        Node {
+            name: name.into(),
+            gpus,
+            gpu_type: None,
+        }
+    }
 }
 
 /// The nodes jobs may be placed on, in a fixed order.
@@ -128,10 +143,7 @@ impl Topology {
     pub fn uniform(nodes: u32, gpus_per_node: GpuCount) -> Self {
         Topology {
             nodes: (1..=nodes)
-                .map(|i| Node {
-                    name: format!("n{i}").into(),
-                    gpus: gpus_per_node,
-                })
+                .map(|i| Node::untyped(format!("n{i}"), gpus_per_node))
                 .collect(),
         }
     }
@@ -584,10 +596,7 @@ mod tests {
             nodes: gpus
                 .iter()
                 .enumerate()
-                .map(|(i, &g)| Node {
-                    name: format!("n{}", i + 1).into(),
-                    gpus: g,
-                })
+                .map(|(i, &g)| Node::untyped(format!("n{}", i + 1), g))
                 .collect(),
         }
     }

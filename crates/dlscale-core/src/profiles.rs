@@ -205,9 +205,27 @@ fn measured_elsewhere(gpu_type: &str, model: &str) -> Option<Arc<dyn ThroughputM
     tables.get(&(gpu_type, model)).cloned()
 }
 
-/// How much faster `gpu_type` runs than T4: the geometric mean, over the models measured on
-/// both, of their one-GPU throughput ratio at the largest per-GPU batch both tables fit.
+/// How much faster `gpu_type` runs than T4 (1 for T4): the geometric mean, over the models
+/// measured on both, of their one-GPU throughput ratio at the largest per-GPU batch both tables
+/// fit. `None` for a type the bundled tables do not cover. Worked out once per type.
 pub fn speedup_over_t4(gpu_type: &str) -> Option<f64> {
+    static SPEEDUPS: OnceLock<BTreeMap<&'static str, f64>> = OnceLock::new();
+    SPEEDUPS
+        .get_or_init(|| {
+            BUNDLED_TYPES
+                .iter()
+                .filter_map(|&t| Some((t, measured_speedup_over_t4(t)?)))
+                .collect()
+        })
+        .get(gpu_type)
+        .copied()
+}
+
+/// [`speedup_over_t4`], worked out from the tables.
+fn measured_speedup_over_t4(gpu_type: &str) -> Option<f64> {
+    if gpu_type == "t4" {
+        return Some(1.0);
+    }
     let ratios: Vec<f64> = MEASURED_ELSEWHERE
         .iter()
         .filter(|(t, _, _)| *t == gpu_type)

@@ -739,6 +739,7 @@ mod tests {
                 fitted_step_time_s: step_time_s,
                 compute_time_s: Some(step_time_s / 2.0),
                 compute_reports: 3,
+                gpu_type: None,
             });
             m
         };

@@ -13,6 +13,7 @@ use dlscale_core::{
 use super::{Autoscaler, DecidedJob, DecisionRecord, Out, Target};
 use crate::explain::{DecisionInputs, Explored, HoldCause};
 use crate::input::ModelSource;
+use crate::learn::on_types::learned_on_types;
 use crate::output::{Event, Shape, StopReason, Trigger};
 use crate::record::{JobRecord, Status};
 
@@ -23,15 +24,16 @@ impl Autoscaler {
             return false;
         };
         self.prepare(now);
+        let fleet = self.fleet.as_ref().map(|(f, _)| f);
         let request = DecisionRequest {
             now_s: now,
             cluster: &cluster,
             capacity: self.topology.total(),
             jobs: &self.jobs,
             settings: &self.config.settings,
-            allowed_counts: self.allowed.as_deref(),
+            allowed_counts: self.allowed.as_deref().filter(|_| fleet.is_none()),
             teams: self.config.teams.as_ref(),
-            fleet: None,
+            fleet,
         };
         self.policy
             .next_change_s(&request)
@@ -48,6 +50,15 @@ impl Autoscaler {
         let waiting = self.live.iter().any(|r| r.status == Status::Queued);
         let mut causes = BTreeMap::new();
         let mut explored = BTreeMap::new();
+        let types: Vec<Option<Arc<str>>> = self
+            .live
+            .iter()
+            .map(|r| {
+                r.launch
+                    .as_ref()
+                    .and_then(|l| self.type_of(&l.shape.shares))
+            })
+            .collect();
         let (topology, node_index, families) = (&self.topology, &self.node_index, &self.families);
         // A launch on a node that left (or shrank) cannot be kept as it is: the job is decided
         // for as if it did not run, so that it is moved rather than held where it cannot be.
@@ -58,8 +69,20 @@ impl Autoscaler {
                     .is_some_and(|&k| topology.nodes[k].gpus >= s.gpus)
             })
         };
-        for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
+        let (seqs, digests) = (&self.seqs, &mut self.typed_digests);
+        digests.retain(|id, _| seqs.contains_key(id));
+        for ((r, job), gpu_type) in self.live.iter().zip(self.jobs.iter_mut()).zip(types) {
             job.history.clone_from(&r.history);
+            if let (Some((fleet, _)), ModelSource::Learned) = (&self.fleet, &r.model) {
+                // Its model on each type, made again when what it is fitted to changed.
+                let measured = super::measured(families, r);
+                let digest = measured.fit_digest();
+                if digests.get(&r.id) != Some(&digest) || job.types.on.is_empty() {
+                    let overlap = self.config.learn_overlap;
+                    job.types.on = learned_on_types(fleet, measured, job, overlap);
+                    digests.insert(r.id.clone(), digest);
+                }
+            }
             if r.model == ModelSource::Learned && r.max_gpus > 0 {
                 let measured = super::measured(families, r);
                 let cap = measured.explore_cap(job.requested.gpus);
@@ -86,6 +109,8 @@ impl Autoscaler {
             }
             .filter(|c| job.batch_fits(c.gpus, c.batch) && job.gpus.allows(c.gpus))
             .filter(|_| launch.is_some_and(|l| still_placed(&l.shape.shares)));
+            // On a fleet, the type its launch runs on.
+            job.types.current = gpu_type.filter(|_| job.current.is_some());
             let cause = match (job.current, launch) {
                 (Some(_), Some(l)) => {
                     let restart_s = r
@@ -173,15 +198,19 @@ impl Autoscaler {
                 .cloned()
                 .collect()
         });
+        let (fleet, topologies) = match &self.fleet {
+            Some((fleet, topologies)) => (Some(fleet), topologies.as_slice()),
+            None => (None, std::slice::from_ref(&self.topology)),
+        };
         let request = DecisionRequest {
             now_s: now,
             cluster: &cluster,
             capacity,
             jobs: owned.as_deref().unwrap_or(&self.jobs),
             settings: &self.config.settings,
-            allowed_counts: self.allowed.as_deref(),
+            allowed_counts: self.allowed.as_deref().filter(|_| fleet.is_none()),
             teams: self.config.teams.as_ref(),
-            fleet: None,
+            fleet,
         };
         let PlacedDecision {
             decision,
@@ -192,7 +221,7 @@ impl Autoscaler {
         } = decide_placed(
             self.policy.as_mut(),
             &request,
-            &self.topology,
+            topologies,
             self.config.shape,
             &previous,
             self.config.defragment_moves_per_job,
@@ -241,6 +270,7 @@ impl Autoscaler {
                     .get(i)
                     .and_then(|j| j.current)
                     .map(|c| (c.gpus, c.batch)),
+                gpu_type: d.gpu_type.clone(),
             });
             let Some(r) = self.live.get_mut(i) else {
                 continue;
@@ -313,14 +343,16 @@ pub struct PlacedDecision {
 }
 
 /// A decision as the autoscaler makes it (and `dlscale optimize` shows it): `policy` decides
-/// for `request`, the placement puts its GPU counts on `topology`'s nodes under `shape` (jobs
-/// whose count does not change stay where `previous` says they run), and a job that does not fit
-/// now (fragmentation) or, for a policy that consolidates, would be spread over more nodes than
-/// its count needs is capped at what fits (or waits for room) and the policy decides again.
+/// for `request`, the placement puts its GPU counts on the nodes under `shape` (jobs whose
+/// count does not change stay where `previous` says they run), and a job that does not fit now
+/// (fragmentation) or, for a policy that consolidates, would be spread over more nodes than its
+/// count needs is capped at what fits (or waits for room) and the policy decides again.
+/// `topologies` are the nodes: one topology for a cluster whose GPUs are alike; with a fleet
+/// ([`DecisionRequest::fleet`]), each type's nodes by type index, each job placed on its type's.
 pub fn decide_placed<'a>(
     policy: &mut dyn Policy,
     request: &DecisionRequest<'_>,
-    topology: &Topology,
+    topologies: &[Topology],
     shape: ShapeRule,
     previous: &dyn Fn(&str) -> Option<&'a [Share]>,
     defragment_moves_per_job: u32,
@@ -337,20 +369,51 @@ pub fn decide_placed<'a>(
         let order = policy
             .placement_order(&request, &decision)
             .unwrap_or_else(|| (0..jobs.len()).collect());
-        let wanted: Vec<Wanted> = order
+        // Each running job with the index of its type's nodes (0 without a fleet).
+        let of_type = |d: &dlscale_core::JobDecision| match (request.fleet, &d.gpu_type) {
+            (Some(fleet), Some(name)) => fleet.index_of(name),
+            (Some(_), None) => None,
+            (None, _) => Some(0),
+        };
+        let wanted: Vec<(Wanted, usize)> = order
             .iter()
             .filter_map(|&i| Some((decision.jobs.get(i)?, jobs.get(i)?)))
             .filter(|(d, _)| d.state == JobState::Running)
-            .map(|(d, job)| {
+            .filter_map(|(d, job)| {
                 let same = job.current.is_some_and(|c| {
-                    c.gpus == d.gpus && (c.batch_in_place || c.batch == d.batch_size)
+                    c.gpus == d.gpus
+                        && (c.batch_in_place || c.batch == d.batch_size)
+                        && (request.fleet.is_none() || job.types.current == d.gpu_type)
                 });
-                Wanted::new(d.id.clone(), d.gpus, !same)
+                Some((Wanted::new(d.id.clone(), d.gpus, !same), of_type(d)?))
             })
             .collect();
-        let placed = placement::place(topology, shape, previous, &wanted, defragment_moves_per_job);
-        let spread = if policy.consolidates(request.settings) {
-            spread(topology, shape, &wanted, &placed.placement)
+        let placed = match topologies {
+            [topology] => {
+                let wanted: Vec<Wanted> = wanted.iter().map(|(w, _)| w.clone()).collect();
+                placement::place(topology, shape, previous, &wanted, defragment_moves_per_job)
+            }
+            _ => placement::place_by_type(
+                topologies,
+                shape,
+                previous,
+                &wanted,
+                defragment_moves_per_job,
+            ),
+        };
+        let spread: Vec<(String, GpuCount)> = if policy.consolidates(request.settings) {
+            topologies
+                .iter()
+                .enumerate()
+                .flat_map(|(t, topology)| {
+                    let on_type: Vec<Wanted> = wanted
+                        .iter()
+                        .filter(|(_, of)| *of == t)
+                        .map(|(w, _)| w.clone())
+                        .collect();
+                    spread(topology, shape, &on_type, &placed.placement)
+                })
+                .collect()
         } else {
             Vec::new()
         };

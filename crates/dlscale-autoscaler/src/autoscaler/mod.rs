@@ -18,10 +18,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use dlscale_core::allocator::TeamUsage;
+use dlscale_core::fleet::UNTYPED;
 use dlscale_core::job::{JobEfficiency, JobHistory};
 use dlscale_core::placement::{self, Topology};
 use dlscale_core::throughput::AnalyticModel;
-use dlscale_core::{Cluster, GpuCount, Job, JobState, Policy};
+use dlscale_core::{Cluster, Fleet, GpuCount, Job, JobState, Policy};
 use serde::{Deserialize, Serialize};
 
 mod converge;
@@ -68,6 +69,9 @@ pub struct DecidedJob {
     /// After a restart, what tells an adopted launch from a start.
     #[serde(default)]
     pub held: Option<(GpuCount, dlscale_core::BatchSize)>,
+    /// The GPU type it was decided onto, on a cluster whose nodes name types.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<Arc<str>>,
 }
 
 /// The last decision, for views.
@@ -94,6 +98,9 @@ pub struct Autoscaler {
     /// Index of each node of `topology`, by name.
     node_index: BTreeMap<Arc<str>, usize>,
     model_cluster: Option<Cluster>,
+    /// The fleet of GPU types `topology`'s nodes make, with each type's nodes, when its nodes
+    /// name types and the policy decides across types (else every GPU is alike to it).
+    fleet: Option<(Fleet, Vec<Topology>)>,
     /// `allowed[g]` under the shape rule; `None` when every count is (any split).
     allowed: Option<Vec<bool>>,
     /// Jobs that have not ended, in arrival order; `jobs[i]` is what policies see of `live[i]`.
@@ -133,6 +140,9 @@ pub struct Autoscaler {
     family_fits: BTreeMap<String, (AnalyticModel, Calibration)>,
     /// Each team's decayed usage, with fair share between teams ([`AutoscalerConfig::fair_share`]).
     team_usage: Option<TeamUsage>,
+    /// On a fleet, each learned job's models per type were made from measurements of this
+    /// digest ([`Measurements::fit_digest`]), by id: made again when it changes.
+    typed_digests: BTreeMap<String, u64>,
 }
 
 /// What `r`'s learned model is fitted to: its family's pool in `families`, or its own reports.
@@ -183,6 +193,7 @@ impl Autoscaler {
             topology: Topology::default(),
             node_index: BTreeMap::new(),
             model_cluster: None,
+            fleet: None,
             allowed: None,
             live: Vec::new(),
             jobs: Vec::new(),
@@ -203,6 +214,7 @@ impl Autoscaler {
             rebuilt_families: BTreeSet::new(),
             family_fits: BTreeMap::new(),
             team_usage: None,
+            typed_digests: BTreeMap::new(),
         };
         a.team_usage = a.fresh_team_usage(0.0);
         a.set_topology(topology);
@@ -466,8 +478,19 @@ impl Autoscaler {
         self.live.binary_search_by_key(&seq, |r| r.seq).ok()
     }
 
+    /// The GPU type a launch on `shares` runs on (its first node's), on a fleet; `None` on a
+    /// cluster whose GPUs are alike to the policy.
+    fn type_of(&self, shares: &[placement::Share]) -> Option<Arc<str>> {
+        self.fleet.as_ref()?;
+        let node = &self.topology.nodes[*self.node_index.get(&shares.first()?.node)?];
+        Some(node.gpu_type.clone().unwrap_or_else(|| UNTYPED.into()))
+    }
+
     fn set_topology(&mut self, topology: Topology) {
         self.model_cluster = topology.model_cluster();
+        // Teams are not kept across types: a cluster with teams decides as one pool.
+        self.fleet = Fleet::of_topology(&topology)
+            .filter(|_| self.config.policy.keeps_types && self.config.teams.is_none());
         self.node_index = topology
             .nodes
             .iter()
@@ -734,6 +757,10 @@ impl Autoscaler {
         report: &crate::input::MetricsReport,
         out: &mut Out,
     ) -> Option<Refusal> {
+        let gpu_type = self.live[i]
+            .launch
+            .as_ref()
+            .and_then(|l| self.type_of(&l.shape.shares));
         let r = &mut self.live[i];
         let Some(launch) = r.launch.as_mut().filter(|_| r.status.holds_gpus()) else {
             return Some(Refusal::NotCurrent { attempt: r.attempt });
@@ -767,6 +794,7 @@ impl Autoscaler {
             micro_steps: launch.shape.micro_steps,
             samples_per_s: report.samples_per_s,
             compute_time_s: report.compute_time_s,
+            gpu_type,
         };
         let p = &mut r.progress;
         if p.reported_s.is_none_or(|t| t < launch.launched_s) {
@@ -783,7 +811,8 @@ impl Autoscaler {
         let measures = !r.batch_in_place || report.batch_size == launch.shape.batch_size;
         let warm_up = r.measurements.is_warm_up(r.attempt) || !measures;
         let first_grad_report = r.measurements.grad.is_none();
-        let mut new_point = measures && r.measurements.add(r.attempt, gpus, nodes, measured);
+        let mut new_point =
+            measures && r.measurements.add(r.attempt, gpus, nodes, measured.clone());
         let family = r.family.clone().filter(|_| r.model == ModelSource::Learned);
         if let Some((f, g)) = family
             .as_ref()

@@ -34,6 +34,16 @@ pub const ELASTIC_BATCH: PolicyInfo = PolicyInfo {
     build: |_| Box::new(ElasticBatch::default()),
 };
 
+/// [`ElasticBatch`] blind to GPU types, in the registry: on a fleet it decides as if every
+/// type's GPUs were alike (the yardstick of mixed fleets: what knowing the types is worth).
+pub const TYPE_BLIND: PolicyInfo = PolicyInfo {
+    name: "type-blind",
+    about: "elastic-batch with every GPU type treated alike (the yardstick for mixed fleets)",
+    keeps_teams: true,
+    keeps_types: false,
+    build: |_| Box::new(ElasticBatch::named(TYPE_BLIND.name)),
+};
+
 /// [`ElasticGpu`] in the registry.
 pub const ELASTIC_GPU: PolicyInfo = PolicyInfo {
     name: "elastic-gpu",
@@ -45,8 +55,29 @@ pub const ELASTIC_GPU: PolicyInfo = PolicyInfo {
 
 /// GPUs and batch size both adapt: each job's value at g GPUs is its best over feasible batches
 /// (the paper's elastic-batch optimizer).
-#[derive(Debug, Default)]
-pub struct ElasticBatch(Knapsack);
+#[derive(Debug)]
+pub struct ElasticBatch {
+    knapsack: Knapsack,
+    /// Its registry name: [`ELASTIC_BATCH`]'s, or [`TYPE_BLIND`]'s (the same optimizer, to
+    /// which the autoscaler hands no fleet).
+    name: &'static str,
+}
+
+impl Default for ElasticBatch {
+    fn default() -> Self {
+        ElasticBatch::named(ELASTIC_BATCH.name)
+    }
+}
+
+impl ElasticBatch {
+    /// The policy under the registry name `name`.
+    fn named(name: &'static str) -> Self {
+        ElasticBatch {
+            knapsack: Knapsack::default(),
+            name,
+        }
+    }
+}
 
 /// GPUs adapt, the batch stays at the user's value (the paper's elastic-gpu baseline).
 #[derive(Debug, Default)]
@@ -62,14 +93,14 @@ impl Policy for ElasticBatch {
     }
 
     fn name(&self) -> &'static str {
-        "elastic-batch"
+        self.name
     }
 
     fn decide(&mut self, request: &DecisionRequest<'_>) -> Decision {
         let choice = BatchChoice::Free {
             max_candidates: request.settings.batch_candidates,
         };
-        self.0.decide(request, choice)
+        self.knapsack.decide(request, choice)
     }
 
     fn feasible_counts(&self, job: &Job, cluster: &Cluster) -> Vec<GpuCount> {
@@ -77,8 +108,8 @@ impl Policy for ElasticBatch {
     }
 
     fn forget(&mut self, id: &str) {
-        self.0.tables.remove(id);
-        self.0.typed.forget(id);
+        self.knapsack.tables.remove(id);
+        self.knapsack.typed.forget(id);
     }
 }
 

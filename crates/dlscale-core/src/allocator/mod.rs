@@ -22,7 +22,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 pub use elastic::{
-    held_options, remaining_s, ElasticBatch, ElasticGpu, ELASTIC_BATCH, ELASTIC_GPU,
+    held_options, remaining_s, ElasticBatch, ElasticGpu, ELASTIC_BATCH, ELASTIC_GPU, TYPE_BLIND,
 };
 pub use fair_share::{FairShare, TeamUsage};
 pub use optimus::{Optimus, OPTIMUS};
@@ -492,8 +492,8 @@ pub struct PolicyInfo {
     /// Whether it keeps teams' quotas ([`DecisionRequest::teams`]); one that does not is refused
     /// where teams are configured.
     pub keeps_teams: bool,
-    /// Whether it decides across GPU types ([`DecisionRequest::fleet`]); one that does not is
-    /// refused where the cluster has several.
+    /// Whether it decides across GPU types ([`DecisionRequest::fleet`]); one that does not
+    /// sees a cluster's GPUs as alike whatever their types.
     pub keeps_types: bool,
     /// A fresh instance.
     pub build: fn(&PolicyOptions) -> Box<dyn Policy>,
@@ -539,6 +539,7 @@ impl FromStr for PolicyInfo {
 /// Every policy: adding one is a file in this module (with its [`PolicyInfo`]) and a line here.
 pub const REGISTRY: &[PolicyInfo] = &[
     ELASTIC_BATCH,
+    TYPE_BLIND,
     ELASTIC_GPU,
     STATIC,
     STATIC_PARTITIONS,

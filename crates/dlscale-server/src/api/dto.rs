@@ -662,6 +662,7 @@ mod tests {
             batch_size: 64,
             predicted_samples_per_s: 1.0,
             held,
+            gpu_type: None,
         }
     }
 

@@ -116,10 +116,7 @@ async fn accept(s: &Service, mut spec: JobSpec) -> Result<Received, ApiError> {
         nodes: view
             .nodes
             .iter()
-            .map(|n| Node {
-                name: n.name.as_str().into(),
-                gpus: n.total_gpus,
-            })
+            .map(|n| Node::untyped(n.name.as_str(), n.total_gpus))
             .collect(),
     };
     if s.config

@@ -446,10 +446,7 @@ impl Capacity {
     pub fn one_node(name: &str, gpus: u32, addr: &str) -> Capacity {
         Capacity {
             topology: Topology {
-                nodes: vec![dlscale_core::placement::Node {
-                    name: name.into(),
-                    gpus,
-                }],
+                nodes: vec![dlscale_core::placement::Node::untyped(name, gpus)],
             },
             nodes: vec![NodeInfo {
                 name: name.into(),

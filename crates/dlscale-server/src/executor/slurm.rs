@@ -420,11 +420,11 @@ impl Executor for SlurmExecutor {
         let topology = Topology {
             nodes: nodes
                 .iter()
-                .map(|n| Node {
-                    name: n.name.as_str().into(),
-                    gpus: n
+                .map(|n| {
+                    let free = n
                         .total_gpus
-                        .saturating_sub(foreign.get(&n.name).copied().unwrap_or(0)),
+                        .saturating_sub(foreign.get(&n.name).copied().unwrap_or(0));
+                    Node::untyped(n.name.as_str(), free)
                 })
                 .filter(|n| n.gpus > 0)
                 .collect(),

@@ -1,5 +1,6 @@
 //! Learning a job's throughput model online, from what its workers report: every report is a
-//! measured step time at the launch's GPUs, nodes, per-GPU batch and micro-steps.
+//! measured step time at the launch's GPUs, nodes, per-GPU batch and micro-steps (and, on a
+//! fleet, GPU type: [`on_types`]).
 
 use dlscale_core::efficiency::GradNoise;
 use std::collections::BTreeMap;
@@ -12,8 +13,10 @@ use dlscale_core::throughput::{
 use dlscale_core::{BatchSize, GpuCount, Job};
 use serde::{Deserialize, Serialize};
 
+pub mod on_types;
+
 /// One measured configuration: the mean step time of its reports.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Point {
     /// GPUs.
     pub gpus: GpuCount,
@@ -39,6 +42,10 @@ pub struct Point {
     /// Reports `compute_time_s` averages.
     #[serde(default)]
     pub compute_reports: u32,
+    /// The GPU type it ran on, on a cluster whose nodes name types (a fleet's): each type's
+    /// points are a model of their own ([`Measurements::of_type`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<Arc<str>>,
 }
 
 fn one_step() -> u32 {
@@ -46,7 +53,7 @@ fn one_step() -> u32 {
 }
 
 /// What one report measured of the launch it comes from.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Measured {
     /// Global batch.
     pub batch: BatchSize,
@@ -56,6 +63,8 @@ pub struct Measured {
     pub samples_per_s: f64,
     /// Seconds of one micro-step's compute alone, when the worker measured it.
     pub compute_time_s: Option<f64>,
+    /// The GPU type the launch runs on, on a fleet.
+    pub gpu_type: Option<Arc<str>>,
 }
 
 /// What a job's reports measured.
@@ -156,6 +165,7 @@ impl Measurements {
             micro_steps,
             samples_per_s,
             compute_time_s,
+            gpu_type,
         } = measured;
         if !(samples_per_s.is_finite() && samples_per_s > 0.0) || gpus == 0 || batch == 0 {
             return false;
@@ -165,11 +175,9 @@ impl Measurements {
         let step_time_s = f64::from(batch) / samples_per_s;
         let compute_time_s = compute_time_s.filter(|c| c.is_finite() && *c > 0.0);
         let key = (gpus, nodes.max(1), local_batch, micro_steps);
-        match self
-            .points
-            .iter_mut()
-            .find(|p| (p.gpus, p.nodes, p.local_batch, p.micro_steps) == key)
-        {
+        match self.points.iter_mut().find(|p| {
+            (p.gpus, p.nodes, p.local_batch, p.micro_steps) == key && p.gpu_type == gpu_type
+        }) {
             Some(p) => {
                 p.reports += 1;
                 p.step_time_s += (step_time_s - p.step_time_s) / f64::from(p.reports);
@@ -197,6 +205,7 @@ impl Measurements {
                     fitted_step_time_s: step_time_s,
                     compute_time_s,
                     compute_reports: u32::from(compute_time_s.is_some()),
+                    gpu_type,
                 });
                 true
             }
@@ -206,7 +215,15 @@ impl Measurements {
     /// Folds in another record's measured configuration (rebuilding a family's pool from its
     /// live jobs): the means combine weighted by their reports.
     pub fn absorb(&mut self, point: &Point) {
-        let key = |p: &Point| (p.gpus, p.nodes, p.local_batch, p.micro_steps);
+        let key = |p: &Point| {
+            (
+                p.gpus,
+                p.nodes,
+                p.local_batch,
+                p.micro_steps,
+                p.gpu_type.clone(),
+            )
+        };
         match self.points.iter_mut().find(|p| key(p) == key(point)) {
             Some(p) => {
                 let total = p.reports + point.reports;
@@ -227,7 +244,7 @@ impl Measurements {
             }
             None => self.points.push(Point {
                 fitted_step_time_s: point.step_time_s,
-                ..*point
+                ..point.clone()
             }),
         }
     }
@@ -272,6 +289,28 @@ impl Measurements {
             None => requested,
         }
         .max(1)
+    }
+
+    /// The points measured on `gpu_type` alone (`None`: on a cluster of alike GPUs), as
+    /// measurements of their own: what that type's model is fitted to.
+    pub fn of_type(&self, gpu_type: Option<&str>) -> Measurements {
+        Measurements {
+            points: self
+                .points
+                .iter()
+                .filter(|p| p.gpu_type.as_deref() == gpu_type)
+                .cloned()
+                .collect(),
+            ..Measurements::default()
+        }
+    }
+
+    /// A digest of what the fits are made from: it changes when a point is added or a mean moves
+    /// materially (a refit is due), and only then.
+    pub fn fit_digest(&self) -> u64 {
+        self.points.iter().fold(self.points.len() as u64, |h, p| {
+            h.rotate_left(7) ^ p.fitted_step_time_s.to_bits() ^ u64::from(p.gpus)
+        })
     }
 
     /// The most GPUs measured; `None` before any measurement.
@@ -490,6 +529,7 @@ mod tests {
             micro_steps,
             samples_per_s,
             compute_time_s: None,
+            gpu_type: None,
         }
     }
 
@@ -731,6 +771,7 @@ mod tests {
             micro_steps: 1,
             samples_per_s,
             compute_time_s,
+            gpu_type: None,
         };
         let mut m = Measurements::default();
         assert!(!m.add(1, 4, 1, with(64, 1.0, Some(0.5))), "warm-up");
@@ -743,7 +784,7 @@ mod tests {
         assert!(!m.add(1, 4, 1, with(64, 640.0, Some(0.06))));
         assert!(!m.add(1, 4, 1, with(64, 640.0, Some(f64::NAN))), "ignored");
         assert!(!m.add(1, 4, 1, with(64, 640.0, Some(-1.0))), "ignored");
-        let p = m.points[0];
+        let p = m.points[0].clone();
         assert_eq!(p.compute_reports, 2);
         assert!((p.compute_time_s.unwrap() - 0.05).abs() < 1e-12);
         // A pool weighs each point's compute by its reports, and keeps it where the other has none.
@@ -752,14 +793,14 @@ mod tests {
         pool.absorb(&Point {
             compute_time_s: Some(0.08),
             compute_reports: 1,
-            ..p
+            ..p.clone()
         });
         pool.absorb(&Point {
             compute_time_s: None,
             compute_reports: 0,
             ..p
         });
-        let q = pool.points[0];
+        let q = &pool.points[0];
         assert_eq!(q.compute_reports, 3);
         assert!((q.compute_time_s.unwrap() - 0.06).abs() < 1e-12, "{q:?}");
         let stored: Measurements =

@@ -1,0 +1,145 @@
+use std::sync::Arc;
+
+use dlscale_core::jobfile::{parse_jobs, FileFormat};
+use dlscale_core::throughput::AnalyticModel;
+use dlscale_core::{GpuPool, Job};
+
+use super::*;
+use crate::learn::{Measured, PRIOR};
+
+fn fleet() -> Fleet {
+    let pool = |name: &str| GpuPool {
+        name: name.into(),
+        nodes: 2,
+        gpus_per_node: 4,
+        memory_gib: 16.0,
+    };
+    Fleet::new(vec![pool("t4"), pool("a100"), pool("h9")]).unwrap()
+}
+
+fn job() -> Job {
+    let text = r#"{"jobs": [{"id": "j", "model": {"compute_per_sample_s": 0.001},
+        "min_batch": 32, "max_batch": 1024, "max_local_batch": 64, "max_gpus": 8,
+        "gpus": 1, "batch_size": 64, "work_samples": 1e9}]}"#;
+    let mut job = parse_jobs(text, FileFormat::Json, "test")
+        .unwrap()
+        .remove(0);
+    job.throughput = Arc::new(PRIOR);
+    job
+}
+
+/// A job's truth on T4; on another type, every step `speedup` times as fast.
+fn truth() -> AnalyticModel {
+    AnalyticModel {
+        compute_base_s: 0.01,
+        compute_per_sample_s: 0.002,
+        sync_intra_base_s: 0.02,
+        sync_intra_per_gpu_s: 0.001,
+        sync_inter_base_s: 0.08,
+        sync_inter_per_gpu_s: 0.004,
+        overlap_gamma: 1.0,
+        max_local_batch: None,
+    }
+}
+
+/// Records the truth (sped up by `speedup`) on `gpu_type` at each of `gpus`, 64 samples a step.
+fn measure(m: &mut Measurements, gpu_type: &str, speedup: f64, gpus: &[u32]) {
+    for &g in gpus {
+        let step_s = truth().step_time_s(g, 1, 64 / g).unwrap() / speedup;
+        m.record(
+            g,
+            1,
+            Measured {
+                batch: 64,
+                micro_steps: 1,
+                samples_per_s: 64.0 / step_s,
+                compute_time_s: None,
+                gpu_type: Some(gpu_type.into()),
+            },
+        );
+    }
+}
+
+/// Step time of the job on `gpu_type` at `gpus` GPUs (one node), 64 samples a step.
+fn step_s(on: &[JobOnType], gpu_type: &str, gpus: u32) -> f64 {
+    let typed = on.iter().find(|o| &*o.gpu_type == gpu_type).unwrap();
+    typed.throughput.step_time_s(gpus, 1, 64 / gpus).unwrap()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-6 * b
+}
+
+#[test]
+fn before_any_measurement_each_type_runs_the_prior_at_its_bundled_speed() {
+    let on = learned_on_types(&fleet(), &Measurements::default(), &job(), false);
+    assert_eq!(on.len(), 3);
+    let a100 = speedup_over_t4("a100").unwrap();
+    assert!(a100 > 1.0);
+    // T4 is the slowest type the tables know; a type they do not know runs as that.
+    let t4 = step_s(&on, "t4", 2);
+    assert!(close(t4, PRIOR.step_time_s(2, 1, 32).unwrap()));
+    assert!(close(step_s(&on, "a100", 2), t4 / a100));
+    assert!(close(step_s(&on, "h9", 2), t4));
+}
+
+#[test]
+fn a_type_not_measured_takes_the_measured_types_model_at_the_bundled_ratio() {
+    let mut m = Measurements::default();
+    measure(&mut m, "t4", 1.0, &[1, 2, 4]);
+    let on = learned_on_types(&fleet(), &m, &job(), false);
+    let a100 = speedup_over_t4("a100").unwrap();
+    for g in [1, 2, 4] {
+        let t4 = step_s(&on, "t4", g);
+        assert!(close(t4, truth().step_time_s(g, 1, 64 / g).unwrap()), "{g}");
+        assert!(close(step_s(&on, "a100", g), t4 / a100), "{g}");
+        // No bundled speed for `h9`: alike.
+        assert!(close(step_s(&on, "h9", g), t4), "{g}");
+    }
+}
+
+#[test]
+fn a_type_measured_on_fewer_gpus_scales_the_lead_by_the_ratio_measured() {
+    // Measured on T4 up to 4 GPUs, on A100 on one only, 3× as fast (not the bundled ratio).
+    let mut m = Measurements::default();
+    measure(&mut m, "t4", 1.0, &[1, 2, 4]);
+    measure(&mut m, "a100", 3.0, &[1]);
+    assert!((speedup_over_t4("a100").unwrap() - 3.0).abs() > 0.1);
+    let on = learned_on_types(&fleet(), &m, &job(), false);
+    for g in [1, 2, 4] {
+        assert!(
+            close(step_s(&on, "a100", g), step_s(&on, "t4", g) / 3.0),
+            "{g}"
+        );
+    }
+    // Once A100 is measured as far as T4 (here further), its own fit leads, and T4 follows it
+    // at the ratio measured on T4.
+    measure(&mut m, "a100", 3.0, &[2, 4, 8]);
+    let on = learned_on_types(&fleet(), &m, &job(), false);
+    for g in [1, 2, 4, 8] {
+        let truth_s = truth().step_time_s(g, 1, 64 / g).unwrap();
+        assert!(close(step_s(&on, "a100", g), truth_s / 3.0), "{g}");
+        assert!(close(step_s(&on, "t4", g), truth_s), "{g}");
+    }
+}
+
+#[test]
+fn points_of_no_type_belong_to_no_type_of_a_fleet() {
+    let mut m = Measurements::default();
+    m.record(
+        2,
+        1,
+        Measured {
+            batch: 64,
+            micro_steps: 1,
+            samples_per_s: 1000.0,
+            compute_time_s: None,
+            gpu_type: None,
+        },
+    );
+    assert!(m.of_type(Some("t4")).points.is_empty());
+    assert_eq!(m.of_type(None).points.len(), 1);
+    let before = learned_on_types(&fleet(), &Measurements::default(), &job(), false);
+    let on = learned_on_types(&fleet(), &m, &job(), false);
+    assert!(close(step_s(&on, "t4", 2), step_s(&before, "t4", 2)));
+}

@@ -1,0 +1,198 @@
+//! The autoscaler on a cluster whose nodes name GPU types (a fleet): each job is decided onto
+//! one type and launched on that type's nodes; a learned job's reports are measurements of the
+//! type it runs on, its model on the others follows from them; and a job moves to a faster
+//! type when one frees up, as a restart.
+
+mod steps;
+
+use std::sync::Arc;
+
+use dlscale_autoscaler::learn::PRIOR;
+use dlscale_autoscaler::{Action, Autoscaler, AutoscalerConfig, Input, ModelSource, Outcome, Step};
+use dlscale_core::jobfile::{parse_jobs, FileFormat};
+use dlscale_core::placement::Topology;
+use dlscale_core::{allocator, Fleet, GpuPool, Job};
+use steps::{config, started, submit, submit_as};
+
+/// One node of four T4s and one of four A100s.
+fn fleet() -> Fleet {
+    let pool = |name: &str, memory_gib| GpuPool {
+        name: name.into(),
+        nodes: 1,
+        gpus_per_node: 4,
+        memory_gib,
+    };
+    Fleet::new(vec![pool("t4", 16.0), pool("a100", 80.0)]).unwrap()
+}
+
+/// A job of up to 4 GPUs at batch 64–256, from the JSON fields `extra`.
+fn job(id: &str, extra: &str) -> Job {
+    let text = format!(
+        r#"{{"jobs": [{{"id": "{id}", "model": {{"compute_per_sample_s": 0.004,
+            "sync_intra_base_s": 0.01}}, "min_batch": 64, "max_batch": 256,
+            "max_local_batch": 64, "max_gpus": 4, "gpus": 1, "batch_size": 64,
+            "work_samples": 1e9{extra}}}]}}"#
+    );
+    parse_jobs(&text, FileFormat::Json, "test")
+        .unwrap()
+        .remove(0)
+}
+
+/// A job 4× as fast on A100 as on T4.
+fn typed_job(id: &str) -> Job {
+    job(
+        id,
+        r#", "types": {"t4": {}, "a100": {"model": {"compute_per_sample_s": 0.001,
+            "sync_intra_base_s": 0.0025}}}"#,
+    )
+}
+
+fn autoscaler(tune: impl FnOnce(&mut AutoscalerConfig)) -> Autoscaler {
+    let mut config = config();
+    tune(&mut config);
+    Autoscaler::new(config, fleet().topology())
+}
+
+/// The nodes of `id`'s launch in `step`, and its attempt.
+fn launch_of(step: &Step, id: &str) -> Option<(u32, Vec<String>)> {
+    step.actions.iter().find_map(|a| match a {
+        Action::Launch(l) if l.id == id => Some((
+            l.attempt,
+            l.shape.shares.iter().map(|s| s.node.to_string()).collect(),
+        )),
+        _ => None,
+    })
+}
+
+fn on(nodes: &[String], prefix: &str) -> bool {
+    !nodes.is_empty() && nodes.iter().all(|n| n.starts_with(prefix))
+}
+
+#[test]
+fn a_job_is_decided_onto_its_faster_type_and_launched_on_its_nodes() {
+    let mut a = autoscaler(|_| {});
+    let s = a.handle(0.0, vec![submit(typed_job("x"))]);
+    let (_, nodes) = launch_of(&s, "x").expect("launched");
+    assert!(on(&nodes, "a100-"), "{nodes:?}");
+    let decided = &a.last_decision().unwrap().jobs[0];
+    assert_eq!(decided.gpu_type.as_deref(), Some("a100"));
+    // A job that may run on T4 only goes there.
+    let s = a.handle(1.0, vec![submit(job("y", r#", "types": {"t4": {}}"#))]);
+    let (_, nodes) = launch_of(&s, "y").expect("launched");
+    assert!(on(&nodes, "t4-"), "{nodes:?}");
+}
+
+#[test]
+fn a_policy_that_does_not_decide_across_types_sees_one_pool() {
+    let mut a = autoscaler(|c| c.policy = allocator::TYPE_BLIND);
+    let s = a.handle(0.0, vec![submit(typed_job("x"))]);
+    assert!(launch_of(&s, "x").is_some());
+    assert_eq!(a.last_decision().unwrap().jobs[0].gpu_type, None);
+}
+
+/// Hands `inputs` in at `t` to an executor that carries out every action at once (a stop or a
+/// kill ends the launch, a launch starts), until nothing is left to do; returns every action.
+fn run(a: &mut Autoscaler, t: f64, mut inputs: Vec<Input>) -> Vec<Action> {
+    let mut actions = Vec::new();
+    while !inputs.is_empty() {
+        let step = a.handle(t, std::mem::take(&mut inputs));
+        inputs = started(&step);
+        for action in &step.actions {
+            if let Action::Stop { id, attempt, .. } | Action::Kill { id, attempt } = action {
+                inputs.push(Input::Exited {
+                    id: id.clone(),
+                    attempt: *attempt,
+                    outcome: Outcome::Exited(0),
+                });
+            }
+        }
+        actions.extend(step.actions);
+    }
+    actions
+}
+
+/// Job `id`'s current launch: its attempt, batch and nodes.
+fn current(a: &Autoscaler, id: &str) -> (u32, u32, Vec<String>) {
+    let (record, _) = a.job(id).unwrap();
+    let shape = record.shape().unwrap();
+    let nodes = shape.shares.iter().map(|s| s.node.to_string()).collect();
+    (record.attempt, shape.batch_size, nodes)
+}
+
+/// Its warm-up report and a measured one, at `samples_per_s`, from `t`.
+fn measure(a: &mut Autoscaler, t: f64, id: &str, samples_per_s: f64) {
+    for dt in [30.0, 60.0] {
+        let (attempt, batch, _) = current(a, id);
+        let report = steps::report(attempt, batch, samples_per_s);
+        run(a, t + dt, vec![steps::metrics(id, report)]);
+    }
+}
+
+#[test]
+fn a_learned_job_measured_on_t4_moves_to_a100_when_it_frees_up() {
+    let mut a = autoscaler(|_| {});
+    // `big` holds the A100s.
+    let mut big = job("big", r#", "types": {"a100": {}}"#);
+    (big.gpus.min, big.requested.gpus) = (4, 4);
+    run(&mut a, 0.0, vec![submit(big)]);
+    let (big_attempt, _, nodes) = current(&a, "big");
+    assert!(on(&nodes, "a100-"), "{nodes:?}");
+    // A learned job: only the T4s are free.
+    let mut learned = job("l", "");
+    learned.throughput = Arc::new(PRIOR);
+    run(
+        &mut a,
+        1.0,
+        vec![submit_as(learned, ModelSource::Learned, None)],
+    );
+    let (_, _, nodes) = current(&a, "l");
+    assert!(on(&nodes, "t4-"), "{nodes:?}");
+    measure(&mut a, 1.0, "l", 1000.0);
+    let (_, _, nodes) = current(&a, "l");
+    assert!(on(&nodes, "t4-"), "{nodes:?}");
+    let measured = &a.job("l").unwrap().0.measurements.points;
+    assert!(!measured.is_empty());
+    assert!(
+        measured.iter().all(|p| p.gpu_type.as_deref() == Some("t4")),
+        "{measured:?}"
+    );
+    // `big` ends: the A100s are free, and the job is worth more there (the bundled speed of
+    // A100 over T4 scales what it measured on T4). It stops, and starts again on A100.
+    let ended = Input::Exited {
+        id: "big".into(),
+        attempt: big_attempt,
+        outcome: Outcome::Exited(0),
+    };
+    let actions = run(&mut a, 4000.0, vec![ended]);
+    assert!(
+        actions
+            .iter()
+            .any(|x| matches!(x, Action::Stop { id, .. } if id == "l")),
+        "{actions:?}"
+    );
+    let (_, _, nodes) = current(&a, "l");
+    assert!(on(&nodes, "a100-"), "{nodes:?}");
+    let decided = &a.last_decision().unwrap().jobs[0];
+    assert_eq!(decided.gpu_type.as_deref(), Some("a100"), "{decided:?}");
+    measure(&mut a, 4000.0, "l", 3000.0);
+    let types: Vec<Option<&str>> = a
+        .job("l")
+        .unwrap()
+        .0
+        .measurements
+        .points
+        .iter()
+        .map(|p| p.gpu_type.as_deref())
+        .collect();
+    assert!(
+        types.contains(&Some("t4")) && types.contains(&Some("a100")),
+        "{types:?}"
+    );
+}
+
+#[test]
+fn a_typed_topology_reads_back_its_types_in_node_order() {
+    let topology: Topology = fleet().topology();
+    let (read, _) = Fleet::of_topology(&topology).unwrap();
+    assert_eq!(read.capacities(), vec![4, 4]);
+}
