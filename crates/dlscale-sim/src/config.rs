@@ -143,7 +143,8 @@ impl Reporting {
     }
 }
 
-/// Whose rules the simulated jobs follow.
+/// Whose rules the simulated jobs follow (each implemented in [`crate::world`], built by
+/// [`crate::world::build`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum World {
     /// dlscale's: continuous time, throughput by GPU and node count of the job's model.

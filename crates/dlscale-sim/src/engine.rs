@@ -6,12 +6,14 @@
 //! kill: a simulated job checkpoints instantly), and ticks when the autoscaler asks for them. It
 //! carries out the autoscaler's actions on simulated jobs: a launched job holds its GPUs but
 //! makes no progress for its model's restart delay (the first start pays it too), then advances
-//! at a constant rate per epoch — samples/s of its throughput model on the nodes it actually
-//! spans, times statistical efficiency with goodput progress. Completion times are computed
-//! exactly (walking epoch boundaries) when a job is (re)started, so completions are events at
-//! their exact time. All inputs of one time are handed in as one batch (a decision sees every
-//! arrival and completion of that instant), and the autoscaler's follow-up actions at the same
-//! instant (relaunches after stops) are carried out before time moves on.
+//! at a constant rate per epoch, as its world's truth says ([`crate::world`]; in dlscale's world,
+//! samples/s of its throughput model on the nodes it actually spans, times statistical
+//! efficiency with goodput progress). Completion times are computed exactly (walking epoch
+//! boundaries, in the world's chunks of time if it has them) when a job is (re)started, so
+//! completions are events at their exact time. All inputs of one time are handed in as one
+//! batch (a decision sees every arrival and completion of that instant), and the autoscaler's
+//! follow-up actions at the same instant (relaunches after stops) are carried out before time
+//! moves on.
 //!
 //! What the policies know is [`Knowledge`]. By default what the service knows: a job arrives
 //! with the service's prior model ([`dlscale_autoscaler::learn::PRIOR`]) and no gradient
@@ -23,27 +25,23 @@
 //! [`Input::Oracle`]).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Instant;
 
 use dlscale_autoscaler::{
     Action, Autoscaler, AutoscalerConfig, Event, Input, MetricsReport, ModelSource, Oracle,
     Outcome as Exit, Status, Step, Submission,
 };
-use dlscale_core::efficiency::{EfficiencyModel, GradNoise};
-use dlscale_core::job::{JobEfficiency, RemainingWork};
+use dlscale_core::efficiency::GradNoise;
+use dlscale_core::job::JobEfficiency;
 use dlscale_core::placement::Topology;
-use dlscale_core::throughput::{throughput_samples_per_s, Accumulating};
-use dlscale_core::{BatchSize, GpuCount, PolicyInfo};
+use dlscale_core::{GpuCount, PolicyInfo};
 
-use crate::config::{Knowledge, ProgressMode, Reporting, SimConfig, World};
+use crate::config::{Knowledge, Reporting, SimConfig};
 use crate::error::{Result, SimError};
 use crate::metrics::{percentile, JobRecord, Outcome, SimObserver, Summary, Timeline};
-use crate::pollux_artifact::{
-    is_artifact_baseline, ArtifactProfile, ArtifactRemaining, ArtifactView, PolluxArtifact,
-};
 use crate::teams::TeamLedger;
-use crate::workload::{SimJob, Work, Workload};
+use crate::workload::{SimJob, Workload};
+use crate::world::{self, JobTruth, RunShape, World};
 
 /// What a simulation returns (per-job rows went to the observer).
 #[derive(Debug, Clone, PartialEq)]
@@ -104,11 +102,8 @@ pub fn autoscaler_config(config: &SimConfig, policy: PolicyInfo) -> AutoscalerCo
 #[derive(Debug, Clone)]
 struct Run {
     attempt: u32,
-    gpus: GpuCount,
-    batch: BatchSize,
-    nodes: u32,
-    /// GPUs per node, in the order the placement gave them.
-    shape: Vec<u32>,
+    /// What it runs on, and at which batch.
+    shape: RunShape,
     restart_until_s: f64,
 }
 
@@ -116,20 +111,18 @@ struct Run {
 #[derive(Debug)]
 struct SimState<'w> {
     spec: &'w SimJob,
-    /// Its model in Pollux's artifact's world, under [`World::PolluxArtifact`].
-    profile: Option<Arc<ArtifactProfile>>,
-    /// Progress target, in samples (efficiency-weighted with goodput progress; steps at the
-    /// initial batch in Pollux's artifact's world).
-    total: f64,
+    /// Its truth in the simulation's world; progress is in the world's unit.
+    truth: Box<dyn JobTruth>,
     progress: f64,
     /// Time up to which `progress` is accounted.
     anchor_s: f64,
     epoch: usize,
     run: Option<Run>,
-    /// When it exits, freeing its GPUs (Pollux's world: the end of the chunk that found its
-    /// completion).
+    /// When it exits, freeing its GPUs (where the world says so, the end of the chunk that
+    /// found its completion).
     finish_at_s: f64,
-    /// When it completed, once its run has found that (before or at `finish_at_s`).
+    /// When it completed, once its run has found that, where it exits later (before or at
+    /// `finish_at_s`).
     completed_s: Option<f64>,
     first_start_s: Option<f64>,
     starts: u32,
@@ -143,23 +136,14 @@ struct SimState<'w> {
 }
 
 impl SimState<'_> {
-    /// Samples its workers have seen: progress in samples (in Pollux's world, in steps at the
-    /// initial batch).
+    /// Samples its workers have seen.
     fn samples_seen(&self) -> u64 {
-        (self.progress.max(0.0) * self.samples_per_progress()) as u64
+        (self.progress.max(0.0) * self.truth.samples_per_progress()) as u64
     }
 
     /// Its progress target in the samples its reports count.
     fn target_samples(&self) -> f64 {
-        self.total * self.samples_per_progress()
-    }
-
-    /// Samples per unit of progress: the initial batch in Pollux's artifact's world (progress in
-    /// steps at it), else 1.
-    fn samples_per_progress(&self) -> f64 {
-        self.profile
-            .as_ref()
-            .map_or(1.0, |p| f64::from(p.init_batch()))
+        self.truth.total() * self.truth.samples_per_progress()
     }
 }
 
@@ -169,9 +153,8 @@ struct Engine<'w, 'o> {
     info: PolicyInfo,
     autoscaler: Autoscaler,
     observer: &'o mut dyn SimObserver,
-    goodput: bool,
-    /// Pollux's artifact's world, under [`World::PolluxArtifact`].
-    artifact: Option<&'static PolluxArtifact>,
+    /// Whose rules the jobs follow.
+    world: Box<dyn World>,
     /// One per workload job, in workload order.
     jobs: Vec<SimState<'w>>,
     /// Workload index of each job id.
@@ -217,46 +200,32 @@ impl<'w, 'o> Engine<'w, 'o> {
                 )));
             }
         }
-        let goodput = config.progress == ProgressMode::Goodput;
-        let artifact = match config.world {
-            World::Dlscale => None,
-            World::PolluxArtifact => Some(PolluxArtifact::bundled()?),
-        };
-        let profiles = workload
-            .jobs
-            .iter()
-            .map(|spec| {
-                artifact
-                    .map(|a| a.model(&spec.job.model_name).cloned())
-                    .transpose()
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let world = world::build(config)?;
         let jobs = workload
             .jobs
             .iter()
             .enumerate()
-            .zip(profiles)
-            .map(|((i, spec), profile)| SimState {
-                spec,
-                total: match &profile {
-                    Some(p) => p.total(),
-                    None => work_total(spec, config, goodput),
-                },
-                profile,
-                progress: 0.0,
-                anchor_s: spec.arrival_s,
-                epoch: 0,
-                run: None,
-                finish_at_s: f64::INFINITY,
-                completed_s: None,
-                first_start_s: None,
-                starts: 0,
-                rebatches: 0,
-                gpu_s: 0.0,
-                next_report_s: f64::INFINITY,
-                noise: SplitMix64(reporting_seed(config) ^ (i as u64).wrapping_mul(0x9e37_79b9)),
+            .map(|(i, spec)| {
+                Ok(SimState {
+                    spec,
+                    truth: world.job(spec)?,
+                    progress: 0.0,
+                    anchor_s: spec.arrival_s,
+                    epoch: 0,
+                    run: None,
+                    finish_at_s: f64::INFINITY,
+                    completed_s: None,
+                    first_start_s: None,
+                    starts: 0,
+                    rebatches: 0,
+                    gpu_s: 0.0,
+                    next_report_s: f64::INFINITY,
+                    noise: SplitMix64(
+                        reporting_seed(config) ^ (i as u64).wrapping_mul(0x9e37_79b9),
+                    ),
+                })
             })
-            .collect();
+            .collect::<Result<_>>()?;
         Ok(Engine {
             workload,
             config,
@@ -266,8 +235,7 @@ impl<'w, 'o> Engine<'w, 'o> {
                 Topology::of_cluster(&config.cluster),
             ),
             observer,
-            goodput,
-            artifact,
+            world,
             jobs,
             by_id,
             active: Vec::new(),
@@ -334,7 +302,7 @@ impl<'w, 'o> Engine<'w, 'o> {
                     ledger.arrive(self.next_arrival, &job.job);
                 }
                 inputs.push(Input::Submit {
-                    job: Box::new(self.submission(&job.job)),
+                    job: Box::new(self.submission(self.next_arrival)),
                 });
                 self.next_arrival += 1;
             }
@@ -372,70 +340,24 @@ impl<'w, 'o> Engine<'w, 'o> {
         self.leave_unfinished()
     }
 
-    /// A workload job as submitted. In Pollux's artifact's world, whatever the knowledge, it
-    /// declares the per-GPU batch bounds and memory its user knows (the artifact's baselines
-    /// follow the artifact's own job rules instead). With an oracle it keeps its true model;
-    /// otherwise it is as the service gets it, with the prior model (learned from its reports)
-    /// and no gradient statistics yet (its initial batch, which its user knows, is kept).
-    fn submission(&self, job: &dlscale_core::Job) -> Submission {
-        let mut job = job.clone();
-        if let Some(profile) = self
-            .artifact
-            .filter(|_| !is_artifact_baseline(self.info))
-            .and_then(|world| world.model(&job.model_name).ok())
-        {
-            // The artifact's jobs declare per-GPU batch bounds, and its simulator runs none below
-            // them (below them its tables only extrapolate).
-            job.min_local_batch = profile.min_local_batch().min(job.max_local_batch);
-            // Its user knows what fits in memory (`yolov3`: less than its profile measured):
-            // a per-GPU batch beyond that accumulates, as the artifact runs it (not modelled:
-            // the artifact's two micro-steps on one GPU above the initial batch). A model that
-            // accumulates already does so only beyond its larger memory, which no micro-step
-            // here reaches.
-            let memory = profile.memory_local_batch();
-            if memory < job.max_local_batch
-                && job
-                    .throughput
-                    .memory_local_batch()
-                    .is_none_or(|m| m > memory)
-            {
-                job.throughput = Arc::new(Accumulating {
-                    inner: job.throughput.clone(),
-                    memory_local: memory,
-                    max_local: job.max_local_batch,
-                });
-            }
-        }
-        if let Some(world) = self.artifact.filter(|_| is_artifact_baseline(self.info)) {
-            // The artifact's baselines: any GPU count runs the fixed batch (accumulation), step
-            // times as the artifact's Optimus predicts them, Optimus's GPU cap.
-            if let Ok(profile) = world.model(&job.model_name) {
-                job.max_local_batch = job.max_local_batch.max(job.requested.batch);
-                if self.info.name == dlscale_core::allocator::OPTIMUS.name {
-                    job.gpus.min = 1;
-                    job.gpus.max = profile.max_replicas(job.requested.batch).max(1);
-                }
-                job.throughput = Arc::new(ArtifactView {
-                    profile: profile.clone(),
-                    gpus_per_node: self.config.cluster.gpus_per_node,
-                });
-            }
-        }
+    /// Workload job `i` as submitted, after its world's adjustments (what its user declares,
+    /// what the policy's rules let it run). With an oracle it keeps its true model; otherwise it
+    /// is as the service gets it, with the prior model (learned from its reports) and no
+    /// gradient statistics yet (its initial batch, which its user knows, is kept).
+    fn submission(&self, i: usize) -> Submission {
+        let s = &self.jobs[i];
+        let mut job = s.spec.job.clone();
+        s.truth.submit(&mut job, self.info);
         let mut family = None;
         let model = match self.config.knowledge {
             Knowledge::Oracle => ModelSource::Given,
             Knowledge::Learned(reporting) => {
                 family = reporting.families.then(|| job.model_name.clone());
                 // Its user declares its length (as epochs); the autoscaler counts down what
-                // the job reports done. The artifact's baselines know no length (its rules).
-                let declares = reporting.declares_length
-                    && !(self.artifact.is_some() && is_artifact_baseline(self.info));
-                job.remaining_samples = match (declares, self.by_id.get(job.id.as_str())) {
-                    (true, Some(&i)) => Some(
-                        self.jobs[i].target_samples() * reporting.declared_length_factor(&job.id),
-                    ),
-                    _ => None,
-                };
+                // the job reports done.
+                let declares = reporting.declares_length && s.truth.declares_length(self.info);
+                job.remaining_samples = declares
+                    .then(|| s.target_samples() * reporting.declared_length_factor(&job.id));
                 // Its user knows how it runs batches beyond memory: the prior accumulates as the
                 // job does.
                 job.throughput = dlscale_autoscaler::learn::learned_model(
@@ -482,39 +404,15 @@ impl<'w, 'o> Engine<'w, 'o> {
             while s.next_report_s <= t {
                 s.next_report_s += reporting.interval_s;
             }
-            let truth = match &s.profile {
-                Some(p) => p
-                    .step(&run.shape, run.batch)
-                    .map_or(0.0, |x| f64::from(x.samples) / x.seconds),
-                None => throughput_samples_per_s(
-                    s.spec.job.throughput.as_ref(),
-                    run.gpus,
-                    run.nodes,
-                    run.batch,
-                )
-                .unwrap_or(0.0),
-            };
+            let truth = s.truth.samples_per_s(&run.shape);
             let measured = truth * s.noise.measurement_factor(reporting.noise);
             let samples = s.samples_seen();
             let grad = s
                 .spec
                 .efficiency
                 .as_ref()
-                .map(|e| e.noise(s.epoch, run.batch));
-            // One micro-step's compute alone: the artifact's step less its sync time at the
-            // micro-batch it runs; elsewhere the model's one-GPU step of that micro-batch.
-            let compute = match &s.profile {
-                Some(p) => {
-                    let m = p.micro_batches(run.batch, run.gpus, false);
-                    p.step_sync_s(&run.shape, m.atomic)
-                        .map(|(step, sync)| step - sync)
-                }
-                None => {
-                    let model = s.spec.job.throughput.as_ref();
-                    let local = run.batch.div_ceil(run.gpus.max(1));
-                    model.step_time_s(1, 1, local.div_ceil(model.micro_steps(local)))
-                }
-            };
+                .map(|e| e.noise(s.epoch, run.shape.batch));
+            let compute = s.truth.compute_time_s(&run.shape);
             // Drawn whether reported or not, so that both runs see the same noise elsewhere.
             let compute_factor = s.noise.measurement_factor(reporting.noise);
             let compute_time_s = compute
@@ -523,10 +421,10 @@ impl<'w, 'o> Engine<'w, 'o> {
             out.push(Input::Metrics {
                 id: s.spec.job.id.clone(),
                 report: MetricsReport {
-                    step: samples / u64::from(run.batch.max(1)),
+                    step: samples / u64::from(run.shape.batch.max(1)),
                     samples_per_s: measured,
-                    batch_size: run.batch,
-                    world_size: run.gpus,
+                    batch_size: run.shape.batch,
+                    world_size: run.shape.gpus,
                     loss: None,
                     samples_seen: samples,
                     attempt: Some(run.attempt),
@@ -545,7 +443,6 @@ impl<'w, 'o> Engine<'w, 'o> {
     /// What the simulation knows of every job in the system: its gradient statistics now (at
     /// its running batch, or its requested one) and its remaining work.
     fn oracles(&mut self, t: f64) -> Vec<Input> {
-        let goodput = self.goodput;
         let mut out = Vec::with_capacity(self.active.len());
         for k in 0..self.active.len() {
             let i = self.active[k];
@@ -554,7 +451,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             let batch = s
                 .run
                 .as_ref()
-                .map_or(s.spec.job.requested.batch, |r| r.batch);
+                .map_or(s.spec.job.requested.batch, |r| r.shape.batch);
             let efficiency = s.spec.efficiency.as_ref().map(|eff| JobEfficiency {
                 noise: eff.noise(s.epoch, batch),
                 init_batch: eff.init_batch(),
@@ -563,20 +460,9 @@ impl<'w, 'o> Engine<'w, 'o> {
                 id: s.spec.job.id.clone(),
                 oracle: Oracle {
                     efficiency: efficiency.or(s.spec.job.efficiency),
-                    remaining_work: Some(match &s.profile {
-                        Some(profile) => Arc::new(ArtifactRemaining {
-                            profile: profile.clone(),
-                            epoch: s.epoch,
-                        }) as Arc<dyn RemainingWork>,
-                        None => Arc::new(Remaining {
-                            efficiency: s.spec.efficiency.clone().filter(|_| goodput),
-                            progress: s.progress,
-                            epoch: s.epoch,
-                            total: s.total,
-                        }),
-                    }),
+                    remaining_work: Some(s.truth.remaining(s.progress, s.epoch)),
                     remaining_samples: Some(
-                        (s.total - s.progress).max(0.0) * s.samples_per_progress(),
+                        (s.truth.total() - s.progress).max(0.0) * s.truth.samples_per_progress(),
                     ),
                 },
             });
@@ -599,10 +485,13 @@ impl<'w, 'o> Engine<'w, 'o> {
                     let s = &mut self.jobs[i];
                     s.run = Some(Run {
                         attempt: l.attempt,
-                        gpus: l.shape.gpus,
-                        batch: l.shape.batch_size,
-                        nodes: (l.shape.shares.len() as u32).max(1),
-                        shape: l.shape.shares.iter().map(|x| x.gpus).collect(),
+                        shape: RunShape {
+                            gpus: l.shape.gpus,
+                            batch: l.shape.batch_size,
+                            nodes: (l.shape.shares.len() as u32).max(1),
+                            per_node: l.shape.shares.iter().map(|x| x.gpus).collect(),
+                            node_names: l.shape.shares.iter().map(|x| x.node.clone()).collect(),
+                        },
                         restart_until_s: t + delay,
                     });
                     s.starts += 1;
@@ -631,12 +520,13 @@ impl<'w, 'o> Engine<'w, 'o> {
                     let i = self.index(&id)?;
                     self.advance(i, t);
                     let s = &mut self.jobs[i];
-                    // In Pollux's world a job whose walk found its completion has finished
-                    // training and only holds its GPUs to the chunk's end: nothing to change.
+                    // A job whose walk found its completion (in a world where it exits at the
+                    // chunk's end) has finished training and only holds its GPUs: nothing to
+                    // change.
                     let done = s.completed_s.is_some_and(|c| c <= t);
                     let run = s.run.as_mut().filter(|r| r.attempt == attempt && !done);
                     if let Some(run) = run {
-                        run.batch = shape.batch_size;
+                        run.shape.batch = shape.batch_size;
                         s.rebatches += 1;
                         self.predict_finish(i);
                     }
@@ -648,9 +538,9 @@ impl<'w, 'o> Engine<'w, 'o> {
                         .as_ref()
                         .is_some_and(|r| r.attempt == attempt)
                     {
-                        // In Pollux's world a job whose walk found its completion holds its
-                        // GPUs to the end of that chunk; stopped before then (a decision on an
-                        // event), it has finished: it says so, then exits.
+                        // A job whose walk found its completion and holds its GPUs to the end
+                        // of that chunk, stopped before then (a decision on an event), has
+                        // finished: it says so, then exits.
                         let done_s = self.jobs[i].completed_s.filter(|&c| c <= t);
                         if done_s.is_some() {
                             answers.push(self.completion(i, attempt));
@@ -690,7 +580,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             step: s
                 .run
                 .as_ref()
-                .map_or(0, |r| samples_seen / u64::from(r.batch.max(1))),
+                .map_or(0, |r| samples_seen / u64::from(r.shape.batch.max(1))),
             samples_seen,
         }
     }
@@ -707,7 +597,7 @@ impl<'w, 'o> Engine<'w, 'o> {
         self.advance(i, t);
         let s = &mut self.jobs[i];
         if let Some(run) = s.run.take() {
-            self.gpus_in_use -= run.gpus;
+            self.gpus_in_use -= run.shape.gpus;
             s.finish_at_s = f64::INFINITY;
             s.completed_s = None;
         }
@@ -728,7 +618,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             if let Some(ledger) = &mut self.teams {
                 let jobs = &self.jobs;
                 ledger.account(self.now_s, t, |i| {
-                    jobs[i].run.as_ref().map_or(0, |r| r.gpus)
+                    jobs[i].run.as_ref().map_or(0, |r| r.shape.gpus)
                 });
             }
             self.timeline.add(
@@ -742,144 +632,58 @@ impl<'w, 'o> Engine<'w, 'o> {
         self.now_s = t;
     }
 
-    /// Progress per second of job `s` on its run `run` in `epoch`.
-    fn rate(&self, s: &SimState<'_>, run: &Run, epoch: usize) -> f64 {
-        match &s.profile {
-            // Pollux's world: steps at B0 per second, at the actual batch on the exact shape.
-            Some(p) => p
-                .step(&run.shape, run.batch)
-                .map_or(0.0, |x| p.gain(x.samples, epoch) / x.seconds),
-            None => rate(s.spec, self.goodput, run.gpus, run.nodes, run.batch, epoch),
-        }
-    }
-
-    /// Where the current rate of job `s` stops holding: its next epoch boundary or its end.
-    fn next_boundary(&self, s: &SimState<'_>, epoch: usize) -> f64 {
-        match (&s.profile, &s.spec.efficiency, self.goodput) {
-            (Some(p), _, _) => p.boundary(epoch).min(s.total),
-            (None, Some(eff), true) => epoch_boundary(eff, epoch, s.total),
-            _ => s.total,
-        }
-    }
-
-    /// Walks job `s`'s run `run` from `from` (progress `progress` in `epoch`) up to `until`.
-    /// In dlscale's world time is continuous; in Pollux's it goes in chunks between rounds,
-    /// and the last piece of an epoch is rounded to whole seconds (Python's `round`, half to
-    /// even), as the artifact's `Job.step` does.
-    fn walk(
-        &self,
-        s: &SimState<'_>,
-        run: &Run,
-        from: f64,
-        until: f64,
-        progress: f64,
-        epoch: usize,
-    ) -> Walk {
-        let mut w = Walk {
-            at_s: from,
-            progress,
-            epoch,
-            completed_s: None,
-            chunk_end_s: from,
-        };
-        let chunk = match (&s.profile, self.config.interval_s) {
-            (Some(_), Some(i)) => i,
-            _ => f64::INFINITY,
-        };
-        while w.at_s < until && w.progress < s.total {
-            let chunk_end = if chunk.is_finite() {
-                ((w.at_s / chunk).floor() + 1.0) * chunk
-            } else {
-                f64::INFINITY
-            };
-            w.chunk_end_s = chunk_end;
-            let mut secs = chunk_end.min(until) - w.at_s;
-            while secs > 0.0 {
-                let r = self.rate(s, run, w.epoch);
-                if r <= 0.0 {
-                    w.at_s = until;
-                    return w;
-                }
-                let boundary = self.next_boundary(s, w.epoch);
-                let need = (boundary - w.progress).max(0.0) / r;
-                // The artifact's test in its chunks; in continuous time, whether the boundary
-                // comes by `until`.
-                let short = if chunk.is_finite() {
-                    w.progress + r * secs < boundary
-                } else {
-                    w.at_s + need > until
-                };
-                if short {
-                    w.progress += r * secs;
-                    w.at_s += secs;
-                    break;
-                }
-                let delta = if chunk.is_finite() {
-                    need.round_ties_even()
-                } else {
-                    need
-                };
-                w.progress = boundary;
-                w.at_s += delta;
-                secs -= delta;
-                if boundary >= s.total {
-                    w.completed_s = Some(w.at_s);
-                    return w;
-                }
-                w.epoch += 1;
-            }
-        }
-        w
-    }
-
     /// Accounts progress of job `i` up to `t`.
     fn advance(&mut self, i: usize, t: f64) {
         let s = &self.jobs[i];
-        let Some(run) = s.run.clone() else {
+        let Some(run) = &s.run else {
             self.jobs[i].anchor_s = t;
             return;
         };
         let from = s.anchor_s.max(run.restart_until_s);
-        let gpu_s = f64::from(run.gpus) * (t - s.anchor_s).max(0.0);
-        let w = if from < t {
-            self.walk(s, &run, from, t, s.progress, s.epoch)
+        let gpu_s = f64::from(run.shape.gpus) * (t - s.anchor_s).max(0.0);
+        let (progress, epoch) = if from < t {
+            let chunk_s = self.world.chunk_s();
+            let w = world::walk(&*s.truth, &run.shape, chunk_s, from, t, s.progress, s.epoch);
+            (w.progress, w.epoch)
         } else {
-            Walk {
-                at_s: t,
-                progress: s.progress,
-                epoch: s.epoch,
-                completed_s: None,
-                chunk_end_s: t,
-            }
+            (s.progress, s.epoch)
         };
         let s = &mut self.jobs[i];
-        s.progress = w.progress.min(s.total);
-        s.epoch = w.epoch;
+        s.progress = progress.min(s.truth.total());
+        s.epoch = epoch;
         s.gpu_s += gpu_s;
         s.anchor_s = t;
     }
 
-    /// Sets when job `i`, just (re)started or rebatched, will complete (kept in Pollux's world
-    /// only, where it exits later) and when it exits (`INFINITY`: never). In Pollux's world it
-    /// exits at the end of the chunk whose step found the completion.
+    /// Sets when job `i`, just (re)started or rebatched, will complete (kept only where it exits
+    /// later) and when it exits (`INFINITY`: never): where the world says so, at the end of the
+    /// chunk whose step found the completion.
     fn predict_finish(&mut self, i: usize) {
         let s = &self.jobs[i];
+        let at_chunk_end = self.world.exits_at_chunk_end();
         let (completed, exits) = match &s.run {
             None => (None, f64::INFINITY),
             Some(run) => {
                 let from = s.anchor_s.max(run.restart_until_s);
-                let w = self.walk(s, run, from, f64::INFINITY, s.progress, s.epoch);
+                let w = world::walk(
+                    &*s.truth,
+                    &run.shape,
+                    self.world.chunk_s(),
+                    from,
+                    f64::INFINITY,
+                    s.progress,
+                    s.epoch,
+                );
                 match w.completed_s {
-                    Some(done) if s.profile.is_some() => (Some(done), w.chunk_end_s.max(done)),
+                    Some(done) if at_chunk_end => (Some(done), w.chunk_end_s.max(done)),
                     Some(done) => (Some(done), done),
                     None => (None, f64::INFINITY),
                 }
             }
         };
-        let artifact = self.artifact.is_some();
         let s = &mut self.jobs[i];
         s.finish_at_s = exits;
-        s.completed_s = completed.filter(|_| artifact);
+        s.completed_s = completed.filter(|_| at_chunk_end);
     }
 
     /// The exits of every job that completes by `t`.
@@ -895,7 +699,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             self.advance(i, finish);
             let s = &mut self.jobs[i];
             if let Some(run) = s.run.take() {
-                self.gpus_in_use -= run.gpus;
+                self.gpus_in_use -= run.shape.gpus;
                 s.finish_at_s = f64::INFINITY;
                 s.next_report_s = f64::INFINITY;
                 exits.push(Input::Exited {
@@ -1035,108 +839,6 @@ impl<'w, 'o> Engine<'w, 'o> {
             jcts_s: jcts,
             timeline: self.timeline,
         }
-    }
-}
-
-/// Where a walk of a job's run got to.
-#[derive(Debug, Clone, Copy)]
-struct Walk {
-    /// The time reached.
-    at_s: f64,
-    progress: f64,
-    epoch: usize,
-    /// When it completed, if it did.
-    completed_s: Option<f64>,
-    /// The end of the chunk the walk was in last.
-    chunk_end_s: f64,
-}
-
-/// The progress target of a job, in this run's progress unit.
-fn work_total(spec: &SimJob, config: &SimConfig, goodput: bool) -> f64 {
-    match spec.work {
-        Work::Samples(samples) => samples,
-        Work::FullTraining => spec.efficiency.as_ref().map_or(0.0, |eff| {
-            eff.total_progress() * f64::from(eff.init_batch())
-        }),
-        Work::RequestedDuration { duration_s } => {
-            let job = &spec.job;
-            let nodes = config.cluster.min_nodes_for(job.requested.gpus);
-            duration_s
-                * rate(
-                    spec,
-                    goodput,
-                    job.requested.gpus,
-                    nodes,
-                    job.requested.batch,
-                    0,
-                )
-        }
-    }
-}
-
-/// Progress per second of `spec` on `gpus` GPUs over `nodes` nodes at `batch` in `epoch`.
-fn rate(
-    spec: &SimJob,
-    goodput: bool,
-    gpus: GpuCount,
-    nodes: u32,
-    batch: BatchSize,
-    epoch: usize,
-) -> f64 {
-    let Some(x) = throughput_samples_per_s(spec.job.throughput.as_ref(), gpus, nodes, batch) else {
-        return 0.0;
-    };
-    match (&spec.efficiency, goodput) {
-        (Some(eff), true) => {
-            x * eff
-                .noise(epoch, batch)
-                .efficiency(f64::from(batch), eff.init_batch())
-        }
-        _ => x,
-    }
-}
-
-/// A simulated job's remaining work as steps at a batch: its remaining progress over what one
-/// step makes, epoch by epoch with goodput progress (what Optimus's oracle knows; Pollux's
-/// artifact counts it from the start of the current epoch).
-#[derive(Debug)]
-struct Remaining {
-    /// The job's training curve, with goodput progress.
-    efficiency: Option<Arc<EfficiencyModel>>,
-    progress: f64,
-    epoch: usize,
-    total: f64,
-}
-
-impl RemainingWork for Remaining {
-    fn steps_at(&self, batch: BatchSize) -> f64 {
-        let b = f64::from(batch.max(1));
-        let Some(eff) = &self.efficiency else {
-            return (self.total - self.progress).max(0.0) / b;
-        };
-        let (mut progress, mut epoch, mut steps) = (self.progress, self.epoch, 0.0);
-        loop {
-            let boundary = epoch_boundary(eff, epoch, self.total);
-            let e = eff
-                .noise(epoch, batch)
-                .efficiency(b, eff.init_batch())
-                .max(1e-12);
-            steps += (boundary - progress).max(0.0) / (b * e);
-            if boundary >= self.total {
-                return steps;
-            }
-            progress = progress.max(boundary);
-            epoch += 1;
-        }
-    }
-}
-
-/// Where epoch `epoch` of a job with training curve `eff` and progress target `total` ends.
-fn epoch_boundary(eff: &EfficiencyModel, epoch: usize, total: f64) -> f64 {
-    if epoch + 1 < eff.epochs() {
-        (eff.epoch_end_progress(epoch) * f64::from(eff.init_batch())).min(total)
-    } else {
-        total
     }
 }
 

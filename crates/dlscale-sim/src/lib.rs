@@ -5,6 +5,8 @@
 //!   Poisson generator, with documented rules mapping trace jobs to models and batch ranges.
 //! - [`simulate`]: the event loop — arrivals, completions, allocator runs, restarts with lost
 //!   progress, node-level placement; progress by samples or by Pollux's goodput. Deterministic.
+//! - [`world`]: whose rules the jobs follow (dlscale's, Pollux's artifact's), behind one
+//!   interface.
 //! - [`report`]: per-job CSV, `summary.json`, SVG and PNG plots; [`run_to_dir`] does it all.
 //! - [`teams`]: teams' quotas from a workload's shares or a file, and what each team got.
 //! - [`reproduce`]: the paper's arrival-rate sweep and Pollux's yardstick, each writing `report.md`.
@@ -21,6 +23,7 @@ pub mod report;
 pub mod reproduce;
 pub mod teams;
 pub mod workload;
+pub mod world;
 
 pub use config::{Knowledge, Preset, ProgressMode, Reporting, SimConfig, World};
 pub use engine::{simulate, SimResult};

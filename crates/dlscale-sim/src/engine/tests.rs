@@ -1,6 +1,7 @@
 //! What the engine hands the autoscaler: each policy's submissions of Pollux's workload 1.
 
 use super::*;
+use crate::pollux_artifact::PolluxArtifact;
 use dlscale_core::allocator::{ELASTIC_BATCH, TIRESIAS};
 
 /// What each policy's autoscaler is handed for every job of Pollux's workload 1.
@@ -8,10 +9,8 @@ fn submissions(config: &SimConfig, policy: PolicyInfo) -> Vec<Submission> {
     let workload = crate::workload::bundled_pollux_workload(1).unwrap();
     let mut observer = ();
     let engine = Engine::new(&workload, config, policy, &mut observer).unwrap();
-    workload
-        .jobs
-        .iter()
-        .map(|j| engine.submission(&j.job))
+    (0..workload.jobs.len())
+        .map(|i| engine.submission(i))
         .collect()
 }
 
@@ -162,15 +161,20 @@ fn in_pollux_world_reports_carry_the_artifacts_compute_time_unless_told_not_to()
                 firsts.push(i);
             }
         }
+        let artifact = PolluxArtifact::bundled().unwrap();
+        let profile = |i: usize| artifact.model(&workload.jobs[i].job.model_name).unwrap();
         for &i in &firsts {
             let s = &mut engine.jobs[i];
-            let local = s.profile.as_ref().unwrap().min_local_batch().max(12);
+            let local = profile(i).min_local_batch().max(12);
             s.run = Some(Run {
                 attempt: 1,
-                gpus: 6,
-                batch: 6 * local,
-                nodes: 2,
-                shape: vec![2, 4],
+                shape: RunShape {
+                    gpus: 6,
+                    batch: 6 * local,
+                    nodes: 2,
+                    per_node: vec![2, 4],
+                    node_names: vec!["n1".into(), "n2".into()],
+                },
                 restart_until_s: 0.0,
             });
             s.next_report_s = 0.0;
@@ -183,10 +187,10 @@ fn in_pollux_world_reports_carry_the_artifacts_compute_time_unless_told_not_to()
                 panic!("{input:?}")
             };
             let s = &engine.jobs[i];
-            let (run, profile) = (s.run.as_ref().unwrap(), s.profile.as_ref().unwrap());
+            let (run, profile) = (&s.run.as_ref().unwrap().shape, profile(i));
             let micro = profile.micro_batches(run.batch, run.gpus, false);
-            let (step, sync) = profile.step_sync_s(&run.shape, micro.atomic).unwrap();
-            let truth = profile.step(&run.shape, run.batch).unwrap();
+            let (step, sync) = profile.step_sync_s(&run.per_node, micro.atomic).unwrap();
+            let truth = profile.step(&run.per_node, run.batch).unwrap();
             assert!(
                 (report.samples_per_s - f64::from(truth.samples) / truth.seconds).abs()
                     <= 1e-9 * report.samples_per_s
