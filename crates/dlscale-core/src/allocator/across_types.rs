@@ -244,7 +244,7 @@ impl Typed {
 }
 
 /// The index of the type `job` runs on now: the one its types name, else its first.
-fn current_type(job: &Job, fleet: &Fleet) -> Option<usize> {
+pub(super) fn current_type(job: &Job, fleet: &Fleet) -> Option<usize> {
     job.current?;
     match &job.types.current {
         Some(name) => fleet.index_of(name),

@@ -9,6 +9,7 @@ mod fair_share;
 pub mod knapsack;
 mod lagrange;
 mod optimus;
+mod sia;
 mod static_fifo;
 mod team_split;
 mod teams;
@@ -26,6 +27,7 @@ pub use elastic::{
 };
 pub use fair_share::{FairShare, TeamUsage};
 pub use optimus::{Optimus, OPTIMUS};
+pub use sia::{Sia, SIA};
 pub use static_fifo::{StaticFifo, STATIC, STATIC_PARTITIONS};
 pub use teams::{
     is_team_name, largest_reachable, TeamKnapsack, TeamQuota, TeamSolution, Teams, DEFAULT_TEAM,
@@ -540,6 +542,7 @@ impl FromStr for PolicyInfo {
 pub const REGISTRY: &[PolicyInfo] = &[
     ELASTIC_BATCH,
     TYPE_BLIND,
+    SIA,
     ELASTIC_GPU,
     STATIC,
     STATIC_PARTITIONS,
