@@ -36,6 +36,10 @@ pub struct SimulateArgs {
     /// GPUs per node [default: 4].
     #[arg(long)]
     pub gpus_per_node: Option<u32>,
+    /// A cluster of several GPU types, as `optimize --fleet` takes it (e.g.
+    /// examples/fleet.toml): each job's step times on each type from its bundled model's tables.
+    #[arg(long, conflicts_with_all = ["nodes", "gpus_per_node", "preset"])]
+    pub fleet: Option<PathBuf>,
     /// Policies to simulate; repeat or comma-separate to compare.
     #[arg(long, required = true, value_delimiter = ',', value_parser = policy_parser())]
     pub policy: Vec<PolicyInfo>,
@@ -164,6 +168,20 @@ pub enum Experiment {
         /// Which of the artifact's loads, comma-separated: 0.5, 1, 1.5, 2 [default: all four].
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<Load>()))]
         loads: Vec<Load>,
+    },
+    /// Mixed fleets (issue 29): Pollux's workloads on a fleet of GPU types under elastic-batch,
+    /// Sia's policy and type-blind elastic-batch, all learned with the same information, and
+    /// elastic-batch with an oracle as a labelled row.
+    Hetero {
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Only these workloads (1 to 8), comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        workloads: Vec<usize>,
+        /// The fleet [default: examples/fleet.toml's T4 + V100 + A100, 64 GPUs].
+        #[arg(long)]
+        fleet: Option<PathBuf>,
     },
     /// Teams (issue 27): a trace's teams (Philly's virtual clusters), each guaranteed its share
     /// of the trace's GPU time, under elastic-batch with quotas, static with borrowing (Kueue's
@@ -316,6 +334,10 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
         },
         ..base
     };
+    let config = match &args.fleet {
+        Some(path) => config.on_fleet(crate::optimize::load_fleet(path)?),
+        None => config,
+    };
     config.validate().map_err(sim_error)?;
     let total = workload.jobs.len() as u64;
     let mut bars: Vec<(PolicyInfo, ProgressBar)> = Vec::new();
@@ -384,6 +406,32 @@ pub fn run_reproduce(args: &ReproduceArgs) -> Result<()> {
             };
             with_progress("pollux", |progress| {
                 reproduce_pollux(out, &options, progress).map(drop)
+            })?;
+            out
+        }
+        Experiment::Hetero {
+            out,
+            workloads,
+            fleet,
+        } => {
+            let fleet = match fleet {
+                Some(path) => crate::optimize::load_fleet(path)?,
+                None => dlscale_core::jobfile::parse_document(
+                    include_str!("../../../examples/fleet.toml"),
+                    dlscale_core::jobfile::FileFormat::Toml,
+                    "examples/fleet.toml",
+                )?,
+            };
+            let options = dlscale_sim::HeteroOptions {
+                workloads: if workloads.is_empty() {
+                    (1..=dlscale_sim::workload::BUNDLED_POLLUX_WORKLOADS).collect()
+                } else {
+                    workloads.clone()
+                },
+                fleet,
+            };
+            with_progress("hetero", |progress| {
+                dlscale_sim::reproduce_hetero(out, &options, progress).map(drop)
             })?;
             out
         }

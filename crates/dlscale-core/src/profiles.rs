@@ -17,7 +17,9 @@ use std::sync::{Arc, OnceLock};
 
 use crate::efficiency::EfficiencyModel;
 use crate::error::{CoreError, Result};
-use crate::throughput::{throughput_samples_per_s, MeasuredTable, Scaled, ThroughputModel};
+use crate::throughput::{
+    throughput_samples_per_s, Extended, MeasuredTable, Scaled, ThroughputModel,
+};
 
 /// A named model: how fast it steps, and how efficiently it learns per sample.
 #[derive(Debug, Clone)]
@@ -285,21 +287,22 @@ fn on_types(name: &str) -> Vec<TypedProfile> {
                     provenance: Provenance::Measured,
                 };
             }
+            let speedup = speedup_over_t4(gpu_type)
+                .expect("every bundled type has a model measured on it and on T4");
+            let derived: Arc<dyn ThroughputModel> =
+                Arc::new(Scaled::new(t4.throughput.clone(), speedup));
             match measured_elsewhere(gpu_type, name) {
-                Some(throughput) => TypedProfile {
+                // Beyond the GPUs it was measured on, it scales as derived.
+                Some(measured) => TypedProfile {
                     gpu_type,
-                    throughput,
+                    throughput: Extended::wrap(measured, derived),
                     provenance: Provenance::Measured,
                 },
-                None => {
-                    let speedup = speedup_over_t4(gpu_type)
-                        .expect("every bundled type has a model measured on it and on T4");
-                    TypedProfile {
-                        gpu_type,
-                        throughput: Arc::new(Scaled::new(t4.throughput.clone(), speedup)),
-                        provenance: Provenance::Derived { speedup },
-                    }
-                }
+                None => TypedProfile {
+                    gpu_type,
+                    throughput: derived,
+                    provenance: Provenance::Derived { speedup },
+                },
             }
         })
         .collect()
@@ -416,6 +419,15 @@ mod tests {
                 let local = model.max_local_batch().unwrap();
                 let one = throughput_samples_per_s(model, 1, 1, local);
                 assert!(one.is_some_and(|x| x > 0.0), "{name} on {}", typed.gpu_type);
+                // Every type runs as far as T4's table (a table measured on fewer GPUs goes on
+                // as the derived one scales).
+                assert_eq!(model.max_gpus(), Some(64), "{name} on {}", typed.gpu_type);
+                let wide = throughput_samples_per_s(model, 32, 8, 32 * local);
+                assert!(
+                    wide.is_some_and(|x| x > 0.0),
+                    "{name} on {}",
+                    typed.gpu_type
+                );
                 let measured = MEASURED_ELSEWHERE
                     .iter()
                     .any(|&(t, m, _)| t == typed.gpu_type && m == name)

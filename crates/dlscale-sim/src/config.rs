@@ -7,8 +7,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use dlscale_core::allocator::{FairShare, Teams};
-use dlscale_core::placement::ShapeRule;
-use dlscale_core::{Cluster, CountRule, PolicyInfo, PolicyOptions, Settings};
+use dlscale_core::placement::{ShapeRule, Topology};
+use dlscale_core::{Cluster, CountRule, Fleet, PolicyInfo, PolicyOptions, Settings};
 
 use crate::error::{Result, SimError};
 
@@ -231,6 +231,10 @@ pub struct SimConfig {
     pub teams: Option<Teams>,
     /// Fair share between the teams (`None`: off); only with `teams`.
     pub fair_share: Option<FairShare>,
+    /// A cluster of several GPU types (`None`: `cluster`'s GPUs are alike): jobs run in the
+    /// mixed fleet's world ([`crate::world`]), each type's step times its own. Set it with
+    /// [`SimConfig::on_fleet`], which makes `cluster` the fleet's outline.
+    pub fleet: Option<Fleet>,
 }
 
 impl Default for SimConfig {
@@ -261,6 +265,7 @@ impl Default for SimConfig {
             fair_share: Some(FairShare {
                 half_life_s: FairShare::DEFAULT_HALF_LIFE_S,
             }),
+            fleet: None,
         }
     }
 }
@@ -297,6 +302,25 @@ impl SimConfig {
             world: World::PolluxArtifact,
             baseline_shape: Some(ShapeRule::MostFree),
             ..SimConfig::default()
+        }
+    }
+
+    /// This configuration on `fleet`: its `cluster` becomes the fleet's outline (all its nodes,
+    /// each with the most GPUs any has), which what does not know types sees.
+    pub fn on_fleet(self, fleet: Fleet) -> SimConfig {
+        let outline = fleet.topology().model_cluster().unwrap_or(self.cluster);
+        SimConfig {
+            cluster: outline,
+            fleet: Some(fleet),
+            ..self
+        }
+    }
+
+    /// The nodes jobs run on: the fleet's, typed, or `cluster`'s.
+    pub fn topology(&self) -> Topology {
+        match &self.fleet {
+            Some(fleet) => fleet.topology(),
+            None => Topology::of_cluster(&self.cluster),
         }
     }
 
@@ -351,6 +375,16 @@ impl SimConfig {
         }
         if self.settings.batch_candidates == 0 {
             return bad("batch_candidates must be at least 1".into());
+        }
+        if self.fleet.is_some() {
+            if self.world != World::Dlscale {
+                return bad("a fleet of GPU types runs in dlscale's world only".into());
+            }
+            if self.teams.is_some() {
+                return bad(
+                    "teams are not kept across GPU types yet: give a fleet or teams".into(),
+                );
+            }
         }
         Ok(())
     }

@@ -33,7 +33,6 @@ use dlscale_autoscaler::{
 };
 use dlscale_core::efficiency::GradNoise;
 use dlscale_core::job::JobEfficiency;
-use dlscale_core::placement::Topology;
 use dlscale_core::{GpuCount, PolicyInfo};
 
 use crate::config::{Knowledge, Reporting, SimConfig};
@@ -164,6 +163,8 @@ struct Engine<'w, 'o> {
     next_arrival: usize,
     now_s: f64,
     gpus_in_use: GpuCount,
+    /// Every GPU of the cluster.
+    total_gpus: GpuCount,
     // Metrics.
     finished: usize,
     completed_jcts_s: Vec<f64>,
@@ -230,10 +231,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             workload,
             config,
             info,
-            autoscaler: Autoscaler::new(
-                autoscaler_config(config, info),
-                Topology::of_cluster(&config.cluster),
-            ),
+            autoscaler: Autoscaler::new(autoscaler_config(config, info), config.topology()),
             observer,
             world,
             jobs,
@@ -242,6 +240,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             next_arrival: 0,
             now_s: 0.0,
             gpus_in_use: 0,
+            total_gpus: config.topology().total(),
             finished: 0,
             completed_jcts_s: Vec::new(),
             dropped: 0,
@@ -364,6 +363,8 @@ impl<'w, 'o> Engine<'w, 'o> {
                     dlscale_autoscaler::learn::PRIOR,
                     &job,
                 );
+                // Nor does it know how it runs on each GPU type: that is learned too.
+                job.types = Default::default();
                 job.efficiency = job.efficiency.map(|e| JobEfficiency {
                     noise: GradNoise {
                         grad_sqr: 0.0,
@@ -503,12 +504,10 @@ impl<'w, 'o> Engine<'w, 'o> {
                     }
                     self.gpus_in_use += l.shape.gpus;
                     self.predict_finish(i);
-                    if self.gpus_in_use > self.config.cluster.total_gpus() {
+                    if self.gpus_in_use > self.total_gpus {
                         return Err(SimError::Config(format!(
                             "policy {} holds {} GPUs of {} at t = {t} s",
-                            self.info,
-                            self.gpus_in_use,
-                            self.config.cluster.total_gpus()
+                            self.info, self.gpus_in_use, self.total_gpus
                         )));
                     }
                     answers.push(Input::LaunchStarted {
@@ -813,7 +812,7 @@ impl<'w, 'o> Engine<'w, 'o> {
                 self.queueing_sum_s / self.started as f64
             },
             gpu_utilization: if makespan > 0.0 {
-                self.busy_gpu_s / (f64::from(cluster.total_gpus()) * self.now_s.max(makespan))
+                self.busy_gpu_s / (f64::from(self.total_gpus) * self.now_s.max(makespan))
             } else {
                 0.0
             },

@@ -31,6 +31,7 @@ pub use error::{Result, SimError};
 pub use metrics::{CsvJobWriter, JobRecord, Outcome, SimObserver, Summary, Timeline};
 pub use report::{run_to_dir, write_reports};
 pub use reproduce::{
-    reproduce_paper, reproduce_pollux, reproduce_teams, PaperOptions, PolluxOptions,
+    reproduce_hetero, reproduce_paper, reproduce_pollux, reproduce_teams, HeteroOptions,
+    PaperOptions, PolluxOptions,
 };
 pub use workload::{read_workload, ReadOptions, Workload, WorkloadFormat};

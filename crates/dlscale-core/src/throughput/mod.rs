@@ -13,7 +13,7 @@ pub(crate) mod table;
 
 pub use accumulate::{accumulated_step_time_s, micro_steps_for, Accumulating};
 pub use analytic::{AnalyticModel, FitQuality, StepTimeSample, MAX_OVERLAP_GAMMA};
-pub use scaled::Scaled;
+pub use scaled::{Extended, Scaled};
 pub use table::MeasuredTable;
 
 use std::sync::Arc;

@@ -1,6 +1,7 @@
-//! Reproductions: the paper's arrival-rate sweep, Pollux's simulator yardstick and the teams'
-//! yardstick (issue 27). Each writes a
+//! Reproductions: the paper's arrival-rate sweep, Pollux's simulator yardstick, the teams'
+//! yardstick (issue 27) and the mixed fleet's (issue 29). Each writes a
 //! `report.md` with tables and plots into its output directory.
+mod hetero;
 mod paper;
 mod pollux;
 mod pollux_loads;
@@ -8,6 +9,10 @@ mod pollux_report;
 mod teams;
 mod words;
 
+pub use hetero::{
+    hetero_report, reproduce_hetero, HeteroOptions, HeteroRow, TARGET_AGAINST_SIA,
+    TARGET_AGAINST_TYPE_BLIND,
+};
 pub use paper::{paper_report, reproduce_paper, AblationRow, PaperOptions, SweepPoint};
 pub use pollux::{reproduce_pollux, PolluxOptions, PolluxRow, PolluxRun, Published};
 pub use pollux_loads::{pollux_workload, published_avg_jct_s, Load};

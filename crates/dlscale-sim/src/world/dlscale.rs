@@ -1,13 +1,15 @@
 //! dlscale's own world: continuous time; a job's truth is its workload model (its throughput
 //! model on the GPUs and nodes it spans, and with goodput progress its training curve's
-//! statistical efficiency), its progress is counted in samples.
+//! statistical efficiency), its progress is counted in samples. A mixed fleet's world
+//! ([`super::mixed`]) is this one with a model per GPU type.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dlscale_core::efficiency::EfficiencyModel;
-use dlscale_core::job::RemainingWork;
+use dlscale_core::job::{JobOnType, RemainingWork};
 use dlscale_core::throughput::{throughput_samples_per_s, ThroughputModel};
-use dlscale_core::{BatchSize, Cluster, GpuCount, Job, PolicyInfo};
+use dlscale_core::{BatchSize, Cluster, Job, PolicyInfo};
 
 use super::{JobTruth, RunShape, World};
 use crate::config::{ProgressMode, SimConfig};
@@ -33,11 +35,13 @@ impl Dlscale {
 
 impl World for Dlscale {
     fn job(&self, spec: &SimJob) -> Result<Box<dyn JobTruth>> {
-        Ok(Box::new(DlscaleJob {
-            throughput: spec.job.throughput.clone(),
-            efficiency: spec.efficiency.clone().filter(|_| self.goodput),
-            total: work_total(spec, self.cluster, self.goodput),
-        }))
+        let truths = Truths::One(spec.job.throughput.clone());
+        Ok(Box::new(DlscaleJob::new(
+            spec,
+            truths,
+            self.cluster,
+            self.goodput,
+        )))
     }
 
     fn chunk_s(&self) -> Option<f64> {
@@ -49,15 +53,82 @@ impl World for Dlscale {
     }
 }
 
+/// A job's true step times.
+#[derive(Debug)]
+pub(super) enum Truths {
+    /// One model, wherever it runs.
+    One(Arc<dyn ThroughputModel>),
+    /// One model per GPU type (by type index), and the type of each node (by name). A run on
+    /// nodes of several types goes at the pace of its slowest (its workers step together).
+    ByType {
+        /// The job's model on each type.
+        models: Vec<Arc<dyn ThroughputModel>>,
+        /// Each node's type index.
+        node_types: Arc<BTreeMap<Arc<str>, usize>>,
+    },
+}
+
+impl Truths {
+    /// The models of the types `run` spans.
+    fn of(&self, run: &RunShape) -> Vec<&dyn ThroughputModel> {
+        match self {
+            Truths::One(model) => vec![model.as_ref()],
+            Truths::ByType { models, node_types } => {
+                let mut types: Vec<usize> = run
+                    .node_names
+                    .iter()
+                    .filter_map(|n| node_types.get(n).copied())
+                    .collect();
+                types.sort_unstable();
+                types.dedup();
+                types.iter().map(|&t| models[t].as_ref()).collect()
+            }
+        }
+    }
+
+    /// Samples per second of `run`: its slowest type's (`None`: it cannot run that way).
+    fn samples_per_s(&self, run: &RunShape) -> Option<f64> {
+        self.of(run)
+            .into_iter()
+            .map(|m| throughput_samples_per_s(m, run.gpus, run.nodes, run.batch))
+            .try_fold(f64::INFINITY, |slowest, x| Some(slowest.min(x?)))
+            .filter(|x| x.is_finite())
+    }
+}
+
 /// A job in dlscale's world.
 #[derive(Debug)]
-struct DlscaleJob {
-    /// Its true throughput model.
-    throughput: Arc<dyn ThroughputModel>,
+pub(super) struct DlscaleJob {
+    /// Its true step times.
+    truths: Truths,
     /// Its training curve, with goodput progress only (by samples every sample counts alike).
     efficiency: Option<Arc<EfficiencyModel>>,
     /// Its progress target, in samples (efficiency-weighted with goodput progress).
     total: f64,
+    /// How it runs on each GPU type, as its user declares it (an oracle's job): a mixed
+    /// fleet's job's true models.
+    declared_types: Option<Arc<[JobOnType]>>,
+}
+
+impl DlscaleJob {
+    /// Workload job `spec` with true step times `truths`, its progress as `goodput` says; a job
+    /// that declares a duration runs it at its requested size on the fewest nodes of `cluster`.
+    pub(super) fn new(spec: &SimJob, truths: Truths, cluster: Cluster, goodput: bool) -> Self {
+        DlscaleJob {
+            truths,
+            efficiency: spec.efficiency.clone().filter(|_| goodput),
+            total: work_total(spec, cluster, goodput),
+            declared_types: None,
+        }
+    }
+
+    /// The job, its user declaring how it runs on each type (`on_types`).
+    pub(super) fn declaring(self, on_types: Arc<[JobOnType]>) -> Self {
+        DlscaleJob {
+            declared_types: Some(on_types),
+            ..self
+        }
+    }
 }
 
 impl JobTruth for DlscaleJob {
@@ -70,14 +141,8 @@ impl JobTruth for DlscaleJob {
     }
 
     fn rate(&self, run: &RunShape, epoch: usize) -> f64 {
-        rate(
-            self.throughput.as_ref(),
-            self.efficiency.as_deref(),
-            run.gpus,
-            run.nodes,
-            run.batch,
-            epoch,
-        )
+        let x = self.truths.samples_per_s(run);
+        progress_rate(x, self.efficiency.as_deref(), run.batch, epoch)
     }
 
     fn boundary(&self, epoch: usize) -> f64 {
@@ -88,15 +153,19 @@ impl JobTruth for DlscaleJob {
     }
 
     fn samples_per_s(&self, run: &RunShape) -> f64 {
-        throughput_samples_per_s(self.throughput.as_ref(), run.gpus, run.nodes, run.batch)
-            .unwrap_or(0.0)
+        self.truths.samples_per_s(run).unwrap_or(0.0)
     }
 
-    /// The model's one-GPU step of the micro-batch the run's GPUs step with.
+    /// The model's one-GPU step of the micro-batch the run's GPUs step with (on the slowest
+    /// type it spans).
     fn compute_time_s(&self, run: &RunShape) -> Option<f64> {
-        let model = self.throughput.as_ref();
         let local = run.batch.div_ceil(run.gpus.max(1));
-        model.step_time_s(1, 1, local.div_ceil(model.micro_steps(local)))
+        self.truths
+            .of(run)
+            .into_iter()
+            .map(|model| model.step_time_s(1, 1, local.div_ceil(model.micro_steps(local))))
+            .try_fold(0.0f64, |slowest, c| Some(slowest.max(c?)))
+            .filter(|&c| c > 0.0)
     }
 
     fn remaining(&self, progress: f64, epoch: usize) -> Arc<dyn RemainingWork> {
@@ -108,8 +177,12 @@ impl JobTruth for DlscaleJob {
         })
     }
 
-    /// Submitted as its workload has it.
-    fn submit(&self, _job: &mut Job, _policy: PolicyInfo) {}
+    /// Submitted as its workload has it, with its types where it declares them.
+    fn submit(&self, job: &mut Job, _policy: PolicyInfo) {
+        if let Some(on) = &self.declared_types {
+            job.types.on = on.clone();
+        }
+    }
 
     fn declares_length(&self, _policy: PolicyInfo) -> bool {
         true
@@ -129,31 +202,22 @@ fn work_total(spec: &SimJob, cluster: Cluster, goodput: bool) -> f64 {
             let job = &spec.job;
             let nodes = cluster.min_nodes_for(job.requested.gpus);
             let efficiency = spec.efficiency.as_deref().filter(|_| goodput);
-            duration_s
-                * rate(
-                    job.throughput.as_ref(),
-                    efficiency,
-                    job.requested.gpus,
-                    nodes,
-                    job.requested.batch,
-                    0,
-                )
+            let (gpus, batch) = (job.requested.gpus, job.requested.batch);
+            let x = throughput_samples_per_s(job.throughput.as_ref(), gpus, nodes, batch);
+            duration_s * progress_rate(x, efficiency, batch, 0)
         }
     }
 }
 
-/// Progress per second of a job with throughput model `model` (and training curve
-/// `efficiency`, with goodput progress) on `gpus` GPUs over `nodes` nodes at `batch` in
-/// `epoch`.
-fn rate(
-    model: &dyn ThroughputModel,
+/// Progress per second of a job running at `x` samples per second (`None`: it cannot run) at
+/// `batch` in `epoch`: with its training curve `efficiency` (goodput progress), its goodput.
+fn progress_rate(
+    x: Option<f64>,
     efficiency: Option<&EfficiencyModel>,
-    gpus: GpuCount,
-    nodes: u32,
     batch: BatchSize,
     epoch: usize,
 ) -> f64 {
-    let Some(x) = throughput_samples_per_s(model, gpus, nodes, batch) else {
+    let Some(x) = x else {
         return 0.0;
     };
     match efficiency {

@@ -21,6 +21,7 @@ use crate::error::Result;
 use crate::workload::SimJob;
 
 mod dlscale;
+mod mixed;
 mod pollux_artifact;
 
 /// Whose rules the simulated jobs follow: the engine's only view of [`config::World`].
@@ -94,9 +95,10 @@ pub struct RunShape {
 
 /// The world `config` names, ready to make its jobs' truths.
 pub fn build(config: &SimConfig) -> Result<Box<dyn World>> {
-    Ok(match config.world {
-        config::World::Dlscale => Box::new(dlscale::Dlscale::new(config)),
-        config::World::PolluxArtifact => Box::new(pollux_artifact::Artifact::new(config)?),
+    Ok(match (config.world, &config.fleet) {
+        (config::World::Dlscale, None) => Box::new(dlscale::Dlscale::new(config)),
+        (config::World::Dlscale, Some(fleet)) => Box::new(mixed::Mixed::new(config, fleet)),
+        (config::World::PolluxArtifact, _) => Box::new(pollux_artifact::Artifact::new(config)?),
     })
 }
 

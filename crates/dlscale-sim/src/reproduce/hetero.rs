@@ -1,0 +1,165 @@
+//! Issue 29's yardstick: Pollux's eight workloads on a fleet of GPU types (by default
+//! `examples/fleet.toml`'s T4 + V100 + A100, 64 GPUs), each job's step times on each type from
+//! its bundled model's tables (the workloads' jobs are of Pollux's six models, which every
+//! bundled type covers: no mapping is needed). Three policies decide, every one learning each
+//! job's model per type from its reports and knowing the same (no declared lengths, no shared
+//! model families): elastic-batch across types, Sia's policy re-implemented from its paper, and
+//! type-blind elastic-batch (every type's GPUs alike). Elastic-batch with an oracle (true models
+//! on every type, true gradient statistics) is a labelled row of its own. `report.md` holds the
+//! table and the targets' verdicts, every figure from this run.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use dlscale_core::allocator::{PolicyInfo, ELASTIC_BATCH, SIA, TYPE_BLIND};
+use dlscale_core::{Fleet, Settings};
+
+use crate::config::{Knowledge, ProgressMode, Reporting};
+use crate::engine::simulate;
+use crate::error::{Result, SimError};
+use crate::workload::bundled_pollux_workload;
+use crate::SimConfig;
+
+/// Issue 29's targets: learned elastic-batch's average JCT at most this fraction of Sia's...
+pub const TARGET_AGAINST_SIA: f64 = 0.8;
+/// ...and of type-blind elastic-batch's, on every workload.
+pub const TARGET_AGAINST_TYPE_BLIND: f64 = 0.67;
+
+/// The runs, in the report's order: (label, policy, with an oracle).
+const RUNS: [(&str, PolicyInfo, bool); 4] = [
+    ("elastic-batch", ELASTIC_BATCH, false),
+    ("sia", SIA, false),
+    ("type-blind", TYPE_BLIND, false),
+    ("elastic-batch, oracle", ELASTIC_BATCH, true),
+];
+
+/// What `reproduce hetero` runs.
+#[derive(Debug, Clone)]
+pub struct HeteroOptions {
+    /// Pollux's workloads to run (1 to 8).
+    pub workloads: Vec<usize>,
+    /// The fleet.
+    pub fleet: Fleet,
+}
+
+/// One workload's average JCTs, s, in [`RUNS`]' order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeteroRow {
+    /// Pollux's workload number.
+    pub workload: usize,
+    /// Average JCT of each run.
+    pub avg_jct_s: Vec<f64>,
+}
+
+/// The simulation settings of every run: Pollux's rounds (every 60 s and on events, 30 s
+/// restarts, goodput progress) and dlscale's recommended policy settings (Sia takes its restart
+/// cost from them), learned from reports that carry no declared length and no model family.
+fn config(fleet: &Fleet, oracle: bool) -> SimConfig {
+    SimConfig {
+        progress: ProgressMode::Goodput,
+        settings: Settings::recommended(),
+        knowledge: if oracle {
+            Knowledge::Oracle
+        } else {
+            Knowledge::Learned(Reporting {
+                families: false,
+                declares_length: false,
+                ..Reporting::default()
+            })
+        },
+        ..SimConfig::default()
+    }
+    .on_fleet(fleet.clone())
+}
+
+/// Runs every workload of `options` under every run, writes `report.md` into `out_dir` and
+/// returns the rows.
+pub fn reproduce_hetero(
+    out_dir: &Path,
+    options: &HeteroOptions,
+    on_progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<HeteroRow>> {
+    std::fs::create_dir_all(out_dir).map_err(|e| SimError::io(out_dir, e))?;
+    let total = options.workloads.len() * RUNS.len();
+    let mut rows = Vec::new();
+    for &n in &options.workloads {
+        let workload = bundled_pollux_workload(n)?;
+        let mut avg_jct_s = Vec::new();
+        for (_, policy, oracle) in RUNS {
+            let config = config(&options.fleet, oracle);
+            config.validate()?;
+            let result = simulate(&workload, &config, policy, &mut ())?;
+            avg_jct_s.push(result.summary.avg_jct_s);
+            on_progress(rows.len() * RUNS.len() + avg_jct_s.len(), total);
+        }
+        rows.push(HeteroRow {
+            workload: n,
+            avg_jct_s,
+        });
+    }
+    let path = out_dir.join("report.md");
+    std::fs::write(&path, hetero_report(&options.fleet, &rows))
+        .map_err(|e| SimError::io(&path, e))?;
+    Ok(rows)
+}
+
+/// The report of [`reproduce_hetero`]'s `rows`.
+pub fn hetero_report(fleet: &Fleet, rows: &[HeteroRow]) -> String {
+    let types: Vec<String> = fleet
+        .pools()
+        .iter()
+        .zip(fleet.capacities())
+        .map(|(p, gpus)| format!("{gpus} × {}", p.name))
+        .collect();
+    let mut out = format!(
+        "# Mixed fleet: Pollux's workloads on {} ({} GPUs)\n\n",
+        types.join(" + "),
+        fleet.total_gpus()
+    );
+    out.push_str(
+        "Each job's step times on each type are its bundled model's tables there (measured where \
+         a public source measured them, else T4's scaled by the type's speed). Every learned run \
+         knew the same: its jobs' reports, per type, with no declared length and no model \
+         family; each job's models on types it has not run on follow from the bundled types' \
+         speed ratios. The oracle row knew every job's true model on every type.\n\n",
+    );
+    let _ = write!(out, "| workload |");
+    for (label, _, _) in RUNS {
+        let _ = write!(out, " {label}: avg JCT (s) |");
+    }
+    out.push_str(" vs sia | vs type-blind |\n|---|");
+    out.push_str(&"---:|".repeat(RUNS.len() + 2));
+    out.push('\n');
+    let ratio = |row: &HeteroRow, k: usize| row.avg_jct_s[0] / row.avg_jct_s[k];
+    for row in rows {
+        let _ = write!(out, "| {} |", row.workload);
+        for jct in &row.avg_jct_s {
+            let _ = write!(out, " {jct:.0} |");
+        }
+        let _ = writeln!(out, " {:.3}× | {:.3}× |", ratio(row, 1), ratio(row, 2));
+    }
+    let mean = |k: usize| rows.iter().map(|r| r.avg_jct_s[k]).sum::<f64>() / rows.len() as f64;
+    let _ = write!(out, "| mean |");
+    for k in 0..RUNS.len() {
+        let _ = write!(out, " {:.0} |", mean(k));
+    }
+    let _ = writeln!(
+        out,
+        " {:.3}× | {:.3}× |\n",
+        mean(0) / mean(1),
+        mean(0) / mean(2)
+    );
+    let worst = |k: usize| rows.iter().map(|r| ratio(r, k)).fold(0.0, f64::max);
+    let verdict = |met: bool| if met { "met" } else { "not met" };
+    let _ = writeln!(
+        out,
+        "Targets (issue 29), on every workload: learned elastic-batch ≤ \
+         {TARGET_AGAINST_SIA}× Sia's average JCT: worst {:.3}×, {}; ≤ \
+         {TARGET_AGAINST_TYPE_BLIND}× type-blind elastic-batch's: worst {:.3}×, {}.",
+        worst(1),
+        verdict(worst(1) <= TARGET_AGAINST_SIA),
+        worst(2),
+        verdict(worst(2) <= TARGET_AGAINST_TYPE_BLIND),
+    );
+    out
+}
