@@ -7,6 +7,7 @@
 # neither needs nor touches /etc/slurm or a system munged. Tested with Debian 12's slurm-wlm 22.05.
 #
 #   scripts/slurm-local.sh up [--nodes 2] [--gpus-per-node 4] [--cpus-per-node 8] [--mem-per-node-mb 16384]
+#                              [--gpu-types t4,a100]
 #   scripts/slurm-local.sh down [--purge]
 #   scripts/slurm-local.sh status
 #   scripts/slurm-local.sh env
@@ -25,6 +26,9 @@
 #   DLSCALE_SLURM_MIN_JOB_AGE  seconds a finished job stays visible to squeue/scontrol (default 30)
 #   DLSCALE_SLURM_KILL_WAIT    seconds between SIGTERM and SIGKILL on cancel/requeue (default 10)
 #   DLSCALE_SLURM_UP_TIMEOUT   seconds `up` waits for the nodes to come up (default 60)
+#
+# --gpu-types names the nodes' GPU types, round robin (n1 t4, n2 a100, n3 t4, ...): typed GRES
+# (`Gres=gpu:a100:4`), as a cluster of several GPU generations declares them; without it, untyped.
 #
 # Jobs see CUDA_VISIBLE_DEVICES, SLURM_JOB_GPUS, SLURM_GPUS_ON_NODE as on a real GPU cluster; with no
 # device cgroups the indices are the node's global ones (two jobs on one node get disjoint sets).
@@ -197,17 +201,21 @@ write_config() { # DEST_DIR
     for ((k = 1; k <= NODES; k++)); do
       printf 'NodeName=n%d NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=%d Boards=1 SocketsPerBoard=1 CoresPerSocket=%d ThreadsPerCore=1 RealMemory=%d' \
         "$k" "$host" $((PORT + k)) "$CPUS" "$CPUS" "$MEM"
-      [ "$GPUS" -gt 0 ] && printf ' Gres=gpu:%d' "$GPUS"
+      [ "$GPUS" -gt 0 ] && printf ' Gres=gpu:%s%d' "$(type_of "$k")" "$GPUS"
       echo " State=UNKNOWN"
     done
     echo "PartitionName=gpu Nodes=n[1-$NODES] Default=YES MaxTime=INFINITE State=UP"
   } >"$out/slurm.conf"
   {
     echo "# Written by scripts/slurm-local.sh"
-    if [ "$GPUS" -eq 1 ]; then
-      echo "NodeName=n[1-$NODES] Name=gpu File=$DEV/nvidia0"
-    elif [ "$GPUS" -gt 1 ]; then
-      echo "NodeName=n[1-$NODES] Name=gpu File=$DEV/nvidia[0-$((GPUS - 1))]"
+    local files=$DEV/nvidia0 k
+    [ "$GPUS" -gt 1 ] && files="$DEV/nvidia[0-$((GPUS - 1))]"
+    if [ "$GPUS" -gt 0 ] && [ ${#TYPES[@]} -eq 0 ]; then
+      echo "NodeName=n[1-$NODES] Name=gpu File=$files"
+    elif [ "$GPUS" -gt 0 ]; then
+      for ((k = 1; k <= NODES; k++)); do
+        echo "NodeName=n$k Name=gpu Type=$(type_of "$k" | tr -d :) File=$files"
+      done
     fi
   } >"$out/gres.conf"
 }
@@ -298,10 +306,18 @@ export DLSCALE_SLURM_DIR=$DIR
 EOF
 }
 
+# type_of K: node K's GPU type followed by ':' (for `gpu:TYPE:N`), or nothing when untyped.
+type_of() {
+  [ ${#TYPES[@]} -gt 0 ] || return 0
+  printf '%s:' "${TYPES[$((($1 - 1) % ${#TYPES[@]}))]}"
+}
+
 cmd_up() {
-  NODES=2 GPUS=4 CPUS=8 MEM=16384
+  NODES=2 GPUS=4 CPUS=8 MEM=16384 GPU_TYPES=
   while [ $# -gt 0 ]; do
     case "$1" in
+      --gpu-types) GPU_TYPES=${2:?}; shift 2 ;;
+      --gpu-types=*) GPU_TYPES=${1#*=}; shift ;;
       --nodes) NODES=${2:?}; shift 2 ;;
       --gpus-per-node) GPUS=${2:?}; shift 2 ;;
       --cpus-per-node) CPUS=${2:?}; shift 2 ;;
@@ -318,6 +334,10 @@ cmd_up() {
     [[ "$v" =~ ^[0-9]+$ ]] || die "not a number: $v"
   done
   if [ "$NODES" -lt 1 ] || [ "$CPUS" -lt 1 ]; then die "--nodes and --cpus-per-node must be >= 1"; fi
+  IFS=, read -r -a TYPES <<<"$GPU_TYPES"
+  for v in "${TYPES[@]}"; do
+    [[ "$v" =~ ^[a-z][a-z0-9._-]*$ ]] || die "--gpu-types: not a GPU type name: $v"
+  done
   ensure_root
   lock
   local t0=${EPOCHREALTIME/[.,]/}

@@ -577,3 +577,120 @@ async fn the_api_answers_at_once_while_squeue_hangs() {
     let (status, _) = server.json(Method::DELETE, "/v1/jobs/m", None).await;
     assert_eq!(status, 202);
 }
+
+/// A second Slurm cluster beside the first, of two GPU types (`slurm-local.sh up --gpu-types
+/// t4,a100`: n1 four T4s, n2 four A100s, typed GRES), on its own port and state directory;
+/// brought down, its state removed, when dropped.
+struct TypedCluster {
+    dir: std::path::PathBuf,
+    conf: String,
+}
+
+impl TypedCluster {
+    const PORT: &'static str = "7917";
+
+    fn up() -> TypedCluster {
+        let dir = std::env::temp_dir().join("dlscale-slurm-typed");
+        let out = std::process::Command::new(repo_root().join("scripts/slurm-local.sh"))
+            .args([
+                "up",
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "4",
+                "--gpu-types",
+                "t4,a100",
+            ])
+            .env("DLSCALE_SLURM_DIR", &dir)
+            .env("DLSCALE_SLURM_PORT", Self::PORT)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let conf = dir.join("etc/slurm.conf").display().to_string();
+        TypedCluster { dir, conf }
+    }
+}
+
+impl Drop for TypedCluster {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(repo_root().join("scripts/slurm-local.sh"))
+            .args(["down", "--purge"])
+            .env("DLSCALE_SLURM_DIR", &self.dir)
+            .env("DLSCALE_SLURM_PORT", Self::PORT)
+            .output();
+    }
+}
+
+/// Issue 29 on Slurm with two GPU types: a learned torch job starts on T4 (the A100s are held by
+/// a job that may run only there), reports its step times there, and moves to A100 when they
+/// free up, as the decision says it pays (what it measured on T4, sped up by the bundled ratio
+/// of A100 over T4), asking Slurm for the typed GRES; every step runs exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_learned_job_moves_from_t4_to_a100_on_a_typed_slurm_cluster() {
+    const NAME: &str = "a_learned_job_moves_from_t4_to_a100_on_a_typed_slurm_cluster";
+    if !slurm_ready(NAME) {
+        return;
+    }
+    let venv = match venv() {
+        Ok(v) => v,
+        Err(why) if required() || std::env::var("DLSCALE_REQUIRE_TORCH").as_deref() == Ok("1") => {
+            panic!("the torch venv is unusable: {why} (run scripts/setup-python.sh)")
+        }
+        Err(why) => {
+            eprintln!("SKIP {NAME}: {why}; run scripts/setup-python.sh");
+            return;
+        }
+    };
+    let _one_at_a_time = SLURM.lock().await;
+    let typed = TypedCluster::up();
+    // Kept when the test fails (job logs, scripts, server logs); removed when it passes.
+    let dir = KeepOnFailure(tempfile::tempdir().unwrap().keep());
+    // A restart costs 1 s of progress: the move pays once the job has run a few seconds.
+    let config = format!(
+        "executor = \"slurm\"\ncooldown_s = 1\ninterval_s = 0.5\ngrace_s = 10\nmin_gain = 0.05\nrestart_cost_s = 1\ntorchrun = \"{}\"\n\n[slurm]\npartition = \"{PARTITION}\"\npoll_s = 0.5\n",
+        venv.join("bin/torchrun").display()
+    );
+    let env = vec![("SLURM_CONF".to_string(), typed.conf.clone())];
+    let server = Server::start_with_env(&dir.0, &config, env).await;
+    let mut big = counter_job("big", 4, 100, &dir.0.join("big.trace"));
+    big["min_gpus"] = json!(4);
+    big["types"] = json!({"a100": {}});
+    server.submit(big).await;
+    let b = server.wait_job("big", 60.0, "big on Slurm", on_slurm).await;
+    assert_eq!(shape(&b), [("n2".to_string(), 4)], "{b:?}");
+    // The learned job: no model, so it is learned from its reports.
+    let trace = dir.0.join("l.trace");
+    let mut learned = torch_job("l", 4, 400, &trace);
+    learned.as_object_mut().unwrap().remove("model");
+    server.submit(learned).await;
+    let on_t4 = server.wait_job("l", 120.0, "l on Slurm", on_slurm).await;
+    assert!(shape(&on_t4).iter().all(|(n, _)| n == "n1"), "{on_t4:?}");
+    let done = server
+        .wait_job("big", 120.0, "big's end", |j| j.state.is_terminal())
+        .await;
+    assert_eq!(done.state, JobStatus::Succeeded, "{done:?}");
+    let moved = server
+        .wait_job("l", 120.0, "l on the A100s", |j| {
+            on_slurm(j) && shape(j).iter().all(|(n, _)| n == "n2")
+        })
+        .await;
+    assert!(moved.attempt > on_t4.attempt, "{moved:?}");
+    // Slurm gave it A100s: the typed GRES of its launch.
+    let shown = std::process::Command::new("scontrol")
+        .args([
+            "-o",
+            "show",
+            "job",
+            &moved.slurm_job_id.unwrap().to_string(),
+        ])
+        .env("SLURM_CONF", &typed.conf)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("gpu:a100:"), "{shown}");
+    assert_trained(&server, "l", 400, &trace, 240.0).await;
+}

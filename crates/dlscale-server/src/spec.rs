@@ -319,13 +319,6 @@ impl JobSpec {
                 ));
             }
         }
-        if map.contains_key("types") {
-            return Err(ApiError::field(
-                "types",
-                "field 'types': this service's GPUs are of one type; per-type models need a \
-                 cluster of several (not supported by the service yet)",
-            ));
-        }
         let id = match map.get("id") {
             Some(Value::String(s)) => s.clone(),
             Some(_) => return Err(ApiError::field("id", "field 'id' must be a string")),
@@ -683,10 +676,10 @@ mod tests {
             (
                 {
                     let mut v = base();
-                    v["types"] = json!({"a100": {}});
+                    v["types"] = json!({"A100": {}});
                     v
                 },
-                "types",
+                "types.A100",
             ),
             (
                 {

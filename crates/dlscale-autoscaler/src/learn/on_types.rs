@@ -19,7 +19,8 @@ use dlscale_core::{Fleet, Job};
 
 use super::Measurements;
 
-/// How a learned `job` runs on each type of `fleet`, from `measured` (its own reports, or its
+/// How a learned `job` runs on each type of `fleet` it may run on (those its `types` name, if
+/// any), from `measured` (its own reports, or its
 /// family's pool), with compute and sync overlapping in the fits when `overlap`.
 pub fn learned_on_types(
     fleet: &Fleet,
@@ -27,7 +28,15 @@ pub fn learned_on_types(
     job: &Job,
     overlap: bool,
 ) -> Arc<[JobOnType]> {
-    let names: Vec<&str> = fleet.pools().iter().map(|p| &*p.name).collect();
+    // The types it may run on: those its user named (kept by every remake), else all.
+    let names: Vec<&str> = fleet
+        .pools()
+        .iter()
+        .map(|p| &*p.name)
+        .filter(|name| {
+            job.types.on.is_empty() || job.types.on.iter().any(|o| &*o.gpu_type == *name)
+        })
+        .collect();
     // Each type's own fitted model, with its measurements.
     let own: Vec<(Measurements, Option<Arc<dyn ThroughputModel>>)> = names
         .iter()

@@ -430,6 +430,8 @@ pub struct NodeInfo {
     pub total_gpus: u32,
     /// Address workers use to reach it (Slurm's `NodeAddr`).
     pub addr: String,
+    /// The type of its GPUs (a typed GRES, `gpu:a100:4`), when it names one.
+    pub gpu_type: Option<String>,
 }
 
 /// The usable GPUs and what else the executor knows of the nodes.
@@ -452,6 +454,7 @@ impl Capacity {
                 name: name.into(),
                 total_gpus: gpus,
                 addr: addr.to_string(),
+                gpu_type: None,
             }],
         }
     }

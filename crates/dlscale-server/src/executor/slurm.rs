@@ -229,10 +229,14 @@ impl SlurmExecutor {
         let files = JobFiles::of(&self.ctx.data_dir, spec);
         let (dir, log) = (files.run(l.attempt), files.log());
         let port = self.next_port();
-        let addrs: BTreeMap<String, String> = lock(&self.nodes)
-            .iter()
-            .map(|n| (n.name.clone(), n.addr.clone()))
-            .collect();
+        let (addrs, gres) = {
+            let known = lock(&self.nodes);
+            let addrs: BTreeMap<String, String> = known
+                .iter()
+                .map(|n| (n.name.clone(), n.addr.clone()))
+                .collect();
+            (addrs, typed_gres(&known, shares, per_node))
+        };
         let scripts = Scripts::new(self, l, job, &addrs, port);
         {
             let header = format!(
@@ -259,7 +263,7 @@ impl SlurmExecutor {
             format!("--partition={}", self.cfg.partition),
             format!("--nodes={nodes}"),
             "--ntasks-per-node=1".to_string(),
-            format!("--gres=gpu:{per_node}"),
+            gres,
             format!("--nodelist={node_list}"),
             "--export=ALL".to_string(),
             // sbatch expands %j and the like in file names; %% is a literal %.
@@ -420,11 +424,12 @@ impl Executor for SlurmExecutor {
         let topology = Topology {
             nodes: nodes
                 .iter()
-                .map(|n| {
-                    let free = n
+                .map(|n| Node {
+                    gpus: n
                         .total_gpus
-                        .saturating_sub(foreign.get(&n.name).copied().unwrap_or(0));
-                    Node::untyped(n.name.as_str(), free)
+                        .saturating_sub(foreign.get(&n.name).copied().unwrap_or(0)),
+                    gpu_type: n.gpu_type.as_deref().map(Into::into),
+                    ..Node::untyped(n.name.as_str(), 0)
                 })
                 .filter(|n| n.gpus > 0)
                 .collect(),
@@ -629,6 +634,22 @@ impl Scripts {
     }
 }
 
+/// The `--gres` of a launch of `per_node` GPUs on each of `shares`' nodes: typed
+/// (`gpu:a100:4`) when every one of its nodes has GPUs of one type (as `known` says), so that
+/// Slurm gives it the type it was decided onto; else `gpu:4`.
+fn typed_gres(
+    known: &[NodeInfo],
+    shares: &[dlscale_core::placement::Share],
+    per_node: u32,
+) -> String {
+    let type_of = |node: &str| known.iter().find(|n| n.name == node)?.gpu_type.as_deref();
+    let first = shares.first().and_then(|s| type_of(&s.node));
+    match first.filter(|t| shares.iter().all(|s| type_of(&s.node) == Some(t))) {
+        Some(gpu_type) => format!("--gres=gpu:{gpu_type}:{per_node}"),
+        None => format!("--gres=gpu:{per_node}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -636,6 +657,41 @@ mod tests {
     use dlscale_autoscaler::Shape;
     use dlscale_core::placement::Share;
     use std::sync::Arc;
+
+    #[test]
+    fn a_launch_on_nodes_of_one_type_asks_for_that_type() {
+        let node = |name: &str, gpu_type: Option<&str>| NodeInfo {
+            name: name.into(),
+            total_gpus: 4,
+            addr: "127.0.0.1".into(),
+            gpu_type: gpu_type.map(Into::into),
+        };
+        let known = [
+            node("t1", Some("t4")),
+            node("t2", Some("t4")),
+            node("a1", Some("a100")),
+            node("u1", None),
+        ];
+        let on = |nodes: &[&str]| -> Vec<Share> {
+            nodes
+                .iter()
+                .map(|&n| Share {
+                    node: n.into(),
+                    gpus: 2,
+                })
+                .collect()
+        };
+        assert_eq!(typed_gres(&known, &on(&["t1", "t2"]), 2), "--gres=gpu:t4:2");
+        assert_eq!(typed_gres(&known, &on(&["a1"]), 2), "--gres=gpu:a100:2");
+        // Untyped, mixed or unknown nodes: any GPU.
+        for nodes in [&["u1"][..], &["t1", "a1"], &["gone"]] {
+            assert_eq!(
+                typed_gres(&known, &on(nodes), 2),
+                "--gres=gpu:2",
+                "{nodes:?}"
+            );
+        }
+    }
 
     #[test]
     fn a_teams_launches_are_charged_to_its_account_others_to_the_configured_one() {

@@ -172,6 +172,34 @@ pub fn gres_gpus(gres: &str) -> u32 {
     total
 }
 
+/// The GPU type a GRES string names (`gpu:a100:4(S:0-1)` → `a100`), when every GPU entry names
+/// the same one; `None` for untyped GPUs (`gpu:4`) or a node of several types (which dlscale
+/// then sees as GPUs of no type).
+pub fn gres_gpu_type(gres: &str) -> Option<String> {
+    let mut found: Option<&str> = None;
+    for item in gres.split(',') {
+        let item = item.split('(').next().unwrap_or("").trim();
+        let item = item
+            .strip_prefix("gres:")
+            .or_else(|| item.strip_prefix("gres/"))
+            .unwrap_or(item);
+        let parts: Vec<&str> = item.split(':').collect();
+        match parts.as_slice() {
+            ["gpu", gpu_type, count] if count.parse::<u32>().is_ok_and(|n| n > 0) => {
+                if found.is_some_and(|f| f != *gpu_type) {
+                    return None;
+                }
+                found = Some(gpu_type);
+            }
+            ["gpu", count] if count.parse::<u32>().is_ok_and(|n| n > 0) => return None,
+            _ => {}
+        }
+    }
+    found
+        .filter(|t| dlscale_core::fleet::is_type_name(t))
+        .map(str::to_string)
+}
+
 /// A number that Slurm's JSON gives plain (22.05) or as `{"set", "number"}` (23.02+).
 fn num(v: &Value) -> Option<i64> {
     match v {
@@ -367,7 +395,8 @@ pub fn parse_sinfo(text: &str, partition: &str, only: Option<&[String]>) -> Resu
             && states.iter().all(|s| {
                 !UNUSABLE.contains(&s.as_str()) && !s.ends_with(|c: char| "*~#!%$@^-".contains(c))
             });
-        let gpus = gres_gpus(&str_of(n.get("gres")));
+        let gres = str_of(n.get("gres"));
+        let gpus = gres_gpus(&gres);
         if !up || gpus == 0 {
             continue;
         }
@@ -378,6 +407,7 @@ pub fn parse_sinfo(text: &str, partition: &str, only: Option<&[String]>) -> Resu
             name,
             total_gpus: gpus,
             addr,
+            gpu_type: gres_gpu_type(&gres),
         });
     }
     if seen.is_empty() {
@@ -510,6 +540,23 @@ mod tests {
         assert_eq!(gres_gpus("gres/gpu:1"), 1);
         assert_eq!(gres_gpus("(null)"), 0);
         assert_eq!(gres_gpus("gpu:0"), 0);
+        assert_eq!(
+            gres_gpu_type("gpu:a100:2(S:0-1),mps:100").as_deref(),
+            Some("a100")
+        );
+        assert_eq!(
+            gres_gpu_type("gres/gpu:t4:4,gpu:t4:2").as_deref(),
+            Some("t4")
+        );
+        for untyped in [
+            "gpu:4",
+            "gpu:a100:2,gpu:t4:2",
+            "gpu:t4:2,gpu:1",
+            "gpu:A100:2",
+            "(null)",
+        ] {
+            assert_eq!(gres_gpu_type(untyped), None, "{untyped}");
+        }
     }
 
     /// Odd values Slurm should not print but a fuzzer does: no panic, no overflow, no huge
@@ -595,6 +642,18 @@ mod tests {
         let names: Vec<&str> = t.iter().map(|n| &*n.name).collect();
         assert_eq!(names, ["n1", "n4"]);
         assert_eq!(t[0].addr, "10.0.0.1");
+        assert_eq!(t[0].gpu_type, None);
+        // Typed GRES: each node's type.
+        let typed = serde_json::json!({"nodes": [
+            {"name": "t1", "state": "idle", "partitions": ["gpu"], "gres": "gpu:t4:4(S:0)"},
+            {"name": "a1", "state": "idle", "partitions": ["gpu"], "gres": "gpu:a100:2"}]})
+        .to_string();
+        let t = parse_sinfo(&typed, "gpu", None).unwrap();
+        let types: Vec<(u32, Option<&str>)> = t
+            .iter()
+            .map(|n| (n.total_gpus, n.gpu_type.as_deref()))
+            .collect();
+        assert_eq!(types, [(4, Some("t4")), (2, Some("a100"))]);
         let only = parse_sinfo(&text, "gpu", Some(&["n4".to_string()])).unwrap();
         assert_eq!(only.len(), 1);
         let err = parse_sinfo(&text, "gpu", Some(&["zz".to_string()])).unwrap_err();
@@ -700,12 +759,14 @@ mod tests {
                 NodeInfo {
                     name: "n1".into(),
                     total_gpus: 4,
-                    addr: "127.0.0.1".into()
+                    addr: "127.0.0.1".into(),
+                    gpu_type: None,
                 },
                 NodeInfo {
                     name: "n2".into(),
                     total_gpus: 4,
-                    addr: "127.0.0.1".into()
+                    addr: "127.0.0.1".into(),
+                    gpu_type: None,
                 },
             ]
         );

@@ -143,3 +143,20 @@ fn points_of_no_type_belong_to_no_type_of_a_fleet() {
     let on = learned_on_types(&fleet(), &m, &job(), false);
     assert!(close(step_s(&on, "t4", 2), step_s(&before, "t4", 2)));
 }
+
+#[test]
+fn a_job_runs_only_on_the_types_its_user_named() {
+    let mut named = job();
+    named.types.on = Arc::from([JobOnType {
+        gpu_type: "a100".into(),
+        throughput: Arc::new(PRIOR),
+        max_local_batch: 64,
+    }]);
+    let on = learned_on_types(&fleet(), &Measurements::default(), &named, false);
+    let names: Vec<&str> = on.iter().map(|o| &*o.gpu_type).collect();
+    assert_eq!(names, ["a100"]);
+    // What it makes is what it is remade from: still A100 only.
+    named.types.on = on;
+    let again = learned_on_types(&fleet(), &Measurements::default(), &named, false);
+    assert_eq!(again.len(), 1);
+}
