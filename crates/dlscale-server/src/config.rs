@@ -782,8 +782,8 @@ mod tests {
             ),
             (
                 "policy = \"tiresias\"\n[teams.a]\nguaranteed_gpus = 2",
-                "teams: quotas are kept by the policies elastic-batch, elastic-gpu, static, \
-                 static-partitions, not tiresias",
+                "teams: quotas are kept by the policies elastic-batch, type-blind, elastic-gpu, \
+                 static, static-partitions, not tiresias",
             ),
         ] {
             let file: ConfigFile = toml::from_str(text).unwrap();

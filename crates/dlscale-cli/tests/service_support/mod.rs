@@ -418,9 +418,10 @@ pub async fn assert_trained(server: &Server, id: &str, total: u64, trace: &Path,
         .text(&format!("/v1/jobs/{id}/logs?tail_bytes=10000000"))
         .await
         .unwrap_or_default();
-    assert_eq!(
-        (done.state, done.exit_code),
-        (JobStatus::Succeeded, Some(0)),
+    // Exit code 0, or none: its workers reported training done and its processes then ended
+    // while no server watched them (a kill -9 in that window): finished, with no code to read.
+    assert!(
+        done.state == JobStatus::Succeeded && matches!(done.exit_code, Some(0) | None),
         "{done:?}\n{}\n--- {id}'s own log, the end ---\n{}",
         server.log(),
         &log[log.char_indices().rev().nth(6000).map_or(0, |(i, _)| i)..]

@@ -13,7 +13,8 @@
 //! than nothing are offered), each job takes one or none, and every type's GPUs are a capacity —
 //! solved exactly by the knapsack across types ([`TypedKnapsack`]) where Sia solves an ILP.
 //!
-//! On a request without a fleet the cluster is one type. What differs from Sia's simulator:
+//! On a request without a fleet the cluster is one type, of the request's free GPUs, at the
+//! counts its shape rule allows. What differs from Sia's simulator:
 //! `S` is one cost for every model (Sia's differs by model), and a job in its restart delay is
 //! not pinned (the autoscaler's holds apply instead).
 
@@ -113,9 +114,14 @@ impl Policy for Sia {
                 items
             })
             .collect();
+        // A cluster of alike GPUs offers what the request says is free.
+        let capacities = match request.fleet {
+            Some(fleet) => fleet.capacities(),
+            None => vec![request.capacity],
+        };
         let solution = self
             .solver
-            .solve(&items, &fleet.capacities())
+            .solve(&items, &capacities)
             .expect("leaving every job out always fits");
         let pools = fleet.pools();
         let jobs = request
@@ -195,11 +201,12 @@ fn configurations(request: &DecisionRequest<'_>, fleet: &Fleet, job: &Job) -> Ve
                 current.into_iter().collect()
             }
             (Hold::ShrinkOnly, Some(h)) => options
-                .filter(|o| o.gpus < h && offered(pool, o.gpus))
+                .filter(|o| o.gpus < h && offered(pool, o.gpus) && request.allows(job, o.gpus))
                 .chain(current)
                 .collect(),
             _ => options
                 .filter(|o| Some(o.gpus) != held && o.gpus <= cap && offered(pool, o.gpus))
+                .filter(|o| request.allows(job, o.gpus))
                 .chain(current)
                 .collect(),
         };
