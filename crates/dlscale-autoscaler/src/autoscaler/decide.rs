@@ -375,7 +375,8 @@ pub fn decide_placed<'a>(
             (Some(_), None) => None,
             (None, _) => Some(0),
         };
-        let wanted: Vec<(Wanted, usize)> = order
+        // The running jobs, each with its type's index (in `types`, alongside).
+        let (wanted, types): (Vec<Wanted>, Vec<usize>) = order
             .iter()
             .filter_map(|&i| Some((decision.jobs.get(i)?, jobs.get(i)?)))
             .filter(|(d, _)| d.state == JobState::Running)
@@ -387,35 +388,40 @@ pub fn decide_placed<'a>(
                 });
                 Some((Wanted::new(d.id.clone(), d.gpus, !same), of_type(d)?))
             })
-            .collect();
+            .unzip();
         let placed = match topologies {
+            // A cluster of alike GPUs: the plain placement, nothing copied.
             [topology] => {
-                let wanted: Vec<Wanted> = wanted.iter().map(|(w, _)| w.clone()).collect();
                 placement::place(topology, shape, previous, &wanted, defragment_moves_per_job)
             }
-            _ => placement::place_by_type(
-                topologies,
-                shape,
-                previous,
-                &wanted,
-                defragment_moves_per_job,
-            ),
+            _ => {
+                let typed: Vec<(Wanted, usize)> =
+                    wanted.iter().cloned().zip(types.iter().copied()).collect();
+                placement::place_by_type(
+                    topologies,
+                    shape,
+                    previous,
+                    &typed,
+                    defragment_moves_per_job,
+                )
+            }
         };
-        let spread: Vec<(String, GpuCount)> = if policy.consolidates(request.settings) {
-            topologies
+        let spread: Vec<(String, GpuCount)> = match topologies {
+            _ if !policy.consolidates(request.settings) => Vec::new(),
+            [topology] => spread(topology, shape, &wanted, &placed.placement),
+            _ => topologies
                 .iter()
                 .enumerate()
                 .flat_map(|(t, topology)| {
                     let on_type: Vec<Wanted> = wanted
                         .iter()
-                        .filter(|(_, of)| *of == t)
+                        .zip(&types)
+                        .filter(|(_, &of)| of == t)
                         .map(|(w, _)| w.clone())
                         .collect();
                     spread(topology, shape, &on_type, &placed.placement)
                 })
-                .collect()
-        } else {
-            Vec::new()
+                .collect(),
         };
         if (placed.unplaced.is_empty() && spread.is_empty()) || rounds >= 3 {
             break (decision, placed);
