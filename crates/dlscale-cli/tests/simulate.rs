@@ -254,3 +254,49 @@ fn count_rule_and_consolidation_flags_override_the_preset() {
         "{err}"
     );
 }
+
+#[test]
+fn simulate_takes_a_fleet_of_gpu_types_and_refuses_it_with_the_pollux_preset() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().to_str().unwrap();
+    let fleet = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/fleet.toml");
+    dlscale_ok(&[
+        "simulate",
+        "--workload",
+        "pollux:3",
+        "--fleet",
+        fleet,
+        "--policy",
+        "sia,type-blind",
+        "--progress",
+        "goodput",
+        "--out",
+        dir,
+    ]);
+    for policy in ["sia", "type-blind"] {
+        let s = summary(&out.path().join(policy).join("summary.json"));
+        assert_eq!(s["completed"], 160, "{policy}: {s}");
+        let util = s["gpu_utilization"].as_f64().unwrap();
+        assert!(util > 0.0 && util <= 1.0, "{policy}: {util}");
+    }
+    // Pollux's artifact's world has no GPU types: refused before anything runs.
+    let refused = dlscale(&[
+        "simulate",
+        "--workload",
+        "pollux:3",
+        "--fleet",
+        fleet,
+        "--preset",
+        "pollux",
+        "--policy",
+        "elastic-batch",
+        "--out",
+        dir,
+    ]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("--fleet") && stderr.contains("--preset"),
+        "{stderr}"
+    );
+}
