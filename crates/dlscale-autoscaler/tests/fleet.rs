@@ -10,7 +10,6 @@ use std::sync::Arc;
 use dlscale_autoscaler::learn::PRIOR;
 use dlscale_autoscaler::{Action, Autoscaler, AutoscalerConfig, Input, ModelSource, Outcome, Step};
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
-use dlscale_core::placement::Topology;
 use dlscale_core::{allocator, Fleet, GpuPool, Job};
 use steps::{config, started, submit, submit_as};
 
@@ -188,11 +187,4 @@ fn a_learned_job_measured_on_t4_moves_to_a100_when_it_frees_up() {
         types.contains(&Some("t4")) && types.contains(&Some("a100")),
         "{types:?}"
     );
-}
-
-#[test]
-fn a_typed_topology_reads_back_its_types_in_node_order() {
-    let topology: Topology = fleet().topology();
-    let (read, _) = Fleet::of_topology(&topology).unwrap();
-    assert_eq!(read.capacities(), vec![4, 4]);
 }

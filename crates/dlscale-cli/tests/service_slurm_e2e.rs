@@ -28,7 +28,18 @@ use service_support::slurm::{
     clear_queue, instance, ours, required, run, slurm_ready, CancelOnDrop, KeepOnFailure, Queued,
     PARTITION, SLURM,
 };
-use service_support::{assert_trained, cli, repo_root, venv, wait_until, Server, Watch};
+use service_support::{
+    assert_trained, cli, repo_root, torch_venv_or_skip, venv, wait_until, Server, Watch,
+};
+
+/// The torch venv for test `test`, or `None` (it is skipped, saying why) when it is unusable;
+/// an unusable venv fails the test where Slurm is required (or torch: `torch_venv_or_skip`).
+fn torch_venv(test: &str) -> Option<std::path::PathBuf> {
+    if let (true, Err(why)) = (required(), venv()) {
+        panic!("the torch venv is unusable: {why} (run scripts/setup-python.sh)");
+    }
+    torch_venv_or_skip(test)
+}
 
 /// Per dlscale job: the most Slurm jobs active at once, and those jobs.
 type MostActive = BTreeMap<String, (usize, Vec<Queued>)>;
@@ -82,15 +93,8 @@ async fn torch_jobs_span_nodes_rescale_and_are_adopted_after_a_server_kill() {
     if !slurm_ready(NAME) {
         return;
     }
-    let venv = match venv() {
-        Ok(v) => v,
-        Err(why) if required() || std::env::var("DLSCALE_REQUIRE_TORCH").as_deref() == Ok("1") => {
-            panic!("the torch venv is unusable: {why} (run scripts/setup-python.sh)")
-        }
-        Err(why) => {
-            eprintln!("SKIP {NAME}: {why}; run scripts/setup-python.sh");
-            return;
-        }
+    let Some(venv) = torch_venv(NAME) else {
+        return;
     };
     let _one_at_a_time = SLURM.lock().await;
     clear_queue();
@@ -635,15 +639,8 @@ async fn a_learned_job_moves_from_t4_to_a100_on_a_typed_slurm_cluster() {
     if !slurm_ready(NAME) {
         return;
     }
-    let venv = match venv() {
-        Ok(v) => v,
-        Err(why) if required() || std::env::var("DLSCALE_REQUIRE_TORCH").as_deref() == Ok("1") => {
-            panic!("the torch venv is unusable: {why} (run scripts/setup-python.sh)")
-        }
-        Err(why) => {
-            eprintln!("SKIP {NAME}: {why}; run scripts/setup-python.sh");
-            return;
-        }
+    let Some(venv) = torch_venv(NAME) else {
+        return;
     };
     let _one_at_a_time = SLURM.lock().await;
     let typed = TypedCluster::up();

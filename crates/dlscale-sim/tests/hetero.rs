@@ -3,21 +3,10 @@
 
 use dlscale_core::allocator::{ELASTIC_BATCH, TYPE_BLIND};
 use dlscale_core::{Fleet, GpuPool};
-use dlscale_sim::metrics::{JobRecord, SimObserver};
 use dlscale_sim::workload::{model_job, SimJob, Work};
 use dlscale_sim::{
     reproduce_hetero, simulate, HeteroOptions, Knowledge, ProgressMode, SimConfig, Workload, World,
 };
-
-#[derive(Default)]
-struct Collect(Vec<JobRecord>);
-
-impl SimObserver for Collect {
-    fn job_finished(&mut self, record: &JobRecord) -> dlscale_sim::Result<()> {
-        self.0.push(record.clone());
-        Ok(())
-    }
-}
 
 fn fleet(types: &[(&str, u32)]) -> Fleet {
     Fleet::new(
@@ -56,9 +45,8 @@ fn jct_s(workload: &Workload, fleet: Fleet, policy: dlscale_core::PolicyInfo) ->
         ..SimConfig::default()
     }
     .on_fleet(fleet);
-    let mut out = Collect::default();
-    simulate(workload, &config, policy, &mut out).unwrap();
-    out.0[0].jct_s.expect("completed")
+    let result = simulate(workload, &config, policy, &mut ()).unwrap();
+    *result.jcts_s.first().expect("completed")
 }
 
 #[test]

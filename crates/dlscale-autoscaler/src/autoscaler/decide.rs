@@ -50,15 +50,6 @@ impl Autoscaler {
         let waiting = self.live.iter().any(|r| r.status == Status::Queued);
         let mut causes = BTreeMap::new();
         let mut explored = BTreeMap::new();
-        let types: Vec<Option<Arc<str>>> = self
-            .live
-            .iter()
-            .map(|r| {
-                r.launch
-                    .as_ref()
-                    .and_then(|l| self.type_of(&l.shape.shares))
-            })
-            .collect();
         let (topology, node_index, families) = (&self.topology, &self.node_index, &self.families);
         // A launch on a node that left (or shrank) cannot be kept as it is: the job is decided
         // for as if it did not run, so that it is moved rather than held where it cannot be.
@@ -71,7 +62,7 @@ impl Autoscaler {
         };
         let (seqs, digests) = (&self.seqs, &mut self.typed_digests);
         digests.retain(|id, _| seqs.contains_key(id));
-        for ((r, job), gpu_type) in self.live.iter().zip(self.jobs.iter_mut()).zip(types) {
+        for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
             job.history.clone_from(&r.history);
             if let (Some((fleet, _)), ModelSource::Learned) = (&self.fleet, &r.model) {
                 // Its model on each type, made again when what it is fitted to changed.
@@ -110,7 +101,9 @@ impl Autoscaler {
             .filter(|c| job.batch_fits(c.gpus, c.batch) && job.gpus.allows(c.gpus))
             .filter(|_| launch.is_some_and(|l| still_placed(&l.shape.shares)));
             // On a fleet, the type its launch runs on.
-            job.types.current = gpu_type.filter(|_| job.current.is_some());
+            job.types.current = launch
+                .filter(|_| self.fleet.is_some() && job.current.is_some())
+                .and_then(|l| super::type_on(topology, node_index, &l.shape.shares));
             let cause = match (job.current, launch) {
                 (Some(_), Some(l)) => {
                     let restart_s = r

@@ -156,6 +156,17 @@ fn measured<'a>(
         .unwrap_or(&r.measurements)
 }
 
+/// The GPU type of the first node of `shares` in `topology` (whose nodes `node_index` indexes),
+/// [`UNTYPED`] for a node that names none; `None` for shares on no node of it.
+fn type_on(
+    topology: &Topology,
+    node_index: &BTreeMap<Arc<str>, usize>,
+    shares: &[placement::Share],
+) -> Option<Arc<str>> {
+    let node = &topology.nodes[*node_index.get(&shares.first()?.node)?];
+    Some(node.gpu_type.clone().unwrap_or_else(|| UNTYPED.into()))
+}
+
 /// How long a job waits before launch `failures + 1` after `failures` failures in a row: 1 s,
 /// doubling, at most a minute.
 pub fn retry_backoff_s(failures: u32) -> f64 {
@@ -482,8 +493,7 @@ impl Autoscaler {
     /// cluster whose GPUs are alike to the policy.
     fn type_of(&self, shares: &[placement::Share]) -> Option<Arc<str>> {
         self.fleet.as_ref()?;
-        let node = &self.topology.nodes[*self.node_index.get(&shares.first()?.node)?];
-        Some(node.gpu_type.clone().unwrap_or_else(|| UNTYPED.into()))
+        type_on(&self.topology, &self.node_index, shares)
     }
 
     fn set_topology(&mut self, topology: Topology) {

@@ -84,6 +84,11 @@ impl Policy for Sia {
             .zip(&configs)
             .map(|(job, configs)| {
                 let factor = restart_factor(job, &request.settings.restart);
+                // Where it runs now: (type, GPUs).
+                let now = job
+                    .current
+                    .zip(current_type(job, fleet))
+                    .map(|(c, t)| (t, c.gpus));
                 let mut items = vec![TypedItem {
                     gpu_type: 0,
                     gpus: 0,
@@ -91,9 +96,7 @@ impl Policy for Sia {
                 }];
                 let mut from = vec![None];
                 for (k, c) in configs.iter().enumerate() {
-                    let kept = job.current.is_some_and(|now| {
-                        now.gpus == c.option.gpus && current_type(job, fleet) == Some(c.gpu_type)
-                    });
+                    let kept = now == Some((c.gpu_type, c.option.gpus));
                     let g = if kept { c.goodput } else { c.goodput * factor };
                     let cost = if g > 0.0 {
                         (g.powf(P) * 100.0).round() / 100.0

@@ -69,27 +69,26 @@ pub(super) enum Truths {
 }
 
 impl Truths {
-    /// The models of the types `run` spans.
-    fn of(&self, run: &RunShape) -> Vec<&dyn ThroughputModel> {
-        match self {
-            Truths::One(model) => vec![model.as_ref()],
-            Truths::ByType { models, node_types } => {
-                let mut types: Vec<usize> = run
-                    .node_names
-                    .iter()
-                    .filter_map(|n| node_types.get(n).copied())
-                    .collect();
-                types.sort_unstable();
-                types.dedup();
-                types.iter().map(|&t| models[t].as_ref()).collect()
-            }
-        }
+    /// The models of the types `run` spans (of each node it spans: a type may repeat, which
+    /// changes no slowest), without allocating (a run's rate is asked on every step of the
+    /// event loop).
+    fn of<'a>(&'a self, run: &'a RunShape) -> impl Iterator<Item = &'a dyn ThroughputModel> {
+        let (one, by_type) = match self {
+            Truths::One(model) => (Some(model.as_ref()), None),
+            Truths::ByType { models, node_types } => (None, Some((models, node_types))),
+        };
+        let typed = by_type.into_iter().flat_map(move |(models, node_types)| {
+            run.node_names
+                .iter()
+                .filter_map(|n| node_types.get(n))
+                .map(|&t| models[t].as_ref())
+        });
+        one.into_iter().chain(typed)
     }
 
     /// Samples per second of `run`: its slowest type's (`None`: it cannot run that way).
     fn samples_per_s(&self, run: &RunShape) -> Option<f64> {
         self.of(run)
-            .into_iter()
             .map(|m| throughput_samples_per_s(m, run.gpus, run.nodes, run.batch))
             .try_fold(f64::INFINITY, |slowest, x| Some(slowest.min(x?)))
             .filter(|x| x.is_finite())
@@ -162,7 +161,6 @@ impl JobTruth for DlscaleJob {
         let local = run.batch.div_ceil(run.gpus.max(1));
         self.truths
             .of(run)
-            .into_iter()
             .map(|model| model.step_time_s(1, 1, local.div_ceil(model.micro_steps(local))))
             .try_fold(0.0f64, |slowest, c| Some(slowest.max(c?)))
             .filter(|&c| c > 0.0)
