@@ -146,3 +146,4 @@ def test_a_stopped_process_whose_exit_hangs_is_ended_after_its_checkpoint(tmp_pa
     assert load_latest_checkpoint(str(tmp_path))[1]["step"] == 0
     # Ended by the watchdog, not after the thread's ten minutes (importing torch takes a while).
     assert EXIT_WATCHDOG_S <= elapsed < EXIT_WATCHDOG_S + 60, elapsed
+    assert f"dlscale: exit watchdog: still running {EXIT_WATCHDOG_S} s after the checkpoint" in r.stderr, r.stderr

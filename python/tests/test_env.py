@@ -81,6 +81,17 @@ def test_stop_exit_code_env():
         stop_exit_code({"DLSCALE_STOP_EXIT_CODE": "300"})
 
 
+def test_exit_watchdog_env():
+    from dlscale.stop import EXIT_WATCHDOG_S, exit_watchdog_s
+
+    assert exit_watchdog_s({}) == EXIT_WATCHDOG_S
+    assert exit_watchdog_s({"DLSCALE_EXIT_WATCHDOG_S": " 60 "}) == 60
+    with pytest.raises(EnvError, match="DLSCALE_EXIT_WATCHDOG_S='5s' is not a whole number"):
+        exit_watchdog_s({"DLSCALE_EXIT_WATCHDOG_S": "5s"})
+    with pytest.raises(EnvError, match="1..3600"):
+        exit_watchdog_s({"DLSCALE_EXIT_WATCHDOG_S": "0"})
+
+
 def test_example_exits_2_with_one_line_on_bad_env():
     # Fails in dlscale.init(), before torch is imported: fast, and no traceback.
     r = subprocess.run([python_exe(), str(EXAMPLE)], cwd=REPO, capture_output=True, text=True, timeout=60,

@@ -203,20 +203,20 @@ def test_a_signal_to_the_process_group_stops_at_a_checkpoint_not_in_a_dead_worke
     import os
     import signal
     import sys
-    import time
 
     from conftest import Proc, clean_env
-    from dlscale.stop import EXIT_WATCHDOG_S
 
-    env = clean_env(DLSCALE_CHECKPOINT_DIR=str(tmp_path), DLSCALE_LOCAL_BATCH_SIZE="4")
+    # A watchdog far beyond a clean exit, even on a loaded machine: workers left behind would
+    # hold the exit until it fires, and the wait below would run out first.
+    env = clean_env(DLSCALE_CHECKPOINT_DIR=str(tmp_path), DLSCALE_LOCAL_BATCH_SIZE="4",
+                    DLSCALE_EXIT_WATCHDOG_S="300")
     proc = Proc([sys.executable, "-c", _WITH_WORKERS, "1000000"], env)
     proc.wait_for(r"dlscale: step=(\d+)", 60, lambda m: int(m.group(1)) >= 20)
     os.killpg(proc.p.pid, signal.SIGTERM)  # as a launcher does: the workers get it too
     step = int(proc.wait_for(r"dlscale: stopped step=(\d+)", 30).group(1))
-    stopped = time.monotonic()
-    assert proc.p.wait(60) == 75, proc.output
     # Its workers were ended at exit, not left for the exit watchdog.
-    assert time.monotonic() - stopped < EXIT_WATCHDOG_S, proc.output
+    assert proc.wait(120) == 75, proc.output
+    assert "exit watchdog" not in proc.output, proc.output
     assert load_latest_checkpoint(str(tmp_path))[1]["step"] == step
     assert "Traceback" not in proc.output
 

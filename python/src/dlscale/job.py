@@ -42,7 +42,8 @@ from .loader import ElasticLoader, StreamBatches
 from .lr import LrScaling, set_lr
 from .metrics import MetricsReporter, metrics_payload
 from .noise import GradNoiseEstimator, register_ddp_hook, track_micro_batches
-from .stop import EXIT_BAD_ENV, StopFlag, arm_exit_watchdog, install_stop_handler, stop_exit_code
+from .stop import (EXIT_BAD_ENV, StopFlag, arm_exit_watchdog, exit_watchdog_s, install_stop_handler,
+                   stop_exit_code)
 
 
 def _unwrap(model: Any) -> Any:
@@ -121,6 +122,7 @@ class Job:
         self.checkpoint_every = max(0, checkpoint_every)
         self.keep_checkpoints = keep_checkpoints
         self.stop_code = stop_exit_code(env)
+        self.exit_watchdog_s = exit_watchdog_s(env)
         # Armed by stop(): ends the process with its stop code if its exit hangs.
         self.exit_watchdog: Optional[threading.Timer] = None
         if report_interval is None:
@@ -691,7 +693,7 @@ class Job:
 
     def stop(self) -> NoReturn:
         """Checkpoint, log ``dlscale: stopped step=N``, leave the process group, exit. A process
-        still alive ``EXIT_WATCHDOG_S`` seconds after its checkpoint and last report is ended with
+        still alive ``DLSCALE_EXIT_WATCHDOG_S`` (default 5) seconds after its checkpoint and last report is ended with
         its stop code (``arm_exit_watchdog``): nothing is lost, and its GPUs are freed."""
         self._flush_window()
         self.checkpoint()
@@ -699,7 +701,7 @@ class Job:
         self.reporter.close()
         # From here on nothing is left to save: leaving the group and the interpreter's teardown
         # may hang (NCCL, a non-daemon thread), and must not hold the GPUs until the grace ends.
-        self.exit_watchdog = arm_exit_watchdog(self.stop_code)
+        self.exit_watchdog = arm_exit_watchdog(self.stop_code, self.exit_watchdog_s)
         dist = _dist()
         if dist is not None:
             dist.destroy_process_group()

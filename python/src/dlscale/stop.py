@@ -12,6 +12,7 @@ A stopped process whose exit hangs after its checkpoint (a non-daemon thread, a 
 in a GPU library, or only a loaded machine) is ended ``EXIT_WATCHDOG_S`` seconds later with its
 stop code, and where no thread can run any more by SIGALRM as long again after that
 (``arm_exit_watchdog``): its GPUs must not sit idle until the launcher's grace period runs out.
+``DLSCALE_EXIT_WATCHDOG_S`` sets it for code whose teardown is known to be slow.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ EXIT_DONE = 0
 EXIT_STOPPED = 75  # default (the server's DLSCALE_STOP_EXIT_CODE too); the variable overrides it
 EXIT_BAD_ENV = 2
 
-# Seconds a stopped process may take to exit once its checkpoint is written.
+# Seconds a stopped process may take to exit once its checkpoint is written (the default of
+# ``DLSCALE_EXIT_WATCHDOG_S``).
 EXIT_WATCHDOG_S = 5
 
 
@@ -45,7 +47,26 @@ def stop_exit_code(environ=None) -> int:
     return code
 
 
-def _exit_now(code: int) -> None:
+def exit_watchdog_s(environ=None) -> int:
+    """Seconds a stopped process may take to exit after its checkpoint: ``DLSCALE_EXIT_WATCHDOG_S``
+    (whole seconds, 1..3600), else ``EXIT_WATCHDOG_S``."""
+    env = os.environ if environ is None else environ
+    raw = env.get("DLSCALE_EXIT_WATCHDOG_S", "").strip()
+    if not raw:
+        return EXIT_WATCHDOG_S
+    try:
+        seconds = int(raw)
+    except ValueError:
+        raise EnvError(f"DLSCALE_EXIT_WATCHDOG_S={raw!r} is not a whole number of seconds") from None
+    if not 1 <= seconds <= 3600:
+        raise EnvError(f"DLSCALE_EXIT_WATCHDOG_S={seconds} must be in 1..3600")
+    return seconds
+
+
+def _exit_now(code: int, seconds: int) -> None:
+    # Said, so that a stop that took the watchdog is told apart from a clean exit in the log.
+    print(f"dlscale: exit watchdog: still running {seconds} s after the checkpoint; exiting with "
+          f"{code}", file=sys.stderr)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -62,7 +83,7 @@ def arm_exit_watchdog(code: int, seconds: int = EXIT_WATCHDOG_S) -> threading.Ti
     default action the kernel takes, ends it ``seconds`` later still. Main thread only (as
     ``signal.alarm``). The timer is returned so that a caller that catches the exit can cancel
     it (with ``signal.alarm(0)``)."""
-    timer = threading.Timer(seconds, _exit_now, args=(code,))
+    timer = threading.Timer(seconds, _exit_now, args=(code, seconds))
     timer.daemon = True
     timer.start()
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
