@@ -13,7 +13,6 @@ use dlscale_core::{
 use super::{Autoscaler, DecidedJob, DecisionRecord, Out, Target};
 use crate::explain::{DecisionInputs, Explored, HoldCause};
 use crate::input::ModelSource;
-use crate::learn::on_types::learned_on_types;
 use crate::output::{Event, Shape, StopReason, Trigger};
 use crate::record::{JobRecord, Status};
 
@@ -50,7 +49,11 @@ impl Autoscaler {
         let waiting = self.live.iter().any(|r| r.status == Status::Queued);
         let mut causes = BTreeMap::new();
         let mut explored = BTreeMap::new();
-        let (topology, node_index, families) = (&self.topology, &self.node_index, &self.families);
+        if let Some((fleet, _)) = &self.fleet {
+            // Each learned job's model on each type, made again when what it is fitted to changed.
+            self.learning.on_types(fleet, &self.live, &mut self.jobs);
+        }
+        let (topology, node_index, learning) = (&self.topology, &self.node_index, &self.learning);
         // A launch on a node that left (or shrank) cannot be kept as it is: the job is decided
         // for as if it did not run, so that it is moved rather than held where it cannot be.
         let still_placed = |shares: &[Share]| {
@@ -60,22 +63,10 @@ impl Autoscaler {
                     .is_some_and(|&k| topology.nodes[k].gpus >= s.gpus)
             })
         };
-        let (seqs, digests) = (&self.seqs, &mut self.typed_digests);
-        digests.retain(|id, _| seqs.contains_key(id));
         for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
             job.history.clone_from(&r.history);
-            if let (Some((fleet, _)), ModelSource::Learned) = (&self.fleet, &r.model) {
-                // Its model on each type, made again when what it is fitted to changed.
-                let measured = super::measured(families, r);
-                let digest = measured.fit_digest();
-                if digests.get(&r.id) != Some(&digest) || job.types.on.is_empty() {
-                    let overlap = self.config.learn_overlap;
-                    job.types.on = learned_on_types(fleet, measured, job, overlap);
-                    digests.insert(r.id.clone(), digest);
-                }
-            }
             if r.model == ModelSource::Learned && r.max_gpus > 0 {
-                let measured = super::measured(families, r);
+                let measured = learning.measured(r);
                 let cap = measured.explore_cap(job.requested.gpus);
                 job.gpus.max = r.max_gpus.min(cap).max(job.gpus.min);
                 if job.gpus.max < r.max_gpus {

@@ -19,9 +19,8 @@ use std::sync::Arc;
 
 use dlscale_core::allocator::TeamUsage;
 use dlscale_core::fleet::UNTYPED;
-use dlscale_core::job::{JobEfficiency, JobHistory};
+use dlscale_core::job::JobHistory;
 use dlscale_core::placement::{self, Topology};
-use dlscale_core::throughput::AnalyticModel;
 use dlscale_core::{Cluster, Fleet, GpuCount, Job, JobState, Policy};
 use serde::{Deserialize, Serialize};
 
@@ -35,7 +34,8 @@ pub use decide::{decide_placed, describe, equal_batch, PlacedDecision};
 use crate::config::AutoscalerConfig;
 use crate::explain::DecisionInputs;
 use crate::input::{Input, ModelSource, Outcome, Submission};
-use crate::learn::{Calibration, Measured, Measurements};
+use crate::learn::learning::{Learning, Report};
+use crate::learn::{Measured, Measurements};
 use crate::lifecycle::settle;
 use crate::output::{Action, Event, Next, Refusal, Shape, Step, StopReason, Trigger};
 use crate::record::{JobRecord, Progress, Status, Waiting};
@@ -128,32 +128,10 @@ pub struct Autoscaler {
     keep_inputs: bool,
     /// What the last decision was made from, when kept.
     last_inputs: Option<Arc<DecisionInputs>>,
-    /// What the jobs of each model family measured, pooled: the learned model of a job that
-    /// names a family is the pool's ([`crate::Submission::family`]).
-    families: BTreeMap<String, Measurements>,
-    /// Families whose pool `restore` rebuilt from live records (none was persisted): the next
-    /// step names them, so that the shell persists them before the jobs that measured them end.
-    rebuilt_families: BTreeSet<String>,
-    /// Each family's model as last fitted to its pool, with its calibration: what its live jobs
-    /// decide with and what an arriving one starts from (refitting on every arrival would cost
-    /// a fit per job, and hand it a model its running peers do not have).
-    family_fits: BTreeMap<String, (AnalyticModel, Calibration)>,
+    /// The model families' pools and fits, and each learned job's models per type.
+    learning: Learning,
     /// Each team's decayed usage, with fair share between teams ([`AutoscalerConfig::fair_share`]).
     team_usage: Option<TeamUsage>,
-    /// On a fleet, each learned job's models per type were made from measurements of this
-    /// digest ([`Measurements::fit_digest`]), by id: made again when it changes.
-    typed_digests: BTreeMap<String, u64>,
-}
-
-/// What `r`'s learned model is fitted to: its family's pool in `families`, or its own reports.
-fn measured<'a>(
-    families: &'a BTreeMap<String, Measurements>,
-    r: &'a JobRecord,
-) -> &'a Measurements {
-    r.family
-        .as_ref()
-        .and_then(|f| families.get(f))
-        .unwrap_or(&r.measurements)
 }
 
 /// The GPU type of the first node of `shares` in `topology` (whose nodes `node_index` indexes),
@@ -198,6 +176,7 @@ impl Autoscaler {
     /// An autoscaler with no jobs on `topology`.
     pub fn new(config: AutoscalerConfig, topology: Topology) -> Self {
         let policy = config.policy.instance(&config.policy_options);
+        let learning = Learning::new(config.learn_overlap);
         let mut a = Autoscaler {
             config,
             policy,
@@ -221,11 +200,8 @@ impl Autoscaler {
             stale: BTreeSet::new(),
             keep_inputs: false,
             last_inputs: None,
-            families: BTreeMap::new(),
-            rebuilt_families: BTreeSet::new(),
-            family_fits: BTreeMap::new(),
+            learning,
             team_usage: None,
-            typed_digests: BTreeMap::new(),
         };
         a.team_usage = a.fresh_team_usage(0.0);
         a.set_topology(topology);
@@ -247,8 +223,6 @@ impl Autoscaler {
         now_s: f64,
     ) -> Self {
         let mut a = Self::new(config, topology);
-        let persisted: BTreeSet<String> = families.keys().cloned().collect();
-        a.families = families;
         let mut jobs = jobs;
         jobs.sort_by_key(|(r, _)| r.seq);
         for (mut record, mut job) in jobs.into_iter().filter(|(r, _)| !r.status.is_terminal()) {
@@ -266,54 +240,20 @@ impl Autoscaler {
                 // Refused then, refused now: the job keeps the limit it was submitted with.
                 let _ = job.set_memory_local_batch(memory);
             }
-            if let Some(family) = record.family.as_ref().filter(|f| !persisted.contains(*f)) {
-                a.rebuilt_families.insert(family.clone());
-                let pool = a.families.entry(family.clone()).or_default();
-                for p in &record.measurements.points {
-                    pool.absorb(p);
-                }
-                if let Some(g) = record.first_grad {
-                    pool.add_first_grad(g);
-                }
-            }
             a.seqs.insert(record.id.clone(), record.seq);
             a.live.push(record);
             a.jobs.push(job);
         }
         a.next_seq = next_seq.max(a.live.iter().map(|r| r.seq + 1).max().unwrap_or(1));
         a.now_s = now_s;
-        let families: Vec<String> = a.families.keys().cloned().collect();
-        for family in families {
-            a.refit_family(&family);
-        }
+        a.learning.restore(families, &a.live);
+        a.learning.refit_all(&a.live, &mut a.jobs);
         a
-    }
-
-    /// Gives every live learned job of `family` the model fitted to the family's pool; returns
-    /// the ids of those jobs.
-    fn refit_family(&mut self, family: &str) -> Vec<String> {
-        let Some((model, calibration)) = self.families.get(family).and_then(|pool| {
-            let model = pool.model(self.config.learn_overlap)?;
-            Some((model, pool.calibration(&model)))
-        }) else {
-            self.family_fits.remove(family);
-            return Vec::new();
-        };
-        self.family_fits
-            .insert(family.to_owned(), (model, calibration.clone()));
-        let mut ids = Vec::new();
-        for (r, job) in self.live.iter().zip(self.jobs.iter_mut()) {
-            if r.model == ModelSource::Learned && r.family.as_deref() == Some(family) {
-                job.throughput = calibration.apply(crate::learn::learned_model(model, job));
-                ids.push(r.id.clone());
-            }
-        }
-        ids
     }
 
     /// The model families' pools of measurements, by name.
     pub fn families(&self) -> &BTreeMap<String, Measurements> {
-        &self.families
+        self.learning.pools()
     }
 
     /// The pools `step` changed ([`Step::families`]), as they are now: what a shell persists
@@ -324,7 +264,7 @@ impl Autoscaler {
     ) -> impl Iterator<Item = (&'a String, &'a Measurements)> + 'a {
         step.families
             .iter()
-            .filter_map(|name| Some((name, self.families.get(name)?)))
+            .filter_map(|name| Some((name, self.learning.pools().get(name)?)))
     }
 
     /// The settings.
@@ -435,7 +375,7 @@ impl Autoscaler {
                 .map(|i| ((now / i).ceil() * i).max(i));
         }
         let mut out = Out {
-            families: std::mem::take(&mut self.rebuilt_families),
+            families: self.learning.take_rebuilt(),
             ..Out::default()
         };
         for input in inputs {
@@ -696,16 +636,8 @@ impl Autoscaler {
             measured_memory: None,
             batch_in_place: sub.batch_in_place,
         };
-        if let Some(family) = record.family.as_ref() {
-            // Its family has been measured: it starts from that, not from the prior.
-            if let Some((model, calibration)) = self.family_fits.get(family) {
-                job.throughput = calibration.apply(crate::learn::learned_model(*model, &job));
-            }
-            if let Some(noise) = self.families.get(family).and_then(|pool| pool.grad) {
-                let init_batch = job.efficiency.map_or(job.requested.batch, |e| e.init_batch);
-                job.efficiency = Some(JobEfficiency { noise, init_batch });
-            }
-        }
+        // Its family has been measured: it starts from that, not from the prior.
+        self.learning.start(record.family.as_deref(), &mut job);
         self.next_seq += 1;
         self.ended.remove(&id);
         self.seqs.insert(id.clone(), record.seq);
@@ -799,7 +731,7 @@ impl Autoscaler {
         let launch = &*launch;
         // The launch's own placement and micro-steps: what the reported step time was measured at.
         let (gpus, nodes) = (launch.shape.gpus, launch.shape.shares.len().max(1) as u32);
-        let measured = Measured {
+        let point = Measured {
             batch: report.batch_size,
             micro_steps: launch.shape.micro_steps,
             samples_per_s: report.samples_per_s,
@@ -816,45 +748,6 @@ impl Autoscaler {
         p.loss = report.loss.or(p.loss);
         p.reported_s = Some(now);
         let id = r.id.clone();
-        // A job that changes batch in place may report the batch it ran before it took the
-        // launch's new one: its step time is not a measurement of the launch's micro-steps.
-        let measures = !r.batch_in_place || report.batch_size == launch.shape.batch_size;
-        let warm_up = r.measurements.is_warm_up(r.attempt) || !measures;
-        let first_grad_report = r.measurements.grad.is_none();
-        let mut new_point =
-            measures && r.measurements.add(r.attempt, gpus, nodes, measured.clone());
-        let family = r.family.clone().filter(|_| r.model == ModelSource::Learned);
-        if let Some((f, g)) = family
-            .as_ref()
-            .zip(report.grad)
-            .filter(|_| first_grad_report)
-        {
-            // How the family's jobs start training: a new job's gradient statistics until it
-            // reports its own.
-            self.families
-                .entry(f.clone())
-                .or_default()
-                .add_first_grad(g);
-            self.live[i].first_grad = Some(g);
-            out.families.insert(f.clone());
-        }
-        if let Some(f) = family.as_ref().filter(|_| !warm_up) {
-            // The family's pool decides its jobs' model.
-            new_point = self
-                .families
-                .entry(f.clone())
-                .or_default()
-                .record(gpus, nodes, measured);
-            out.families.insert(f.clone());
-            if new_point && !self.refit_family(f).is_empty() {
-                let points = self.families.get(f).map_or(0, |p| p.points.len());
-                out.event(Event::ModelFitted {
-                    id: id.clone(),
-                    points,
-                });
-            }
-        }
-        let r = &mut self.live[i];
         let job = &mut self.jobs[i];
         if let Some(&work) = self.work.get(&id) {
             // A job that has done more than it declared has a wrong length: what it has left is
@@ -886,37 +779,40 @@ impl Autoscaler {
                 });
             }
         }
-        if let Some(noise) = report.grad.and_then(|g| r.measurements.add_grad(g)) {
-            let init_batch = job.efficiency.map_or(job.requested.batch, |e| e.init_batch);
-            job.efficiency = Some(JobEfficiency { noise, init_batch });
-            // Only goodput-based utilities read it; and a decision per report would be waste:
-            // decide again when the noise scale moved by a tenth since it last made one decide.
-            let scale = noise.noise_scale(init_batch);
-            let moved = r
-                .measurements
-                .grad_decided_scale
-                .is_none_or(|was| (scale - was).abs() > 0.1 * was.abs());
-            if moved && self.config.settings.utility.uses_goodput() {
-                r.measurements.grad_decided_scale = Some(scale);
-                measured = true;
-            }
+        let report = Report {
+            attempt: r.attempt,
+            gpus,
+            nodes,
+            // A job that changes batch in place may report the batch it ran before it took
+            // the launch's new one: its step time is not a measurement of the launch's
+            // micro-steps.
+            measures: !r.batch_in_place || report.batch_size == launch.shape.batch_size,
+            measured: point,
+            grad: report.grad,
+        };
+        let learned = r.model == ModelSource::Learned;
+        let taught = self
+            .learning
+            .report(&mut self.live, &mut self.jobs, i, report);
+        if let Some(pool) = taught.pool {
+            out.families.insert(pool);
         }
-        if new_point && r.model == ModelSource::Learned {
-            // A new configuration measured: a better model, and a wider exploration cap (a
-            // family's jobs were refitted above).
-            let own = family
-                .is_none()
-                .then(|| r.measurements.model(self.config.learn_overlap))
-                .flatten();
-            if let Some(model) = own {
-                job.throughput = r.measurements.calibrated(model, job);
-                out.event(Event::ModelFitted {
-                    id: id.clone(),
-                    points: r.measurements.points.len(),
-                });
-            }
+        if let Some(points) = taught.fitted_points {
+            out.event(Event::ModelFitted {
+                id: id.clone(),
+                points,
+            });
+        }
+        if let Some(scale) = taught
+            .noise_moved
+            .filter(|_| self.config.settings.utility.uses_goodput())
+        {
+            // Only goodput-based utilities read it.
+            self.live[i].measurements.grad_decided_scale = Some(scale);
             measured = true;
         }
+        // A new configuration measured: a better model, and a wider exploration cap.
+        measured |= taught.new_point && learned;
         if measured {
             self.due(Trigger::Measured(id.clone()));
         }

@@ -13,6 +13,7 @@ use dlscale_core::throughput::{
 use dlscale_core::{BatchSize, GpuCount, Job};
 use serde::{Deserialize, Serialize};
 
+pub mod learning;
 pub mod on_types;
 
 /// One measured configuration: the mean step time of its reports.
