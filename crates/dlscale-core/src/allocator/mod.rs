@@ -6,6 +6,7 @@
 mod across_types;
 mod elastic;
 mod fair_share;
+mod gavel;
 pub mod knapsack;
 mod lagrange;
 mod optimus;
@@ -26,6 +27,7 @@ pub use elastic::{
     held_options, remaining_s, ElasticBatch, ElasticGpu, ELASTIC_BATCH, ELASTIC_GPU, TYPE_BLIND,
 };
 pub use fair_share::{FairShare, TeamUsage};
+pub use gavel::{Gavel, GAVEL};
 pub use optimus::{Optimus, OPTIMUS};
 pub use sia::{Sia, SIA};
 pub use static_fifo::{StaticFifo, STATIC, STATIC_PARTITIONS};
@@ -548,6 +550,7 @@ pub const REGISTRY: &[PolicyInfo] = &[
     STATIC_PARTITIONS,
     TIRESIAS,
     OPTIMUS,
+    GAVEL,
 ];
 
 /// The registry entry named `name`.
