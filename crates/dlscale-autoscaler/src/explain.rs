@@ -4,9 +4,11 @@
 //! GPU count would be worth to it (from its value table, valued as the policy valued it), which
 //! job would have to give up the GPUs, and what held it where it is: its cooldown, the minimum
 //! gain, the restart cost, the shape rule, room on the nodes, the exploration cap of a learned
-//! model, admission, the capacity, or its own limits. It is computed on demand from the decision's [`DecisionInputs`] (what the policy was
-//! shown), so a decision costs nothing more than keeping those; for the same inputs it is the
-//! same, like everything in this crate.
+//! model, admission, the capacity, or its own limits. On a cluster of several GPU types it also
+//! says which type the job runs on and why not on another ([`TypeChoice`]): its best option on
+//! each other type, valued as the policy valued it, against what it has. It is computed on demand
+//! from the decision's [`DecisionInputs`] (what the policy was shown), so a decision costs nothing
+//! more than keeping those; for the same inputs it is the same, like everything in this crate.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,10 +16,10 @@ use std::fmt;
 use dlscale_core::allocator::{
     admission_order, held_options, remaining_s, Decision, Teams, ELASTIC_BATCH, ELASTIC_GPU,
 };
-use dlscale_core::options::{option_metric, BatchChoice, ConfigOption, OptionTable};
-use dlscale_core::placement::ShapeRule;
+use dlscale_core::options::{option_metric, AcrossTypes, BatchChoice, ConfigOption, OptionTable};
+use dlscale_core::placement::{ShapeRule, Topology};
 use dlscale_core::{
-    BatchSize, Cluster, DecisionRequest, GpuCount, Job, JobState, PolicyInfo, Settings,
+    BatchSize, Cluster, DecisionRequest, Fleet, GpuCount, Hold, Job, JobState, PolicyInfo, Settings,
 };
 use serde::{Deserialize, Serialize};
 
@@ -231,18 +233,128 @@ pub struct Explanation {
     pub donor: Option<Donor>,
     /// What keeps it from `more`.
     pub limit: Limit,
+    /// On a cluster whose GPU types the policy decided across: the type it runs on and why not
+    /// on another; `None` where the GPUs were alike to the policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub types: Option<TypeChoice>,
+}
+
+/// Where a job runs among the GPU types of a fleet, and its best on each other type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TypeChoice {
+    /// The type it runs on; `None` unless running.
+    pub gpu_type: Option<String>,
+    /// The types it may run on, when they are fewer than the cluster's (its own `types`): it
+    /// runs on no other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub only_on: Option<Vec<String>>,
+    /// Its progress where it runs, samples/s: its goodput for goodput utilities, else its
+    /// throughput (what its utility grows with). `None` unless running.
+    pub progress_samples_per_s: Option<f64>,
+    /// Its best option on each other type it can run on, in the cluster's order of types
+    /// (running jobs only).
+    pub others: Vec<OnOtherType>,
+}
+
+/// A configuration on a GPU type, against the one a job has.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TypeOption {
+    /// GPUs.
+    pub gpus: GpuCount,
+    /// The best batch there.
+    pub batch_size: BatchSize,
+    /// Predicted samples per second there.
+    pub samples_per_s: f64,
+    /// Predicted progress there, samples/s: goodput for goodput utilities, else throughput.
+    pub progress_samples_per_s: f64,
+    /// Change of the value the policy maximises against what it has (moving there is a
+    /// restart, valued as one).
+    pub value_change: f64,
+}
+
+/// A job's best on a GPU type it does not run on, and why it does not run there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OnOtherType {
+    /// The type.
+    pub gpu_type: String,
+    /// Its option there worth most to the policy, at any count its limits allow there.
+    pub best: TypeOption,
+    /// Its option there worth most within that type's free GPUs, when `best` needs more than
+    /// are free (`None` then when none fits).
+    pub within_free: Option<TypeOption>,
+    /// GPUs of that type no job of the decision holds.
+    pub free_gpus: GpuCount,
+    /// Why it does not run there.
+    pub reason: TypeReason,
+}
+
+/// Why a job does not run on another GPU type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "reason")]
+pub enum TypeReason {
+    /// Its best there makes no more progress than it makes where it runs.
+    NoFaster,
+    /// Faster there, but it is held where it runs (its cooldown, or it is finishing): it may
+    /// not move.
+    Held,
+    /// Faster there, but not by enough to pay for the move (a restart).
+    MoveCost {
+        /// The minimum gain a change must bring (0.05 = 5 %).
+        min_gain: f64,
+        /// Seconds of progress one restart costs.
+        cost_s: f64,
+    },
+    /// Worth more to it there, but that needs more GPUs of the type than are free: the jobs
+    /// that hold the others keep them (worth more to them, or held).
+    Taken,
+    /// The policy decides by a rule of its own, not by these values.
+    Policy {
+        /// The policy's name.
+        policy: String,
+    },
 }
 
 impl DecisionInputs {
-    /// Why job `id` has what the decision gave it; `None` when the decision did not know it.
+    /// Why job `id` has what the decision gave it, its GPUs alike; `None` when the decision
+    /// did not know it.
     pub fn explain(&self, id: &str) -> Option<Explanation> {
-        Explainer::new(self).explain(id)
+        Explainer::new(self, None).explain(id)
     }
 
-    /// The explanation of every job the decision knew: the decided ones in arrival order, then
-    /// those left out for room, then those being cancelled.
+    /// The explanation of every job the decision knew, its GPUs alike: the decided ones in
+    /// arrival order, then those left out for room, then those being cancelled.
     pub fn explain_all(&self) -> Vec<Explanation> {
-        let mut e = Explainer::new(self);
+        self.explain_all_with(None)
+    }
+
+    /// [`DecisionInputs::explain`] of a decision made for the nodes of `topology`: where the
+    /// policy decided across their GPU types ([`DecisionInputs::fleet_on`]), with the type each
+    /// job runs on and why not another ([`Explanation::types`]); else as `explain`.
+    pub fn explain_on(&self, topology: &Topology, id: &str) -> Option<Explanation> {
+        let fleet = self.fleet_on(topology);
+        Explainer::new(self, fleet.as_ref()).explain(id)
+    }
+
+    /// [`DecisionInputs::explain_all`] of a decision made for the nodes of `topology`, with
+    /// their GPU types as [`DecisionInputs::explain_on`].
+    pub fn explain_all_on(&self, topology: &Topology) -> Vec<Explanation> {
+        let fleet = self.fleet_on(topology);
+        self.explain_all_with(fleet.as_ref())
+    }
+
+    /// The GPU types the policy decided across, for a decision made for the nodes of
+    /// `topology`: the fleet its typed nodes make ([`Fleet::of_topology`]) where the policy keeps
+    /// types and no teams are configured (the autoscaler's rule: teams are not kept across
+    /// types); `None` where its GPUs were alike to the policy.
+    pub fn fleet_on(&self, topology: &Topology) -> Option<Fleet> {
+        if !self.policy.keeps_types || self.teams.is_some() {
+            return None;
+        }
+        Fleet::of_topology(topology).map(|(fleet, _)| fleet)
+    }
+
+    fn explain_all_with(&self, fleet: Option<&Fleet>) -> Vec<Explanation> {
+        let mut e = Explainer::new(self, fleet);
         let ids = self
             .jobs
             .iter()
@@ -253,33 +365,120 @@ impl DecisionInputs {
     }
 }
 
-/// A job's options: all of them (its own limits only) and those the policy was offered.
-struct Options {
+/// Progress this close (relative) is the same: float rounding of equal throughputs, not a gain.
+const PROGRESS_TIE: f64 = 1e-12;
+
+/// One GPU type of a decision as the policy saw it: on a fleet, one of its types (by index);
+/// elsewhere the cluster itself, its GPUs alike.
+struct Kind {
+    /// Its GPUs.
+    capacity: GpuCount,
+    /// GPUs of it the decision handed out.
+    used: GpuCount,
+}
+
+/// A job's options on one GPU type it can run on.
+struct OnKind {
+    /// The type, an index of [`Explainer::kinds`].
+    kind: usize,
+    /// All of them there (its own limits only).
     all: Vec<ConfigOption>,
+    /// Those the policy was offered there.
     offered: Vec<ConfigOption>,
+}
+
+/// A job's options on each GPU type it can run on (the one kind where the GPUs are alike).
+struct Options {
+    /// Per type, in the fleet's order.
+    on: Vec<OnKind>,
     /// Its seconds left, as the policy weighed and admitted it.
     remaining_s: Option<f64>,
 }
 
-/// Explains the jobs of one decision, building each job's value table once.
+impl Options {
+    /// Its options on type `kind`; `None` where it cannot run there.
+    fn on(&self, kind: usize) -> Option<&OnKind> {
+        self.on.iter().find(|o| o.kind == kind)
+    }
+
+    /// The type a job that does not run is explained on: where its smallest offered option is
+    /// worth most, as the knapsack policies' admission puts it (the first on ties); else the
+    /// first it can run on.
+    fn preferred(&self) -> Option<&OnKind> {
+        self.on
+            .iter()
+            .filter(|o| !o.offered.is_empty())
+            .reduce(|best, o| {
+                if o.offered[0].value > best.offered[0].value {
+                    o
+                } else {
+                    best
+                }
+            })
+            .or(self.on.first())
+    }
+}
+
+/// The option of `list` worth most to the policy; on ties the fastest (a change the restart
+/// cost leaves worth nothing is worth nothing at any count), then the first.
+fn most_valued<'o>(list: impl IntoIterator<Item = &'o ConfigOption>) -> Option<&'o ConfigOption> {
+    list.into_iter().reduce(|best, o| {
+        let faster = o.throughput_samples_per_s > best.throughput_samples_per_s;
+        if o.value > best.value || (o.value == best.value && faster) {
+            o
+        } else {
+            best
+        }
+    })
+}
+
+/// The index of the type `job` runs on now in `fleet`: the one its types name, else the first
+/// it may run on (as the knapsack across types reads it).
+fn current_kind(job: &Job, fleet: &Fleet) -> Option<usize> {
+    job.current?;
+    match &job.types.current {
+        Some(name) => fleet.index_of(name),
+        None => fleet
+            .pools()
+            .iter()
+            .position(|p| job.on_type(&p.name).is_some()),
+    }
+}
+
+/// Explains the jobs of one decision, building each job's value tables once.
 struct Explainer<'a> {
     inputs: &'a DecisionInputs,
     request: DecisionRequest<'a>,
     choice: BatchChoice,
     /// Whether the policy maximises these values (the knapsack policies).
     knapsack: bool,
+    /// The GPU types the policy decided across; `None`: the GPUs were alike to it.
+    fleet: Option<&'a Fleet>,
+    /// The types (one, the cluster, without a fleet).
+    kinds: Vec<Kind>,
     /// Per job of `inputs.jobs`, once built.
     options: Vec<Option<Options>>,
-    /// Per GPU shortfall, the two best donors (best first).
-    donors: BTreeMap<GpuCount, Vec<(usize, Donor)>>,
+    /// Per type and GPU shortfall, the two best donors (best first).
+    donors: BTreeMap<(usize, GpuCount), Vec<(usize, Donor)>>,
     /// The policy's admission order of `inputs.jobs`, once computed.
     admission: Option<Vec<usize>>,
 }
 
 impl<'a> Explainer<'a> {
-    fn new(inputs: &'a DecisionInputs) -> Self {
+    fn new(inputs: &'a DecisionInputs, fleet: Option<&'a Fleet>) -> Self {
         let name = inputs.policy.name;
-        Explainer {
+        let kinds = match fleet {
+            Some(fleet) => fleet
+                .capacities()
+                .into_iter()
+                .map(|capacity| Kind { capacity, used: 0 })
+                .collect(),
+            None => vec![Kind {
+                capacity: inputs.capacity,
+                used: 0,
+            }],
+        };
+        let mut explainer = Explainer {
             inputs,
             request: DecisionRequest {
                 now_s: inputs.at_s,
@@ -287,9 +486,11 @@ impl<'a> Explainer<'a> {
                 capacity: inputs.capacity,
                 jobs: &inputs.jobs,
                 settings: &inputs.settings,
-                allowed_counts: inputs.allowed.as_deref(),
+                // On a fleet the shape rule's counts are not the policy's (as the autoscaler
+                // asks it).
+                allowed_counts: inputs.allowed.as_deref().filter(|_| fleet.is_none()),
                 teams: inputs.teams.as_ref(),
-                fleet: None,
+                fleet,
             },
             choice: if name == ELASTIC_GPU.name {
                 BatchChoice::Fixed
@@ -299,26 +500,64 @@ impl<'a> Explainer<'a> {
                 }
             },
             knapsack: name == ELASTIC_BATCH.name || name == ELASTIC_GPU.name,
+            fleet,
+            kinds,
             options: inputs.jobs.iter().map(|_| None).collect(),
             donors: BTreeMap::new(),
             admission: None,
+        };
+        for d in &inputs.decision.jobs {
+            let k = explainer.kind_named(d.gpu_type.as_deref());
+            explainer.kinds[k].used += d.gpus;
+        }
+        explainer
+    }
+
+    /// The index of the type named `name` (the one kind without a fleet, or without a name).
+    fn kind_named(&self, name: Option<&str>) -> usize {
+        self.fleet
+            .zip(name)
+            .and_then(|(fleet, name)| fleet.index_of(name))
+            .unwrap_or(0)
+    }
+
+    /// GPUs of type `kind` no job of the decision holds.
+    fn free_on(&self, kind: usize) -> GpuCount {
+        let k = &self.kinds[kind];
+        k.capacity.saturating_sub(k.used)
+    }
+
+    /// GPUs no job of the decision holds, of every type.
+    fn free_gpus(&self) -> GpuCount {
+        (0..self.kinds.len()).map(|k| self.free_on(k)).sum()
+    }
+
+    /// Its own maximum, where the exploration cap or the room on the nodes lowered it.
+    fn own_max(&self, job: &Job) -> Option<GpuCount> {
+        match self.inputs.explored.get(&job.id) {
+            Some(e) => Some(e.own_max),
+            None => self.inputs.capped.get(&job.id).copied(),
         }
     }
 
-    /// The options of `job`: `all` from the job with its own maximum, `offered` as the policy
-    /// was offered them.
+    /// The options of `job` on each type: `all` from the job with its own maximum, `offered` as
+    /// the policy was offered them.
     fn build(&self, job: &Job) -> Options {
+        match self.fleet {
+            Some(fleet) => self.build_on_types(job, fleet),
+            None => self.build_alike(job),
+        }
+    }
+
+    /// [`Explainer::build`] where the GPUs are alike: one value table, as the knapsack
+    /// policies build it ([`held_options`]).
+    fn build_alike(&self, job: &Job) -> Options {
         let (cluster, utility) = (&self.inputs.cluster, self.inputs.settings.utility);
         let restart = &self.inputs.settings.restart;
         let table = OptionTable::build(job, cluster, utility, self.choice);
         let remaining_s = remaining_s(job, &table);
         let offered = held_options(&table, job, remaining_s, &self.request);
-        // Its own maximum, where the exploration cap or the room on the nodes lowered it.
-        let own_max = match self.inputs.explored.get(&job.id) {
-            Some(e) => Some(e.own_max),
-            None => self.inputs.capped.get(&job.id).copied(),
-        };
-        let all = match own_max {
+        let all = match self.own_max(job) {
             Some(max) => {
                 let mut own = job.clone();
                 own.gpus.max = max;
@@ -328,10 +567,111 @@ impl<'a> Explainer<'a> {
             None => table.options(job, cluster, restart),
         };
         Options {
-            all,
-            offered,
+            on: vec![OnKind {
+                kind: 0,
+                all,
+                offered,
+            }],
             remaining_s,
         }
+    }
+
+    /// [`Explainer::build`] on a fleet, as the knapsack across types values a job: on each type
+    /// with its model there, every type's values normalised by one reference (its best metric at
+    /// its smallest count on any type), an option on a type it does not run on a move (restart
+    /// awareness applies), what its hold leaves of them, weighed as the settings say, at the
+    /// counts they offer.
+    fn build_on_types(&self, job: &Job, fleet: &Fleet) -> Options {
+        let settings = &self.inputs.settings;
+        let (utility, restart) = (settings.utility, &settings.restart);
+        let here = current_kind(job, fleet);
+        let mut tables: Vec<(usize, Job, OptionTable)> = Vec::new();
+        let mut reference: Option<f64> = None;
+        for (t, pool) in fleet.pools().iter().enumerate() {
+            let Some((model, max_local_batch)) = job.on_type(&pool.name) else {
+                continue;
+            };
+            let mut view = job.clone();
+            view.throughput = model;
+            view.max_local_batch = max_local_batch;
+            if here != Some(t) {
+                view.current = None;
+            }
+            let table = OptionTable::build(&view, &pool.cluster(), utility, self.choice);
+            if let Some(metric) = table.reference_metric() {
+                reference = Some(reference.map_or(metric, |r| r.max(metric)));
+                tables.push((t, view, table));
+            }
+        }
+        let Some(reference) = reference else {
+            return Options {
+                on: Vec::new(),
+                remaining_s: None,
+            };
+        };
+        let remaining_s = job
+            .remaining_samples
+            .filter(|_| reference > 0.0)
+            .map(|work| work.max(0.0) / reference);
+        let weighing = settings.weighing;
+        let factor = weighing.service_factor(job.history.attained_gpu_s(self.inputs.at_s))
+            * weighing.remaining_factor(remaining_s);
+        let own_max = self.own_max(job);
+        let on = tables
+            .into_iter()
+            .map(|(t, view, table)| {
+                let pool = &fleet.pools()[t];
+                let cluster = pool.cluster();
+                let runs_here = view.current.is_some();
+                let across = AcrossTypes {
+                    reference,
+                    moving_from: if runs_here { None } else { job.current },
+                };
+                let free = table.options_across(&view, &cluster, restart, &across);
+                let held = view.current.map_or(0, |c| c.gpus);
+                let mut offered: Vec<ConfigOption> = match (job.hold, job.current, runs_here) {
+                    (Hold::Free, _, _) | (_, None, _) => free.clone(),
+                    (_, Some(_), false) => Vec::new(),
+                    (Hold::Keep, Some(_), true) => table
+                        .current_option(&view, &cluster, restart, Some(&across))
+                        .into_iter()
+                        .collect(),
+                    (Hold::ShrinkOnly, Some(_), true) => free
+                        .iter()
+                        .filter(|o| o.gpus < held)
+                        .copied()
+                        .chain(table.current_option(&view, &cluster, restart, Some(&across)))
+                        .collect(),
+                };
+                if factor != 1.0 {
+                    for o in &mut offered {
+                        o.value *= factor;
+                        o.utility *= factor;
+                    }
+                }
+                let smallest = offered.first().map(|o| o.gpus);
+                offered.retain(|o| {
+                    Some(o.gpus) == smallest
+                        || (runs_here && o.gpus == held)
+                        || settings.counts.allows(o.gpus, pool.gpus_per_node)
+                });
+                let all = match own_max {
+                    Some(max) => {
+                        let mut own = view.clone();
+                        own.gpus.max = max;
+                        OptionTable::build(&own, &cluster, utility, self.choice)
+                            .options_across(&own, &cluster, restart, &across)
+                    }
+                    None => free,
+                };
+                OnKind {
+                    kind: t,
+                    all,
+                    offered,
+                }
+            })
+            .collect();
+        Options { on, remaining_s }
     }
 
     fn options(&mut self, i: usize) -> &Options {
@@ -349,12 +689,14 @@ impl<'a> Explainer<'a> {
         }
         if let Some(job) = inputs.left_out.iter().find(|j| j.id == id) {
             let options = self.build(job);
+            let more = options
+                .preferred()
+                .and_then(|o| o.all.first())
+                .map(|o| alternative(job, inputs, o, None));
             return Some(Explanation {
-                more: options
-                    .all
-                    .first()
-                    .map(|o| alternative(job, inputs, o, None)),
+                more,
                 limit: Limit::Room,
+                types: self.type_choice(job, &options, None),
                 ..self.idle(id, Some(JobState::Queued))
             });
         }
@@ -379,13 +721,106 @@ impl<'a> Explainer<'a> {
             fewer: None,
             donor: None,
             limit: Limit::Leaving,
+            types: None,
         }
     }
 
-    fn free_gpus(&self) -> GpuCount {
-        self.inputs
-            .capacity
-            .saturating_sub(self.inputs.decision.gpus_used())
+    /// On a fleet, where `job` runs among the types and why not on another: `running` is the
+    /// type it runs on and its configuration there, as the policy valued it; `None` without a
+    /// fleet.
+    fn type_choice(
+        &self,
+        job: &Job,
+        options: &Options,
+        running: Option<(usize, &ConfigOption)>,
+    ) -> Option<TypeChoice> {
+        let fleet = self.fleet?;
+        let inputs = self.inputs;
+        let utility = inputs.settings.utility;
+        let name = |kind: usize| fleet.pools()[kind].name.to_string();
+        let may: Vec<String> = fleet
+            .pools()
+            .iter()
+            .filter(|p| job.on_type(&p.name).is_some())
+            .map(|p| p.name.to_string())
+            .collect();
+        let only_on = (may.len() < fleet.pools().len()).then_some(may);
+        let Some((here, current)) = running else {
+            return Some(TypeChoice {
+                gpu_type: None,
+                only_on,
+                progress_samples_per_s: None,
+                others: Vec::new(),
+            });
+        };
+        let progress = |o: &ConfigOption| option_metric(job, utility, o);
+        let has = progress(current);
+        let held = inputs.holds.contains_key(&job.id);
+        let restart = inputs.settings.restart;
+        let as_option = |o: &ConfigOption| TypeOption {
+            gpus: o.gpus,
+            batch_size: o.batch,
+            samples_per_s: o.throughput_samples_per_s,
+            progress_samples_per_s: progress(o),
+            value_change: o.value - current.value,
+        };
+        let others = options
+            .on
+            .iter()
+            .filter(|o| o.kind != here)
+            .filter_map(|on| {
+                // As the policy valued them; a job held where it runs was offered none here,
+                // so all of them, to say what it would get.
+                let list = if on.offered.is_empty() {
+                    &on.all
+                } else {
+                    &on.offered
+                };
+                let best = most_valued(list)?;
+                let free = self.free_on(on.kind);
+                let within_free = (best.gpus > free)
+                    .then(|| most_valued(list.iter().filter(|o| o.gpus <= free)))
+                    .flatten()
+                    .map(as_option);
+                let there = progress(best);
+                let no_faster = there <= has || (there - has).abs() <= PROGRESS_TIE * has.abs();
+                let reason = if no_faster {
+                    TypeReason::NoFaster
+                } else if held {
+                    TypeReason::Held
+                } else if !self.knapsack {
+                    self.type_by_policy()
+                } else if best.value <= current.value {
+                    TypeReason::MoveCost {
+                        min_gain: restart.min_gain,
+                        cost_s: restart.cost_s,
+                    }
+                } else if best.gpus > free {
+                    TypeReason::Taken
+                } else {
+                    self.type_by_policy()
+                };
+                Some(OnOtherType {
+                    gpu_type: name(on.kind),
+                    best: as_option(best),
+                    within_free,
+                    free_gpus: free,
+                    reason,
+                })
+            })
+            .collect();
+        Some(TypeChoice {
+            gpu_type: Some(name(here)),
+            only_on,
+            progress_samples_per_s: Some(has),
+            others,
+        })
+    }
+
+    fn type_by_policy(&self) -> TypeReason {
+        TypeReason::Policy {
+            policy: self.inputs.policy.name.to_string(),
+        }
     }
 
     /// Job `i` of the decision.
@@ -395,24 +830,30 @@ impl<'a> Explainer<'a> {
         let running = d.state == JobState::Running;
         let g = if running { d.gpus } else { 0 };
         let knapsack = self.knapsack;
-        let options = self.options(i);
+        self.options(i);
+        let this = &*self;
+        let options = this.options[i].as_ref().expect("built above");
+        // The type it is explained on: where it runs, else where it would be admitted.
+        let kind = if running {
+            this.kind_named(d.gpu_type.as_deref())
+        } else {
+            options.preferred().map_or(0, |o| o.kind)
+        };
+        let (all, offered) = options
+            .on(kind)
+            .map_or((&[][..], &[][..]), |o| (&o.all[..], &o.offered[..]));
         let current = running
-            .then(|| {
-                options
-                    .offered
-                    .iter()
-                    .chain(&options.all)
-                    .find(|o| o.gpus == g)
-            })
+            .then(|| offered.iter().chain(all).find(|o| o.gpus == g))
             .flatten()
             .copied();
-        let more = options.all.iter().find(|o| o.gpus > g).copied();
-        let fewer = options.all.iter().rev().find(|o| o.gpus < g && running);
+        let more = all.iter().find(|o| o.gpus > g).copied();
+        let fewer = all.iter().rev().find(|o| o.gpus < g && running);
         let fewer = fewer.map(|o| alternative(job, inputs, o, current.as_ref()));
-        let first_offered = options.offered.first().map(|o| o.gpus);
-        let no_options = options.all.is_empty();
+        let first_offered = offered.first().map(|o| o.gpus);
+        let no_options = all.is_empty();
+        let types = this.type_choice(job, options, current.as_ref().map(|c| (kind, c)));
         let alt = more.map(|o| alternative(job, inputs, &o, current.as_ref()));
-        let free = self.free_gpus();
+        let free = this.free_on(kind);
         let short = alt
             .as_ref()
             .map_or(0, |m| (m.gpus - g).saturating_sub(free));
@@ -447,7 +888,7 @@ impl<'a> Explainer<'a> {
                 None => Limit::Shape { rule: inputs.shape },
                 Some(_) if !knapsack => self.by_policy(),
                 Some(need) => {
-                    let free = inputs.capacity.saturating_sub(self.served_before(i));
+                    let (need, free) = self.admission_room(i).unwrap_or((need, 0));
                     if let Some(limit) = team_max(need) {
                         limit
                     } else if need > free {
@@ -501,7 +942,7 @@ impl<'a> Explainer<'a> {
             },
         };
         let donor = (running && knapsack && short > 0)
-            .then(|| self.donor(i, short))
+            .then(|| self.donor(i, kind, short))
             .flatten();
         Explanation {
             id: job.id.clone(),
@@ -515,6 +956,7 @@ impl<'a> Explainer<'a> {
             fewer,
             donor,
             limit,
+            types,
         }
     }
 
@@ -524,9 +966,11 @@ impl<'a> Explainer<'a> {
         }
     }
 
-    /// GPUs the minimums of the admitted jobs served before job `i` take, in the policy's
-    /// [`admission_order`].
-    fn served_before(&mut self, i: usize) -> GpuCount {
+    /// Whether job `i`'s minimum fits beside the minimums of the admitted jobs served before it
+    /// in the policy's [`admission_order`]: its minimum and the GPUs left, on the type where it
+    /// comes closest to fitting (the first on ties). Each job served before takes its minimum
+    /// from the type admission gave it: among those with room for it, where it is worth most.
+    fn admission_room(&mut self, i: usize) -> Option<(GpuCount, GpuCount)> {
         let inputs = self.inputs;
         // Taken out while the loop below builds options, and kept for the next job.
         let order = match self.admission.take() {
@@ -538,27 +982,56 @@ impl<'a> Explainer<'a> {
                 admission_order(&inputs.jobs, &remaining, &inputs.settings.weighing)
             }
         };
-        let mut used = 0;
+        let mut free: Vec<GpuCount> = self.kinds.iter().map(|k| k.capacity).collect();
         for &k in order.iter().take_while(|&&k| k != i) {
-            if inputs.decision.jobs[k].state == JobState::Running {
-                used += self.options(k).offered.first().map_or(0, |o| o.gpus);
+            if inputs.decision.jobs[k].state != JobState::Running {
+                continue;
+            }
+            let on = &self.options(k).on;
+            let smallest = |o: &OnKind| o.offered.first().map(|first| (o.kind, *first));
+            let best = |fits: &dyn Fn(&(usize, ConfigOption)) -> bool| {
+                on.iter()
+                    .filter_map(smallest)
+                    .filter(|c| fits(c))
+                    .reduce(|best, c| if c.1.value > best.1.value { c } else { best })
+            };
+            let taken = best(&|&(t, o)| o.gpus <= free[t]).or_else(|| best(&|_| true));
+            if let Some((t, o)) = taken {
+                free[t] = free[t].saturating_sub(o.gpus);
             }
         }
         self.admission = Some(order);
-        used
+        self.options(i)
+            .on
+            .iter()
+            .filter_map(|o| o.offered.first().map(|first| (first.gpus, free[o.kind])))
+            .reduce(|best, c| {
+                if c.0.saturating_sub(c.1) < best.0.saturating_sub(best.1) {
+                    c
+                } else {
+                    best
+                }
+            })
     }
 
-    /// The running job other than `i` that gives up `short` GPUs at the least loss of value.
-    fn donor(&mut self, i: usize, short: GpuCount) -> Option<Donor> {
-        if !self.donors.contains_key(&short) {
+    /// The running job other than `i` on type `kind` that gives up `short` GPUs at the least
+    /// loss of value.
+    fn donor(&mut self, i: usize, kind: usize, short: GpuCount) -> Option<Donor> {
+        if !self.donors.contains_key(&(kind, short)) {
             let inputs = self.inputs;
             let mut best: Vec<(usize, Donor)> = Vec::new();
             for (k, d) in inputs.decision.jobs.iter().enumerate() {
-                if d.state != JobState::Running || d.gpus < short {
+                if d.state != JobState::Running
+                    || d.gpus < short
+                    || self.kind_named(d.gpu_type.as_deref()) != kind
+                {
                     continue;
                 }
                 let (g, id) = (d.gpus, d.id.clone());
-                let offered = &self.options(k).offered;
+                let Some(on) = self.options(k).on(kind) else {
+                    continue;
+                };
+                let offered = &on.offered;
                 let Some(current) = offered.iter().find(|o| o.gpus == g) else {
                     continue;
                 };
@@ -581,9 +1054,9 @@ impl<'a> Explainer<'a> {
                     best.truncate(2);
                 }
             }
-            self.donors.insert(short, best);
+            self.donors.insert((kind, short), best);
         }
-        self.donors[&short]
+        self.donors[&(kind, short)]
             .iter()
             .find(|(k, _)| *k != i)
             .map(|(_, d)| d.clone())
@@ -642,10 +1115,111 @@ fn percent(x: f64) -> String {
     format!("{} %", text.strip_suffix(".0").unwrap_or(&text))
 }
 
+/// Samples per second in plain words: whole above 10, else to two decimals.
+fn rate(samples_per_s: f64) -> String {
+    if samples_per_s.abs() >= 10.0 {
+        format!("{samples_per_s:.0}")
+    } else {
+        format!("{samples_per_s:.2}")
+    }
+}
+
+/// `a100`, `t4 and a100`, `t4, v100 and a100`.
+fn listed(names: &[String]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
 impl fmt::Display for Explanation {
     /// In plain words, e.g. `held at 4 GPUs: a 5th would add 3 % (minimum gain 5 %); c would
-    /// lose it`.
+    /// lose it`; on a fleet followed by the type, e.g. `; 2 × a100 rather than 8 × t4: 2 × a100
+    /// gives 2000 samples/s of progress against 1600, for fewer GPUs`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_decision(f)?;
+        match &self.types {
+            Some(types) => self.fmt_types(types, f),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Explanation {
+    /// Where it runs among the GPU types and why not on the other type its policy valued most;
+    /// the types it is limited to.
+    fn fmt_types(&self, t: &TypeChoice, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let (Some(here), Some(has)) = (&t.gpu_type, t.progress_samples_per_s) {
+            let chosen = format!("{} × {here}", self.gpus);
+            let other = t.others.iter().reduce(|best, o| {
+                if o.best.value_change > best.best.value_change {
+                    o
+                } else {
+                    best
+                }
+            });
+            match other {
+                Some(o) => {
+                    let there = format!("{} × {}", o.best.gpus, o.gpu_type);
+                    let (p, q) = (rate(has), rate(o.best.progress_samples_per_s));
+                    let against =
+                        format!("{there} would give {q} samples/s of progress against {p}");
+                    write!(f, "; {chosen}")?;
+                    match &o.reason {
+                        TypeReason::Held => write!(f, ", held where it runs: {against}")?,
+                        TypeReason::NoFaster => {
+                            let fewer = match self.gpus.cmp(&o.best.gpus) {
+                                std::cmp::Ordering::Less => ", for fewer GPUs",
+                                std::cmp::Ordering::Equal => ", on as many GPUs",
+                                std::cmp::Ordering::Greater => "",
+                            };
+                            write!(
+                                f,
+                                " rather than {there}: {chosen} gives {p} samples/s of progress \
+                                 against {q}{fewer}"
+                            )?
+                        }
+                        TypeReason::MoveCost { min_gain, cost_s } => {
+                            let gain = o.best.progress_samples_per_s / has - 1.0;
+                            write!(
+                                f,
+                                " rather than {there}: {there} would add {} of progress ({q} \
+                                 samples/s against {p}), too little to pay for the move",
+                                percent(gain)
+                            )?;
+                            if *min_gain > 0.0 {
+                                write!(f, " (minimum gain {})", percent(*min_gain))?;
+                            } else if *cost_s > 0.0 {
+                                write!(f, " (a restart costs {cost_s} s of progress)")?;
+                            }
+                        }
+                        TypeReason::Taken => {
+                            let free = match o.free_gpus {
+                                0 => format!("no {} GPU is free", o.gpu_type),
+                                1 => format!("only 1 {} GPU is free", o.gpu_type),
+                                n => format!("only {n} {} GPUs are free", o.gpu_type),
+                            };
+                            write!(f, " rather than {there}: {against}, but {free}")?
+                        }
+                        TypeReason::Policy { policy } => write!(
+                            f,
+                            " rather than {there}, as policy {policy} decides ({against})"
+                        )?,
+                    }
+                }
+                None if t.only_on.is_none() => write!(f, "; on {here}")?,
+                None => {}
+            }
+        }
+        if let Some(only) = &t.only_on {
+            write!(f, "; it may run only on {}", listed(only))?;
+        }
+        Ok(())
+    }
+
+    /// What the decision made of it, in plain words (its GPUs alike).
+    fn fmt_decision(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let g = self.gpus;
         // "a 5th" for one GPU more, "8 GPUs" for a jump.
         let next = |m: &Alternative| {

@@ -8,12 +8,15 @@
 
 mod steps;
 
+use dlscale_autoscaler::explain::TypeReason;
 use dlscale_autoscaler::{
     Autoscaler, AutoscalerConfig, Explanation, Input, Limit, ModelSource, Outcome,
 };
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::{ShapeRule, Topology};
-use dlscale_core::{Admission, Job, JobState, Settings, Utility, Weighing};
+use dlscale_core::{
+    allocator, Admission, Fleet, GpuPool, Job, JobState, Settings, Utility, Weighing,
+};
 use steps::{started, submit, submit_as};
 
 /// A job with a fixed batch of `batch` (all of it fits one GPU) and in-node sync `sync_s`.
@@ -366,4 +369,215 @@ fn a_learned_job_held_by_its_exploration_cap_says_so() {
         ),
         "{e}"
     );
+}
+
+/// Eight T4s on two nodes and two A100s on one, as typed nodes.
+fn fleet_topology() -> Topology {
+    let pool = |name: &str, nodes, gpus_per_node, memory_gib| GpuPool {
+        name: name.into(),
+        nodes,
+        gpus_per_node,
+        memory_gib,
+    };
+    Fleet::new(vec![pool("t4", 2, 4, 16.0), pool("a100", 1, 2, 80.0)])
+        .unwrap()
+        .topology()
+}
+
+/// A job of batch 240 on 1 to 8 GPUs, no sync: 0.005 s per sample on a T4 (1600 samples/s on
+/// eight), 0.001 s on an A100 (2000 on two); `types` lists the types it may run on.
+fn typed_job(id: &str, types: &[&str], min_gpus: u32) -> Job {
+    let model = |per_sample_s: f64| {
+        format!(r#"{{"model": {{"compute_base_s": 0, "compute_per_sample_s": {per_sample_s}}}}}"#)
+    };
+    let types: Vec<String> = types
+        .iter()
+        .map(|&t| match t {
+            "a100" => format!(r#""a100": {}"#, model(0.001)),
+            other => format!(r#""{other}": {{}}"#),
+        })
+        .collect();
+    let text = format!(
+        r#"{{"jobs": [{{"id": "{id}", "model": {{"compute_base_s": 0, "compute_per_sample_s": 0.005}},
+            "min_batch": 240, "max_batch": 240, "max_local_batch": 240,
+            "min_gpus": {min_gpus}, "max_gpus": 8, "types": {{{}}}}}]}}"#,
+        types.join(", ")
+    );
+    parse_jobs(&text, FileFormat::Json, "test")
+        .unwrap()
+        .remove(0)
+}
+
+/// Job `id` explained by the last decision on the autoscaler's typed nodes.
+fn explain_typed(a: &Autoscaler, id: &str) -> Explanation {
+    a.last_inputs()
+        .expect("the decision kept its inputs")
+        .explain_on(a.topology(), id)
+        .unwrap_or_else(|| panic!("the last decision did not know {id}"))
+}
+
+#[test]
+fn on_a_fleet_a_job_on_the_faster_type_says_why_not_the_other() {
+    // x alone: 2 × a100 gives 2000 samples/s, its best on the T4s 1600 on all eight.
+    let mut a = autoscaler(fleet_topology(), |_| {});
+    a.handle(0.0, vec![submit(typed_job("x", &["t4", "a100"], 1))]);
+    let e = explain_typed(&a, "x");
+    assert_eq!(
+        (e.state, e.gpus, e.free_gpus, e.limit.clone()),
+        (Some(JobState::Running), 2, 0, Limit::Largest)
+    );
+    let types = e.types.as_ref().expect("typed");
+    assert_eq!(types.gpu_type.as_deref(), Some("a100"));
+    assert_eq!(types.only_on, None, "it may run on either type");
+    assert!(
+        close(types.progress_samples_per_s.unwrap(), 2000.0),
+        "{types:?}"
+    );
+    let [t4] = &types.others[..] else {
+        panic!("one other type: {types:?}");
+    };
+    assert_eq!((t4.gpu_type.as_str(), t4.free_gpus), ("t4", 8));
+    assert_eq!((t4.best.gpus, t4.best.batch_size), (8, 240));
+    assert!(close(t4.best.progress_samples_per_s, 1600.0), "{t4:?}");
+    assert!(close(t4.best.value_change, 1600.0 - 2000.0), "{t4:?}");
+    assert_eq!(
+        (t4.within_free.as_ref(), &t4.reason),
+        (None, &TypeReason::NoFaster)
+    );
+    assert_eq!(
+        e.to_string(),
+        "at 2 GPUs, the most it can use here (its GPU and batch ranges, memory and model allow \
+         no more); one fewer would cost 50 %; 2 × a100 rather than 8 × t4: 2 × a100 gives 2000 \
+         samples/s of progress against 1600, for fewer GPUs"
+    );
+    let inputs = a.last_inputs().unwrap();
+    assert_eq!(inputs.explain_all_on(a.topology()), vec![e.clone()]);
+    // Explained as if its GPUs were alike, it says nothing of types.
+    assert_eq!(inputs.explain("x").unwrap().types, None);
+}
+
+#[test]
+fn on_a_fleet_a_job_pinned_to_a_type_says_so_and_one_kept_off_the_faster_type_says_why() {
+    // big may run on the A100s only and needs both; it starts first and is in its cooldown
+    // when x arrives: x takes the T4s, and the A100 it would rather have is not free.
+    let mut a = autoscaler(fleet_topology(), |c| c.cooldown_s = 100.0);
+    let s = a.handle(0.0, vec![submit(typed_job("big", &["a100"], 2))]);
+    a.handle(0.0, started(&s));
+    a.handle(1.0, vec![submit(typed_job("x", &["t4", "a100"], 1))]);
+    let big = explain_typed(&a, "big");
+    let types = big.types.as_ref().expect("typed");
+    assert_eq!(
+        (types.gpu_type.as_deref(), types.only_on.clone()),
+        (Some("a100"), Some(vec!["a100".to_string()]))
+    );
+    assert!(types.others.is_empty(), "{types:?}");
+    assert_eq!(
+        big.to_string(),
+        "at 2 GPUs, the most it can use here (its GPU and batch ranges, memory and model allow \
+         no more); it may run only on a100"
+    );
+
+    let x = explain_typed(&a, "x");
+    assert_eq!((x.gpus, x.free_gpus), (8, 0));
+    let types = x.types.as_ref().expect("typed");
+    assert_eq!(types.gpu_type.as_deref(), Some("t4"));
+    let [a100] = &types.others[..] else {
+        panic!("one other type: {types:?}");
+    };
+    assert_eq!((a100.best.gpus, a100.free_gpus), (2, 0));
+    assert!(close(a100.best.value_change, 2000.0 - 1600.0), "{a100:?}");
+    assert_eq!(
+        (a100.within_free.as_ref(), &a100.reason),
+        (None, &TypeReason::Taken)
+    );
+    assert!(
+        x.to_string().ends_with(
+            "; 8 × t4 rather than 2 × a100: 2 × a100 would give 2000 samples/s of progress \
+             against 1600, but no a100 GPU is free"
+        ),
+        "{x}"
+    );
+}
+
+/// x on the T4s while big holds the A100s (x starts at 1 s, its cooldown lasts 10 s); big
+/// ends at `ends_s`. Two A100s would add 25 %; a move must gain more than 30 %.
+fn x_on_t4_when_big_ends(ends_s: f64) -> Autoscaler {
+    let mut a = autoscaler(fleet_topology(), |c| {
+        c.cooldown_s = 10.0;
+        c.settings.restart.min_gain = 0.3;
+    });
+    let s = a.handle(0.0, vec![submit(typed_job("big", &["a100"], 2))]);
+    a.handle(0.0, started(&s));
+    let s = a.handle(1.0, vec![submit(typed_job("x", &["t4", "a100"], 1))]);
+    a.handle(1.0, started(&s));
+    a.handle(
+        ends_s,
+        vec![Input::Exited {
+            id: "big".into(),
+            attempt: 1,
+            outcome: Outcome::Exited(0),
+        }],
+    );
+    a
+}
+
+#[test]
+fn on_a_fleet_a_faster_type_that_does_not_pay_for_the_move_or_a_hold_is_named() {
+    let a = x_on_t4_when_big_ends(20.0);
+    let x = explain_typed(&a, "x");
+    let types = x.types.as_ref().expect("typed");
+    assert_eq!((x.gpus, types.gpu_type.as_deref()), (8, Some("t4")));
+    let [a100] = &types.others[..] else {
+        panic!("one other type: {types:?}");
+    };
+    assert_eq!((a100.best.gpus, a100.free_gpus), (2, 2));
+    assert_eq!(
+        a100.reason,
+        TypeReason::MoveCost {
+            min_gain: 0.3,
+            cost_s: 0.0
+        }
+    );
+    assert!(
+        x.to_string().ends_with(
+            "; 8 × t4 rather than 2 × a100: 2 × a100 would add 25 % of progress (2000 samples/s \
+             against 1600), too little to pay for the move (minimum gain 30 %)"
+        ),
+        "{x}"
+    );
+    // Within its cooldown it may not move at all.
+    let a = x_on_t4_when_big_ends(5.0);
+    let x = explain_typed(&a, "x");
+    let others = &x.types.as_ref().expect("typed").others;
+    assert_eq!(others[0].reason, TypeReason::Held, "{others:?}");
+    assert!(
+        x.to_string().ends_with(
+            "; 8 × t4, held where it runs: 2 × a100 would give 2000 samples/s of progress \
+             against 1600"
+        ),
+        "{x}"
+    );
+}
+
+#[test]
+fn where_the_gpus_are_alike_to_the_policy_the_explanation_is_unchanged() {
+    // A cluster whose nodes name no type, and typed nodes under a policy blind to types: no
+    // types, the same explanations as without the nodes.
+    let mut plain = autoscaler(Topology::uniform(1, 4), |_| {});
+    plain.handle(
+        0.0,
+        vec![
+            submit(job("a", 60, 0.01, 1, 4)),
+            submit(job("b", 60, 0.0, 1, 4)),
+        ],
+    );
+    let mut blind = autoscaler(fleet_topology(), |c| c.policy = allocator::TYPE_BLIND);
+    blind.handle(0.0, vec![submit(typed_job("x", &["t4", "a100"], 1))]);
+    for a in [&plain, &blind] {
+        let inputs = a.last_inputs().unwrap();
+        assert!(inputs.fleet_on(a.topology()).is_none());
+        let all = inputs.explain_all_on(a.topology());
+        assert_eq!(all, inputs.explain_all());
+        assert!(all.iter().all(|e| e.types.is_none()), "{all:?}");
+    }
 }

@@ -5,9 +5,11 @@
 //! arrive, the first one's rescale appears in its timeline and in the decision list, with the
 //! reasons of the last decision. The login is a session cookie the page's script cannot read:
 //! a reload and a new tab (a bookmark) show the data at once, logging out ends it, and the token
-//! is never in a URL. A second server, one slot, shows a long job name whole, a queued job's
-//! "waiting until", and ended jobs and decisions a page at a time. A third, with two teams,
-//! shows each job's team and user and a bar per team: what it holds, borrows and lends.
+//! is never in a URL. No GPU type is shown on the machine's untyped slots; the same answers with
+//! typed nodes show each node's type and a column of each job's. A second server, one slot,
+//! shows a long job name whole, a queued job's "waiting until", and ended jobs and decisions a
+//! page at a time. A third, with two teams, shows each job's team and user and a bar per team:
+//! what it holds, borrows and lends.
 //!
 //! Skips, saying why, without Chromium (`chromium`, `chromium-browser` or `google-chrome` on
 //! PATH, or `DLSCALE_CHROMIUM`), unless `DLSCALE_REQUIRE_CHROMIUM=1` (as `scripts/test-all.sh`
@@ -552,6 +554,27 @@ async fn the_dashboard_shows_jobs_gpus_a_rescale_and_its_reasons_and_refuses_a_w
     );
     let rows = page.texts("#jobs tbody tr td:first-child");
     assert_eq!(rows, ["a", "b", "c"]);
+    // The local machine names no GPU type: none is shown. Nodes that name one (the server's own
+    // answers, with a type on every node and on the jobs' launches, drawn by the page's own
+    // functions): each node's type beside its name, and a column of each job's.
+    let untyped = "[document.querySelector('#type-head').hidden, \
+                   document.querySelectorAll('#nodes .node-type, #jobs td.job-type').length, \
+                   document.querySelector('#jobs tbody tr[data-job=\"a\"]').children.length]";
+    assert_eq!(page.eval(untyped), json!([true, 0, 14]));
+    let typed = page.eval(
+        "(async () => { const cluster = await api('/v1/cluster'); const live = await api('/v1/jobs'); \
+           cluster.nodes = cluster.nodes.map(n => ({ ...n, gpu_type: 'a100' })); \
+           const jobs = live.map(j => ({ ...j, gpu_type: j.nodes.length > 0 ? 'a100' : undefined })); \
+           renderNodes(cluster); renderJobs(jobs, new Map(), Date.now() / 1000, typed(cluster)); \
+           return [[...document.querySelectorAll('#nodes .node-type')].map(e => e.textContent), \
+                   document.querySelector('#type-head').hidden, \
+                   [...document.querySelectorAll('#jobs tbody td.job-type')].map(e => e.textContent), \
+                   document.querySelector('#jobs tbody tr[data-job=\"a\"]').children.length]; })()",
+    );
+    assert_eq!(
+        typed,
+        json!([["a100"], false, ["a100", "a100", "a100"], 15])
+    );
 
     // A new tab, as a bookmark or a headless screenshot opens the page: the data at once.
     let mut bookmark = browser.tab(&mut page, &format!("{base}/"));

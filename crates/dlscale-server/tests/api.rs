@@ -34,11 +34,30 @@ fn keys(v: &Value) -> BTreeSet<String> {
 
 /// The schema's properties equal the keys of `sample` (a serialised DTO).
 fn assert_schema(name: &str, sample: &Value) {
+    assert_schema_without(name, sample, &[]);
+}
+
+/// The schema's properties but `absent` (fields a DTO leaves out where they do not apply, as
+/// GPU types on a cluster that names none) equal the keys of `sample`; none of those is
+/// required.
+fn assert_schema_without(name: &str, sample: &Value, absent: &[&str]) {
     let schemas = openapi::schemas();
     let schema = &schemas[name];
     assert!(schema.is_object(), "no schema {name}");
+    let mut documented = keys(&schema["properties"]);
+    for field in absent {
+        assert!(documented.remove(*field), "schema {name} has no {field}");
+        assert!(
+            !schema["required"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|r| r == field),
+            "schema {name} requires {field}, which may be absent"
+        );
+    }
     assert_eq!(
-        keys(&schema["properties"]),
+        documented,
         keys(sample),
         "schema {name} and what the API sends differ: {sample}"
     );
@@ -140,7 +159,7 @@ async fn the_router_the_document_and_the_dtos_agree() {
         assert!(std::time::Instant::now() < deadline, "j never ran: {shown}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     };
-    assert_schema("Job", &shown);
+    assert_schema_without("Job", &shown, &["gpu_type"]);
     assert_schema("Event", &shown["events"][0]);
     assert_schema("Share", &shown["nodes"][0]);
     let (_, allocations) = call(&app, "GET", "/v1/jobs/j/allocations", None).await;
@@ -148,13 +167,17 @@ async fn the_router_the_document_and_the_dtos_agree() {
     let (status, explained) = call(&app, "GET", "/v1/jobs/j/explain", None).await;
     assert_eq!(status, StatusCode::OK, "{explained}");
     assert_schema("Explain", &explained);
-    assert_schema("Explanation", &explained["explanation"]);
+    assert_schema_without("Explanation", &explained["explanation"], &["types"]);
     assert_schema("Alternative", &explained["explanation"]["fewer"]);
     let (status, decisions) = call(&app, "GET", "/v1/decisions", None).await;
     assert_eq!(status, StatusCode::OK, "{decisions}");
     assert_schema("Decisions", &decisions);
     assert_schema("DecisionEntry", &decisions["decisions"][0]);
-    assert_schema("DecisionJob", &decisions["decisions"][0]["jobs"][0]);
+    assert_schema_without(
+        "DecisionJob",
+        &decisions["decisions"][0]["jobs"][0],
+        &["gpu_type"],
+    );
     assert_eq!(
         decisions["explanations"][0], explained,
         "one explanation, two routes"
@@ -169,10 +192,14 @@ async fn the_router_the_document_and_the_dtos_agree() {
     assert_schema("Donor", &donor);
     let (_, cluster) = call(&app, "GET", "/v1/cluster", None).await;
     assert_schema("Cluster", &cluster);
-    assert_schema("Node", &cluster["nodes"][0]);
+    assert_schema_without("Node", &cluster["nodes"][0], &["gpu_type"]);
     assert_schema("Policy", &cluster["policies"][0]);
     assert_schema("Decision", &cluster["last_decision"]);
-    assert_schema("DecidedJob", &cluster["last_decision"]["jobs"][0]);
+    assert_schema_without(
+        "DecidedJob",
+        &cluster["last_decision"]["jobs"][0],
+        &["gpu_type"],
+    );
     let attempt = shown["attempt"].as_u64().unwrap();
     let report = json!({"step": 3, "samples_per_s": 10.0, "batch_size": 64, "world_size": 2,
         "loss": 0.5, "samples_seen": 192, "attempt": attempt,
@@ -433,4 +460,144 @@ async fn a_waiting_job_says_why_and_until_when() {
     for id in ["a", "b"] {
         call(&app, "DELETE", &format!("/v1/jobs/{id}"), None).await;
     }
+}
+
+/// `GET /v1/jobs/{id}` until `id` runs; its view.
+async fn running(app: &axum::Router, id: &str) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, shown) = call(app, "GET", &format!("/v1/jobs/{id}"), None).await;
+        if shown["state"] == "running" {
+            return shown;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{id} never ran: {shown}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// On nodes of two GPU types, each node and each job shows its type, and explain says why a job
+/// runs on the type it does, or that it may run on one type only; the schemas list those
+/// fields.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_typed_nodes_the_api_shows_each_nodes_and_jobs_type_and_explains_it() {
+    use dlscale_core::placement::{Node, Topology};
+    use dlscale_server::executor::{Capacity, NodeInfo};
+    let node = |name: &str, gpus: u32, gpu_type: &str| {
+        let node = Node {
+            name: name.into(),
+            gpus,
+            gpu_type: Some(gpu_type.into()),
+        };
+        let info = NodeInfo {
+            name: name.into(),
+            total_gpus: gpus,
+            addr: "127.0.0.1".into(),
+            gpu_type: Some(gpu_type.into()),
+        };
+        (node, info)
+    };
+    let (nodes, infos) = [node("t4-1", 4, "t4"), node("a100-1", 2, "a100")]
+        .into_iter()
+        .unzip();
+    let capacity = Capacity {
+        topology: Topology { nodes },
+        nodes: infos,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // No cooldown: nothing holds a job where it runs.
+    let file = dlscale_server::ConfigFile {
+        cooldown_s: Some(0.0),
+        ..Default::default()
+    };
+    let h = router::harness_on(dir.path(), file, capacity).await;
+    let app = &h.app;
+    // Batch 240 without sync: 0.005 s a sample on a T4 (800 samples/s on four), 0.001 s on an
+    // A100 (2000 on two). x may run on either; y on the T4s only.
+    let job = |id: &str, types: Value| {
+        json!({"id": id, "min_batch": 240, "max_batch": 240, "max_local_batch": 240,
+               "max_gpus": 4, "model": {"compute_base_s": 0.0, "compute_per_sample_s": 0.005},
+               "types": types, "command": ["sleep", "60"], "workdir": "/tmp", "launcher": "plain"})
+    };
+    let a100 = json!({"model": {"compute_base_s": 0.0, "compute_per_sample_s": 0.001}});
+    for body in [
+        job("x", json!({"t4": {}, "a100": a100})),
+        job("y", json!({"t4": {}})),
+    ] {
+        let (status, answer) = call(app, "POST", "/v1/jobs", Some(body)).await;
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+    }
+    let (x, y) = (running(app, "x").await, running(app, "y").await);
+    assert_eq!(
+        (&x["gpu_type"], &y["gpu_type"]),
+        (&json!("a100"), &json!("t4"))
+    );
+    assert_eq!((&x["gpus"], &y["gpus"]), (&json!(2), &json!(4)));
+    assert_schema("Job", &x);
+
+    let (_, cluster) = call(app, "GET", "/v1/cluster", None).await;
+    let types: Vec<&Value> = cluster["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| &n["gpu_type"])
+        .collect();
+    assert_eq!(types, [&json!("t4"), &json!("a100")], "{cluster}");
+    assert_schema("Node", &cluster["nodes"][0]);
+    let decided = &cluster["last_decision"]["jobs"][0];
+    assert_eq!(decided["gpu_type"], json!("a100"), "{cluster}");
+    assert_schema("DecidedJob", decided);
+
+    let (status, explained) = call(app, "GET", "/v1/jobs/x/explain", None).await;
+    assert_eq!(status, StatusCode::OK, "{explained}");
+    let types = &explained["explanation"]["types"];
+    assert_eq!(types["gpu_type"], json!("a100"), "{explained}");
+    let other = &types["others"][0];
+    assert_eq!(
+        (
+            &other["gpu_type"],
+            &other["best"]["gpus"],
+            &other["free_gpus"]
+        ),
+        (&json!("t4"), &json!(4), &json!(0)),
+        "{explained}"
+    );
+    assert_eq!(
+        other["reason"],
+        json!({"reason": "no-faster"}),
+        "{explained}"
+    );
+    let summary = explained["summary"].as_str().unwrap();
+    assert!(
+        summary.ends_with(
+            "; 2 × a100 rather than 4 × t4: 2 × a100 gives 2000 samples/s of progress against \
+             800, for fewer GPUs"
+        ),
+        "{summary}"
+    );
+    assert_schema("Explanation", &explained["explanation"]);
+    assert_schema_without("TypeChoice", types, &["only_on"]);
+    assert_schema("OnOtherType", other);
+    assert_schema("TypeOption", &other["best"]);
+
+    let (_, pinned) = call(app, "GET", "/v1/jobs/y/explain", None).await;
+    assert_eq!(
+        pinned["explanation"]["types"]["only_on"],
+        json!(["t4"]),
+        "{pinned}"
+    );
+    let summary = pinned["summary"].as_str().unwrap();
+    assert!(summary.ends_with("; it may run only on t4"), "{summary}");
+    assert_schema_without("TypeChoice", &pinned["explanation"]["types"], &[]);
+
+    // The decisions carry the same explanations, and each job's type.
+    let (_, decisions) = call(app, "GET", "/v1/decisions", None).await;
+    assert_eq!(
+        decisions["explanations"],
+        json!([explained, pinned]),
+        "one explanation, two routes"
+    );
+    assert_schema("DecisionJob", &decisions["decisions"][0]["jobs"][0]);
 }

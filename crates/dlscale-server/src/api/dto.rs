@@ -9,7 +9,7 @@ use dlscale_autoscaler::{
     DecidedJob, DecisionRecord, Event, Explanation, JobRecord, ModelSource, Outcome, Status,
     Target, Trigger, Waiting,
 };
-use dlscale_core::placement::Share;
+use dlscale_core::placement::{Share, Topology};
 use dlscale_core::JobState;
 use serde::{Deserialize, Serialize};
 
@@ -56,6 +56,10 @@ pub struct JobView {
     pub slots: Vec<u32>,
     /// Nodes its launch holds now, with GPUs per node.
     pub nodes: Vec<Share>,
+    /// The GPU type of the nodes its launch holds now, where they name one (typed GRES);
+    /// absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
     /// Slurm job id of its launch (Slurm executor).
     pub slurm_job_id: Option<u64>,
     /// Global batch of the current or last launch.
@@ -273,6 +277,8 @@ impl JobView {
                 .filter(|_| holds)
                 .map(|s| s.shares.clone())
                 .unwrap_or_default(),
+            // Known from the nodes' types, which only the service's view holds.
+            gpu_type: None,
             slurm_job_id: handle.filter(|_| holds).and_then(|h| h.slurm_job_id),
             batch_size: shape.map_or(0, |s| s.batch_size),
             local_batch_size: shape.map_or(0, |s| s.local_batch_size),
@@ -365,11 +371,22 @@ impl AllocationView {
     }
 }
 
+/// The GPU type a launch on `shares` runs on: that of its first node in `topology` (a launch
+/// runs on nodes of one type), where it names one.
+pub fn gpu_type_on(topology: &Topology, shares: &[Share]) -> Option<String> {
+    let first = shares.first()?;
+    let node = topology.nodes.iter().find(|n| n.name == first.node)?;
+    node.gpu_type.as_deref().map(str::to_string)
+}
+
 /// One node of `GET /v1/cluster`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeView {
     /// Node name.
     pub name: String,
+    /// Its GPU type, where the cluster names types (Slurm's typed GRES); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
     /// GPUs dlscale may use on it.
     pub gpus: u32,
     /// GPUs it has in all (the rest are held by jobs dlscale did not start).
@@ -391,6 +408,10 @@ pub struct DecidedJobView {
     pub batch_size: u32,
     /// Where it is to run (the plan).
     pub nodes: Vec<Share>,
+    /// The GPU type it was decided onto, where the policy decided across types; absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
     /// Predicted samples per second.
     pub predicted_samples_per_s: f64,
 }

@@ -418,6 +418,7 @@ fn job_view(s: &Service, job: &FoundJob, handles: &BTreeMap<(String, u32), Handl
         handle,
         JobFiles::of(&s.config.data_dir, &job.spec).log(),
     );
+    view.gpu_type = dto::gpu_type_on(&s.view().topology, &view.nodes);
     let e = job.estimates;
     (
         view.predicted_samples_per_s,
@@ -494,6 +495,7 @@ async fn cluster(State(s): State<AppState>) -> Json<ClusterView> {
         .iter()
         .map(|n| NodeView {
             name: n.name.to_string(),
+            gpu_type: n.gpu_type.as_deref().map(str::to_string),
             gpus: n.gpus,
             total_gpus: totals.get(&*n.name).copied().unwrap_or(n.gpus),
             jobs: per_node.remove(&*n.name).unwrap_or_default(),
@@ -532,6 +534,7 @@ async fn cluster(State(s): State<AppState>) -> Json<ClusterView> {
                     Some(Target::Run(shape)) => shape.shares.clone(),
                     _ => Vec::new(),
                 },
+                gpu_type: dj.gpu_type.as_deref().map(str::to_string),
                 predicted_samples_per_s: dj.predicted_samples_per_s,
             })
             .collect(),

@@ -15,14 +15,15 @@ use dlscale_server::executor::{
     Believed, Capacity, ExecContext, Executor, Handle, LaunchJob, Reports, STOP_EXIT_CODE,
 };
 
-/// The node all of the fake executor's GPUs are on.
-const NODE: &str = "fake";
+/// The node of a fake executor's GPUs, unless it is given several.
+pub const NODE: &str = "fake";
 
 /// See the module documentation.
 #[derive(Debug)]
 pub struct FakeExecutor {
     ctx: ExecContext,
-    gpus: Mutex<u32>,
+    /// Its nodes, never changed.
+    capacity: Capacity,
     running: Mutex<BTreeMap<(String, u32), Shape>>,
     ended: Mutex<BTreeMap<(String, u32), Outcome>>,
     launches: Mutex<Vec<(String, u32, Shape)>>,
@@ -30,11 +31,11 @@ pub struct FakeExecutor {
 }
 
 impl FakeExecutor {
-    /// An executor over `gpus` GPUs on one node.
-    pub fn new(ctx: ExecContext, gpus: u32, reports: Reports) -> FakeExecutor {
+    /// An executor over the nodes of `capacity` (one node, [`NODE`], or typed ones, say).
+    pub fn on(ctx: ExecContext, capacity: Capacity, reports: Reports) -> FakeExecutor {
         FakeExecutor {
             ctx,
-            gpus: Mutex::new(gpus),
+            capacity,
             running: Mutex::default(),
             ended: Mutex::default(),
             launches: Mutex::default(),
@@ -80,11 +81,7 @@ impl Executor for FakeExecutor {
     }
 
     async fn capacity(&self) -> Result<Capacity> {
-        Ok(Capacity::one_node(
-            NODE,
-            *self.gpus.lock().unwrap(),
-            "127.0.0.1",
-        ))
+        Ok(self.capacity.clone())
     }
 
     fn poll_interval(&self) -> Duration {
@@ -124,7 +121,7 @@ impl Executor for FakeExecutor {
         let key = (launch.id.clone(), launch.attempt);
         let mut running = self.running.lock().unwrap();
         let busy: u32 = running.values().map(|s| s.gpus).sum();
-        let free = self.gpus.lock().unwrap().saturating_sub(busy);
+        let free = self.capacity.topology.total().saturating_sub(busy);
         anyhow::ensure!(
             launch.shape.gpus <= free,
             "{} GPUs asked for, {free} free",

@@ -13,6 +13,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use dlscale_server::api;
 use dlscale_server::clock::ManualClock;
+use dlscale_server::executor::Capacity;
 use dlscale_server::{ConfigFile, ServerConfig, Service};
 use http_body_util::BodyExt;
 use serde_json::Value;
@@ -47,6 +48,17 @@ pub async fn service(data_dir: &std::path::Path) -> axum::Router {
 /// slots unless it says otherwise.
 pub async fn harness(data_dir: &std::path::Path, file: ConfigFile) -> Harness {
     let gpus = file.slots.unwrap_or(2);
+    let capacity = Capacity::one_node(fake::NODE, gpus, "127.0.0.1");
+    harness_on(data_dir, file, capacity).await
+}
+
+/// [`harness`] on the nodes of `capacity` (typed ones, say).
+pub async fn harness_on(
+    data_dir: &std::path::Path,
+    file: ConfigFile,
+    capacity: Capacity,
+) -> Harness {
+    let gpus = capacity.topology.total();
     let file = ConfigFile {
         slots: Some(gpus),
         data_dir: Some(data_dir.to_path_buf()),
@@ -57,7 +69,7 @@ pub async fn harness(data_dir: &std::path::Path, file: ConfigFile) -> Harness {
     let clock = ManualClock::new(START_S);
     let mut made = None;
     let service = dlscale_server::start_with(config, clock.clone(), |_, ctx, reports| {
-        let executor = Arc::new(FakeExecutor::new(ctx, gpus, reports));
+        let executor = Arc::new(FakeExecutor::on(ctx, capacity, reports));
         made = Some(Arc::clone(&executor));
         Ok(executor)
     })

@@ -249,7 +249,7 @@ async function refresh(mine) {
     renderSummary(cluster, live);
     renderNodes(cluster);
     renderTeams(teams, cluster.capacity);
-    renderJobs(live.concat(ended), why, now);
+    renderJobs(live.concat(ended), why, now, typed(cluster));
     endedPager.render();
     renderTimelines(timelines, now);
     renderDecisions(decisions, decisionsPager.before === null);
@@ -293,6 +293,9 @@ function cell(name, job, other) {
   return el("div", attrs, el("span", { class: "gpu-name" }, name), el("span", { class: "gpu-job" }, job || (other ? "other" : "free")));
 }
 
+/** Whether some node names its GPU type: then nodes and jobs show theirs. */
+const typed = (cluster) => cluster.nodes.some((n) => n.gpu_type);
+
 function renderNodes(cluster) {
   const box = $("#nodes");
   box.replaceChildren();
@@ -310,7 +313,15 @@ function renderNodes(cluster) {
       while (k < node.gpus) cells.push(cell(`GPU ${k++}`));
       while (k < node.total_gpus) cells.push(cell(`GPU ${k++}`, null, true));
     }
-    box.append(el("div", { class: "node", "data-node": node.name }, el("div", { class: "node-name" }, node.name), el("div", { class: "gpus" }, ...cells)));
+    const kind = node.gpu_type ? el("span", { class: "node-type" }, node.gpu_type) : null;
+    box.append(
+      el(
+        "div",
+        { class: "node", "data-node": node.name, "data-gpu-type": node.gpu_type },
+        el("div", { class: "node-name" }, node.name, kind),
+        el("div", { class: "gpus" }, ...cells),
+      ),
+    );
   }
   if (cluster.nodes.length === 0) box.append(el("p", { class: "hint" }, "no usable GPUs"));
 }
@@ -348,7 +359,9 @@ function renderTeams(teams, capacity) {
   }
 }
 
-function renderJobs(jobs, why, now) {
+/** The jobs table; with `typed`, a column of the GPU type each job's launch runs on. */
+function renderJobs(jobs, why, now, typed) {
+  $("#type-head").hidden = !typed;
   const body = $("#jobs tbody");
   body.replaceChildren();
   for (const j of jobs) {
@@ -372,6 +385,7 @@ function renderJobs(jobs, why, now) {
         el("td", { class: "job-user" }, j.owner ?? "admin"),
         el("td", { class: `state ${j.state}` }, j.state),
         el("td", { class: "num" }, j.gpus),
+        typed ? el("td", { class: "job-type" }, j.gpu_type ?? "–") : null,
         el("td", {}, nodes || "–"),
         el("td", { class: "num" }, batch),
         el("td", { class: "num" }, rate(j.predicted_samples_per_s)),
@@ -384,7 +398,7 @@ function renderJobs(jobs, why, now) {
       ),
     );
   }
-  if (jobs.length === 0) body.append(el("tr", {}, el("td", { colspan: 14, class: "hint" }, "no jobs yet")));
+  if (jobs.length === 0) body.append(el("tr", {}, el("td", { colspan: typed ? 15 : 14, class: "hint" }, "no jobs yet")));
 }
 
 /**
