@@ -267,13 +267,13 @@ fn simulate_takes_a_fleet_of_gpu_types_and_refuses_it_with_the_pollux_preset() {
         "--fleet",
         fleet,
         "--policy",
-        "sia,type-blind",
+        "sia,gavel,type-blind",
         "--progress",
         "goodput",
         "--out",
         dir,
     ]);
-    for policy in ["sia", "type-blind"] {
+    for policy in ["sia", "gavel", "type-blind"] {
         let s = summary(&out.path().join(policy).join("summary.json"));
         assert_eq!(s["completed"], 160, "{policy}: {s}");
         let util = s["gpu_utilization"].as_f64().unwrap();

@@ -3,6 +3,7 @@
 
 use dlscale_core::allocator::{ELASTIC_BATCH, TYPE_BLIND};
 use dlscale_core::{Fleet, GpuPool};
+use dlscale_sim::reproduce::{hetero_report, HeteroRow};
 use dlscale_sim::workload::{model_job, SimJob, Work};
 use dlscale_sim::{
     reproduce_hetero, simulate, HeteroOptions, Knowledge, ProgressMode, SimConfig, Workload, World,
@@ -114,12 +115,48 @@ fn reproduce_hetero_reports_every_run_it_makes() {
         calls.push((done, total))
     })
     .unwrap();
-    assert_eq!(calls.last(), Some(&(4, 4)));
+    assert_eq!(calls.last(), Some(&(5, 5)));
     assert_eq!(rows.len(), 1);
     assert!(rows[0].avg_jct_s.iter().all(|&j| j.is_finite() && j > 0.0));
+    assert!(rows[0].completed.iter().all(|&done| done <= rows[0].jobs));
     let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
     assert!(report.contains("16 × t4 + 8 × a100 (24 GPUs)"), "{report}");
     let row = format!("| 3 | {:.0} |", rows[0].avg_jct_s[0]);
     assert!(report.contains(&row), "{report}");
     assert!(report.contains("Targets (issue 29)"), "{report}");
+    assert!(
+        report.contains("| vs sia | vs gavel | vs type-blind |"),
+        "{report}"
+    );
+    let all_done = rows[0].completed.iter().all(|&done| done == rows[0].jobs);
+    assert_eq!(
+        report.contains("Every run completed every job."),
+        all_done,
+        "{report}"
+    );
+}
+
+#[test]
+fn the_hetero_report_says_which_runs_left_jobs_out() {
+    let row = |workload, completed: Vec<usize>| HeteroRow {
+        workload,
+        jobs: 160,
+        avg_jct_s: vec![1000.0, 1250.0, 2000.0, 1600.0, 800.0],
+        completed,
+    };
+    let rows = [row(1, vec![160; 5]), row(2, vec![160, 160, 157, 160, 160])];
+    let report = hetero_report(&fleet(&[("t4", 4), ("a100", 2)]), &rows);
+    assert!(
+        report.contains("runs that completed fewer than all"),
+        "{report}"
+    );
+    assert!(
+        report.contains("gavel on workload 2: 157 of 160."),
+        "{report}"
+    );
+    assert!(!report.contains("workload 1:"), "{report}");
+    // Elastic-batch against Sia, Gavel and type-blind, per workload and on the means.
+    assert!(report.contains("| 0.800× | 0.500× | 0.625× |"), "{report}");
+    assert!(report.contains("worst 0.800×, met"), "{report}");
+    assert!(report.contains("worst 0.625×, met"), "{report}");
 }

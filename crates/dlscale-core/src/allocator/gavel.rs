@@ -566,10 +566,20 @@ impl Policy for Gavel {
             let batch = job.requested.batch;
             placed[j] = Some(running(job, &types[t], name(t), gpus, batch, rates[j][t]));
         }
+        // A job that runs on no type at its fixed request (more GPUs than any type has, a batch
+        // beyond every type's memory) never will: turned away, as Tiresias turns it away.
         let decisions = jobs
             .iter()
             .zip(placed)
-            .map(|(job, d)| d.unwrap_or_else(|| JobDecision::idle(&job.id, JobState::Queued)))
+            .zip(&rates)
+            .map(|((job, d), on)| {
+                let state = if on.iter().all(Option::is_none) {
+                    JobState::Dropped
+                } else {
+                    JobState::Queued
+                };
+                d.unwrap_or_else(|| JobDecision::idle(&job.id, state))
+            })
             .collect();
         let objective = allocation.min_value;
         self.solved = Some((problem, allocation));

@@ -361,7 +361,7 @@ fn an_empty_request_decides_nothing() {
 }
 
 #[test]
-fn jobs_run_as_asked_or_wait() {
+fn jobs_run_as_asked_wait_or_are_turned_away() {
     let f = fleet((1, 4), (1, 4));
     let both = [("slow", 1.0, 32), ("fast", 3.0, 32)];
     let jobs = [
@@ -385,8 +385,9 @@ fn jobs_run_as_asked_or_wait() {
         }
     }
     let states = placement(&d);
-    assert_eq!(states[2], (JobState::Queued, None));
-    assert_eq!(states[3], (JobState::Queued, None));
+    // Neither fits any type: turned away, not left waiting for ever.
+    assert_eq!(states[2], (JobState::Dropped, None));
+    assert_eq!(states[3], (JobState::Dropped, None));
     assert_eq!(states[4], (JobState::Running, Some("fast")));
     // a and b cannot share a type: one on each, the picky job beside whichever is on fast.
     assert_eq!(states[0].0, JobState::Running);
@@ -631,7 +632,10 @@ proptest! {
                 prop_assert_eq!((d.gpus, d.batch_size), (job.requested.gpus, job.requested.batch));
                 used[t] += d.gpus;
             } else {
-                prop_assert_eq!(d.state, JobState::Queued);
+                // Turned away exactly when it fits no type.
+                let fits_some = (0..2).any(|t| fits(job, t) && job.requested.gpus <= caps[t]);
+                let expected = if fits_some { JobState::Queued } else { JobState::Dropped };
+                prop_assert_eq!(d.state, expected, "{:?}", d);
                 prop_assert_eq!(d.gpus, 0);
             }
         }
