@@ -17,9 +17,9 @@ use dlscale_core::allocator::{
     admission_order, held_options, remaining_s, Decision, Teams, ELASTIC_BATCH, ELASTIC_GPU,
 };
 use dlscale_core::options::{option_metric, AcrossTypes, BatchChoice, ConfigOption, OptionTable};
-use dlscale_core::placement::{ShapeRule, Topology};
+use dlscale_core::placement::ShapeRule;
 use dlscale_core::{
-    BatchSize, Cluster, DecisionRequest, Fleet, GpuCount, Hold, Job, JobState, PolicyInfo, Settings,
+    BatchSize, Cluster, DecisionRequest, Fleet, GpuCount, Job, JobState, PolicyInfo, Settings,
 };
 use serde::{Deserialize, Serialize};
 
@@ -68,6 +68,10 @@ pub struct DecisionInputs {
     pub shape: ShapeRule,
     /// The teams and their quotas, if configured.
     pub teams: Option<Teams>,
+    /// The GPU types the policy decided across (as it was asked: [`DecisionRequest::fleet`]);
+    /// `None` where its GPUs were alike to it. Kept so that explanations say which type each
+    /// job runs on and why not another, valued as the policy valued them.
+    pub fleet: Option<Fleet>,
     /// The jobs the policy decided for, as it saw them (current allocation, hold, a maximum
     /// lowered to what fits on the nodes).
     pub jobs: Vec<Job>,
@@ -118,8 +122,14 @@ pub struct Donor {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "limit")]
 pub enum Limit {
-    /// It has the most GPUs its ranges, memory and model allow here.
-    Largest,
+    /// It has the most GPUs it can have here: all its ranges, memory and model allow, or all
+    /// of its GPU type.
+    Largest {
+        /// Where the GPUs of its type are what holds it (it has them all, and its GPU range
+        /// would allow more): their number; `None` where its own limits allow no more.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cap: Option<GpuCount>,
+    },
     /// It (re)started recently and is held until its cooldown ends.
     Cooldown {
         /// When the cooldown ends.
@@ -315,46 +325,17 @@ pub enum TypeReason {
 }
 
 impl DecisionInputs {
-    /// Why job `id` has what the decision gave it, its GPUs alike; `None` when the decision
-    /// did not know it.
+    /// Why job `id` has what the decision gave it (where the policy decided across GPU types,
+    /// with the type it runs on and why not another: [`Explanation::types`]); `None` when the
+    /// decision did not know it.
     pub fn explain(&self, id: &str) -> Option<Explanation> {
-        Explainer::new(self, None).explain(id)
+        Explainer::new(self).explain(id)
     }
 
-    /// The explanation of every job the decision knew, its GPUs alike: the decided ones in
-    /// arrival order, then those left out for room, then those being cancelled.
+    /// The explanation of every job the decision knew, as [`DecisionInputs::explain`]: the
+    /// decided ones in arrival order, then those left out for room, then those being cancelled.
     pub fn explain_all(&self) -> Vec<Explanation> {
-        self.explain_all_with(None)
-    }
-
-    /// [`DecisionInputs::explain`] of a decision made for the nodes of `topology`: where the
-    /// policy decided across their GPU types ([`DecisionInputs::fleet_on`]), with the type each
-    /// job runs on and why not another ([`Explanation::types`]); else as `explain`.
-    pub fn explain_on(&self, topology: &Topology, id: &str) -> Option<Explanation> {
-        let fleet = self.fleet_on(topology);
-        Explainer::new(self, fleet.as_ref()).explain(id)
-    }
-
-    /// [`DecisionInputs::explain_all`] of a decision made for the nodes of `topology`, with
-    /// their GPU types as [`DecisionInputs::explain_on`].
-    pub fn explain_all_on(&self, topology: &Topology) -> Vec<Explanation> {
-        let fleet = self.fleet_on(topology);
-        self.explain_all_with(fleet.as_ref())
-    }
-
-    /// The GPU types the policy decided across, for a decision made for the nodes of
-    /// `topology`: the fleet its typed nodes make ([`Fleet::of_topology`]) where the policy keeps
-    /// types and no teams are configured (the autoscaler's rule: teams are not kept across
-    /// types); `None` where its GPUs were alike to the policy.
-    pub fn fleet_on(&self, topology: &Topology) -> Option<Fleet> {
-        if !self.policy.keeps_types || self.teams.is_some() {
-            return None;
-        }
-        Fleet::of_topology(topology).map(|(fleet, _)| fleet)
-    }
-
-    fn explain_all_with(&self, fleet: Option<&Fleet>) -> Vec<Explanation> {
-        let mut e = Explainer::new(self, fleet);
+        let mut e = Explainer::new(self);
         let ids = self
             .jobs
             .iter()
@@ -432,19 +413,6 @@ fn most_valued<'o>(list: impl IntoIterator<Item = &'o ConfigOption>) -> Option<&
     })
 }
 
-/// The index of the type `job` runs on now in `fleet`: the one its types name, else the first
-/// it may run on (as the knapsack across types reads it).
-fn current_kind(job: &Job, fleet: &Fleet) -> Option<usize> {
-    job.current?;
-    match &job.types.current {
-        Some(name) => fleet.index_of(name),
-        None => fleet
-            .pools()
-            .iter()
-            .position(|p| job.on_type(&p.name).is_some()),
-    }
-}
-
 /// Explains the jobs of one decision, building each job's value tables once.
 struct Explainer<'a> {
     inputs: &'a DecisionInputs,
@@ -465,8 +433,9 @@ struct Explainer<'a> {
 }
 
 impl<'a> Explainer<'a> {
-    fn new(inputs: &'a DecisionInputs, fleet: Option<&'a Fleet>) -> Self {
+    fn new(inputs: &'a DecisionInputs) -> Self {
         let name = inputs.policy.name;
+        let fleet = inputs.fleet.as_ref();
         let kinds = match fleet {
             Some(fleet) => fleet
                 .capacities()
@@ -576,93 +545,44 @@ impl<'a> Explainer<'a> {
         }
     }
 
-    /// [`Explainer::build`] on a fleet, as the knapsack across types values a job: on each type
-    /// with its model there, every type's values normalised by one reference (its best metric at
-    /// its smallest count on any type), an option on a type it does not run on a move (restart
-    /// awareness applies), what its hold leaves of them, weighed as the settings say, at the
-    /// counts they offer.
+    /// [`Explainer::build`] on a fleet: `offered` as the knapsack across types offers them
+    /// ([`Fleet::options_on_type`]), `all` valued as it values them.
     fn build_on_types(&self, job: &Job, fleet: &Fleet) -> Options {
         let settings = &self.inputs.settings;
         let (utility, restart) = (settings.utility, &settings.restart);
-        let here = current_kind(job, fleet);
-        let mut tables: Vec<(usize, Job, OptionTable)> = Vec::new();
-        let mut reference: Option<f64> = None;
-        for (t, pool) in fleet.pools().iter().enumerate() {
-            let Some((model, max_local_batch)) = job.on_type(&pool.name) else {
-                continue;
-            };
-            let mut view = job.clone();
-            view.throughput = model;
-            view.max_local_batch = max_local_batch;
-            if here != Some(t) {
-                view.current = None;
-            }
-            let table = OptionTable::build(&view, &pool.cluster(), utility, self.choice);
-            if let Some(metric) = table.reference_metric() {
-                reference = Some(reference.map_or(metric, |r| r.max(metric)));
-                tables.push((t, view, table));
-            }
-        }
-        let Some(reference) = reference else {
+        let table = |t: usize, view: &Job| {
+            let table = OptionTable::build(view, &fleet.pools()[t].cluster(), utility, self.choice);
+            let metric = table.reference_metric()?;
+            Some((table, metric))
+        };
+        let Some((on, reference, remaining_s)) = fleet.job_on_types(job, table) else {
             return Options {
                 on: Vec::new(),
                 remaining_s: None,
             };
         };
-        let remaining_s = job
-            .remaining_samples
-            .filter(|_| reference > 0.0)
-            .map(|work| work.max(0.0) / reference);
-        let weighing = settings.weighing;
-        let factor = weighing.service_factor(job.history.attained_gpu_s(self.inputs.at_s))
-            * weighing.remaining_factor(remaining_s);
         let own_max = self.own_max(job);
-        let on = tables
+        let on = on
             .into_iter()
             .map(|(t, view, table)| {
-                let pool = &fleet.pools()[t];
-                let cluster = pool.cluster();
-                let runs_here = view.current.is_some();
-                let across = AcrossTypes {
+                let offered = fleet.options_on_type(
+                    &self.request,
+                    job,
+                    (t, &view),
+                    &table,
                     reference,
-                    moving_from: if runs_here { None } else { job.current },
-                };
-                let free = table.options_across(&view, &cluster, restart, &across);
-                let held = view.current.map_or(0, |c| c.gpus);
-                let mut offered: Vec<ConfigOption> = match (job.hold, job.current, runs_here) {
-                    (Hold::Free, _, _) | (_, None, _) => free.clone(),
-                    (_, Some(_), false) => Vec::new(),
-                    (Hold::Keep, Some(_), true) => table
-                        .current_option(&view, &cluster, restart, Some(&across))
-                        .into_iter()
-                        .collect(),
-                    (Hold::ShrinkOnly, Some(_), true) => free
-                        .iter()
-                        .filter(|o| o.gpus < held)
-                        .copied()
-                        .chain(table.current_option(&view, &cluster, restart, Some(&across)))
-                        .collect(),
-                };
-                if factor != 1.0 {
-                    for o in &mut offered {
-                        o.value *= factor;
-                        o.utility *= factor;
-                    }
-                }
-                let smallest = offered.first().map(|o| o.gpus);
-                offered.retain(|o| {
-                    Some(o.gpus) == smallest
-                        || (runs_here && o.gpus == held)
-                        || settings.counts.allows(o.gpus, pool.gpus_per_node)
-                });
+                    remaining_s,
+                );
+                let cluster = fleet.pools()[t].cluster();
+                let across = AcrossTypes::of_view(job, &view, reference);
                 let all = match own_max {
                     Some(max) => {
-                        let mut own = view.clone();
+                        let mut own = view;
                         own.gpus.max = max;
                         OptionTable::build(&own, &cluster, utility, self.choice)
                             .options_across(&own, &cluster, restart, &across)
                     }
-                    None => free,
+                    None => table.options_across(&view, &cluster, restart, &across),
                 };
                 OnKind {
                     kind: t,
@@ -854,6 +774,12 @@ impl<'a> Explainer<'a> {
         let types = this.type_choice(job, options, current.as_ref().map(|c| (kind, c)));
         let alt = more.map(|o| alternative(job, inputs, &o, current.as_ref()));
         let free = this.free_on(kind);
+        // On a fleet its options on a type end at that type's GPUs: where it has them all and
+        // its own maximum is higher, the type's size is what holds it, not its ranges.
+        let type_size = this
+            .fleet
+            .map(|_| this.kinds[kind].capacity)
+            .filter(|&size| running && g >= size && this.own_max(job).unwrap_or(job.gpus.max) > g);
         let short = alt
             .as_ref()
             .map_or(0, |m| (m.gpus - g).saturating_sub(free));
@@ -900,7 +826,7 @@ impl<'a> Explainer<'a> {
                     }
                 }
             },
-            (None, _) => Limit::Largest,
+            (None, _) => Limit::Largest { cap: type_size },
             (Some(m), _) => match (inputs.holds.get(&job.id), exploring, team_max(m.gpus)) {
                 (Some(HoldCause::Finishing), _, _) => Limit::Finishing,
                 (Some(&HoldCause::Cooldown { until_s }), _, _) => Limit::Cooldown { until_s },
@@ -1282,7 +1208,14 @@ impl Explanation {
         let held = if self.limit.holds() { "held at" } else { "at" };
         write!(f, "{held} {}", gpus(g))?;
         match (&self.limit, &self.more) {
-            (Limit::Largest, _) | (_, None) => write!(
+            (Limit::Largest { cap: Some(size) }, _) => {
+                match self.types.as_ref().and_then(|t| t.gpu_type.as_ref()) {
+                    Some(here) => write!(f, ", all the {here} GPUs there are")?,
+                    None => write!(f, ", all {} of its type", gpus(*size))?,
+                }
+                f.write_str(": the type's size is the limit, not its GPU range")?
+            }
+            (Limit::Largest { .. }, _) | (_, None) => write!(
                 f,
                 ", the most it can use here (its GPU and batch ranges, memory and model allow no more)"
             )?,

@@ -10,7 +10,7 @@ mod steps;
 
 use dlscale_autoscaler::explain::TypeReason;
 use dlscale_autoscaler::{
-    Autoscaler, AutoscalerConfig, Explanation, Input, Limit, ModelSource, Outcome,
+    Autoscaler, AutoscalerConfig, DecisionInputs, Explanation, Input, Limit, ModelSource, Outcome,
 };
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::{ShapeRule, Topology};
@@ -170,7 +170,7 @@ fn a_job_in_its_cooldown_is_held() {
     // Without minimum gain and cooldown, a grows at once: nothing holds it.
     let a = after_b_ends(|_| {});
     let e = explain(&a, "a");
-    assert_eq!((e.gpus, e.limit.clone()), (2, Limit::Largest));
+    assert_eq!((e.gpus, e.limit.clone()), (2, Limit::Largest { cap: None }));
     assert_eq!(
         e.to_string(),
         "at 2 GPUs, the most it can use here (its GPU and batch ranges, memory and model allow \
@@ -258,7 +258,7 @@ fn behind_a_waiting_job_a_later_one_waits_without_backfill_or_is_dropped() {
             );
             assert_eq!(
                 (c.state, c.gpus, c.limit),
-                (Some(JobState::Running), 1, Limit::Largest)
+                (Some(JobState::Running), 1, Limit::Largest { cap: None })
             );
         }
     }
@@ -408,11 +408,13 @@ fn typed_job(id: &str, types: &[&str], min_gpus: u32) -> Job {
         .remove(0)
 }
 
-/// Job `id` explained by the last decision on the autoscaler's typed nodes.
+/// Job `id` explained by the last decision on the autoscaler's typed nodes, which the policy
+/// decided across.
 fn explain_typed(a: &Autoscaler, id: &str) -> Explanation {
-    a.last_inputs()
-        .expect("the decision kept its inputs")
-        .explain_on(a.topology(), id)
+    let inputs = a.last_inputs().expect("the decision kept its inputs");
+    assert!(inputs.fleet.is_some(), "the policy decided across types");
+    inputs
+        .explain(id)
         .unwrap_or_else(|| panic!("the last decision did not know {id}"))
 }
 
@@ -424,7 +426,13 @@ fn on_a_fleet_a_job_on_the_faster_type_says_why_not_the_other() {
     let e = explain_typed(&a, "x");
     assert_eq!(
         (e.state, e.gpus, e.free_gpus, e.limit.clone()),
-        (Some(JobState::Running), 2, 0, Limit::Largest)
+        (
+            Some(JobState::Running),
+            2,
+            0,
+            Limit::Largest { cap: Some(2) }
+        ),
+        "both A100s, fewer than its maximum of eight"
     );
     let types = e.types.as_ref().expect("typed");
     assert_eq!(types.gpu_type.as_deref(), Some("a100"));
@@ -446,14 +454,18 @@ fn on_a_fleet_a_job_on_the_faster_type_says_why_not_the_other() {
     );
     assert_eq!(
         e.to_string(),
-        "at 2 GPUs, the most it can use here (its GPU and batch ranges, memory and model allow \
-         no more); one fewer would cost 50 %; 2 × a100 rather than 8 × t4: 2 × a100 gives 2000 \
+        "at 2 GPUs, all the a100 GPUs there are: the type's size is the limit, not its GPU \
+         range; one fewer would cost 50 %; 2 × a100 rather than 8 × t4: 2 × a100 gives 2000 \
          samples/s of progress against 1600, for fewer GPUs"
     );
     let inputs = a.last_inputs().unwrap();
-    assert_eq!(inputs.explain_all_on(a.topology()), vec![e.clone()]);
+    assert_eq!(inputs.explain_all(), vec![e.clone()]);
     // Explained as if its GPUs were alike, it says nothing of types.
-    assert_eq!(inputs.explain("x").unwrap().types, None);
+    let alike = DecisionInputs {
+        fleet: None,
+        ..(**inputs).clone()
+    };
+    assert_eq!(alike.explain("x").unwrap().types, None);
 }
 
 #[test]
@@ -473,8 +485,8 @@ fn on_a_fleet_a_job_pinned_to_a_type_says_so_and_one_kept_off_the_faster_type_sa
     assert!(types.others.is_empty(), "{types:?}");
     assert_eq!(
         big.to_string(),
-        "at 2 GPUs, the most it can use here (its GPU and batch ranges, memory and model allow \
-         no more); it may run only on a100"
+        "at 2 GPUs, all the a100 GPUs there are: the type's size is the limit, not its GPU \
+         range; it may run only on a100"
     );
 
     let x = explain_typed(&a, "x");
@@ -496,6 +508,25 @@ fn on_a_fleet_a_job_pinned_to_a_type_says_so_and_one_kept_off_the_faster_type_sa
              against 1600, but no a100 GPU is free"
         ),
         "{x}"
+    );
+}
+
+#[test]
+fn on_a_fleet_a_job_at_its_own_maximum_is_held_by_its_ranges_not_by_its_type() {
+    // Four of the eight T4s are all x may use: its range is the limit, not the type's size.
+    let mut a = autoscaler(fleet_topology(), |_| {});
+    let mut x = typed_job("x", &["t4"], 1);
+    x.gpus.max = 4;
+    a.handle(0.0, vec![submit(x)]);
+    let e = explain_typed(&a, "x");
+    assert_eq!(
+        (e.gpus, e.free_gpus, e.limit.clone()),
+        (4, 4, Limit::Largest { cap: None })
+    );
+    assert_eq!(
+        e.to_string(),
+        "at 4 GPUs, the most it can use here (its GPU and batch ranges, memory and model allow \
+         no more); one fewer would cost 25 %; it may run only on t4"
     );
 }
 
@@ -575,9 +606,8 @@ fn where_the_gpus_are_alike_to_the_policy_the_explanation_is_unchanged() {
     blind.handle(0.0, vec![submit(typed_job("x", &["t4", "a100"], 1))]);
     for a in [&plain, &blind] {
         let inputs = a.last_inputs().unwrap();
-        assert!(inputs.fleet_on(a.topology()).is_none());
-        let all = inputs.explain_all_on(a.topology());
-        assert_eq!(all, inputs.explain_all());
+        assert!(inputs.fleet.is_none());
+        let all = inputs.explain_all();
         assert!(all.iter().all(|e| e.types.is_none()), "{all:?}");
     }
 }

@@ -155,7 +155,7 @@ mod tests {
             more: None,
             fewer: None,
             donor: None,
-            limit: Limit::Largest,
+            limit: Limit::Largest { cap: None },
             types,
         }
     }

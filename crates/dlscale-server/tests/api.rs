@@ -571,7 +571,10 @@ async fn on_typed_nodes_the_api_shows_each_nodes_and_jobs_type_and_explains_it()
     );
     let summary = explained["summary"].as_str().unwrap();
     assert!(
-        summary.ends_with(
+        summary.starts_with(
+            "at 2 GPUs, all the a100 GPUs there are: the type's size is the limit, not its GPU \
+             range;"
+        ) && summary.ends_with(
             "; 2 × a100 rather than 4 × t4: 2 × a100 gives 2000 samples/s of progress against \
              800, for fewer GPUs"
         ),
@@ -600,4 +603,11 @@ async fn on_typed_nodes_the_api_shows_each_nodes_and_jobs_type_and_explains_it()
         "one explanation, two routes"
     );
     assert_schema("DecisionJob", &decisions["decisions"][0]["jobs"][0]);
+    // The service keeps them as it keeps explanations where the GPUs are alike: a poll of the
+    // dashboard does not explain the decision again.
+    let (inputs, kept) = h.service.explanations().await.expect("a decision was made");
+    assert!(inputs.fleet.is_some(), "the policy decided across types");
+    assert!(kept.iter().all(|e| e.types.is_some()), "{kept:?}");
+    let (_, again) = h.service.explanations().await.expect("a decision was made");
+    assert!(std::sync::Arc::ptr_eq(&kept, &again), "explained once");
 }

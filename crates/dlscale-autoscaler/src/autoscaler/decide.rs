@@ -296,6 +296,7 @@ impl Autoscaler {
                 allowed: self.allowed.clone(),
                 shape: self.config.shape,
                 teams: self.config.teams.clone(),
+                fleet: self.fleet.as_ref().map(|(f, _)| f.clone()),
                 capped: capped_at
                     .into_iter()
                     .filter(|(id, _)| jobs.iter().any(|j| &j.id == id))

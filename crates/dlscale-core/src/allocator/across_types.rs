@@ -16,6 +16,9 @@
 //!   and is solved type by type if the knapsack's priced split (at scale) finds no room.
 //!
 //! Shortest remaining first counts a job's seconds left at the rate of its reference.
+//!
+//! The valuation ([`Fleet::job_on_types`], [`Fleet::options_on_type`]) is public so that what
+//! explains a decision values a job's options on each type as the policies do, not by a copy.
 
 use super::elastic::TableCache;
 use super::knapsack::KnapsackSolution;
@@ -23,7 +26,7 @@ use super::typed::{TypedItem, TypedKnapsack};
 use super::{admission_order, Admission, Decision, DecisionRequest, JobDecision, JobState};
 use crate::fleet::Fleet;
 use crate::job::{Hold, Job};
-use crate::options::{AcrossTypes, BatchChoice, ConfigOption};
+use crate::options::{AcrossTypes, BatchChoice, ConfigOption, OptionTable};
 
 /// What the knapsack policies keep between decisions on a fleet: a table cache per type, and
 /// the solver's buffers.
@@ -31,12 +34,6 @@ use crate::options::{AcrossTypes, BatchChoice, ConfigOption};
 pub(super) struct Typed {
     tables: Vec<TableCache>,
     solver: TypedKnapsack,
-}
-
-/// One type a job may run on: the type's index, and the job as it runs there.
-struct OnType {
-    gpu_type: usize,
-    view: Job,
 }
 
 impl Typed {
@@ -58,53 +55,42 @@ impl Typed {
         let pools = fleet.pools();
         self.tables.resize_with(pools.len(), TableCache::default);
         let jobs = request.jobs;
-        // Each job as it runs on each type it may use, with that type's value table built.
-        let mut on_types: Vec<Vec<OnType>> = Vec::with_capacity(jobs.len());
-        let mut references: Vec<Option<f64>> = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            let here = current_type(job, fleet);
-            let mut on = Vec::new();
-            let mut reference: Option<f64> = None;
-            for (t, pool) in pools.iter().enumerate() {
-                let Some((model, max_local_batch)) = job.on_type(&pool.name) else {
-                    continue;
-                };
-                let mut view = job.clone();
-                view.throughput = model;
-                view.max_local_batch = max_local_batch;
-                if here != Some(t) {
-                    view.current = None;
-                }
-                let table = self.tables[t].table(&view, &pool.cluster(), settings.utility, choice);
-                if let Some(metric) = table.reference_metric() {
-                    reference = Some(reference.map_or(metric, |r: f64| r.max(metric)));
-                    on.push(OnType { gpu_type: t, view });
-                }
-            }
-            on_types.push(on);
-            references.push(reference);
-        }
-        let remaining: Vec<Option<f64>> = jobs
+        // Each job as it runs on each type it may use, with that type's value table built, its
+        // reference and its seconds left at that rate.
+        let on_types: Vec<Option<JobOnTypes<()>>> = jobs
             .iter()
-            .zip(&references)
-            .map(|(job, reference)| {
-                let rate = reference.filter(|&r| r > 0.0)?;
-                Some(job.remaining_samples?.max(0.0) / rate)
+            .map(|job| {
+                fleet.job_on_types(job, |t, view| {
+                    let table =
+                        self.tables[t].table(view, &pools[t].cluster(), settings.utility, choice);
+                    Some(((), table.reference_metric()?))
+                })
             })
+            .collect();
+        let remaining: Vec<Option<f64>> = on_types
+            .iter()
+            .map(|on| on.as_ref().and_then(|(_, _, remaining)| *remaining))
             .collect();
         // Each job's options on each of its types.
         let options: Vec<Vec<(usize, Vec<ConfigOption>)>> = jobs
             .iter()
             .zip(&on_types)
-            .zip(references.iter().zip(&remaining))
-            .map(|((job, on), (reference, remaining))| {
-                let Some(reference) = *reference else {
+            .map(|(job, on)| {
+                let Some((on, reference, remaining)) = on else {
                     return Vec::new();
                 };
                 on.iter()
-                    .map(|o| {
-                        let options = self.options(request, fleet, job, o, reference, *remaining);
-                        (o.gpu_type, options)
+                    .filter_map(|(t, view, ())| {
+                        let table = self.tables[*t].get(&view.id)?;
+                        let options = fleet.options_on_type(
+                            request,
+                            job,
+                            (*t, view),
+                            table,
+                            *reference,
+                            *remaining,
+                        );
+                        Some((*t, options))
                     })
                     .filter(|(_, options)| !options.is_empty())
                     .collect()
@@ -178,31 +164,86 @@ impl Typed {
             gap: solution.gap(),
         }
     }
+}
 
-    /// `job`'s options on one type (`on`), valued against its other types by `reference`:
-    /// what its hold leaves there, weighed as the settings say, at the counts they offer.
-    fn options(
+/// The index of the type `job` runs on now: the one its types name, else its first.
+pub(super) fn current_type(job: &Job, fleet: &Fleet) -> Option<usize> {
+    job.current?;
+    match &job.types.current {
+        Some(name) => fleet.index_of(name),
+        None => fleet
+            .pools()
+            .iter()
+            .position(|p| job.on_type(&p.name).is_some()),
+    }
+}
+
+/// A job on the types of a fleet ([`Fleet::job_on_types`]): per type it may run on, the type's
+/// index, the job as it runs there and what the caller built for it there; its reference; and
+/// its seconds left at that rate.
+type JobOnTypes<T> = (Vec<(usize, Job, T)>, f64, Option<f64>);
+
+impl Fleet {
+    /// `job` on each type of this fleet it may run on, as the knapsack policies value it across
+    /// types. Per type, in the fleet's order: the type's index, the job as it runs there (that
+    /// type's model and memory, [`Job::on_type`]; its current configuration only on the type it
+    /// runs on, so that anywhere else every option is a move) and what `table(t, view)` makes of
+    /// it: the caller builds or keeps the job's value table there and gives it back with its
+    /// reference metric, or `None` where it has none (no configuration fits there; the type is
+    /// left out). With the job's reference, the largest of those metrics (every type's values
+    /// are normalised by it, so that a faster type is worth more), and its seconds left at that
+    /// rate (`None` when it declared no length). `None` where it can run on no type.
+    pub fn job_on_types<T>(
+        &self,
+        job: &Job,
+        mut table: impl FnMut(usize, &Job) -> Option<(T, f64)>,
+    ) -> Option<JobOnTypes<T>> {
+        let here = current_type(job, self);
+        let mut on = Vec::new();
+        let mut reference: Option<f64> = None;
+        for (t, pool) in self.pools().iter().enumerate() {
+            let Some((model, max_local_batch)) = job.on_type(&pool.name) else {
+                continue;
+            };
+            let mut view = job.clone();
+            view.throughput = model;
+            view.max_local_batch = max_local_batch;
+            if here != Some(t) {
+                view.current = None;
+            }
+            if let Some((built, metric)) = table(t, &view) {
+                reference = Some(reference.map_or(metric, |r: f64| r.max(metric)));
+                on.push((t, view, built));
+            }
+        }
+        let reference = reference?;
+        let remaining_s = job
+            .remaining_samples
+            .filter(|_| reference > 0.0)
+            .map(|work| work.max(0.0) / reference);
+        Some((on, reference, remaining_s))
+    }
+
+    /// The options the knapsack policies offer `job` on type `t`, where it runs as `view` with
+    /// value `table` ([`Fleet::job_on_types`]), valued against its other types by its
+    /// `reference` ([`AcrossTypes::of_view`]): what its hold leaves there (none off the type it
+    /// runs on unless it is free to move), weighed by its seconds left (`remaining_s`) and
+    /// attained service as `request`'s settings say, at the counts they offer.
+    pub fn options_on_type(
         &self,
         request: &DecisionRequest<'_>,
-        fleet: &Fleet,
         job: &Job,
-        on: &OnType,
+        (t, view): (usize, &Job),
+        table: &OptionTable,
         reference: f64,
         remaining_s: Option<f64>,
     ) -> Vec<ConfigOption> {
         let settings = request.settings;
         let restart = &settings.restart;
-        let pool = &fleet.pools()[on.gpu_type];
+        let pool = &self.pools()[t];
         let cluster = pool.cluster();
-        let view = &on.view;
         let here = view.current.is_some();
-        let across = AcrossTypes {
-            reference,
-            moving_from: if here { None } else { job.current },
-        };
-        let Some(table) = self.tables[on.gpu_type].get(&view.id) else {
-            return Vec::new();
-        };
+        let across = AcrossTypes::of_view(job, view, reference);
         let mut options = match (job.hold, job.current.is_some(), here) {
             (Hold::Free, _, _) | (_, false, _) => {
                 table.options_across(view, &cluster, restart, &across)
@@ -243,15 +284,19 @@ impl Typed {
     }
 }
 
-/// The index of the type `job` runs on now: the one its types name, else its first.
-pub(super) fn current_type(job: &Job, fleet: &Fleet) -> Option<usize> {
-    job.current?;
-    match &job.types.current {
-        Some(name) => fleet.index_of(name),
-        None => fleet
-            .pools()
-            .iter()
-            .position(|p| job.on_type(&p.name).is_some()),
+impl AcrossTypes {
+    /// How `job`'s options on a type where it runs as `view` ([`Fleet::job_on_types`]) are
+    /// valued against its other types: normalised by its `reference`, and where it does not run
+    /// there, every one a move from where it runs (restart awareness applies).
+    pub fn of_view(job: &Job, view: &Job, reference: f64) -> AcrossTypes {
+        AcrossTypes {
+            reference,
+            moving_from: if view.current.is_some() {
+                None
+            } else {
+                job.current
+            },
+        }
     }
 }
 

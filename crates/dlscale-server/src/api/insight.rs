@@ -1,16 +1,13 @@
 //! What the autoscaler decided and why: the recent decisions (`GET /v1/decisions`) and the
-//! explanation of one job (`GET /v1/jobs/{id}/explain`), computed from the last decision's
+//! explanation of one job (`GET /v1/jobs/{id}/explain`), computed once per decision from its
 //! inputs ([`Service::explanations`]; on nodes of several GPU types the policy decided across,
-//! with the type each job runs on and why not another); and what it gave, added up: the GPU-seconds each team,
-//! user or job held (`GET /v1/usage`, [`crate::usage`]); and where each team stands now
-//! (`GET /v1/teams`, [`crate::teams`]).
-
-use std::sync::Arc;
+//! with the type each job runs on and why not another); and what it gave, added up: the
+//! GPU-seconds each team, user or job held (`GET /v1/usage`, [`crate::usage`]); and where each
+//! team stands now (`GET /v1/teams`, [`crate::teams`]).
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::Json;
-use dlscale_autoscaler::Explanation;
 use serde::Deserialize;
 
 use super::dto::{DecisionEntry, DecisionsView, ExplainView};
@@ -94,8 +91,8 @@ pub(super) async fn decisions(
         .into_iter()
         .map(|k| DecisionEntry::new(&recent[k], k.checked_sub(1).map(|b| &*recent[b].record)))
         .collect();
-    let explanations = match explanations(&s).await {
-        Some(all) => all.iter().map(ExplainView::new).collect(),
+    let explanations = match s.explanations().await {
+        Some((_, all)) => all.iter().map(ExplainView::new).collect(),
         None => Vec::new(),
     };
     Ok(Json(DecisionsView {
@@ -123,43 +120,10 @@ pub(super) async fn explain(
     }))
 }
 
-/// Why each job has what the last decision gave it; `None` before the first decision. Where
-/// the policy decided across the nodes' GPU types, with the type each job runs on and why not
-/// another, explained here on each call (the service keeps the explanations of GPUs alike);
-/// else the service's.
-async fn explanations(s: &Service) -> Option<Arc<Vec<Explanation>>> {
-    let view = s.view();
-    let inputs = Arc::clone(view.decision_inputs.as_ref()?);
-    if inputs.fleet_on(&view.topology).is_none() {
-        return s.explanations().await.map(|(_, all)| all);
-    }
-    let topology = view.topology.clone();
-    match tokio::task::spawn_blocking(move || inputs.explain_all_on(&topology)).await {
-        Ok(all) => Some(Arc::new(all)),
-        Err(e) => {
-            tracing::error!("explaining the last decision failed: {e}");
-            None
-        }
-    }
-}
-
 /// The explanation of live job `id` by the last decision, if it included the job.
 async fn explained(s: &Service, id: &str) -> Option<ExplainView> {
-    let view = s.view();
-    let inputs = Arc::clone(view.decision_inputs.as_ref()?);
-    if inputs.fleet_on(&view.topology).is_none() {
-        let (_, all) = s.explanations().await?;
-        return all.iter().find(|e| e.id == id).map(ExplainView::new);
-    }
-    // One job on a fleet: only its explanation.
-    let (topology, id) = (view.topology.clone(), id.to_string());
-    match tokio::task::spawn_blocking(move || inputs.explain_on(&topology, &id)).await {
-        Ok(e) => e.as_ref().map(ExplainView::new),
-        Err(e) => {
-            tracing::error!("explaining the last decision failed: {e}");
-            None
-        }
-    }
+    let (_, all) = s.explanations().await?;
+    all.iter().find(|e| e.id == id).map(ExplainView::new)
 }
 
 fn unexplained(id: &str, summary: String) -> ExplainView {
