@@ -3,6 +3,7 @@
 //! ```toml
 //! listen = "127.0.0.1:7878"   # address of the HTTP API
 //! slots = 4                   # GPU slots when the machine has no GPUs (default: nvidia-smi)
+//! slot_types = ["a100", "a100", "t4", "t4"]  # each slot's GPU type (default: from nvidia-smi)
 //! data_dir = "/var/lib/dlscale"
 //! token = "s3cret"            # bearer token; DLSCALE_TOKEN overrides it
 //! policy = "elastic-batch"    # any policy of dlscale_core::REGISTRY
@@ -73,6 +74,8 @@ pub struct ConfigFile {
     pub listen: Option<SocketAddr>,
     /// Number of slots to schedule when not using detected GPUs.
     pub slots: Option<u32>,
+    /// The GPU type of each slot, in slot order (local executor).
+    pub slot_types: Option<Vec<String>>,
     /// Directory of the database, job logs and checkpoints.
     pub data_dir: Option<PathBuf>,
     /// Bearer token for state-changing routes.
@@ -224,6 +227,10 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Explicit slot count (`None`: detect GPUs with nvidia-smi).
     pub slots: Option<u32>,
+    /// The GPU type of each slot, in slot order, lower-case (`None`: the types nvidia-smi's
+    /// names give, or none). As many as `slots` when that is set; else checked against the GPUs
+    /// found when the executor starts.
+    pub slot_types: Option<Vec<String>>,
     /// Directory of `dlscale.db`, `jobs/<id>/<uid>/` (logs, checkpoints) and the generated
     /// token; always absolute (a relative one is taken from the server's working directory), as
     /// launches run in their jobs' own working directories.
@@ -444,6 +451,9 @@ impl ServerConfig {
                 if file.slots.is_some() {
                     bail!("slots is for the local executor; with executor = \"slurm\" the GPUs come from Slurm");
                 }
+                if file.slot_types.is_some() {
+                    bail!("slot_types is for the local executor; with executor = \"slurm\" the GPU types come from Slurm's typed GRES (gpu:a100:4)");
+                }
                 ExecutorConfig::Slurm(resolve_slurm(slurm.unwrap_or_default())?)
             }
             (Some(other), _) => {
@@ -507,6 +517,7 @@ impl ServerConfig {
             listen,
             metrics_without_token,
             defragment_moves: file.defragment_moves.unwrap_or(0),
+            slot_types: resolve_slot_types(file.slot_types, file.slots)?,
             slots: file.slots,
             data_dir: absolute("data_dir", file.data_dir.unwrap_or_else(default_data_dir))?,
             token,
@@ -586,6 +597,47 @@ fn resolve_users(file: Option<BTreeMap<String, UserFile>>, teams: Option<&Teams>
         users.push((name, user.team, user.token_hash));
     }
     Users::new(users)
+}
+
+/// The `slot_types` list, checked and lower-cased: one GPU type name per slot (as many as
+/// `slots`, when that is set), each a name a job's `types` can use.
+fn resolve_slot_types(
+    types: Option<Vec<String>>,
+    slots: Option<u32>,
+) -> Result<Option<Vec<String>>> {
+    let Some(types) = types else {
+        return Ok(None);
+    };
+    if types.is_empty() {
+        bail!("slot_types must name one GPU type per slot, got an empty list (leave it out for untyped slots)");
+    }
+    let types: Vec<String> = types
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            // Written as nvidia-smi or a vendor writes it (`A100`), named as jobs name it.
+            let name = name.trim().to_lowercase();
+            if name.is_empty() {
+                bail!("slot_types[{i}] must name a GPU type, got an empty name");
+            }
+            if !dlscale_core::fleet::is_type_name(&name) {
+                bail!(
+                    "slot_types[{i}]: {name:?} is not a GPU type name (lower-case letters, digits, \
+                     '-', '_' and '.', starting with a letter)"
+                );
+            }
+            Ok(name)
+        })
+        .collect::<Result<_>>()?;
+    if let Some(slots) = slots {
+        if types.len() != slots as usize {
+            bail!(
+                "slot_types names {} GPU type(s) but slots is {slots}: one type per slot",
+                types.len()
+            );
+        }
+    }
+    Ok(Some(types))
 }
 
 fn resolve_slurm(f: SlurmFile) -> Result<SlurmConfig> {
@@ -801,6 +853,45 @@ mod tests {
     }
 
     #[test]
+    fn slot_types_are_one_checked_lower_case_name_per_slot() {
+        let resolve = |text: &str| {
+            let file: ConfigFile = toml::from_str(text).unwrap();
+            ServerConfig::resolve(file, None).map(|c| c.slot_types)
+        };
+        assert_eq!(resolve("slots = 2").unwrap(), None, "untyped unless said");
+        assert_eq!(
+            resolve("slots = 3\nslot_types = [\"A100\", \" a100\", \"t4\"]").unwrap(),
+            Some(vec!["a100".into(), "a100".into(), "t4".into()])
+        );
+        // Without slots they are checked against the GPUs nvidia-smi finds, at the start.
+        assert_eq!(
+            resolve("slot_types = [\"h100\"]").unwrap(),
+            Some(vec!["h100".into()])
+        );
+        for (text, expected) in [
+            (
+                "slots = 2\nslot_types = []",
+                "slot_types must name one GPU type per slot, got an empty list",
+            ),
+            (
+                "slots = 2\nslot_types = [\"a100\", \" \"]",
+                "slot_types[1] must name a GPU type, got an empty name",
+            ),
+            (
+                "slots = 2\nslot_types = [\"a100\", \"rtx 4090\"]",
+                "slot_types[1]: \"rtx 4090\" is not a GPU type name",
+            ),
+            (
+                "slots = 4\nslot_types = [\"a100\", \"t4\"]",
+                "slot_types names 2 GPU type(s) but slots is 4: one type per slot",
+            ),
+        ] {
+            let err = resolve(text).unwrap_err().to_string();
+            assert!(err.starts_with(expected), "{text}: {err}");
+        }
+    }
+
+    #[test]
     fn teams_with_their_quotas_and_the_default_team() {
         let file: ConfigFile = toml::from_str(
             "[teams.vision]\nguaranteed_gpus = 4\nmax_gpus = 6\nlend_limit = 1\n[teams.nlp]\n",
@@ -851,6 +942,10 @@ mod tests {
             (
                 "executor = \"slurm\"\nslots = 4\n[slurm]\npartition = \"gpu\"",
                 "slots is for the local executor",
+            ),
+            (
+                "executor = \"slurm\"\nslot_types = [\"a100\"]\n[slurm]\npartition = \"gpu\"",
+                "slot_types is for the local executor",
             ),
             (
                 "executor = \"slurm\"\n[slurm]\npartition = \"gpu\"\npoll_s = 0.01",

@@ -14,6 +14,12 @@
 //! launch's marker in its environment (`DLSCALE_LAUNCH`, see [`super::launch_marker`]), so
 //! [`launch_processes`] finds all of them however they regrouped, [`kill_launch`] ends them all,
 //! and a launch counts as over (its GPUs free) only when none is left.
+//!
+//! The machine's slots may be of several GPU types (`slot_types` in the configuration, else the
+//! names nvidia-smi gives): the machine is then one node per type ([`nodes_of`]), and a launch
+//! takes free slots of the node(s) its shape names only, so that its `CUDA_VISIBLE_DEVICES` holds
+//! devices of the type the autoscaler chose. Slots are device ids either way: a launch found
+//! again after a restart holds the ids in its environment, whatever node they belong to.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -23,14 +29,15 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use dlscale_autoscaler::{
     Input, LaunchSpec, LaunchState, Observation, ObservedLaunch, Outcome, Shape,
 };
+use dlscale_core::placement::Share;
 
 use super::{
     find_program, launch_marker, parse_launch_marker, read_exit, worker_env, Believed, Capacity,
-    ExecContext, Executor, Handle, JobFiles, LaunchJob, Reports, Slots,
+    ExecContext, Executor, Handle, JobFiles, LaunchJob, NodeInfo, Reports, Slots,
 };
 use crate::config::ServerConfig;
 use crate::fault;
@@ -48,32 +55,152 @@ printf '%s\n' "$rc" > "$dir/exit.tmp" && mv -f "$dir/exit.tmp" "$dir/exit"
 exit "$rc"
 "#;
 
-/// Finds the machine's GPUs with `nvidia-smi --query-gpu=index --format=csv,noheader`.
-pub fn detect_gpus() -> Option<Vec<u32>> {
+/// Finds the machine's GPUs and their types with
+/// `nvidia-smi --query-gpu=index,name --format=csv,noheader` ([`parse_gpus`]).
+pub fn detect_gpus() -> Option<Vec<Slot>> {
     let out = std::process::Command::new("nvidia-smi")
-        .args(["--query-gpu=index", "--format=csv,noheader"])
+        .args(["--query-gpu=index,name", "--format=csv,noheader"])
         .output()
         .ok()?;
     if !out.status.success() {
         return None;
     }
-    let ids: Vec<u32> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect();
-    (!ids.is_empty()).then_some(ids)
+    let gpus = parse_gpus(&String::from_utf8_lossy(&out.stdout));
+    (!gpus.is_empty()).then_some(gpus)
 }
 
-/// The one node of the local executor.
+/// The GPUs of nvidia-smi's `index, name` lines, each typed by its name ([`gpu_type_of_name`]);
+/// a line without an index is skipped.
+pub fn parse_gpus(csv: &str) -> Vec<Slot> {
+    csv.lines()
+        .filter_map(|line| {
+            let (index, name) = line.split_once(',').unwrap_or((line, ""));
+            Some(Slot {
+                id: index.trim().parse().ok()?,
+                gpu_type: gpu_type_of_name(name),
+            })
+        })
+        .collect()
+}
+
+/// Words of a GPU's name that say whose it is or its product line, not its model.
+const BRAND_WORDS: [&str; 4] = ["nvidia", "tesla", "geforce", "quadro"];
+/// Words that are a model's name only with the number after them (`RTX 4090`).
+const SERIES_WORDS: [&str; 2] = ["rtx", "gtx"];
+/// Words after such a number that make another model of it (`RTX 3090 Ti`).
+const VARIANT_WORDS: [&str; 2] = ["ti", "super"];
+
+/// The GPU type a GPU's name (as nvidia-smi gives it) names, as jobs name types: its model, in
+/// lower case, without the brand, form factor or memory (`NVIDIA A100-SXM4-80GB` → `a100`,
+/// `Tesla T4` → `t4`, `NVIDIA GeForce RTX 4090` → `rtx4090`). `None` for a name that holds no
+/// model of letters then digits (`Graphics Device`): such a GPU is of no named type.
+pub fn gpu_type_of_name(name: &str) -> Option<String> {
+    let lower = name.to_lowercase();
+    let mut words = lower
+        .split_whitespace()
+        .filter(|w| !BRAND_WORDS.contains(w))
+        .peekable();
+    // The model ends where its form factor or memory starts (`a100-sxm4-80gb`).
+    let model_of = |word: &str| word.split('-').next().unwrap_or_default().to_string();
+    let mut model = model_of(words.next()?);
+    if SERIES_WORDS.contains(&model.as_str()) {
+        model.push_str(&model_of(words.next()?));
+        if let Some(variant) = words.next_if(|w| VARIANT_WORDS.contains(w)) {
+            model.push_str(variant);
+        }
+    }
+    let is_model = model.starts_with(|c: char| c.is_ascii_lowercase())
+        && model.contains(|c: char| c.is_ascii_digit())
+        && model.chars().all(|c| c.is_ascii_alphanumeric());
+    is_model.then_some(model)
+}
+
+/// The node of the local executor when the machine's slots are of one kind (one GPU type, or
+/// none named), and of its untyped slots when some are typed.
 pub const NODE: &str = "local";
+
+/// One device slot of this machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slot {
+    /// Its device id, as `CUDA_VISIBLE_DEVICES` names it.
+    pub id: u32,
+    /// Its GPU type (lower case), when it is known.
+    pub gpu_type: Option<String>,
+}
+
+impl Slot {
+    /// Slots `0..count`, of no named type.
+    pub fn untyped(count: u32) -> Vec<Slot> {
+        (0..count).map(|id| Slot { id, gpu_type: None }).collect()
+    }
+}
+
+/// The slots of one GPU type: one node of the topology.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalNode {
+    /// Its name in the topology and in launches' shares.
+    pub name: String,
+    /// Its slots' GPU type.
+    pub gpu_type: Option<String>,
+    /// Its slots' device ids, in slot order.
+    pub slots: Vec<u32>,
+}
+
+/// The machine's slots as nodes, one per GPU type in the order the slots first show it: the one
+/// node [`NODE`] when they are all of one kind (so that a machine of one type keeps the node its
+/// launches were placed on before it was typed), else `local-<type>` per type and [`NODE`] for
+/// the slots of no named type.
+pub fn nodes_of(slots: &[Slot]) -> Vec<LocalNode> {
+    let mut nodes: Vec<LocalNode> = Vec::new();
+    for slot in slots {
+        match nodes.iter_mut().find(|n| n.gpu_type == slot.gpu_type) {
+            Some(node) => node.slots.push(slot.id),
+            None => nodes.push(LocalNode {
+                name: slot
+                    .gpu_type
+                    .as_ref()
+                    .map_or_else(|| NODE.to_string(), |t| format!("{NODE}-{t}")),
+                gpu_type: slot.gpu_type.clone(),
+                slots: vec![slot.id],
+            }),
+        }
+    }
+    if let [only] = nodes.as_mut_slice() {
+        only.name = NODE.to_string();
+    }
+    nodes
+}
+
+/// `slots` with the types of `types` (`slot_types`, one per slot), where given; `counted_by`
+/// says where the slots came from, for the error when the counts differ.
+fn with_types(slots: Vec<Slot>, types: Option<&[String]>, counted_by: &str) -> Result<Vec<Slot>> {
+    let Some(types) = types else {
+        return Ok(slots);
+    };
+    if types.len() != slots.len() {
+        bail!(
+            "slot_types names {} GPU type(s) but {counted_by} {}: one type per slot",
+            types.len(),
+            slots.len()
+        );
+    }
+    Ok(slots
+        .into_iter()
+        .zip(types)
+        .map(|(slot, t)| Slot {
+            gpu_type: Some(t.clone()),
+            ..slot
+        })
+        .collect())
+}
 
 /// The local executor: a fixed set of device slots on this machine.
 #[derive(Debug)]
 pub struct LocalExecutor {
     /// Context of every launch.
     pub ctx: ExecContext,
-    /// Slot (GPU) ids.
-    pub slots: Vec<u32>,
+    /// Its slots (GPUs), in slot order.
+    pub slots: Vec<Slot>,
     /// Whether the slots are GPUs found by nvidia-smi.
     pub gpus_detected: bool,
     /// Live launches: their process group and slots.
@@ -85,8 +212,9 @@ pub struct LocalExecutor {
 
 impl LocalExecutor {
     /// The executor of `config`: its `slots`, or the GPUs `nvidia-smi` finds (an error when
-    /// there are none). A torchrun that cannot be found is only warned about: a server may run
-    /// plain jobs only (torchrun jobs then fail saying why).
+    /// there are none), typed by its `slot_types` or else by the names nvidia-smi gives. A
+    /// torchrun that cannot be found is only warned about: a server may run plain jobs only
+    /// (torchrun jobs then fail saying why).
     pub fn from_config(config: &ServerConfig, ctx: ExecContext, reports: Reports) -> Result<Self> {
         let torchrun = config.torchrun.to_string_lossy();
         let path = std::env::var_os("PATH");
@@ -96,21 +224,30 @@ impl LocalExecutor {
                  configuration (or --torchrun PATH)"
             );
         }
-        let (slots, gpus_detected) = match config.slots {
-            Some(n) => ((0..n).collect(), false),
+        let (slots, gpus_detected, counted_by) = match config.slots {
+            Some(n) => (Slot::untyped(n), false, "slots is"),
             None => match detect_gpus() {
-                Some(ids) => (ids, true),
+                Some(gpus) => (gpus, true, "nvidia-smi found"),
                 None => anyhow::bail!(
                     "no GPUs found with nvidia-smi; give the number of slots to schedule with \
                      --slots N (or slots = N in the config)"
                 ),
             },
         };
+        let slots = with_types(slots, config.slot_types.as_deref(), counted_by)?;
+        let nodes: Vec<String> = nodes_of(&slots)
+            .iter()
+            .map(|n| match &n.gpu_type {
+                Some(t) => format!("{} ({t}: slots {:?})", n.name, n.slots),
+                None => format!("{} (slots {:?})", n.name, n.slots),
+            })
+            .collect();
+        tracing::info!("local executor: {}", nodes.join(", "));
         Ok(LocalExecutor::new(ctx, slots, gpus_detected, reports))
     }
 
     /// An executor over `slots`; launches that end are reported to `reports`.
-    pub fn new(ctx: ExecContext, slots: Vec<u32>, gpus_detected: bool, reports: Reports) -> Self {
+    pub fn new(ctx: ExecContext, slots: Vec<Slot>, gpus_detected: bool, reports: Reports) -> Self {
         LocalExecutor {
             ctx,
             slots,
@@ -125,25 +262,49 @@ impl LocalExecutor {
         lock(&self.live)
     }
 
-    /// Takes the first `gpus` slots no live launch holds for launch `key`, under one lock: of
-    /// launches dispatched at once, each gets slots of its own. When fewer are free, nothing is
-    /// taken and the error says how many are.
-    fn reserve_slots(&self, key: &(String, u32), gpus: u32) -> Result<Vec<u32>, usize> {
+    /// Takes, for launch `key`, each share's GPUs from the first slots of its node that no live
+    /// launch holds, under one lock: of launches dispatched at once, each gets slots of its own,
+    /// and a launch on one GPU type's node gets slots of that type only. When a node has fewer
+    /// free, or a share names no node of this machine, nothing is taken and the error says why.
+    fn reserve_slots(&self, key: &(String, u32), shares: &[Share]) -> Result<Vec<u32>> {
+        let nodes = nodes_of(&self.slots);
         let mut live = self.live();
-        let busy: Vec<u32> = live
+        let busy: BTreeSet<u32> = live
             .values()
             .flat_map(|h| h.slots.iter().copied())
             .collect();
-        let free: Vec<u32> = self
-            .slots
-            .iter()
-            .copied()
-            .filter(|s| !busy.contains(s))
-            .collect();
-        if free.len() < gpus as usize {
-            return Err(free.len());
+        let mut slots: Vec<u32> = Vec::new();
+        for share in shares {
+            let node = nodes
+                .iter()
+                .find(|n| *n.name == *share.node)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+                    anyhow!(
+                        "node {} is not one of this machine's ({})",
+                        share.node,
+                        names.join(", ")
+                    )
+                })?;
+            let free: Vec<u32> = node
+                .slots
+                .iter()
+                .copied()
+                .filter(|s| !busy.contains(s) && !slots.contains(s))
+                .collect();
+            let wanted = share.gpus as usize;
+            if free.len() < wanted {
+                bail!(
+                    "{wanted} slot(s) asked for on {}, {} free",
+                    share.node,
+                    free.len()
+                );
+            }
+            slots.extend(&free[..wanted]);
         }
-        let slots: Vec<u32> = free[..gpus as usize].to_vec();
+        if slots.is_empty() {
+            bail!("the launch names no GPUs of any node");
+        }
         live.insert(
             key.clone(),
             Handle {
@@ -172,17 +333,23 @@ impl Executor for LocalExecutor {
 
     fn slots(&self) -> Option<Slots> {
         Some(Slots {
-            ids: self.slots.clone(),
+            ids: self.slots.iter().map(|s| s.id).collect(),
             detected: self.gpus_detected,
         })
     }
 
-    /// This machine as one node with its slots.
+    /// This machine as one node per GPU type of its slots ([`nodes_of`]).
     async fn capacity(&self) -> Result<Capacity> {
-        Ok(Capacity::one_node(
-            NODE,
-            self.slots.len() as u32,
-            "127.0.0.1",
+        Ok(Capacity::whole(
+            nodes_of(&self.slots)
+                .into_iter()
+                .map(|n| NodeInfo {
+                    total_gpus: n.slots.len() as u32,
+                    name: n.name,
+                    addr: "127.0.0.1".to_string(),
+                    gpu_type: n.gpu_type,
+                })
+                .collect(),
         ))
     }
 
@@ -232,11 +399,11 @@ impl Executor for LocalExecutor {
         // the slots it holds).
         let key = (l.id.clone(), l.attempt);
         lock(&self.waited).insert(key.clone());
-        let slots = match self.reserve_slots(&key, l.shape.gpus) {
+        let slots = match self.reserve_slots(&key, &l.shape.shares) {
             Ok(slots) => slots,
-            Err(free) => {
+            Err(e) => {
                 lock(&self.waited).remove(&key);
-                anyhow::bail!("{} slot(s) asked for, {free} free", l.shape.gpus);
+                return Err(e);
             }
         };
         let plan = plan(
@@ -710,7 +877,6 @@ pub fn status_code(status: std::process::ExitStatus) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dlscale_core::placement::Share;
     use std::path::Path;
     use std::time::Duration;
 
@@ -745,18 +911,185 @@ mod tests {
         }
     }
 
+    fn executor(dir: &Path, slots: Vec<Slot>) -> LocalExecutor {
+        let (reports, _) = tokio::sync::mpsc::unbounded_channel();
+        LocalExecutor::new(ctx(dir), slots, false, reports)
+    }
+
+    fn on(node: &str, gpus: u32) -> Vec<Share> {
+        vec![Share {
+            node: node.into(),
+            gpus,
+        }]
+    }
+
+    /// The slots `reserve_slots` gives launch `id`, or its error.
+    fn reserve(e: &LocalExecutor, id: &str, shares: &[Share]) -> Result<Vec<u32>, String> {
+        e.reserve_slots(&(id.to_string(), 1), shares)
+            .map_err(|err| err.to_string())
+    }
+
     #[test]
     fn launches_dispatched_at_once_get_slots_of_their_own() {
         let dir = tempfile::tempdir().unwrap();
-        let (reports, _) = tokio::sync::mpsc::unbounded_channel();
-        let e = LocalExecutor::new(ctx(dir.path()), vec![0, 1, 2, 3], false, reports);
-        let key = |id: &str| (id.to_string(), 1);
-        assert_eq!(e.reserve_slots(&key("a"), 2), Ok(vec![0, 1]));
-        assert_eq!(e.reserve_slots(&key("b"), 1), Ok(vec![2]));
-        assert_eq!(e.reserve_slots(&key("c"), 2), Err(1), "one slot is left");
-        assert_eq!(e.reserve_slots(&key("c"), 1), Ok(vec![3]));
+        let e = executor(dir.path(), Slot::untyped(4));
+        assert_eq!(reserve(&e, "a", &on(NODE, 2)), Ok(vec![0, 1]));
+        assert_eq!(reserve(&e, "b", &on(NODE, 1)), Ok(vec![2]));
+        assert_eq!(
+            reserve(&e, "c", &on(NODE, 2)),
+            Err("2 slot(s) asked for on local, 1 free".into()),
+            "one slot is left"
+        );
+        assert_eq!(reserve(&e, "c", &on(NODE, 1)), Ok(vec![3]));
         let held: Vec<Vec<u32>> = e.handles().values().map(|h| h.slots.clone()).collect();
         assert_eq!(held, [vec![0, 1], vec![2], vec![3]]);
+    }
+
+    fn typed(types: &[&str]) -> Vec<Slot> {
+        let types: Vec<String> = types.iter().map(|t| t.to_string()).collect();
+        with_types(Slot::untyped(types.len() as u32), Some(&types), "slots is").unwrap()
+    }
+
+    /// Slots of two types, interleaved: a launch on one type's node gets that type's free slots
+    /// only, whatever the other type has free.
+    #[test]
+    fn a_launch_takes_slots_of_its_nodes_type_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = executor(dir.path(), typed(&["a100", "t4", "a100", "t4"]));
+        assert_eq!(reserve(&e, "a", &on("local-t4", 2)), Ok(vec![1, 3]));
+        assert_eq!(reserve(&e, "b", &on("local-a100", 1)), Ok(vec![0]));
+        assert_eq!(
+            reserve(&e, "c", &on("local-t4", 1)),
+            Err("1 slot(s) asked for on local-t4, 0 free".into()),
+            "an A100 is free, but no T4"
+        );
+        assert_eq!(
+            reserve(&e, "c", &on(NODE, 1)),
+            Err("node local is not one of this machine's (local-a100, local-t4)".into())
+        );
+        assert_eq!(reserve(&e, "c", &on("local-a100", 1)), Ok(vec![2]));
+        // Nothing was taken by the launches refused.
+        let held: Vec<Vec<u32>> = e.handles().values().map(|h| h.slots.clone()).collect();
+        assert_eq!(held, [vec![1, 3], vec![0], vec![2]]);
+        // A launch across types (a policy that does not keep types) gets each share's own.
+        let e = executor(dir.path(), typed(&["a100", "t4", "a100", "t4"]));
+        let across = [on("local-a100", 1), on("local-t4", 2)].concat();
+        assert_eq!(reserve(&e, "x", &across), Ok(vec![0, 1, 3]));
+    }
+
+    #[tokio::test]
+    async fn capacity_is_one_node_per_type_and_one_untyped_node_as_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        let nodes = |slots: Vec<Slot>| async move {
+            let c = executor(dir, slots).capacity().await.unwrap();
+            let topology: Vec<(String, u32, Option<String>)> = c
+                .topology
+                .nodes
+                .iter()
+                .map(|n| {
+                    (
+                        n.name.to_string(),
+                        n.gpus,
+                        n.gpu_type.as_deref().map(Into::into),
+                    )
+                })
+                .collect();
+            let infos: Vec<(String, u32, Option<String>)> = c
+                .nodes
+                .iter()
+                .map(|n| (n.name.clone(), n.total_gpus, n.gpu_type.clone()))
+                .collect();
+            assert_eq!(topology, infos);
+            infos
+        };
+        let node =
+            |name: &str, gpus: u32, t: Option<&str>| (name.to_string(), gpus, t.map(Into::into));
+        assert_eq!(
+            nodes(typed(&["t4", "a100", "a100", "t4", "a100"])).await,
+            [
+                node("local-t4", 2, Some("t4")),
+                node("local-a100", 3, Some("a100"))
+            ]
+        );
+        assert_eq!(nodes(Slot::untyped(4)).await, [node(NODE, 4, None)]);
+        // One type: the one node it always was, typed.
+        assert_eq!(
+            nodes(typed(&["h100", "h100"])).await,
+            [node(NODE, 2, Some("h100"))]
+        );
+        // Detected GPUs whose names say no type, beside typed ones: a node of no type.
+        let mut detected = typed(&["a100", "a100", "a100"]);
+        detected[1].gpu_type = None;
+        assert_eq!(
+            nodes(detected).await,
+            [node("local-a100", 2, Some("a100")), node(NODE, 1, None)]
+        );
+    }
+
+    #[test]
+    fn slot_types_must_be_one_per_slot() {
+        let types = vec!["a100".to_string()];
+        let err = with_types(Slot::untyped(2), Some(&types), "nvidia-smi found").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "slot_types names 1 GPU type(s) but nvidia-smi found 2: one type per slot"
+        );
+        assert_eq!(
+            with_types(Slot::untyped(2), None, "slots is").unwrap(),
+            Slot::untyped(2)
+        );
+    }
+
+    #[test]
+    fn gpu_types_from_the_names_nvidia_smi_gives() {
+        for (name, expected) in [
+            ("NVIDIA A100-SXM4-80GB", Some("a100")),
+            ("NVIDIA A100 80GB PCIe", Some("a100")),
+            ("Tesla T4", Some("t4")),
+            ("Tesla V100-SXM2-16GB", Some("v100")),
+            ("Tesla P100-PCIE-16GB", Some("p100")),
+            ("Tesla K80", Some("k80")),
+            ("NVIDIA H100 80GB HBM3", Some("h100")),
+            ("NVIDIA H100 NVL", Some("h100")),
+            ("NVIDIA H200", Some("h200")),
+            ("NVIDIA L4", Some("l4")),
+            ("NVIDIA L40S", Some("l40s")),
+            ("NVIDIA A10G", Some("a10g")),
+            ("NVIDIA GeForce RTX 4090", Some("rtx4090")),
+            ("NVIDIA GeForce RTX 3090 Ti", Some("rtx3090ti")),
+            ("NVIDIA GeForce GTX 1080", Some("gtx1080")),
+            ("Quadro RTX 8000", Some("rtx8000")),
+            ("NVIDIA RTX A6000", Some("rtxa6000")),
+            // No model of letters then digits: of no named type.
+            ("NVIDIA TITAN RTX", None),
+            ("Graphics Device", None),
+            ("NVIDIA GeForce RTX", None),
+            ("NVIDIA", None),
+            ("", None),
+        ] {
+            assert_eq!(gpu_type_of_name(name).as_deref(), expected, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn detected_gpus_are_typed_by_their_names() {
+        let csv = "0, NVIDIA A100-SXM4-80GB\n1, NVIDIA A100-SXM4-80GB\n2, Tesla T4\n\
+                   3, Graphics Device\nNo devices were found\n";
+        let gpus = parse_gpus(csv);
+        let types: Vec<(u32, Option<&str>)> =
+            gpus.iter().map(|s| (s.id, s.gpu_type.as_deref())).collect();
+        assert_eq!(
+            types,
+            [
+                (0, Some("a100")),
+                (1, Some("a100")),
+                (2, Some("t4")),
+                (3, None)
+            ]
+        );
+        // An index without a name (as the query for indices only gave): untyped.
+        assert_eq!(parse_gpus("0\n1\n"), Slot::untyped(2));
     }
 
     /// A launch started under the marker form of a version before this one is still its own.

@@ -444,19 +444,28 @@ pub struct Capacity {
 }
 
 impl Capacity {
-    /// One node, `name`, of `gpus` GPUs, reached at `addr`.
+    /// One node, `name`, of `gpus` GPUs of no named type, reached at `addr`.
     pub fn one_node(name: &str, gpus: u32, addr: &str) -> Capacity {
-        Capacity {
-            topology: Topology {
-                nodes: vec![dlscale_core::placement::Node::untyped(name, gpus)],
-            },
-            nodes: vec![NodeInfo {
-                name: name.into(),
-                total_gpus: gpus,
-                addr: addr.to_string(),
-                gpu_type: None,
-            }],
-        }
+        Capacity::whole(vec![NodeInfo {
+            name: name.into(),
+            total_gpus: gpus,
+            addr: addr.to_string(),
+            gpu_type: None,
+        }])
+    }
+
+    /// `nodes` with every GPU of each usable, each of its own type (or none).
+    pub fn whole(nodes: Vec<NodeInfo>) -> Capacity {
+        let topology = Topology {
+            nodes: nodes
+                .iter()
+                .map(|n| dlscale_core::placement::Node {
+                    gpu_type: n.gpu_type.as_deref().map(Into::into),
+                    ..dlscale_core::placement::Node::untyped(n.name.as_str(), n.total_gpus)
+                })
+                .collect(),
+        };
+        Capacity { topology, nodes }
     }
 }
 
