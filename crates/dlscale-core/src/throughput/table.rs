@@ -319,6 +319,41 @@ impl MeasuredTable {
     }
 }
 
+impl MeasuredTable {
+    /// The step time at `gpus` where no node count's shapes bracket it: a table measured by
+    /// whole nodes (8 GPUs on one node, 16 on two, as ElasticFlow's) has no 12 at any node
+    /// count. Interpolated between the nearest GPU counts measured below and above it at any
+    /// node count (of each, the shape whose node count is nearest `nodes`); `None` outside the
+    /// GPU counts measured.
+    fn across_node_counts(
+        &self,
+        gpus: GpuCount,
+        nodes: u32,
+        local_batch: f64,
+        limit: f64,
+    ) -> Option<f64> {
+        // (GPUs, distance in nodes, step time) of the nearest measured shape on each side.
+        let mut lo: Option<(GpuCount, u32, f64)> = None;
+        let mut hi: Option<(GpuCount, u32, f64)> = None;
+        for (&n, shapes) in &self.by_nodes {
+            for (g, curve) in shapes {
+                let Some(y) = curve.eval(local_batch, limit) else {
+                    continue;
+                };
+                let candidate = (*g, n.abs_diff(nodes), y);
+                if *g <= gpus && lo.is_none_or(|(lg, ld, _)| (*g, ld) > (lg, candidate.1)) {
+                    lo = Some(candidate);
+                }
+                if *g >= gpus && hi.is_none_or(|(hg, hd, _)| (hg, candidate.1) > (*g, hd)) {
+                    hi = Some(candidate);
+                }
+            }
+        }
+        let ((g0, _, y0), (g1, _, y1)) = (lo?, hi?);
+        Some(lerp(f64::from(g0), y0, f64::from(g1), y1, f64::from(gpus)))
+    }
+}
+
 impl ThroughputModel for MeasuredTable {
     fn step_time_s(&self, gpus: GpuCount, nodes: u32, local_batch: u32) -> Option<f64> {
         if gpus == 0 || local_batch == 0 || gpus > self.max_gpus {
@@ -341,7 +376,7 @@ impl ThroughputModel for MeasuredTable {
                 Some(lerp(f64::from(n0), y0, f64::from(n1), y1, f64::from(nodes)))
             }
             (Some((_, y)), None) | (None, Some((_, y))) => Some(y),
-            (None, None) => None,
+            (None, None) => self.across_node_counts(gpus, nodes, l, limit),
         }
     }
 
@@ -484,6 +519,39 @@ mod tests {
         let t = table();
         assert!((t.step_time_s(4, 2, 20).unwrap() - 0.6).abs() < 1e-12);
         assert!((t.step_time_s(1, 1, 10).unwrap() - 0.1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_gpu_count_no_node_count_brackets_lies_between_the_nearest_measured() {
+        // Measured by whole nodes, as ElasticFlow's tables are: 1, 2 and 4 GPUs on one node,
+        // 8 on two. No node count has a shape on each side of 6.
+        let mut points = Vec::new();
+        for (nodes, gpus, sync) in [(1, 1, 0.0), (1, 2, 0.1), (1, 4, 0.2), (2, 8, 0.6)] {
+            for local_batch in [10, 20] {
+                points.push(TablePoint {
+                    nodes,
+                    gpus,
+                    local_batch,
+                    step_time_s: 0.01 * f64::from(local_batch) + sync,
+                });
+            }
+        }
+        let t = MeasuredTable::from_points(&points).unwrap();
+        let (at4, at8) = (
+            t.step_time_s(4, 1, 10).unwrap(),
+            t.step_time_s(8, 2, 10).unwrap(),
+        );
+        for (gpus, nodes) in [(6, 1), (6, 2), (5, 2), (7, 3)] {
+            let expect = lerp(4.0, at4, 8.0, at8, f64::from(gpus));
+            let got = t.step_time_s(gpus, nodes, 10);
+            assert!(
+                got.is_some_and(|y| (y - expect).abs() < 1e-12),
+                "{gpus} on {nodes}: {got:?}"
+            );
+        }
+        // Beyond the most GPUs measured, or past memory: still none.
+        assert_eq!(t.step_time_s(9, 2, 10), None);
+        assert_eq!(t.step_time_s(6, 2, 1000), None);
     }
 
     #[test]
