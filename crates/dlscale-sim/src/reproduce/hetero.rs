@@ -9,6 +9,7 @@
 //! on every type, true gradient statistics) is a labelled row of its own. `report.md` holds the
 //! table and the targets' verdicts, every figure from this run.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -18,6 +19,7 @@ use dlscale_core::{Fleet, Settings};
 use crate::config::{Knowledge, ProgressMode, Reporting};
 use crate::engine::simulate;
 use crate::error::{Result, SimError};
+use crate::metrics::{JobRecord, Outcome, SimObserver};
 use crate::workload::bundled_pollux_workload;
 use crate::SimConfig;
 
@@ -58,10 +60,26 @@ pub struct HeteroRow {
     pub workload: usize,
     /// Its jobs.
     pub jobs: usize,
-    /// Average JCT of each run, over the jobs it completed.
+    /// Average JCT of each run, over the jobs every run completed (an average over fewer
+    /// jobs, the longest left out, is not the same average).
     pub avg_jct_s: Vec<f64>,
     /// Jobs each run completed (a fixed-size policy turns away a job no type can hold).
     pub completed: Vec<usize>,
+    /// Jobs every run completed: what the averages are over.
+    pub common: usize,
+}
+
+/// The JCT of each job a run completed, by id.
+#[derive(Default)]
+struct Jcts(BTreeMap<String, f64>);
+
+impl SimObserver for Jcts {
+    fn job_finished(&mut self, record: &JobRecord) -> Result<()> {
+        if let (Outcome::Completed, Some(jct_s)) = (record.outcome, record.jct_s) {
+            self.0.insert(record.id.clone(), jct_s);
+        }
+        Ok(())
+    }
 }
 
 /// The simulation settings of every run: Pollux's rounds (every 60 s and on events, 30 s
@@ -97,20 +115,30 @@ pub fn reproduce_hetero(
     let mut rows = Vec::new();
     for &n in &options.workloads {
         let workload = bundled_pollux_workload(n)?;
-        let (mut avg_jct_s, mut completed) = (Vec::new(), Vec::new());
+        let mut runs: Vec<Jcts> = Vec::new();
         for (_, policy, oracle) in RUNS {
             let config = config(&options.fleet, oracle);
             config.validate()?;
-            let result = simulate(&workload, &config, policy, &mut ())?;
-            avg_jct_s.push(result.summary.avg_jct_s);
-            completed.push(result.summary.completed);
-            on_progress(rows.len() * RUNS.len() + avg_jct_s.len(), total);
+            let mut jcts = Jcts::default();
+            simulate(&workload, &config, policy, &mut jcts)?;
+            runs.push(jcts);
+            on_progress(rows.len() * RUNS.len() + runs.len(), total);
         }
+        let common: Vec<&String> = runs[0]
+            .0
+            .keys()
+            .filter(|id| runs.iter().all(|run| run.0.contains_key(*id)))
+            .collect();
+        let avg_jct_s = runs
+            .iter()
+            .map(|run| common.iter().map(|id| run.0[*id]).sum::<f64>() / common.len() as f64)
+            .collect();
         rows.push(HeteroRow {
             workload: n,
             jobs: workload.jobs.len(),
             avg_jct_s,
-            completed,
+            completed: runs.iter().map(|run| run.0.len()).collect(),
+            common: common.len(),
         });
     }
     let path = out_dir.join("report.md");
@@ -171,19 +199,25 @@ pub fn hetero_report(fleet: &Fleet, rows: &[HeteroRow]) -> String {
         let _ = write!(out, " {:.3}× |", mean(0) / mean(k));
     }
     out.push_str("\n\n");
-    // An average over fewer jobs is not the same average: say which runs left jobs out.
+    // An average over fewer jobs is not the same average: every run's is over the jobs all
+    // completed; say where that is fewer than all, and who left which out.
     let short: Vec<String> = rows
         .iter()
-        .flat_map(|row| {
-            RUNS.iter()
+        .filter(|row| row.common < row.jobs)
+        .map(|row| {
+            let who: Vec<String> = RUNS
+                .iter()
                 .zip(&row.completed)
                 .filter(|(_, &done)| done < row.jobs)
-                .map(move |((label, _, _), done)| {
-                    format!(
-                        "{label} on workload {}: {done} of {}",
-                        row.workload, row.jobs
-                    )
-                })
+                .map(|((label, _, _), done)| format!("{label} completed {done}"))
+                .collect();
+            format!(
+                "workload {}: {} of {} ({})",
+                row.workload,
+                row.common,
+                row.jobs,
+                who.join(", ")
+            )
         })
         .collect();
     if short.is_empty() {
@@ -191,8 +225,8 @@ pub fn hetero_report(fleet: &Fleet, rows: &[HeteroRow]) -> String {
     } else {
         let _ = writeln!(
             out,
-            "Average JCTs are over the jobs completed; runs that completed fewer than all (a \
-             fixed-size policy turns away a job that no type has the GPUs for): {}.\n",
+            "Averages are over the jobs every run completed (a fixed-size policy turns away a \
+             job that no type has the GPUs for): {}.\n",
             short.join("; ")
         );
     }
