@@ -60,13 +60,14 @@ pub struct HeteroRow {
     pub workload: usize,
     /// Its jobs.
     pub jobs: usize,
-    /// Average JCT of each run, over the jobs every run completed (an average over fewer
-    /// jobs, the longest left out, is not the same average).
+    /// Average JCT of each run, over the jobs it completed.
     pub avg_jct_s: Vec<f64>,
     /// Jobs each run completed (a fixed-size policy turns away a job no type can hold).
     pub completed: Vec<usize>,
-    /// Jobs every run completed: what the averages are over.
-    pub common: usize,
+    /// For each run, elastic-batch's average JCT and that run's over the jobs both completed:
+    /// what the comparisons are made of (an average without the jobs one run turned away, the
+    /// longest, is not the same average).
+    pub paired_avg_jct_s: Vec<(f64, f64)>,
 }
 
 /// The JCT of each job a run completed, by id.
@@ -124,21 +125,25 @@ pub fn reproduce_hetero(
             runs.push(jcts);
             on_progress(rows.len() * RUNS.len() + runs.len(), total);
         }
-        let common: Vec<&String> = runs[0]
-            .0
-            .keys()
-            .filter(|id| runs.iter().all(|run| run.0.contains_key(*id)))
-            .collect();
-        let avg_jct_s = runs
-            .iter()
-            .map(|run| common.iter().map(|id| run.0[*id]).sum::<f64>() / common.len() as f64)
-            .collect();
+        let mean = |run: &Jcts| run.0.values().sum::<f64>() / run.0.len().max(1) as f64;
+        let paired = |other: &Jcts| {
+            let both: Vec<&String> = runs[0]
+                .0
+                .keys()
+                .filter(|id| other.0.contains_key(*id))
+                .collect();
+            let n = both.len().max(1) as f64;
+            (
+                both.iter().map(|id| runs[0].0[*id]).sum::<f64>() / n,
+                both.iter().map(|id| other.0[*id]).sum::<f64>() / n,
+            )
+        };
         rows.push(HeteroRow {
             workload: n,
             jobs: workload.jobs.len(),
-            avg_jct_s,
+            avg_jct_s: runs.iter().map(mean).collect(),
             completed: runs.iter().map(|run| run.0.len()).collect(),
-            common: common.len(),
+            paired_avg_jct_s: runs.iter().map(paired).collect(),
         });
     }
     let path = out_dir.join("report.md");
@@ -179,7 +184,10 @@ pub fn hetero_report(fleet: &Fleet, rows: &[HeteroRow]) -> String {
     out.push_str("\n|---|");
     out.push_str(&"---:|".repeat(RUNS.len() + against.len()));
     out.push('\n');
-    let ratio = |row: &HeteroRow, k: usize| row.avg_jct_s[0] / row.avg_jct_s[k];
+    let ratio = |row: &HeteroRow, k: usize| {
+        let (ours, theirs) = row.paired_avg_jct_s[k];
+        ours / theirs
+    };
     for row in rows {
         let _ = write!(out, "| {} |", row.workload);
         for jct in &row.avg_jct_s {
@@ -195,29 +203,35 @@ pub fn hetero_report(fleet: &Fleet, rows: &[HeteroRow]) -> String {
     for k in 0..RUNS.len() {
         let _ = write!(out, " {:.0} |", mean(k));
     }
+    // Over the workloads, each comparison's own pairs of averages.
+    let paired_mean = |k: usize, side: fn(&(f64, f64)) -> f64| {
+        rows.iter()
+            .map(|r| side(&r.paired_avg_jct_s[k]))
+            .sum::<f64>()
+            / rows.len() as f64
+    };
     for &k in &against {
-        let _ = write!(out, " {:.3}× |", mean(0) / mean(k));
+        let _ = write!(
+            out,
+            " {:.3}× |",
+            paired_mean(k, |p| p.0) / paired_mean(k, |p| p.1)
+        );
     }
     out.push_str("\n\n");
-    // An average over fewer jobs is not the same average: every run's is over the jobs all
-    // completed; say where that is fewer than all, and who left which out.
+    // An average over fewer jobs is not the same average: each comparison is over the jobs
+    // both runs completed; say where a run completed fewer than all.
     let short: Vec<String> = rows
         .iter()
-        .filter(|row| row.common < row.jobs)
-        .map(|row| {
-            let who: Vec<String> = RUNS
-                .iter()
+        .flat_map(|row| {
+            RUNS.iter()
                 .zip(&row.completed)
                 .filter(|(_, &done)| done < row.jobs)
-                .map(|((label, _, _), done)| format!("{label} completed {done}"))
-                .collect();
-            format!(
-                "workload {}: {} of {} ({})",
-                row.workload,
-                row.common,
-                row.jobs,
-                who.join(", ")
-            )
+                .map(move |((label, _, _), done)| {
+                    format!(
+                        "{label} on workload {}: {done} of {}",
+                        row.workload, row.jobs
+                    )
+                })
         })
         .collect();
     if short.is_empty() {
@@ -225,8 +239,9 @@ pub fn hetero_report(fleet: &Fleet, rows: &[HeteroRow]) -> String {
     } else {
         let _ = writeln!(
             out,
-            "Averages are over the jobs every run completed (a fixed-size policy turns away a \
-             job that no type has the GPUs for): {}.\n",
+            "A run's average is over the jobs it completed, and each comparison with \
+             elastic-batch over the jobs both completed. Runs that completed fewer than all \
+             (a fixed-size policy turns away a job that no type has the GPUs for): {}.\n",
             short.join("; ")
         );
     }
