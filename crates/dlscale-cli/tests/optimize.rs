@@ -451,6 +451,24 @@ fn optimize_decides_across_the_gpu_types_of_a_fleet() {
         );
         assert_eq!(doc["gpus_used"].as_u64(), Some(used.values().sum::<u64>()));
     }
+    // The fleet philly.csv runs on (BENCHMARKS.md): the same mix, 2,048 GPUs.
+    let large = examples().join("fleet-philly.toml");
+    let doc = dlscale_json(&[
+        "optimize",
+        "--fleet",
+        large.to_str().unwrap(),
+        "--jobs",
+        jobs,
+        "--format",
+        "json",
+    ]);
+    let types = doc["fleet"]["types"].as_array().unwrap();
+    let gpus: u64 = types
+        .iter()
+        .map(|t| t["nodes"].as_u64().unwrap() * t["gpus_per_node"].as_u64().unwrap())
+        .sum();
+    let names: Vec<&str> = types.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!((gpus, names), (2048, vec!["t4", "v100", "a100"]), "{doc}");
     let table = dlscale(&["optimize", "--fleet", fleet, "--jobs", jobs]);
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(
