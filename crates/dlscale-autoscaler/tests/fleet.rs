@@ -187,4 +187,16 @@ fn a_learned_job_measured_on_t4_moves_to_a100_when_it_frees_up() {
         types.contains(&Some("t4")) && types.contains(&Some("a100")),
         "{types:?}"
     );
+    // Its history says where its time went (what a policy sharing the types' time counts).
+    let mut runs: Vec<Option<&str>> = a
+        .job("l")
+        .unwrap()
+        .0
+        .history
+        .runs
+        .iter()
+        .map(|r| r.gpu_type.as_deref())
+        .collect();
+    runs.dedup();
+    assert_eq!(runs, [Some("t4"), Some("a100")]);
 }

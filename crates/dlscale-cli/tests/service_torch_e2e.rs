@@ -60,7 +60,7 @@ async fn three_torchrun_jobs_rescale_resume_and_survive_a_server_kill() {
     // a alone: all 4 slots at the largest batch.
     server.submit(job("a", 4, 400, &trace("a"))).await;
     let a1 = server
-        .wait_job("a", 90.0, "a training", |j| {
+        .wait_job("a", 180.0, "a training", |j| {
             running(j) && j.step.is_some_and(|s| s >= 20)
         })
         .await;

@@ -125,7 +125,7 @@ pub struct CurrentAllocation {
 }
 
 /// One stretch of time a job held GPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunSpan {
     /// When it started holding them (seconds, the caller's clock).
     pub start_s: f64,
@@ -133,6 +133,11 @@ pub struct RunSpan {
     pub end_s: Option<f64>,
     /// How many it held.
     pub gpus: GpuCount,
+    /// Their GPU type, on a cluster whose nodes name types (what a policy that shares the
+    /// types' time out, as Gavel's does, counts); `None` elsewhere, and in records stored
+    /// before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<Arc<str>>,
 }
 
 /// What a job has been through, for policies that rank jobs by the service they received or by
@@ -178,12 +183,13 @@ impl JobHistory {
     }
 
     /// Opens a run of `gpus` GPUs at `now_s`, closing an open one first.
-    pub fn start_run(&mut self, now_s: f64, gpus: GpuCount) {
+    pub fn start_run(&mut self, now_s: f64, gpus: GpuCount, gpu_type: Option<Arc<str>>) {
         self.end_run(now_s);
         self.runs.push(RunSpan {
             start_s: now_s,
             end_s: None,
             gpus,
+            gpu_type,
         });
     }
 

@@ -32,7 +32,7 @@ fn running(mut jobs: Vec<Job>, every: usize, age_s: f64) -> Vec<Job> {
                 restarts: (i % 3) as u32,
                 batch_in_place: false,
             });
-            job.history.start_run(0.0, gpus);
+            job.history.start_run(0.0, gpus, None);
         }
     }
     jobs
@@ -225,6 +225,7 @@ fn tiresias_serves_least_attained_service_first() {
             start_s: 0.0,
             end_s: None,
             gpus: 4,
+            gpu_type: None,
         }],
     };
     let mut new = job("new", 4, 0.001);
@@ -243,6 +244,7 @@ fn tiresias_serves_least_attained_service_first() {
         start_s: 4000.0,
         end_s: Some(4000.0 + 2.0 * threshold / 4.0),
         gpus: 4,
+        gpu_type: None,
     }];
     let at = 4000.0 + 2.0 * threshold / 4.0;
     assert!(
@@ -322,9 +324,9 @@ fn history_counts_attained_service() {
         attained_before_gpu_s: 10.0,
         runs: Vec::new(),
     };
-    h.start_run(100.0, 2);
+    h.start_run(100.0, 2, None);
     h.end_run(110.0);
-    h.start_run(200.0, 4);
+    h.start_run(200.0, 4, None);
     assert_eq!(h.attained_gpu_s(210.0), 10.0 + 20.0 + 40.0);
     assert_eq!(h.when_attained(5.0, 300.0), Some(5.0));
     assert_eq!(h.when_attained(20.0, 300.0), Some(105.0));

@@ -436,6 +436,11 @@ impl Autoscaler {
         type_on(&self.topology, &self.node_index, shares)
     }
 
+    /// On a fleet, the type live job `i`'s launch runs on.
+    fn launch_type(&self, i: usize) -> Option<Arc<str>> {
+        self.type_of(&self.live[i].launch.as_ref()?.shape.shares)
+    }
+
     fn set_topology(&mut self, topology: Topology) {
         self.model_cluster = topology.model_cluster();
         // Teams are not kept across types: a cluster with teams decides as one pool.
@@ -699,10 +704,7 @@ impl Autoscaler {
         report: &crate::input::MetricsReport,
         out: &mut Out,
     ) -> Option<Refusal> {
-        let gpu_type = self.live[i]
-            .launch
-            .as_ref()
-            .and_then(|l| self.type_of(&l.shape.shares));
+        let gpu_type = self.launch_type(i);
         let r = &mut self.live[i];
         let Some(launch) = r.launch.as_mut().filter(|_| r.status.holds_gpus()) else {
             return Some(Refusal::NotCurrent { attempt: r.attempt });
@@ -822,6 +824,7 @@ impl Autoscaler {
 
     fn started(&mut self, now: f64, id: &str, attempt: u32, out: &mut Out) {
         let Some(i) = self.index(id) else { return };
+        let gpu_type = self.launch_type(i);
         let r = &mut self.live[i];
         if r.attempt != attempt || !r.status.holds_gpus() {
             return;
@@ -830,7 +833,7 @@ impl Autoscaler {
             return;
         };
         launch.started_s = Some(now);
-        r.history.start_run(now, launch.shape.gpus);
+        r.history.start_run(now, launch.shape.gpus, gpu_type);
         out.touched.insert(id.to_string());
         out.event(Event::Started {
             id: id.to_string(),

@@ -113,6 +113,7 @@ impl Autoscaler {
     ) {
         let timeout = self.config.start_timeout_s;
         let grace = self.config.grace_s;
+        let gpu_type = self.launch_type(i);
         let r = &mut self.live[i];
         let (id, attempt) = (r.id.clone(), r.attempt);
         let Some(launch) = r.launch.as_mut() else {
@@ -121,7 +122,7 @@ impl Autoscaler {
         let starts = launch.started_s.is_none();
         if starts {
             launch.started_s = Some(now);
-            r.history.start_run(now, launch.shape.gpus);
+            r.history.start_run(now, launch.shape.gpus, gpu_type);
             if r.status == Status::Starting {
                 r.status = Status::Running;
             }

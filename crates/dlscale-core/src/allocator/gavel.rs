@@ -57,14 +57,12 @@
 //! [`Policy::next_change_s`] is the round's start until its first decision has acted, then the
 //! next round's.
 //!
-//! **What is kept between decisions.** The histories carry no GPU types, so the policy records
-//! the type of each run it sees open (by the run's start); time on a run it never saw open (one
-//! that began and ended between two decisions, or before this instance existed) is counted on the
-//! job's types in proportion to its allocation `X`, as is its service before its recorded runs
-//! ([`crate::job::JobHistory::attained_before_gpu_s`] over its GPUs). A fresh instance may
-//! therefore rank a fleet's jobs otherwise than one that watched them run: on a fleet the
-//! decision depends on the requests seen before, not on this one alone. On a cluster of alike
-//! GPUs every run is on its one type and the decision is the request's alone. The LP is solved
+//! **The time each job received on each type** is its history's: each run carries the type it
+//! ran on ([`crate::job::RunSpan::gpu_type`]); a run without one (recorded before runs carried
+//! types) counts on the type it runs on now if it is the open one, else on the job's types in
+//! proportion to its allocation `X`, as does its service before its recorded runs
+//! ([`crate::job::JobHistory::attained_before_gpu_s`] over its GPUs). The decision is the
+//! request's alone. The LP is solved
 //! again only when its inputs change (jobs, models, weights, capacities), as Gavel recomputes its
 //! allocation when jobs come and go.
 //!
@@ -75,7 +73,6 @@
 //! of [`ROUND_S`] of the caller's clock and a job that arrives within a round may start at once
 //! on free GPUs.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use good_lp::{
@@ -112,8 +109,6 @@ const OPTIMUM_SLACK: f64 = 1e-9;
 /// last allocation.
 #[derive(Debug, Default)]
 pub struct Gavel {
-    /// By job id: (start of a run, the type it ran on), for the runs seen open.
-    run_types: HashMap<String, Vec<(f64, Arc<str>)>>,
     /// The last LP's inputs and its allocation.
     solved: Option<(Problem, Allocation)>,
 }
@@ -350,35 +345,19 @@ struct Entry {
 }
 
 impl Gavel {
-    /// Records the type of every open run of `request` whose type is known.
-    fn record_runs(&mut self, request: &DecisionRequest<'_>, fleet: &Fleet) {
-        if request.fleet.is_none() {
-            return; // every run is on the one type
-        }
-        for job in request.jobs.iter().filter(|j| j.current.is_some()) {
-            let (Some(start_s), Some(t)) = (open_run_start_s(job), current_type(job, fleet)) else {
-                continue;
-            };
-            let runs = self.run_types.entry(job.id.clone()).or_default();
-            if !runs.iter().any(|(s, _)| *s == start_s) {
-                runs.push((start_s, fleet.pools()[t].name.clone()));
-            }
-        }
-    }
-
     /// Seconds `job` ran on each type up to `until_s`, and seconds on types not known.
     fn received_s(&self, job: &Job, fleet: &Fleet, until_s: f64) -> (Vec<f64>, f64) {
         let mut on_type = vec![0.0; fleet.pools().len()];
         let per_gpu = f64::from(job.requested.gpus.max(1));
         let mut unknown = job.history.attained_before_gpu_s / per_gpu;
-        let known = self.run_types.get(&job.id);
         let open = open_run_start_s(job);
         for run in &job.history.runs {
             let end_s = run.end_s.unwrap_or(until_s).min(until_s);
             let seconds = (end_s - run.start_s).max(0.0);
-            let recorded = known
-                .and_then(|runs| runs.iter().find(|(s, _)| *s == run.start_s))
-                .and_then(|(_, name)| fleet.index_of(name));
+            let recorded = run
+                .gpu_type
+                .as_deref()
+                .and_then(|name| fleet.index_of(name));
             let running_now = (open == Some(run.start_s) && job.current.is_some())
                 .then(|| current_type(job, fleet))
                 .flatten();
@@ -514,7 +493,6 @@ impl Policy for Gavel {
             Some((solved, allocation)) if solved == problem => allocation,
             _ => max_min_allocation(&problem),
         };
-        self.record_runs(request, fleet);
         let start_s = round_start_s(request.now_s);
         let within_round = round_decided(jobs, start_s);
 
@@ -604,10 +582,6 @@ impl Policy for Gavel {
         } else {
             start_s
         })
-    }
-
-    fn forget(&mut self, id: &str) {
-        self.run_types.remove(id);
     }
 }
 

@@ -608,6 +608,7 @@ fn attained_service_weighs_young_jobs_first() {
         start_s: 0.0,
         end_s: None,
         gpus: 4,
+        gpu_type: None,
     });
     let jobs = vec![young.clone(), old.clone()];
     let plain = Settings {

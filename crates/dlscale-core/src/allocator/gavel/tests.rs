@@ -73,7 +73,8 @@ fn running(mut job: Job, since_s: f64, gpu_type: Option<&str>) -> Job {
         restarts: 0,
         batch_in_place: false,
     });
-    job.history.start_run(since_s, job.requested.gpus);
+    job.history
+        .start_run(since_s, job.requested.gpus, gpu_type.map(Arc::from));
     job.types.current = gpu_type.map(Arc::from);
     job
 }
@@ -84,6 +85,7 @@ fn ran(mut job: Job, start_s: f64, end_s: f64) -> Job {
         start_s,
         end_s: Some(end_s),
         gpus: job.requested.gpus,
+        gpu_type: None,
     });
     job
 }
@@ -435,6 +437,38 @@ fn on_alike_gpus_the_job_that_received_less_goes_first() {
     let d = decide_on(&mut Gavel::default(), None, &jobs, now);
     assert_eq!(d.jobs[0].state, JobState::Queued);
     assert_eq!(d.jobs[1].state, JobState::Running);
+}
+
+#[test]
+fn on_a_fleet_the_time_on_each_type_is_the_history_s_whoever_decides() {
+    // One GPU of each type; both jobs run on either, twice as fast on `fast`. Each ran one
+    // round before, `a` on fast and `b` on slow (their runs carry the type): at the next
+    // round's start `b` has the better claim on fast, whatever the request's order, and a
+    // fresh policy that never saw them run decides as one that did.
+    let f = fleet((1, 1), (1, 1));
+    let both = [("slow", 1.0, 32), ("fast", 2.0, 32)];
+    let on = |id: &str, gpu_type: &str| {
+        let mut job = job(id, 1, &both);
+        job.history.start_run(0.0, 1, Some(gpu_type.into()));
+        job.history.end_run(ROUND_S);
+        job
+    };
+    let (a, b) = (on("a", "fast"), on("b", "slow"));
+    let now = ROUND_S + 1.0;
+    let mut watched = Gavel::default();
+    decide_on(&mut watched, Some(&f), &[a.clone(), b.clone()], 1.0);
+    for jobs in [[a.clone(), b.clone()], [b.clone(), a.clone()]] {
+        let fresh = decide_on(&mut Gavel::default(), Some(&f), &jobs, now);
+        let seen = decide_on(&mut watched, Some(&f), &jobs, now);
+        assert_eq!(placement(&fresh), placement(&seen));
+        let on_fast: Vec<&str> = fresh
+            .jobs
+            .iter()
+            .filter(|d| d.gpu_type.as_deref() == Some("fast"))
+            .map(|d| d.id.as_str())
+            .collect();
+        assert_eq!(on_fast, ["b"], "{:?}", placement(&fresh));
+    }
 }
 
 #[test]

@@ -72,7 +72,7 @@ fn job(id: usize, slow: AnalyticModel, speed: f64, phi: Option<f64>, most: u32) 
     };
     job.types.on = Arc::from([on("slow", slow), on("fast", fast)]);
     if most > 0 {
-        job.history.start_run(0.0, most);
+        job.history.start_run(0.0, most, None);
         job.history.end_run(1.0);
     }
     job
