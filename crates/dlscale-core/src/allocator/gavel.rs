@@ -434,14 +434,8 @@ impl Policy for Gavel {
     }
 
     fn decide(&mut self, request: &DecisionRequest<'_>) -> Decision {
-        let uniform;
-        let fleet = match request.fleet {
-            Some(fleet) => fleet,
-            None => {
-                uniform = Fleet::uniform(*request.cluster);
-                &uniform
-            }
-        };
+        let fleet = request.fleet_or_uniform();
+        let fleet = fleet.as_ref();
         // A cluster of alike GPUs offers what the request says is free.
         let capacities = match request.fleet {
             Some(fleet) => fleet.capacities(),

@@ -404,6 +404,15 @@ pub struct DecisionRequest<'a> {
 }
 
 impl<'a> DecisionRequest<'a> {
+    /// The fleet it decides on: its own, else its cluster as a fleet of one type
+    /// ([`Fleet::uniform`]), for policies written once for both.
+    pub fn fleet_or_uniform(&self) -> std::borrow::Cow<'a, Fleet> {
+        match self.fleet {
+            Some(fleet) => std::borrow::Cow::Borrowed(fleet),
+            None => std::borrow::Cow::Owned(Fleet::uniform(*self.cluster)),
+        }
+    }
+
     /// A request over the whole of `cluster`, every GPU count allowed, at time 0.
     pub fn new(cluster: &'a Cluster, jobs: &'a [Job], settings: &'a Settings) -> Self {
         DecisionRequest {

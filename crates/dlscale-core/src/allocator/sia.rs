@@ -63,14 +63,8 @@ impl Policy for Sia {
     }
 
     fn decide(&mut self, request: &DecisionRequest<'_>) -> Decision {
-        let uniform;
-        let fleet = match request.fleet {
-            Some(fleet) => fleet,
-            None => {
-                uniform = Fleet::uniform(*request.cluster);
-                &uniform
-            }
-        };
+        let fleet = request.fleet_or_uniform();
+        let fleet = fleet.as_ref();
         let configs: Vec<Vec<Config>> = request
             .jobs
             .iter()
