@@ -229,8 +229,11 @@ impl Learning {
     /// (or its family) measured, remaking them only when that changed; forgets the jobs that
     /// left.
     pub fn on_types(&mut self, fleet: &Fleet, live: &[JobRecord], jobs: &mut [Job]) {
-        let ids: BTreeSet<&str> = live.iter().map(|r| r.id.as_str()).collect();
-        self.typed_digests.retain(|id, _| ids.contains(id.as_str()));
+        if self.typed_digests.len() > live.len() {
+            // Some job left (each live one has at most one digest): forget it.
+            let ids: BTreeSet<&str> = live.iter().map(|r| r.id.as_str()).collect();
+            self.typed_digests.retain(|id, _| ids.contains(id.as_str()));
+        }
         for (r, job) in live.iter().zip(jobs.iter_mut()) {
             if r.model != ModelSource::Learned {
                 continue;
