@@ -14,6 +14,8 @@ cd "$(dirname "$0")/.."
 started=$SECONDS
 logs=$(mktemp -d)
 
+# A clean build has nothing to reuse: no incremental cache (it doubled the build's disk use).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 export DLSCALE_VENV="${DLSCALE_VENV:-$HOME/.cache/dlscale/venv}"
 echo "== installing in the background: the Python worker library and torch into $DLSCALE_VENV, Chromium, Slurm"
 ./scripts/setup-python.sh >"$logs/python.log" 2>&1 &
