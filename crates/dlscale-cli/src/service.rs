@@ -511,8 +511,8 @@ pub fn run_job(args: &JobArgs) -> Result<()> {
             .collect();
         println!("nodes:       {}", nodes.join(" + "));
     }
-    if let Some(id) = j.slurm_job_id {
-        println!("slurm_job:   {id}");
+    if let Some(e) = &j.engine_id {
+        println!("{:<12} {}", format!("{}:", e.kind), e.id);
     }
     println!(
         "batch_size:  {} ({} per worker)",

@@ -345,7 +345,7 @@ async fn jobs_succeed_fail_after_retries_and_cancel() {
     server.submit(job("long", "sleep 60")).await;
     let running = server
         .wait_job("long", 20.0, "running", |j| {
-            j.state == JobStatus::Running && j.pgid.is_some()
+            j.state == JobStatus::Running && j.engine_id("pgid").is_some()
         })
         .await;
     let (s, b) = server.json(Method::DELETE, "/v1/jobs/long", None).await;
@@ -356,7 +356,7 @@ async fn jobs_succeed_fail_after_retries_and_cancel() {
         })
         .await;
     assert_eq!(cancelled.gpus, 0);
-    let pgid = running.pgid.unwrap();
+    let pgid = running.engine_id("pgid").unwrap().parse::<i32>().unwrap();
     assert!(
         !std::path::Path::new(&format!("/proc/{pgid}")).exists() || !is_alive(pgid),
         "job process survived cancel"
@@ -448,7 +448,7 @@ async fn rescales_running_jobs_and_survives_kill_9() {
     server.submit(a).await;
     let first = server
         .wait_job("a", 20.0, "a on 4 slots", |j| {
-            j.state == JobStatus::Running && j.pgid.is_some()
+            j.state == JobStatus::Running && j.engine_id("pgid").is_some()
         })
         .await;
     assert_eq!((first.gpus, first.batch_size), (4, 256));
@@ -459,14 +459,14 @@ async fn rescales_running_jobs_and_survives_kill_9() {
     server.submit(b).await;
     let a2 = server
         .wait_job("a", 30.0, "a rescaled", |j| {
-            j.attempt == 2 && j.state == JobStatus::Running && j.pgid.is_some()
+            j.attempt == 2 && j.state == JobStatus::Running && j.engine_id("pgid").is_some()
         })
         .await;
     assert!(a2.gpus < 4 && a2.batch_size < 256, "{a2:?}");
     assert_eq!(a2.restarts, 1);
     let b1 = server
         .wait_job("b", 30.0, "b running", |j| {
-            j.state == JobStatus::Running && j.pgid.is_some()
+            j.state == JobStatus::Running && j.engine_id("pgid").is_some()
         })
         .await;
     assert_eq!(a2.gpus + b1.gpus, 4);
@@ -479,8 +479,8 @@ async fn rescales_running_jobs_and_survives_kill_9() {
         let now = server.job(id).await;
         assert_eq!(now.state, JobStatus::Running, "{now:?}");
         assert_eq!(
-            (now.attempt, now.pgid, now.gpus),
-            (before.attempt, before.pgid, before.gpus),
+            (now.attempt, now.engine_id("pgid"), now.gpus),
+            (before.attempt, before.engine_id("pgid"), before.gpus),
             "{id} was relaunched instead of re-attached"
         );
     }
@@ -532,7 +532,7 @@ async fn a_job_that_finished_while_the_server_was_down_shows_its_final_step() {
     server.submit(a).await;
     let running = server
         .wait_job("a", 20.0, "a running", |j| {
-            j.state == JobStatus::Running && j.pgid.is_some()
+            j.state == JobStatus::Running && j.engine_id("pgid").is_some()
         })
         .await;
     server.kill9();

@@ -27,7 +27,7 @@ fn plain_job(id: &str, steps: u32, trace: &Path) -> Value {
 }
 
 fn running(j: &JobView) -> bool {
-    j.state == JobStatus::Running && j.pgid.is_some()
+    j.state == JobStatus::Running && j.engine_id("pgid").is_some()
 }
 
 /// The regression of issue 8: a program stopped for a rescale saved its state and exited 0, and

@@ -40,7 +40,7 @@ async fn running(server: &Server, id: &str, attempt: u32) -> JobView {
         .wait_job(id, 20.0, "running on its slots", |j| {
             j.state == JobStatus::Running
                 && j.attempt == attempt
-                && j.pgid.is_some()
+                && j.engine_id("pgid").is_some()
                 && !j.slots.is_empty()
         })
         .await

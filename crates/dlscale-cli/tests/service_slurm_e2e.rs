@@ -68,8 +68,13 @@ fn torch_job(id: &str, max_gpus: u32, total_steps: u64, trace: &Path) -> Value {
            "env": {"DLSCALE_STEP_SLEEP": "0.05", "DLSCALE_METRICS_INTERVAL": "1", "DLSCALE_LOG_EVERY": "10"}})
 }
 
+/// Slurm's job id of `j`'s launch, while it holds GPUs.
+fn slurm_job_id(j: &JobView) -> Option<u64> {
+    j.engine_id("slurm_job_id").map(|id| id.parse().unwrap())
+}
+
 fn on_slurm(j: &JobView) -> bool {
-    j.state == JobStatus::Running && j.slurm_job_id.is_some()
+    j.state == JobStatus::Running && slurm_job_id(j).is_some()
 }
 
 fn shape(j: &JobView) -> Vec<(String, u32)> {
@@ -130,7 +135,7 @@ async fn torch_jobs_span_nodes_rescale_and_are_adopted_after_a_server_kill() {
     assert_eq!(q["a"].len(), 1, "{q:?}");
     assert_eq!(
         (q["a"][0].slurm_id, q["a"][0].nodes.as_str()),
-        (a1.slurm_job_id.unwrap(), "n[1-2]")
+        (slurm_job_id(&a1).unwrap(), "n[1-2]")
     );
 
     // b arrives: a is stopped at a checkpoint and resubmitted smaller; b gets the rest.
@@ -168,7 +173,7 @@ async fn torch_jobs_span_nodes_rescale_and_are_adopted_after_a_server_kill() {
     for j in before.iter().filter(|j| on_slurm(j)) {
         let live = q.get(&j.id).cloned().unwrap_or_default();
         assert_eq!(live.len(), 1, "{}: {live:?}", j.id);
-        assert_eq!(Some(live[0].slurm_id), j.slurm_job_id, "{}", j.id);
+        assert_eq!(Some(live[0].slurm_id), slurm_job_id(j), "{}", j.id);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     server.restart().await;
@@ -186,8 +191,8 @@ async fn torch_jobs_span_nodes_rescale_and_are_adopted_after_a_server_kill() {
         let a = after.iter().find(|a| a.id == b.id).unwrap();
         if on_slurm(b) && !a.state.is_terminal() {
             assert_eq!(
-                (a.attempt, a.slurm_job_id),
-                (b.attempt, b.slurm_job_id),
+                (a.attempt, slurm_job_id(a)),
+                (b.attempt, slurm_job_id(b)),
                 "{} was resubmitted instead of adopted: {b:?} -> {a:?}",
                 a.id
             );
@@ -334,13 +339,13 @@ async fn reconciles_foreign_gpus_stale_launches_requeues_and_scancel() {
     .await;
     let p3 = server.job("p").await;
     assert_eq!(
-        (p3.attempt, p3.slurm_job_id, p3.state),
-        (p2.attempt, p2.slurm_job_id, JobStatus::Running)
+        (p3.attempt, slurm_job_id(&p3), p3.state),
+        (p2.attempt, slurm_job_id(&p2), JobStatus::Running)
     );
 
     // Slurm requeues p (a running job can be requeued): dlscale cancels the requeued job and
     // submits p afresh, once.
-    let sid = p3.slurm_job_id.unwrap().to_string();
+    let sid = slurm_job_id(&p3).unwrap().to_string();
     wait_until(30.0, "p's Slurm job to run", || async {
         ours(&inst)["p"]
             .iter()
@@ -353,7 +358,7 @@ async fn reconciles_foreign_gpus_stale_launches_requeues_and_scancel() {
             on_slurm(j) && j.attempt > p3.attempt
         })
         .await;
-    assert_ne!(p4.slurm_job_id, p3.slurm_job_id);
+    assert_ne!(slurm_job_id(&p4), slurm_job_id(&p3));
     wait_until(30.0, "one Slurm job for p", || async {
         ours(&inst).get("p").map(Vec::len) == Some(1)
     })
@@ -368,7 +373,7 @@ async fn reconciles_foreign_gpus_stale_launches_requeues_and_scancel() {
     );
 
     // scancel by hand: recorded as cancelled, not relaunched.
-    let sid = p4.slurm_job_id.unwrap().to_string();
+    let sid = slurm_job_id(&p4).unwrap().to_string();
     run("scancel", &[&sid]);
     let done = server
         .wait_job("p", 30.0, "p cancelled", |j| j.state.is_terminal())
@@ -431,7 +436,7 @@ async fn plain_runs_once_srun_once_per_node_and_a_stopped_plain_job_resumes() {
     b["team"] = json!("t");
     server.submit(b).await;
     let b1 = server.wait_job("b", 60.0, "b on Slurm", on_slurm).await;
-    let slurm_id = b1.slurm_job_id.unwrap().to_string();
+    let slurm_id = slurm_job_id(&b1).unwrap().to_string();
     // scontrol shows the job a while after it ends too.
     let shown = std::process::Command::new("scontrol")
         .args(["-o", "show", "job", &slurm_id])
@@ -682,7 +687,7 @@ async fn a_learned_job_moves_from_t4_to_a100_on_a_typed_slurm_cluster() {
             "-o",
             "show",
             "job",
-            &moved.slurm_job_id.unwrap().to_string(),
+            &slurm_job_id(&moved).unwrap().to_string(),
         ])
         .env("SLURM_CONF", &typed.conf)
         .output()

@@ -36,7 +36,7 @@ async fn every_job(server: &Server) -> Vec<JobView> {
 }
 
 fn running(j: &JobView) -> bool {
-    j.state == JobStatus::Running && j.pgid.is_some()
+    j.state == JobStatus::Running && j.engine_id("pgid").is_some()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -107,9 +107,9 @@ async fn three_torchrun_jobs_rescale_resume_and_survive_a_server_kill() {
             // Re-attached: the same process group; or killed just as it finished, its wrapper
             // gone and its last processes ending (no process group left to show), which the
             // next observation records as its success.
-            let finishing = a.state == JobStatus::Running && a.pgid.is_none();
+            let finishing = a.state == JobStatus::Running && a.engine_id("pgid").is_none();
             assert!(
-                (a.state == JobStatus::Running && a.pgid == b.pgid)
+                (a.state == JobStatus::Running && a.engine_id("pgid") == b.engine_id("pgid"))
                     || a.state == JobStatus::Succeeded
                     || finishing,
                 "{}: {b:?} -> {a:?}",

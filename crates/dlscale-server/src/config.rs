@@ -2,8 +2,6 @@
 //!
 //! ```toml
 //! listen = "127.0.0.1:7878"   # address of the HTTP API
-//! slots = 4                   # GPU slots when the machine has no GPUs (default: nvidia-smi)
-//! slot_types = ["a100", "a100", "t4", "t4"]  # each slot's GPU type (default: from nvidia-smi)
 //! data_dir = "/var/lib/dlscale"
 //! token = "s3cret"            # bearer token; DLSCALE_TOKEN overrides it
 //! policy = "elastic-batch"    # any policy of dlscale_core::REGISTRY
@@ -22,24 +20,17 @@
 //! grace_s = 30                # SIGTERM → SIGKILL grace period
 //! max_retries = 2             # relaunches after a failure before a job is marked failed
 //! torchrun = "/path/to/venv/bin/torchrun"
-//! executor = "local"          # local | slurm
-//!
-//! [slurm]                     # with executor = "slurm"
-//! partition = "gpu"           # required: jobs go here; its nodes are the cluster
-//! account = "proj"            # optional --account
-//! nodes = ["n1", "n2"]        # optional: only these nodes (default: all, from sinfo)
-//! poll_s = 2                  # squeue poll period
-//! pending_timeout_s = 120     # resubmit a launch pending longer than this
-//! sbatch_args = ["--time=24:00:00"]
-//! cpus_per_gpu = 4            # optional --cpus-per-task = GPUs per node x this
-//! rdzv_port_base = 29500      # multi-node rendezvous ports: base .. base+999
+//! executor = "local"          # any executor of crate::executor::EXECUTORS (default: local)
 //!
 //! [teams.vision]              # a team (jobs name it in `team`); policies: elastic-*, static*
 //! guaranteed_gpus = 16        # held whenever its jobs can use them (default 0)
 //! max_gpus = 32               # the most its jobs hold, borrowing included (default: no limit)
 //! lend_limit = 8              # the most of its idle guarantee lent out (default: all of it)
-//! slurm_account = "vision"    # with executor = "slurm": its launches' --account
 //! ```
+//!
+//! Each executor's module reads its own keys and table and says what they mean: the local
+//! executor's `slots` and `slot_types` (`executor/local/settings.rs`), the Slurm executor's
+//! `[slurm]` table and each team's `slurm_account` (`executor/slurm/settings.rs`).
 //!
 //! With teams, `fair_share_half_life_s = 604800` (top level; the default, Slurm's seven days)
 //! sets how fast past usage is forgotten in the fair share between teams; 0 turns it off.
@@ -54,7 +45,6 @@ use anyhow::{anyhow, bail, Context, Result};
 use dlscale_autoscaler::AutoscalerConfig;
 use dlscale_core::allocator::{FairShare, TeamQuota, Teams, ELASTIC_BATCH};
 use dlscale_core::jobfile::{parse_document, FileFormat};
-use dlscale_core::placement::ShapeRule;
 use dlscale_core::{
     policy_info, Admission, CoreError, CountRule, PolicyInfo, PolicyOptions, RestartAwareness,
     Settings, Utility, Weighing,
@@ -62,8 +52,8 @@ use dlscale_core::{
 use serde::Deserialize;
 use serde::Serialize;
 
-use crate::executor::find_program;
-use crate::executor::slurm::SlurmConfig;
+use crate::executor::slurm::SlurmFile;
+use crate::executor::{self, ExecutorSettings};
 use crate::users::Users;
 
 /// The configuration file, every key optional.
@@ -117,14 +107,15 @@ pub struct ConfigFile {
     pub torchrun: Option<PathBuf>,
     /// Base URL workers use to reach the API (default `http://<listen>`).
     pub api_url: Option<String>,
-    /// Executor: `local` (default) or `slurm`.
+    /// Executor: the name of one of [`executor::EXECUTORS`] (default: the first, `local`).
     pub executor: Option<String>,
     /// Who may read `/metrics` without the token: `loopback` (default: clients on this machine),
     /// `anyone`, or `nobody` (the token is always needed).
     pub metrics_without_token: Option<String>,
     /// Defragmenting repack: most running jobs moved per job it consolidates (default 0: off).
     pub defragment_moves: Option<u32>,
-    /// Settings of the Slurm executor.
+    /// Settings of the Slurm executor. Each executor with a table of its own has its field here,
+    /// typed by its module, so that a misspelt key is refused naming the key it resembles.
     pub slurm: Option<SlurmFile>,
     /// The teams sharing the cluster, by name: `[teams.NAME]` tables.
     pub teams: Option<BTreeMap<String, TeamFile>>,
@@ -160,30 +151,6 @@ pub struct TeamFile {
     pub slurm_account: Option<String>,
 }
 
-/// The `[slurm]` table, every key optional except `partition`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SlurmFile {
-    /// Partition to submit to.
-    pub partition: Option<String>,
-    /// Account to charge.
-    pub account: Option<String>,
-    /// Only these nodes of the partition.
-    pub nodes: Option<Vec<String>>,
-    /// Seconds between `squeue` polls.
-    pub poll_s: Option<f64>,
-    /// Seconds a launch may stay pending before it is resubmitted.
-    pub pending_timeout_s: Option<f64>,
-    /// Extra `sbatch` arguments.
-    pub sbatch_args: Option<Vec<String>>,
-    /// CPUs per GPU to request.
-    pub cpus_per_gpu: Option<u32>,
-    /// First port for multi-node rendezvous.
-    pub rdzv_port_base: Option<u16>,
-    /// Longest wait for one Slurm command, seconds.
-    pub command_timeout_s: Option<f64>,
-}
-
 /// Who may read `/metrics` without the token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -194,15 +161,6 @@ pub enum MetricsAccess {
     Anyone,
     /// Nobody: the token is always needed.
     Nobody,
-}
-
-/// Which executor runs the jobs.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ExecutorConfig {
-    /// Process groups on this machine, over `slots` (or the GPUs nvidia-smi finds).
-    Local,
-    /// Batch jobs on a Slurm cluster.
-    Slurm(SlurmConfig),
 }
 
 impl ConfigFile {
@@ -225,12 +183,6 @@ impl ConfigFile {
 pub struct ServerConfig {
     /// Address of the HTTP API.
     pub listen: SocketAddr,
-    /// Explicit slot count (`None`: detect GPUs with nvidia-smi).
-    pub slots: Option<u32>,
-    /// The GPU type of each slot, in slot order, lower-case (`None`: the types nvidia-smi's
-    /// names give, or none). As many as `slots` when that is set; else checked against the GPUs
-    /// found when the executor starts.
-    pub slot_types: Option<Vec<String>>,
     /// Directory of `dlscale.db`, `jobs/<id>/<uid>/` (logs, checkpoints) and the generated
     /// token; always absolute (a relative one is taken from the server's working directory), as
     /// launches run in their jobs' own working directories.
@@ -257,8 +209,8 @@ pub struct ServerConfig {
     pub torchrun: PathBuf,
     /// Base URL given to workers as `DLSCALE_API`.
     pub api_url: String,
-    /// The executor.
-    pub executor: ExecutorConfig,
+    /// The executor's settings (which one, and its own).
+    pub executor: Arc<dyn ExecutorSettings>,
     /// Who may read `/metrics` without the token.
     pub metrics_without_token: MetricsAccess,
     /// Defragmenting repack: most running jobs moved per job it consolidates (0: off).
@@ -310,8 +262,9 @@ fn non_negative(name: &str, value: f64) -> Result<f64> {
 /// overflow timers (`Duration::from_secs_f64` panics past `u64::MAX` seconds).
 pub const MAX_DURATION_S: f64 = 1e9;
 
-/// A duration in seconds: finite, ≥ 0 and at most [`MAX_DURATION_S`].
-fn duration_s(name: &str, value: f64) -> Result<f64> {
+/// A duration in seconds: finite, ≥ 0 and at most [`MAX_DURATION_S`]; `name` names it in the
+/// error.
+pub(crate) fn duration_s(name: &str, value: f64) -> Result<f64> {
     let value = non_negative(name, value)?;
     if value > MAX_DURATION_S {
         bail!("{name} must be at most {MAX_DURATION_S:e} seconds, got {value}");
@@ -320,26 +273,22 @@ fn duration_s(name: &str, value: f64) -> Result<f64> {
 }
 
 impl ServerConfig {
-    /// The autoscaler's settings: Slurm clusters take equal GPUs per node (per-node GRES), a
-    /// launch left pending longer than `pending_timeout_s` is launched afresh, and every worker
-    /// gets the same per-worker batch.
+    /// The autoscaler's settings: the executor says how a job's GPUs may be split over nodes
+    /// (Slurm: equal GPUs per node, for per-node GRES) and how long a launch may take to start,
+    /// and every worker gets the same per-worker batch.
     pub fn autoscaler(&self) -> AutoscalerConfig {
-        let (shape, start_timeout_s) = match &self.executor {
-            ExecutorConfig::Local => (ShapeRule::Any, None),
-            ExecutorConfig::Slurm(s) => (ShapeRule::EqualPerNode, Some(s.pending_timeout_s)),
-        };
         AutoscalerConfig {
             policy: self.policy,
             policy_options: self.policy_options,
             settings: self.settings,
-            shape,
+            shape: self.executor.shape(),
             defragment_moves_per_job: self.defragment_moves,
             interval_s: Some(self.interval_s),
             decide_on_events: true,
             cooldown_s: self.cooldown_s,
             grace_s: self.grace_s,
             max_retries: self.max_retries,
-            start_timeout_s,
+            start_timeout_s: self.executor.start_timeout_s(),
             restart_cost_s: self.settings.restart.cost_s,
             equal_local_batches: true,
             learn_overlap: self.learn_overlap,
@@ -353,10 +302,7 @@ impl ServerConfig {
     pub fn describe(&self) -> serde_json::Value {
         serde_json::json!({
             "autoscaler": self.autoscaler(),
-            "executor": match &self.executor {
-                ExecutorConfig::Local => "local",
-                ExecutorConfig::Slurm(_) => "slurm",
-            },
+            "executor": self.executor.name(),
         })
     }
 
@@ -411,13 +357,12 @@ impl ServerConfig {
             },
             ..best
         };
-        if file.slots == Some(0) {
-            bail!("slots must be at least 1");
-        }
         let interval_s = duration_s("interval_s", file.interval_s.unwrap_or(30.0))?;
         if interval_s < 0.1 {
             bail!("interval_s must be at least 0.1, got {interval_s}");
         }
+        let executor = executor::configure(&file)?;
+        let torchrun = executor.torchrun(file.torchrun)?;
         let token = env_token.or(file.token).filter(|t| !t.is_empty());
         if let Some(t) = &token {
             if t.chars().any(|c| c.is_control() || c.is_whitespace()) {
@@ -442,37 +387,6 @@ impl ServerConfig {
                 format!("http://{host}:{}", listen.port())
             }
         };
-        let executor = match (file.executor.as_deref(), file.slurm) {
-            (None | Some("local"), None) => ExecutorConfig::Local,
-            (None | Some("local"), Some(_)) => {
-                bail!("a [slurm] table needs executor = \"slurm\"")
-            }
-            (Some("slurm"), slurm) => {
-                if file.slots.is_some() {
-                    bail!("slots is for the local executor; with executor = \"slurm\" the GPUs come from Slurm");
-                }
-                if file.slot_types.is_some() {
-                    bail!("slot_types is for the local executor; with executor = \"slurm\" the GPU types come from Slurm's typed GRES (gpu:a100:4)");
-                }
-                ExecutorConfig::Slurm(resolve_slurm(slurm.unwrap_or_default())?)
-            }
-            (Some(other), _) => {
-                bail!("executor: unknown executor '{other}' (expected local or slurm)")
-            }
-        };
-        let torchrun = match (&executor, file.torchrun) {
-            // Checked here, where a wrong path is the configuration's to name; unchecked, every
-            // torchrun launch would fail with exit code 127. A relative path is taken from the
-            // current directory, as the user wrote it (launches run in their job's workdir).
-            (ExecutorConfig::Local, Some(path)) => {
-                let cwd = std::env::current_dir().context("cannot read the current directory")?;
-                let path = path.to_string_lossy();
-                find_program(&path, std::env::var_os("PATH").as_deref(), &cwd)
-                    .map_err(|e| anyhow!("torchrun: {e}"))?
-            }
-            // On Slurm it runs on the compute nodes: nothing to check here.
-            (_, path) => path.unwrap_or_else(|| PathBuf::from("torchrun")),
-        };
         let metrics_without_token = match file.metrics_without_token.as_deref() {
             None | Some("loopback") => MetricsAccess::Loopback,
             Some("anyone") => MetricsAccess::Anyone,
@@ -480,24 +394,6 @@ impl ServerConfig {
             Some(other) => bail!(
                 "metrics_without_token: unknown value '{other}' (expected loopback, anyone or nobody)"
             ),
-        };
-        let team_accounts: BTreeMap<String, String> = file
-            .teams
-            .iter()
-            .flatten()
-            .filter_map(|(name, t)| Some((name.clone(), t.slurm_account.clone()?)))
-            .collect();
-        let executor = match executor {
-            ExecutorConfig::Slurm(cfg) => ExecutorConfig::Slurm(SlurmConfig {
-                team_accounts,
-                ..cfg
-            }),
-            ExecutorConfig::Local => {
-                if let Some(name) = team_accounts.keys().next() {
-                    bail!("teams.{name}.slurm_account: for executor = \"slurm\" only");
-                }
-                ExecutorConfig::Local
-            }
         };
         let teams = resolve_teams(file.teams, policy)?;
         let users = Arc::new(resolve_users(file.users, teams.as_ref())?);
@@ -517,8 +413,6 @@ impl ServerConfig {
             listen,
             metrics_without_token,
             defragment_moves: file.defragment_moves.unwrap_or(0),
-            slot_types: resolve_slot_types(file.slot_types, file.slots)?,
-            slots: file.slots,
             data_dir: absolute("data_dir", file.data_dir.unwrap_or_else(default_data_dir))?,
             token,
             policy,
@@ -599,99 +493,10 @@ fn resolve_users(file: Option<BTreeMap<String, UserFile>>, teams: Option<&Teams>
     Users::new(users)
 }
 
-/// The `slot_types` list, checked and lower-cased: one GPU type name per slot (as many as
-/// `slots`, when that is set), each a name a job's `types` can use.
-fn resolve_slot_types(
-    types: Option<Vec<String>>,
-    slots: Option<u32>,
-) -> Result<Option<Vec<String>>> {
-    let Some(types) = types else {
-        return Ok(None);
-    };
-    if types.is_empty() {
-        bail!("slot_types must name one GPU type per slot, got an empty list (leave it out for untyped slots)");
-    }
-    let types: Vec<String> = types
-        .iter()
-        .enumerate()
-        .map(|(i, name)| {
-            // Written as nvidia-smi or a vendor writes it (`A100`), named as jobs name it.
-            let name = name.trim().to_lowercase();
-            if name.is_empty() {
-                bail!("slot_types[{i}] must name a GPU type, got an empty name");
-            }
-            if !dlscale_core::fleet::is_type_name(&name) {
-                bail!(
-                    "slot_types[{i}]: {name:?} is not a GPU type name (lower-case letters, digits, \
-                     '-', '_' and '.', starting with a letter)"
-                );
-            }
-            Ok(name)
-        })
-        .collect::<Result<_>>()?;
-    if let Some(slots) = slots {
-        if types.len() != slots as usize {
-            bail!(
-                "slot_types names {} GPU type(s) but slots is {slots}: one type per slot",
-                types.len()
-            );
-        }
-    }
-    Ok(Some(types))
-}
-
-fn resolve_slurm(f: SlurmFile) -> Result<SlurmConfig> {
-    let d = SlurmConfig::default();
-    let partition = f
-        .partition
-        .filter(|p| !p.trim().is_empty())
-        .ok_or_else(|| anyhow!("slurm.partition is required with executor = \"slurm\""))?;
-    let poll_s = duration_s("slurm.poll_s", f.poll_s.unwrap_or(d.poll_s))?;
-    if poll_s < 0.2 {
-        bail!("slurm.poll_s must be at least 0.2, got {poll_s}");
-    }
-    let command_timeout_s = duration_s(
-        "slurm.command_timeout_s",
-        f.command_timeout_s.unwrap_or(d.command_timeout_s),
-    )?;
-    if command_timeout_s < 1.0 {
-        bail!("slurm.command_timeout_s must be at least 1, got {command_timeout_s}");
-    }
-    if let Some(nodes) = &f.nodes {
-        if nodes.is_empty() || nodes.iter().any(|n| n.trim().is_empty()) {
-            bail!("slurm.nodes must list node names (leave it out to use the whole partition)");
-        }
-    }
-    if f.cpus_per_gpu == Some(0) {
-        bail!("slurm.cpus_per_gpu must be at least 1");
-    }
-    let rdzv_port_base = f.rdzv_port_base.unwrap_or(d.rdzv_port_base);
-    if !(1024..=u16::MAX - 1000).contains(&rdzv_port_base) {
-        bail!(
-            "slurm.rdzv_port_base must be in 1024..={}, got {rdzv_port_base}",
-            u16::MAX - 1000
-        );
-    }
-    Ok(SlurmConfig {
-        partition,
-        account: f.account.filter(|a| !a.trim().is_empty()),
-        nodes: f.nodes,
-        poll_s,
-        pending_timeout_s: duration_s(
-            "slurm.pending_timeout_s",
-            f.pending_timeout_s.unwrap_or(d.pending_timeout_s),
-        )?,
-        sbatch_args: f.sbatch_args.unwrap_or_default(),
-        team_accounts: BTreeMap::new(),
-        cpus_per_gpu: f.cpus_per_gpu,
-        rdzv_port_base,
-        command_timeout_s,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dlscale_core::placement::ShapeRule;
 
     #[test]
     fn a_configured_torchrun_must_be_executable_and_is_pinned_where_it_was_found() {
@@ -853,45 +658,6 @@ mod tests {
     }
 
     #[test]
-    fn slot_types_are_one_checked_lower_case_name_per_slot() {
-        let resolve = |text: &str| {
-            let file: ConfigFile = toml::from_str(text).unwrap();
-            ServerConfig::resolve(file, None).map(|c| c.slot_types)
-        };
-        assert_eq!(resolve("slots = 2").unwrap(), None, "untyped unless said");
-        assert_eq!(
-            resolve("slots = 3\nslot_types = [\"A100\", \" a100\", \"t4\"]").unwrap(),
-            Some(vec!["a100".into(), "a100".into(), "t4".into()])
-        );
-        // Without slots they are checked against the GPUs nvidia-smi finds, at the start.
-        assert_eq!(
-            resolve("slot_types = [\"h100\"]").unwrap(),
-            Some(vec!["h100".into()])
-        );
-        for (text, expected) in [
-            (
-                "slots = 2\nslot_types = []",
-                "slot_types must name one GPU type per slot, got an empty list",
-            ),
-            (
-                "slots = 2\nslot_types = [\"a100\", \" \"]",
-                "slot_types[1] must name a GPU type, got an empty name",
-            ),
-            (
-                "slots = 2\nslot_types = [\"a100\", \"rtx 4090\"]",
-                "slot_types[1]: \"rtx 4090\" is not a GPU type name",
-            ),
-            (
-                "slots = 4\nslot_types = [\"a100\", \"t4\"]",
-                "slot_types names 2 GPU type(s) but slots is 4: one type per slot",
-            ),
-        ] {
-            let err = resolve(text).unwrap_err().to_string();
-            assert!(err.starts_with(expected), "{text}: {err}");
-        }
-    }
-
-    #[test]
     fn teams_with_their_quotas_and_the_default_team() {
         let file: ConfigFile = toml::from_str(
             "[teams.vision]\nguaranteed_gpus = 4\nmax_gpus = 6\nlend_limit = 1\n[teams.nlp]\n",
@@ -916,29 +682,37 @@ mod tests {
     }
 
     #[test]
-    fn slurm_executor() {
+    fn the_executor_is_chosen_by_name_and_reads_its_own_keys() {
         let file: ConfigFile = toml::from_str(
-            "executor = \"slurm\"\n[slurm]\npartition = \"gpu\"\nnodes = [\"n1\"]\npoll_s = 0.5\nsbatch_args = [\"--time=1:00:00\"]\n",
+            "executor = \"slurm\"\n[slurm]\npartition = \"gpu\"\npending_timeout_s = 60\n",
         )
         .unwrap();
         let c = ServerConfig::resolve(file, None).unwrap();
-        let ExecutorConfig::Slurm(s) = c.executor else {
-            panic!("not slurm: {:?}", c.executor);
-        };
-        assert_eq!(s.partition, "gpu");
-        assert_eq!(s.nodes.as_deref(), Some(&["n1".to_string()][..]));
-        assert_eq!((s.poll_s, s.pending_timeout_s), (0.5, 120.0));
-        assert_eq!(s.sbatch_args, ["--time=1:00:00"]);
+        assert_eq!(c.executor.name(), "slurm");
+        let autoscaler = c.autoscaler();
         assert_eq!(
-            ServerConfig::resolve(ConfigFile::default(), None)
-                .unwrap()
-                .executor,
-            ExecutorConfig::Local
+            (autoscaler.shape, autoscaler.start_timeout_s),
+            (ShapeRule::EqualPerNode, Some(60.0))
+        );
+        assert_eq!(c.describe()["executor"], "slurm");
+        let c = ServerConfig::resolve(ConfigFile::default(), None).unwrap();
+        assert_eq!(c.executor.name(), "local", "the default");
+        let autoscaler = c.autoscaler();
+        assert_eq!(
+            (autoscaler.shape, autoscaler.start_timeout_s),
+            (ShapeRule::Any, None)
         );
         for (text, expected) in [
             ("executor = \"slurm\"", "slurm.partition is required"),
-            ("executor = \"k8s\"", "unknown executor 'k8s'"),
+            (
+                "executor = \"k8s\"",
+                "executor: unknown executor 'k8s' (expected local, slurm)",
+            ),
             ("[slurm]\npartition = \"gpu\"", "needs executor = \"slurm\""),
+            (
+                "executor = \"local\"\n[slurm]\npartition = \"gpu\"",
+                "a [slurm] table needs executor = \"slurm\"",
+            ),
             (
                 "executor = \"slurm\"\nslots = 4\n[slurm]\npartition = \"gpu\"",
                 "slots is for the local executor",

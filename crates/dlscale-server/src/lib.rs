@@ -43,7 +43,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 
 use clock::{Clock, SystemClock};
-pub use config::{ConfigFile, ExecutorConfig, ServerConfig};
+pub use config::{ConfigFile, ServerConfig};
 use executor::{load_or_create_instance, random_hex, ExecContext, Executor, Reports};
 pub use service::Service;
 use store::Store;

@@ -13,7 +13,7 @@ use dlscale_core::placement::{Share, Topology};
 use dlscale_core::JobState;
 use serde::{Deserialize, Serialize};
 
-use crate::executor::Handle;
+use crate::executor::{EngineId, Handle};
 use crate::service::RecentDecision;
 use crate::spec::JobSpec;
 use crate::store::StoredEvent;
@@ -52,7 +52,8 @@ pub struct JobView {
     pub launcher: String,
     /// GPUs its launch holds now.
     pub gpus: u32,
-    /// Device ids its launch holds now (local executor).
+    /// Device ids its launch holds now (executors that schedule devices on one machine: the
+    /// local executor).
     pub slots: Vec<u32>,
     /// Nodes its launch holds now, with GPUs per node.
     pub nodes: Vec<Share>,
@@ -60,8 +61,6 @@ pub struct JobView {
     /// absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_type: Option<String>,
-    /// Slurm job id of its launch (Slurm executor).
-    pub slurm_job_id: Option<u64>,
     /// Global batch of the current or last launch.
     pub batch_size: u32,
     /// Per-worker batch of the current or last launch.
@@ -125,8 +124,9 @@ pub struct JobView {
     /// earliest cooldown of a running job, when it is decided for again.
     #[serde(default)]
     pub waiting_until: Option<f64>,
-    /// Process group of its launch (local executor).
-    pub pgid: Option<i32>,
+    /// What the executor calls its launch, while it holds GPUs: `pgid` (the local executor's
+    /// process group) or `slurm_job_id` (Slurm's job id), with the id.
+    pub engine_id: Option<EngineId>,
     /// Submission time, seconds since the epoch.
     pub submitted_at: f64,
     /// First launch.
@@ -279,7 +279,6 @@ impl JobView {
                 .unwrap_or_default(),
             // Known from the nodes' types, which only the service's view holds.
             gpu_type: None,
-            slurm_job_id: handle.filter(|_| holds).and_then(|h| h.slurm_job_id),
             batch_size: shape.map_or(0, |s| s.batch_size),
             local_batch_size: shape.map_or(0, |s| s.local_batch_size),
             pending_batch_size: pending.map(|p| p.shape.batch_size),
@@ -309,7 +308,7 @@ impl JobView {
                 Some(Waiting::ForRetry { at_s }) if record.status == Status::Queued => Some(at_s),
                 _ => None,
             },
-            pgid: handle.filter(|_| holds).and_then(|h| h.pgid),
+            engine_id: handle.filter(|_| holds).and_then(|h| h.engine_id.clone()),
             submitted_at: record.submitted_s,
             started_at: record.history.runs.first().map(|r| r.start_s),
             finished_at: record.finished_s,
@@ -317,6 +316,14 @@ impl JobView {
             command: spec.command.clone(),
             events: Vec::new(),
         }
+    }
+
+    /// Its launch's id, if the executor calls it `kind` (`pgid`, `slurm_job_id`).
+    pub fn engine_id(&self, kind: &str) -> Option<&str> {
+        self.engine_id
+            .as_ref()
+            .filter(|e| e.kind == kind)
+            .map(|e| e.id.as_str())
     }
 }
 

@@ -231,11 +231,13 @@ pub fn schemas() -> Value {
                 "batch_in_place": {"type": "boolean", "default": false, "description": "its workers take a new batch while they run (the worker library's `job.rebatched()`): a batch change on the same GPUs is answered to its metrics reports, not a restart"}}},
         "Event": object(&["at", "kind", "detail"], json!({"at": num, "kind": string, "detail": string})),
         "Share": object(&["node", "gpus"], json!({"node": string, "gpus": int})),
+        "EngineId": object(&["kind", "id"], json!({
+            "kind": {"type": "string", "description": "what the executor calls the id: pgid (local), slurm_job_id (Slurm)"},
+            "id": {"type": "string", "description": "the id, as text"}})),
         "Job": object(&["id", "state"], json!({
             "id": string, "state": states, "model": string, "launcher": string,
             "gpus": int, "slots": ints, "nodes": shares,
             "gpu_type": {"type": "string", "description": "the GPU type of the nodes its launch holds; absent where they name none"},
-            "slurm_job_id": nullable(int.clone()),
             "batch_size": int, "local_batch_size": int,
             "pending_batch_size": nullable(int.clone()), "pending_since": nullable(num.clone()),
             "uid": string, "resume_from": nullable(string.clone()),
@@ -249,7 +251,7 @@ pub fn schemas() -> Value {
             "exit_code": nullable(json!({"type": "integer"})), "message": string,
             "waiting": nullable(string.clone()),
             "waiting_until": nullable(json!({"type": "number", "description": "until when it waits at the latest, seconds since the epoch"})),
-            "pgid": nullable(json!({"type": "integer"})),
+            "engine_id": nullable(schema_ref("EngineId")),
             "submitted_at": num, "started_at": nullable(num.clone()), "finished_at": nullable(num.clone()),
             "log": string, "command": {"type": "array", "items": string},
             "events": array_of("Event")})),
@@ -321,7 +323,7 @@ pub fn schemas() -> Value {
                 "measured": nullable(int.clone()), "cap": int}},
         "Policy": object(&["name", "about"], json!({"name": string, "about": string})),
         "Cluster": object(&["executor", "capacity"], json!({
-            "executor": {"type": "string", "enum": ["local", "slurm"]},
+            "executor": {"type": "string", "enum": crate::executor::names()},
             "slots": ints, "gpus_detected": {"type": "boolean"},
             "assigned": {"type": "object", "additionalProperties": string},
             "capacity": int, "free": int, "nodes": array_of("Node"),

@@ -11,7 +11,11 @@
 //! * [`local::LocalExecutor`]: process groups on this machine, torchrun or plain.
 //! * [`slurm::SlurmExecutor`]: Slurm batch jobs, one per launch.
 //!
-//! Each implements [`Executor`]; the driver hands it actions through [`carry_out`].
+//! Each implements [`Executor`]; the driver hands it actions through [`carry_out`]. Each module
+//! also owns its configuration: an [`ExecutorKind`] (its name, how it reads its table or keys of
+//! the configuration file) whose [`ExecutorSettings`] are what the server runs with; the kinds
+//! are registered in [`EXECUTORS`], one line each. What an executor shows of a live launch is
+//! engine-neutral: a [`Handle`] with the device ids it holds and an [`EngineId`].
 //!
 //! Both share the job's files under the data directory (log, checkpoints, one `run-<attempt>/`
 //! directory per launch) and the worker environment ([`worker_env`]).
@@ -26,14 +30,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use dlscale_autoscaler::{Action, Input, LaunchSpec, Observation, Shape, StopReason};
-use dlscale_core::placement::Topology;
+use dlscale_core::placement::{ShapeRule, Topology};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::clock::Clock;
-use crate::config::{ExecutorConfig, ServerConfig};
+use crate::config::{ConfigFile, ServerConfig};
 use crate::fault;
 use crate::spec::JobSpec;
 use crate::store::RecordedInput;
@@ -469,15 +473,35 @@ impl Capacity {
     }
 }
 
+/// What an engine calls one live launch: `kind` names the id (`pgid` for the local executor's
+/// process group, `slurm_job_id` for Slurm's job), `id` is its text. Views show it as it is;
+/// nothing outside the executor that made it reads meaning into it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineId {
+    /// What the engine calls the id (`pgid`, `slurm_job_id`).
+    pub kind: String,
+    /// The id, as text.
+    pub id: String,
+}
+
+impl EngineId {
+    /// The id `id` of kind `kind`.
+    pub fn new(kind: &str, id: impl std::fmt::Display) -> EngineId {
+        EngineId {
+            kind: kind.to_string(),
+            id: id.to_string(),
+        }
+    }
+}
+
 /// How an executor tracks a live launch, for views.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Handle {
-    /// Process group of the launch's wrapper (local executor).
-    pub pgid: Option<i32>,
-    /// Device ids it holds (local executor: `CUDA_VISIBLE_DEVICES`).
+    /// Device ids it holds (executors that schedule devices on one machine, [`Executor::slots`]:
+    /// `CUDA_VISIBLE_DEVICES`); empty elsewhere.
     pub slots: Vec<u32>,
-    /// Slurm's job id (Slurm executor).
-    pub slurm_job_id: Option<u64>,
+    /// The engine's id of the launch, once it has one.
+    pub engine_id: Option<EngineId>,
 }
 
 /// A job's submission and its workers' token: what a launch needs.
@@ -502,7 +526,7 @@ pub struct Slots {
 }
 
 /// Where launches run: one implementation per engine (a module of its own, registered in
-/// `lib.rs`'s `build_executor`). The driver and the API see only this interface: what the
+/// [`EXECUTORS`]). The driver and the API see only this interface: what the
 /// cluster offers, what runs, and the three commands (launch, stop, kill). Everything is
 /// level-triggered: [`Executor::observe`] says what runs now, whatever was asked before.
 #[async_trait::async_trait]
@@ -544,17 +568,82 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// The executor `config` names, for launches run with `ctx`; a local executor reports the
-/// launches that end to `reports`. The one place executors are registered.
+/// The executors, one line each: what `executor = "NAME"` in the configuration may name. The
+/// first is the one a configuration that names none runs.
+pub static EXECUTORS: &[&dyn ExecutorKind] = &[&local::KIND, &slurm::KIND];
+
+/// One kind of executor, as the configuration sees it before any is chosen: its name, and how
+/// it reads its settings from the configuration file (its own table, or keys of its own).
+pub trait ExecutorKind: Sync {
+    /// Its name: the value of `executor` that chooses it.
+    fn name(&self) -> &'static str;
+
+    /// Its settings, read from `file` and checked; errors name the key at fault.
+    fn configure(&self, file: &ConfigFile) -> Result<Arc<dyn ExecutorSettings>>;
+
+    /// Why `file` is refused when another executor, `chosen`, runs the jobs: it sets a key or a
+    /// table of this kind's own, which that one would ignore (`a [slurm] table needs executor =
+    /// "slurm"`). `None` when it sets none.
+    fn stray(&self, file: &ConfigFile, chosen: &str) -> Option<String>;
+}
+
+/// The resolved settings of the chosen executor: what the rest of the server asks of it before
+/// it runs, and how it is made.
+pub trait ExecutorSettings: std::fmt::Debug + Send + Sync {
+    /// Its kind's name ([`ExecutorKind::name`]).
+    fn name(&self) -> &'static str;
+
+    /// How a job's GPUs may be split over the nodes it runs on.
+    fn shape(&self) -> ShapeRule;
+
+    /// Seconds a launch may take to start before it is launched afresh (`None`: no limit).
+    fn start_timeout_s(&self) -> Option<f64>;
+
+    /// The torchrun launches run, from the `torchrun` key (`None`: unset): checked now where
+    /// they run on this machine, taken as given where they run elsewhere.
+    fn torchrun(&self, given: Option<PathBuf>) -> Result<PathBuf>;
+
+    /// The executor, for launches run with `ctx`; one that sees launches end itself reports
+    /// them to `reports`.
+    fn build(
+        &self,
+        config: &ServerConfig,
+        ctx: ExecContext,
+        reports: Reports,
+    ) -> Result<Arc<dyn Executor>>;
+}
+
+/// The names of the [`EXECUTORS`], in order.
+pub fn names() -> Vec<&'static str> {
+    EXECUTORS.iter().map(|k| k.name()).collect()
+}
+
+/// The settings of the executor `file` chooses (`executor`; unset: the first of
+/// [`EXECUTORS`]), refusing keys and tables of the others.
+pub fn configure(file: &ConfigFile) -> Result<Arc<dyn ExecutorSettings>> {
+    let name = file.executor.as_deref().unwrap_or(EXECUTORS[0].name());
+    let Some(kind) = EXECUTORS.iter().find(|k| k.name() == name) else {
+        bail!(
+            "executor: unknown executor '{name}' (expected {})",
+            names().join(", ")
+        );
+    };
+    for other in EXECUTORS.iter().filter(|k| k.name() != name) {
+        if let Some(why) = other.stray(file, name) {
+            bail!("{why}");
+        }
+    }
+    kind.configure(file)
+}
+
+/// The executor `config` chooses, for launches run with `ctx`; one that sees launches end
+/// itself reports them to `reports`.
 pub fn build(
     config: &ServerConfig,
     ctx: ExecContext,
     reports: Reports,
 ) -> Result<Arc<dyn Executor>> {
-    Ok(match &config.executor {
-        ExecutorConfig::Local => Arc::new(local::LocalExecutor::from_config(config, ctx, reports)?),
-        ExecutorConfig::Slurm(cfg) => Arc::new(slurm::SlurmExecutor::new(cfg.clone(), ctx)),
-    })
+    config.executor.build(config, ctx, reports)
 }
 
 /// Carries out one action on `executor`; the answer comes back as inputs (now: a launch started

@@ -301,8 +301,8 @@ function renderNodes(cluster) {
   box.replaceChildren();
   for (const node of cluster.nodes) {
     const cells = [];
-    if (cluster.executor === "local" && cluster.slots.length > 0) {
-      // One machine: the executor knows which device each job holds.
+    if (cluster.slots.length > 0) {
+      // One machine (the local executor): the executor knows which device each job holds.
       const kind = cluster.gpus_detected ? "GPU" : "slot";
       for (const slot of cluster.slots) cells.push(cell(`${kind} ${slot}`, cluster.assigned[slot]));
     } else {

@@ -37,10 +37,15 @@ use dlscale_core::placement::Share;
 
 use super::{
     find_program, launch_marker, parse_launch_marker, read_exit, worker_env, Believed, Capacity,
-    ExecContext, Executor, Handle, JobFiles, LaunchJob, NodeInfo, Reports, Slots,
+    EngineId, ExecContext, Executor, Handle, JobFiles, LaunchJob, NodeInfo, Reports, Slots,
 };
-use crate::config::ServerConfig;
 use crate::fault;
+
+mod settings;
+pub use settings::{LocalConfig, LocalKind, KIND, NAME};
+
+/// What a [`Handle`] calls a launch's id here: the process group of its wrapper.
+pub const ENGINE_ID: &str = "pgid";
 use crate::spec::{JobSpec, Launcher};
 
 const WRAPPER: &str = r#"dir="$1"; shift
@@ -194,6 +199,15 @@ fn with_types(slots: Vec<Slot>, types: Option<&[String]>, counted_by: &str) -> R
         .collect())
 }
 
+/// What the local executor tracks of a live launch.
+#[derive(Debug, Clone, Default)]
+struct Tracked {
+    /// Process group of its wrapper, once it is known.
+    pgid: Option<i32>,
+    /// Device ids it holds (`CUDA_VISIBLE_DEVICES`).
+    slots: Vec<u32>,
+}
+
 /// The local executor: a fixed set of device slots on this machine.
 #[derive(Debug)]
 pub struct LocalExecutor {
@@ -203,8 +217,8 @@ pub struct LocalExecutor {
     pub slots: Vec<Slot>,
     /// Whether the slots are GPUs found by nvidia-smi.
     pub gpus_detected: bool,
-    /// Live launches: their process group and slots.
-    live: Arc<Mutex<BTreeMap<(String, u32), Handle>>>,
+    /// Live launches: their slots and process group.
+    live: Arc<Mutex<BTreeMap<(String, u32), Tracked>>>,
     /// Launches this process started and still waits for: tracked even before a scan sees them.
     waited: Arc<Mutex<BTreeSet<(String, u32)>>>,
     reports: Reports,
@@ -213,10 +227,10 @@ pub struct LocalExecutor {
 impl LocalExecutor {
     /// The executor of `config`: its `slots`, or the GPUs `nvidia-smi` finds (an error when
     /// there are none), typed by its `slot_types` or else by the names nvidia-smi gives. A
-    /// torchrun that cannot be found is only warned about: a server may run plain jobs only
-    /// (torchrun jobs then fail saying why).
-    pub fn from_config(config: &ServerConfig, ctx: ExecContext, reports: Reports) -> Result<Self> {
-        let torchrun = config.torchrun.to_string_lossy();
+    /// torchrun (`ctx.torchrun`) that cannot be found is only warned about: a server may run
+    /// plain jobs only (torchrun jobs then fail saying why).
+    pub fn from_config(config: &LocalConfig, ctx: ExecContext, reports: Reports) -> Result<Self> {
+        let torchrun = ctx.torchrun.to_string_lossy();
         let path = std::env::var_os("PATH");
         if let Err(e) = find_program(&torchrun, path.as_deref(), std::path::Path::new("/")) {
             tracing::warn!(
@@ -258,7 +272,7 @@ impl LocalExecutor {
         }
     }
 
-    fn live(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, u32), Handle>> {
+    fn live(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, u32), Tracked>> {
         lock(&self.live)
     }
 
@@ -307,10 +321,9 @@ impl LocalExecutor {
         }
         live.insert(
             key.clone(),
-            Handle {
+            Tracked {
                 pgid: None,
                 slots: slots.clone(),
-                slurm_job_id: None,
             },
         );
         Ok(slots)
@@ -320,7 +333,7 @@ impl LocalExecutor {
 #[async_trait::async_trait]
 impl Executor for LocalExecutor {
     fn name(&self) -> &'static str {
-        "local"
+        NAME
     }
 
     fn ctx(&self) -> &ExecContext {
@@ -353,9 +366,18 @@ impl Executor for LocalExecutor {
         ))
     }
 
-    /// What is tracked of each live launch.
+    /// The slots and process group of each live launch.
     fn handles(&self) -> BTreeMap<(String, u32), Handle> {
-        self.live().clone()
+        self.live()
+            .iter()
+            .map(|(key, t)| {
+                let handle = Handle {
+                    slots: t.slots.clone(),
+                    engine_id: t.pgid.map(|g| EngineId::new(ENGINE_ID, g)),
+                };
+                (key.clone(), handle)
+            })
+            .collect()
     }
 
     /// Sends SIGTERM to launch `attempt` of `id`; `false` when it is not known here (yet: the
@@ -435,10 +457,9 @@ impl Executor for LocalExecutor {
         let pgid = pid as i32;
         self.live().insert(
             (l.id.clone(), l.attempt),
-            Handle {
+            Tracked {
                 pgid: Some(pgid),
                 slots,
-                slurm_job_id: None,
             },
         );
         fault::point("after-spawn");

@@ -35,56 +35,18 @@ use dlscale_core::placement::{Node, Topology};
 
 use super::squeue::{interpret, is_terminal_state, parse_sinfo, parse_squeue};
 use super::{
-    launch_marker, worker_env, Believed, Capacity, ExecContext, Executor, Handle, JobFiles,
-    LaunchJob, NodeInfo,
+    launch_marker, worker_env, Believed, Capacity, EngineId, ExecContext, Executor, Handle,
+    JobFiles, LaunchJob, NodeInfo,
 };
 use crate::clock::wall_clock_s;
 use crate::fault;
 use crate::spec::{JobSpec, Launcher};
 
-/// Settings of the Slurm executor (the `[slurm]` table of the config file).
-#[derive(Debug, Clone, PartialEq)]
-pub struct SlurmConfig {
-    /// Partition jobs are submitted to; its nodes are the cluster dlscale schedules.
-    pub partition: String,
-    /// Account to charge (`--account`), if any.
-    pub account: Option<String>,
-    /// Per team, the account its launches are charged to instead (`[teams.NAME]
-    /// slurm_account`).
-    pub team_accounts: BTreeMap<String, String>,
-    /// Only these nodes of the partition (default: all of them, from `sinfo`).
-    pub nodes: Option<Vec<String>>,
-    /// Seconds between polls of `squeue`.
-    pub poll_s: f64,
-    /// A launch still pending in Slurm after this many seconds is cancelled and resubmitted
-    /// with a fresh decision.
-    pub pending_timeout_s: f64,
-    /// Extra `sbatch` arguments (`--time=…`, `--qos=…`).
-    pub sbatch_args: Vec<String>,
-    /// CPUs per GPU to request (`--cpus-per-task = k × cpus_per_gpu`); `None`: Slurm's default.
-    pub cpus_per_gpu: Option<u32>,
-    /// First port of the range multi-node rendezvous use (1000 ports).
-    pub rdzv_port_base: u16,
-    /// Longest wait for one Slurm command, seconds.
-    pub command_timeout_s: f64,
-}
+mod settings;
+pub use settings::{SlurmConfig, SlurmFile, SlurmKind, KIND, NAME};
 
-impl Default for SlurmConfig {
-    fn default() -> Self {
-        SlurmConfig {
-            partition: String::new(),
-            account: None,
-            team_accounts: BTreeMap::new(),
-            nodes: None,
-            poll_s: 2.0,
-            pending_timeout_s: 120.0,
-            sbatch_args: Vec::new(),
-            cpus_per_gpu: None,
-            rdzv_port_base: 29500,
-            command_timeout_s: 30.0,
-        }
-    }
-}
+/// What a [`Handle`] calls a launch's id here: Slurm's job id.
+pub const ENGINE_ID: &str = "slurm_job_id";
 
 /// Ports a multi-node rendezvous may use, counted from [`SlurmConfig::rdzv_port_base`].
 const PORT_RANGE: u32 = 1000;
@@ -388,7 +350,7 @@ impl SlurmExecutor {
 #[async_trait::async_trait]
 impl Executor for SlurmExecutor {
     fn name(&self) -> &'static str {
-        "slurm"
+        NAME
     }
 
     fn ctx(&self) -> &ExecContext {
@@ -407,7 +369,7 @@ impl Executor for SlurmExecutor {
                 (
                     k.clone(),
                     Handle {
-                        slurm_job_id: Some(id),
+                        engine_id: Some(EngineId::new(ENGINE_ID, id)),
                         ..Handle::default()
                     },
                 )
