@@ -173,9 +173,10 @@ def python_exe():
     return sys.executable
 
 
-def require(module):
-    """``pytest.importorskip``, except that with DLSCALE_REQUIRE_TORCH=1 (set by
-    scripts/test-all.sh, where the venv has torch) a missing module fails instead of skipping."""
-    if os.environ.get("DLSCALE_REQUIRE_TORCH") == "1":
+def require(module, flag="DLSCALE_REQUIRE_TORCH"):
+    """``pytest.importorskip``, except that with ``flag``=1 (DLSCALE_REQUIRE_TORCH=1 is set by
+    scripts/test-all.sh, where the venv has torch; DLSCALE_REQUIRE_RAY=1 asks for Ray the same
+    way) a missing module fails instead of skipping."""
+    if os.environ.get(flag) == "1":
         return __import__(module)
     return pytest.importorskip(module)

@@ -147,3 +147,52 @@ def test_a_stopped_process_whose_exit_hangs_is_ended_after_its_checkpoint(tmp_pa
     # Ended by the watchdog, not after the thread's ten minutes (importing torch takes a while).
     assert EXIT_WATCHDOG_S <= elapsed < EXIT_WATCHDOG_S + 60, elapsed
     assert f"dlscale: exit watchdog: still running {EXIT_WATCHDOG_S} s after the checkpoint" in r.stderr, r.stderr
+
+
+class MemoryStore:
+    """A store of the shape Job takes (dlscale.ray_train's is Ray Train's checkpoint API)."""
+
+    sharded = False
+
+    def __init__(self):
+        self.saved = []  # (step, state, chief)
+
+    def load_latest(self):
+        return ("memory", self.saved[-1][1]) if self.saved else None
+
+    def save(self, step, state, *, chief, sharded=False):
+        assert not sharded
+        self.saved.append((step, state() if chief else None, chief))
+        return f"memory:{step}"
+
+
+def test_a_job_checkpoints_to_its_store_and_raises_stopped_where_it_must_not_exit(capsys):
+    import pytest
+
+    from dlscale import StopFlag, Stopped
+
+    store, flag = MemoryStore(), StopFlag()
+    env = {"DLSCALE_LOCAL_BATCH_SIZE": "8", "DLSCALE_STOP_EXIT_CODE": "75"}
+    job = Job(environ=env, store=store, stop_flag=flag, exit_on_stop=False, log_every=100)
+    model, opt = make()
+    assert job.resume(model, opt) is False
+    train_steps(job, model, opt, 3)
+    flag.set()
+    with pytest.raises(Stopped) as exc:
+        train_steps(job, model, opt, 1)  # checkpoints to the store, then raises: no exit
+    assert exc.value.code == 75 and isinstance(exc.value, SystemExit)
+    assert [(step, chief) for step, _, chief in store.saved] == [(4, True)]
+    assert store.saved[0][1]["samples_seen"] == 32
+    out = capsys.readouterr().out
+    assert "dlscale: checkpoint step=4" in out and "dlscale: stopped step=4 samples_seen=32 exit_code=75" in out
+
+    # The next launch resumes from the store, at another batch, and finishes there.
+    job2 = Job(environ=dict(env, DLSCALE_LOCAL_BATCH_SIZE="16"), store=store, stop_flag=StopFlag(),
+               exit_on_stop=False, log_every=100)
+    model2, opt2 = make(seed=1)
+    assert job2.resume(model2, opt2) is True and (job2.step, job2.samples_seen) == (4, 32)
+    for a, b in zip(model.state_dict().values(), model2.state_dict().values()):
+        assert torch.equal(a, b)
+    train_steps(job2, model2, opt2, 2)
+    job2.finish()
+    assert job2.finished and store.saved[-1][0] == 6 and store.saved[-1][1]["samples_seen"] == 64

@@ -5,6 +5,10 @@ A file is written as ``.step-….pt.tmp-<pid>``, fsynced, then ``os.replace``d i
 checkpoint is written by every rank into ``.step-….dcp.tmp`` and renamed into place by rank 0 once
 all have written. A reader only ever sees complete checkpoints. The newest ``keep`` are kept.
 torch is imported lazily here.
+
+``DirectoryStore`` is what ``Job`` saves to and resumes from by default; a job under another
+framework's checkpoint API (Ray Train: ``dlscale.ray_train.RayTrainStore``) gives ``Job`` a store
+of the same shape instead.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import random
 import re
 import shutil
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 _NAME = re.compile(r"^step-(\d{10})\.(pt|dcp)$")
 FORMAT_VERSION = 1
@@ -173,3 +177,38 @@ def restore_rng_state(state: Dict[str, Any]) -> None:
             torch.cuda.set_rng_state_all(state["cuda"])
         except Exception:
             pass
+
+
+class DirectoryStore:
+    """Checkpoints as ``step-<10 digits>.pt`` files (``.dcp`` directories for sharded models) in
+    ``directory`` (``DLSCALE_CHECKPOINT_DIR``), the newest ``keep`` kept: ``Job``'s default store.
+
+    A store is what ``Job`` needs of checkpoint storage: ``load_latest()`` (every rank, at
+    ``resume``: ``(where, state)`` of the newest checkpoint or None) and ``save(step, state,
+    chief=)`` (every rank at the same step; ``state()`` builds the state where it is needed, rank
+    0 only for an unsharded model). ``sharded``: whether it holds sharded (DCP) checkpoints too."""
+
+    sharded = True
+
+    def __init__(self, directory: str, keep: int = 2) -> None:
+        self.directory = directory
+        self.keep = keep
+
+    def __str__(self) -> str:
+        return self.directory
+
+    def load_latest(self) -> Optional[Tuple[str, Dict[str, Any]]]:
+        return load_latest_checkpoint(self.directory)
+
+    def list(self) -> List[Tuple[int, str]]:
+        return list_checkpoints(self.directory)
+
+    def save(self, step: int, state: Callable[[], Dict[str, Any]], *, chief: bool,
+             sharded: bool = False) -> Optional[str]:
+        """Rank 0 writes an unsharded checkpoint (the others return None); every rank writes its
+        shards of a sharded one (a collective)."""
+        if sharded:
+            return save_sharded_checkpoint(self.directory, step, state(), keep=self.keep)
+        if chief:
+            return save_checkpoint(self.directory, step, state(), keep=self.keep)
+        return None

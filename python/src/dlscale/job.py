@@ -28,13 +28,10 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, NamedTup
 from .checkpoint import (
     FORMAT_VERSION,
     SHARDED,
+    DirectoryStore,
     capture_rng_state,
-    list_checkpoints,
-    load_latest_checkpoint,
     load_sharded_checkpoint,
     restore_rng_state,
-    save_checkpoint,
-    save_sharded_checkpoint,
 )
 from .collective import collective_device
 from .env import Allocation, EnvError
@@ -42,8 +39,8 @@ from .loader import ElasticLoader, StreamBatches
 from .lr import LrScaling, set_lr
 from .metrics import MetricsReporter, metrics_payload
 from .noise import GradNoiseEstimator, register_ddp_hook, track_micro_batches
-from .stop import (EXIT_BAD_ENV, StopFlag, arm_exit_watchdog, exit_watchdog_s, install_stop_handler,
-                   stop_exit_code)
+from .stop import (EXIT_BAD_ENV, StopFlag, Stopped, arm_exit_watchdog, exit_watchdog_s,
+                   install_stop_handler, stop_exit_code)
 
 
 def _unwrap(model: Any) -> Any:
@@ -113,7 +110,17 @@ class Job:
         install_signals: bool = True,
         environ: Optional[Mapping[str, str]] = None,
         default_local_batch_size: int = 32,
+        store: Any = None,
+        stop_flag: Any = None,
+        exit_on_stop: bool = True,
     ) -> None:
+        """``store``: where checkpoints go and come from (default: ``DirectoryStore`` on
+        ``DLSCALE_CHECKPOINT_DIR``, none if unset; see ``checkpoint.DirectoryStore``).
+        ``stop_flag``: what tells the job to stop, an object with ``is_set()`` and
+        ``uninstall()`` (default: a ``StopFlag`` set by SIGTERM/SIGINT, installed unless
+        ``install_signals=False``). ``exit_on_stop=False``: after a stop's checkpoint, raise
+        ``Stopped`` instead of ending the process (a Ray Train worker returns; its driver
+        exits). ``dlscale.ray_train.init()`` gives all three."""
         env = os.environ if environ is None else environ
         self.alloc = alloc or Allocation.from_env(env, default_local_batch_size=default_local_batch_size)
         if log_every < 1:
@@ -127,7 +134,13 @@ class Job:
         self.exit_watchdog: Optional[threading.Timer] = None
         if report_interval is None:
             report_interval = _float_env(env, "DLSCALE_METRICS_INTERVAL", 5.0)
-        self.stop_flag = install_stop_handler() if install_signals else StopFlag()
+        if stop_flag is not None:
+            self.stop_flag = stop_flag
+        else:
+            self.stop_flag = install_stop_handler() if install_signals else StopFlag()
+        self._store = store
+        self.exit_on_stop = exit_on_stop
+        self.finished = False  # finish() ran
         a = self.alloc
         self.reporter = MetricsReporter(
             a.api if a.is_chief else None, a.job_id, a.token, interval=report_interval
@@ -187,9 +200,12 @@ class Job:
         return self.alloc.is_chief
 
     def log(self, line: str) -> None:
-        """Print a ``dlscale:`` line on rank 0 only."""
+        """Print a ``dlscale:`` line on rank 0 only. Written to ``sys.stdout`` itself, not with
+        ``print``: Ray Train's workers replace ``print`` with one that writes each line twice
+        (to the stream and to its logger, both forwarded to the driver)."""
         if self.is_chief:
-            print(f"dlscale: {line}", flush=True)
+            sys.stdout.write(f"dlscale: {line}\n")
+            sys.stdout.flush()
 
     # -- gradient noise ------------------------------------------------------------------------
     def measure_grad_noise(
@@ -284,6 +300,16 @@ class Job:
         return value
 
     # -- resume / checkpoint ------------------------------------------------------------
+    @property
+    def store(self) -> Any:
+        """Where checkpoints go: the store given to ``Job``, else a ``DirectoryStore`` on
+        ``DLSCALE_CHECKPOINT_DIR``, else None (no checkpoints)."""
+        if self._store is not None:
+            return self._store
+        if self.alloc.checkpoint_dir:
+            return DirectoryStore(self.alloc.checkpoint_dir, self.keep_checkpoints)
+        return None
+
     def resume(self, model: Any, optimizer: Any = None, lr: Optional[float] = None, *,
                base_batch: Optional[int] = None, lr_rule: str = "linear", scheduler: Any = None,
                **objects: Any) -> bool:
@@ -314,6 +340,9 @@ class Job:
                                 f"load_state_dict(): it cannot be saved in a checkpoint")
         self._model, self._optimizer, self._objects = model, optimizer, objects
         self._sharded = _is_sharded(model)
+        if self._sharded and self.store is not None and not getattr(self.store, "sharded", False):
+            raise NotImplementedError(f"a sharded model (DTensor parameters) cannot be checkpointed in "
+                                      f"{type(self.store).__name__} yet")
         self.forget_handed()
         self._lr_scaling = None
         if base_batch is not None:
@@ -343,7 +372,7 @@ class Job:
             if hi != -neg_lo:
                 raise RuntimeError(
                     f"ranks resumed at different steps ({-neg_lo} to {hi}): every rank must see "
-                    f"the same checkpoints in {self.alloc.checkpoint_dir}")
+                    f"the same checkpoints in {self.store}")
         elif failure is not None:
             raise failure
         self._reset_window()
@@ -352,7 +381,10 @@ class Job:
 
     def _load_latest(self, model: Any, optimizer: Any) -> Optional[str]:
         """Loads the newest checkpoint into this rank's objects; its path, or None."""
-        found = self._load_sharded() if self._sharded else load_latest_checkpoint(self.alloc.checkpoint_dir)
+        store = self.store
+        if store is None:
+            return None
+        found = self._load_sharded(store) if self._sharded else store.load_latest()
         if found is None:
             return None
         path, state = found
@@ -390,10 +422,10 @@ class Job:
         )
         return path
 
-    def _load_sharded(self) -> Optional[Tuple[str, Dict[str, Any]]]:
+    def _load_sharded(self, store: Any) -> Optional[Tuple[str, Dict[str, Any]]]:
         """Loads the newest sharded checkpoint into the model and optimizer (collective: every
         rank its shards, resharded to this group); its path and the rest of its state."""
-        found = list_checkpoints(self.alloc.checkpoint_dir) if self.alloc.checkpoint_dir else []
+        found = store.list()
         if not found:
             return None
         path = found[0][1]
@@ -443,28 +475,25 @@ class Job:
         }
 
     def checkpoint(self) -> Optional[str]:
-        """Rank 0 writes the checkpoint atomically; all ranks then meet at a barrier.
-        Collective: call it on every rank at the same step."""
+        """Rank 0 writes the checkpoint atomically (every rank its shards of a sharded model) to
+        the job's ``store``; all ranks then meet at a barrier. Collective: call it on every rank
+        at the same step."""
         if self._model is None:
             raise RuntimeError("call job.resume(model, optimizer) before checkpointing")
         if self._last_ckpt_step == self.step:
             return None  # this step is already on disk (e.g. periodic checkpoint, then stop)
         path = None
-        if not self.alloc.checkpoint_dir:
+        store = self.store
+        if store is None:
             if not self._warned_no_ckpt and self.is_chief:
                 self._warned_no_ckpt = True
                 print("dlscale: warning: DLSCALE_CHECKPOINT_DIR is not set; not checkpointing",
                       file=sys.stderr, flush=True)
         else:
             self._sync_grad_noise()  # collective, on every rank: rank 0 saves the job's estimate
-            if self._sharded:  # every rank writes its shards
-                path = save_sharded_checkpoint(self.alloc.checkpoint_dir, self.step, self.state_dict(),
-                                               keep=self.keep_checkpoints)
-                self.log(f"checkpoint step={self.step}")
-            elif self.is_chief:
-                path = save_checkpoint(self.alloc.checkpoint_dir, self.step, self.state_dict(),
-                                       keep=self.keep_checkpoints)
-                self.log(f"checkpoint step={self.step}")
+            # Rank 0 writes an unsharded checkpoint, every rank its shards of a sharded one.
+            path = store.save(self.step, self.state_dict, chief=self.is_chief, sharded=self._sharded)
+            self.log(f"checkpoint step={self.step}")
         self._last_ckpt_step = self.step
         dist = _dist()
         if dist is not None:
@@ -694,11 +723,16 @@ class Job:
     def stop(self) -> NoReturn:
         """Checkpoint, log ``dlscale: stopped step=N``, leave the process group, exit. A process
         still alive ``DLSCALE_EXIT_WATCHDOG_S`` (default 5) seconds after its checkpoint and last report is ended with
-        its stop code (``arm_exit_watchdog``): nothing is lost, and its GPUs are freed."""
+        its stop code (``arm_exit_watchdog``): nothing is lost, and its GPUs are freed.
+        With ``exit_on_stop=False`` (a Ray Train worker) it raises ``Stopped`` after the
+        checkpoint instead, leaving the process and its group to the framework."""
         self._flush_window()
         self.checkpoint()
         self.log(f"stopped step={self.step} samples_seen={self.samples_seen} exit_code={self.stop_code}")
         self.reporter.close()
+        if not self.exit_on_stop:
+            self._close()
+            raise Stopped(self.stop_code)
         # From here on nothing is left to save: leaving the group and the interpreter's teardown
         # may hang (NCCL, a non-daemon thread), and must not hold the GPUs until the grace ends.
         self.exit_watchdog = arm_exit_watchdog(self.stop_code, self.exit_watchdog_s)
@@ -721,6 +755,7 @@ class Job:
             self.reporter.complete({"attempt": self.alloc.attempt, "step": self.step,
                                     "samples_seen": self.samples_seen})
         self.log(f"done step={self.step} samples_seen={self.samples_seen}")
+        self.finished = True
         self._close()
         dist = _dist()
         if dist is not None:

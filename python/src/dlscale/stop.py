@@ -33,6 +33,13 @@ EXIT_BAD_ENV = 2
 EXIT_WATCHDOG_S = 5
 
 
+class Stopped(SystemExit):
+    """What ``Job.stop()`` raises, once its checkpoint is written, where the process must not end
+    itself (``Job(exit_on_stop=False)``: a Ray Train worker, whose driver exits instead). ``code``
+    is the stop exit code. A subclass of ``SystemExit``: left uncaught, it ends a plain program
+    with that code."""
+
+
 def stop_exit_code(environ=None) -> int:
     env = os.environ if environ is None else environ
     raw = env.get("DLSCALE_STOP_EXIT_CODE", "").strip()
@@ -138,6 +145,12 @@ class StopFlag:
         for s in signals:
             self._previous[s] = signal.signal(s, self._handler)
         return self
+
+    def reinstall(self) -> None:
+        """Put the handler back for the signals it was installed for, after native code replaced
+        it at the C level (``ray.init()`` installs Ray's crash handler for SIGTERM, which dies)."""
+        for s in self._previous:
+            signal.signal(s, self._handler)
 
     def uninstall(self) -> None:
         for s, prev in self._previous.items():
