@@ -8,12 +8,14 @@
 //! started again. Per trial it checks that
 //! - every accepted job reaches its end state (succeeded; cancelled for the one it cancels),
 //! - every step of every job ran exactly once (each job writes a step trace),
-//! - no job ever had two live launches at once (watched in `/proc`, and in `squeue` on Slurm),
+//! - no job ever had two live launches at once (watched in `/proc`, and in `squeue` on Slurm or
+//!   the Ray job list on Ray),
 //! - nothing of a launch outlives the trial,
 //! - `dlscale replay` reproduces every action the server took, crashes included.
 //!
 //! `DLSCALE_SOAK_TRIALS` (default 2) local trials, `DLSCALE_SOAK_SLURM_TRIALS` (default 1) on
-//! Slurm; `DLSCALE_SOAK_SEED` (default: from the clock) seeds the first trial, the next ones count
+//! Slurm, `DLSCALE_SOAK_RAY_TRIALS` (default 1) on Ray (each launch a Ray job whose entrypoint is
+//! the plain job); `DLSCALE_SOAK_SEED` (default: from the clock) seeds the first trial, the next ones count
 //! up from it; `DLSCALE_SOAK_REPORT=FILE` appends one JSON line per trial (RELIABILITY.md is made
 //! from it). Every trial prints its seed, so a failure can be rerun alone.
 //!
@@ -32,6 +34,7 @@ use dlscale_autoscaler::Status as JobStatus;
 use dlscale_server::api::dto::JobView;
 use dlscale_server::client::Method;
 use serde_json::{json, Value};
+use service_support::ray::{self, ray_ready, StopOnDrop};
 use service_support::slurm::{self, clear_queue, ours, slurm_ready, CancelOnDrop, PARTITION};
 use service_support::{launch_processes, read_trace, repo_root, wait_until, Server, Watch};
 
@@ -65,6 +68,7 @@ impl Rng {
 enum Executor {
     Local,
     Slurm,
+    Ray,
 }
 
 /// Where the server can be made to crash (see `dlscale_server::fault`).
@@ -123,6 +127,7 @@ fn config(executor: Executor) -> String {
         Executor::Slurm => format!(
             "executor = \"slurm\"\n{common}\n[slurm]\npartition = \"{PARTITION}\"\npoll_s = 0.5\n"
         ),
+        Executor::Ray => ray::config(common),
     }
 }
 
@@ -147,7 +152,8 @@ fn step_counts(trace: &Path) -> BTreeMap<u64, u64> {
 }
 
 /// Watches the launches of a server: per job, the most launches alive at once (processes that
-/// carry a launch marker; on Slurm, also Slurm jobs under the server's name).
+/// carry a launch marker; on Slurm, also Slurm jobs under the server's name; on Ray, its Ray jobs
+/// that are not over).
 fn watch_launches(instance: String, executor: Executor) -> Watch<BTreeMap<String, usize>> {
     Watch::start(
         Duration::from_millis(50),
@@ -168,13 +174,24 @@ fn watch_launches(instance: String, executor: Executor) -> Watch<BTreeMap<String
                 for (id, queued) in ours(&instance) {
                     let e = live.entry(id).or_default();
                     for q in queued {
-                        e.insert(format!("slurm-{}", q.slurm_id));
+                        e.insert(format!("cluster-{}", q.slurm_id));
+                    }
+                }
+            }
+            if executor == Executor::Ray {
+                for (id, jobs) in ray::live(&instance) {
+                    let e = live.entry(id).or_default();
+                    for j in jobs {
+                        e.insert(format!("cluster-{}", j.submission_id));
                     }
                 }
             }
             for (id, launches) in live {
-                // A Slurm job and its processes are one launch: count each kind apart.
-                let procs = launches.iter().filter(|l| !l.starts_with("slurm-")).count();
+                // A cluster's job and its processes are one launch: count each kind apart.
+                let procs = launches
+                    .iter()
+                    .filter(|l| !l.starts_with("cluster-"))
+                    .count();
                 let jobs = launches.len() - procs;
                 let n = procs.max(jobs);
                 let e = most.entry(id).or_default();
@@ -230,11 +247,12 @@ async fn trial(executor: Executor, seed: u64) -> TrialReport {
         ..TrialReport::default()
     };
     let dir = tempfile::tempdir().unwrap();
-    let _cleanup = (executor == Executor::Slurm).then(|| CancelOnDrop(dir.path().to_path_buf()));
+    let _cancel = (executor == Executor::Slurm).then(|| CancelOnDrop(dir.path().to_path_buf()));
+    let _stop = (executor == Executor::Ray).then(|| StopOnDrop(dir.path().to_path_buf()));
     let traces = dir.path().join("traces");
     std::fs::create_dir_all(&traces).unwrap();
     let max_gpus = match executor {
-        Executor::Local => 4,
+        Executor::Local | Executor::Ray => 4,
         Executor::Slurm => 8,
     };
     let n = rng.int(3, 4) as usize;
@@ -257,8 +275,10 @@ async fn trial(executor: Executor, seed: u64) -> TrialReport {
         .collect();
     // Fault 1: a crash point, reached the nth time (the first batches are the start's own).
     let mut points: Vec<&str> = LOCAL_POINTS.to_vec();
-    if executor == Executor::Slurm {
-        points.push("after-sbatch");
+    match executor {
+        Executor::Local => {}
+        Executor::Slurm => points.push("after-sbatch"),
+        Executor::Ray => points.push("after-ray-submit"),
     }
     let point = points[rng.int(0, points.len() as u64 - 1) as usize];
     let nth = match point {
@@ -285,7 +305,7 @@ async fn trial(executor: Executor, seed: u64) -> TrialReport {
     let mut killed = false;
     let deadline = Duration::from_secs(match executor {
         Executor::Local => 150,
-        Executor::Slurm => 300,
+        Executor::Slurm | Executor::Ray => 300,
     });
     let mut last_jobs = BTreeMap::new();
     loop {
@@ -546,6 +566,16 @@ async fn soak_on_slurm() {
     let _one = ONE_AT_A_TIME.lock().await;
     clear_queue();
     soak(Executor::Slurm, env_u64("DLSCALE_SOAK_SLURM_TRIALS", 1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn soak_on_ray() {
+    if !ray_ready("soak_on_ray") {
+        return;
+    }
+    let _ray = ray::RAY.lock().await;
+    let _one = ONE_AT_A_TIME.lock().await;
+    soak(Executor::Ray, env_u64("DLSCALE_SOAK_RAY_TRIALS", 1)).await;
 }
 
 /// A worker killed with SIGKILL: the job is retried from its last periodic checkpoint, and the

@@ -41,6 +41,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct ApiClient {
     base: String,
+    /// What the errors call the server (`the dlscale server`, `the Ray dashboard`).
+    peer: &'static str,
     token: Option<String>,
     timeout: Duration,
     http: Client<HttpConnector, Full<Bytes>>,
@@ -68,6 +70,7 @@ impl ApiClient {
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
         Ok(ApiClient {
             base,
+            peer: "the dlscale server",
             token: token.filter(|t| !t.is_empty()),
             timeout: DEFAULT_TIMEOUT,
             http: Client::builder(TokioExecutor::new()).build(connector),
@@ -78,6 +81,13 @@ impl ApiClient {
     pub fn from_env() -> Result<Self> {
         let base = std::env::var("DLSCALE_API").unwrap_or_else(|_| DEFAULT_API.to_string());
         Self::new(&base, std::env::var("DLSCALE_TOKEN").ok())
+    }
+
+    /// The same client, its errors calling the server `peer` (`the Ray dashboard`): it speaks
+    /// plain HTTP and JSON to any server, not only dlscale's.
+    pub fn naming(mut self, peer: &'static str) -> Self {
+        self.peer = peer;
+        self
     }
 
     /// The same client with another per-request time limit.
@@ -121,10 +131,11 @@ impl ApiClient {
         }
         let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
         let exchange = async {
-            let resp =
-                self.http.request(req).await.map_err(|e| {
-                    anyhow!("cannot reach the dlscale server at {}: {e}", self.base)
-                })?;
+            let resp = self
+                .http
+                .request(req)
+                .await
+                .map_err(|e| anyhow!("cannot reach {} at {}: {e}", self.peer, self.base))?;
             let status = resp.status();
             let headers = resp.headers().clone();
             let bytes = resp.into_body().collect().await?.to_bytes();
@@ -134,7 +145,8 @@ impl ApiClient {
             .await
             .map_err(|_| {
                 anyhow!(
-                    "the dlscale server at {} did not answer {path} within {} s",
+                    "{} at {} did not answer {path} within {} s",
+                    self.peer,
                     self.base,
                     self.timeout.as_secs_f64()
                 )

@@ -30,7 +30,8 @@
 //!
 //! Each executor's module reads its own keys and table and says what they mean: the local
 //! executor's `slots` and `slot_types` (`executor/local/settings.rs`), the Slurm executor's
-//! `[slurm]` table and each team's `slurm_account` (`executor/slurm/settings.rs`).
+//! `[slurm]` table and each team's `slurm_account` (`executor/slurm/settings.rs`), the Ray
+//! executor's `[ray]` table (`executor/ray/settings.rs`).
 //!
 //! With teams, `fair_share_half_life_s = 604800` (top level; the default, Slurm's seven days)
 //! sets how fast past usage is forgotten in the fair share between teams; 0 turns it off.
@@ -52,6 +53,7 @@ use dlscale_core::{
 use serde::Deserialize;
 use serde::Serialize;
 
+use crate::executor::ray::RayFile;
 use crate::executor::slurm::SlurmFile;
 use crate::executor::{self, ExecutorSettings};
 use crate::users::Users;
@@ -117,6 +119,8 @@ pub struct ConfigFile {
     /// Settings of the Slurm executor. Each executor with a table of its own has its field here,
     /// typed by its module, so that a misspelt key is refused naming the key it resembles.
     pub slurm: Option<SlurmFile>,
+    /// Settings of the Ray executor.
+    pub ray: Option<RayFile>,
     /// The teams sharing the cluster, by name: `[teams.NAME]` tables.
     pub teams: Option<BTreeMap<String, TeamFile>>,
     /// With teams: the half-life of past usage in the fair share between them, seconds (0:
@@ -706,7 +710,7 @@ mod tests {
             ("executor = \"slurm\"", "slurm.partition is required"),
             (
                 "executor = \"k8s\"",
-                "executor: unknown executor 'k8s' (expected local, slurm)",
+                "executor: unknown executor 'k8s' (expected local, slurm, ray)",
             ),
             ("[slurm]\npartition = \"gpu\"", "needs executor = \"slurm\""),
             (

@@ -9,6 +9,7 @@
 //! | `mid-dispatch` | between two actions of a batch |
 //! | `after-spawn` | a local launch's processes exist, its start not yet recorded |
 //! | `after-sbatch` | Slurm accepted a launch, its start not yet recorded |
+//! | `after-ray-submit` | Ray accepted a launch, its start not yet recorded |
 //! | `after-signal` | a stop signal was sent, its delivery not yet recorded |
 
 use std::sync::atomic::{AtomicU32, Ordering};

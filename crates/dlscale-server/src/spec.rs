@@ -124,7 +124,7 @@ pub struct Source {
 }
 
 /// Environment variables the server sets itself; a submission may not override them.
-pub const RESERVED_ENV: [&str; 20] = [
+pub const RESERVED_ENV: [&str; 22] = [
     "DLSCALE_JOB_ID",
     "DLSCALE_WORLD_SIZE",
     "DLSCALE_BATCH_SIZE",
@@ -143,6 +143,8 @@ pub const RESERVED_ENV: [&str; 20] = [
     "DLSCALE_MASTER_ADDR",
     "DLSCALE_MASTER_PORT",
     "DLSCALE_RDZV_ENDPOINT",
+    "DLSCALE_RAY_RESOURCE",
+    "DLSCALE_RAY_RUN_NAME",
     "CUDA_VISIBLE_DEVICES",
     "WORLD_SIZE",
 ];

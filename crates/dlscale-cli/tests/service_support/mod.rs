@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use dlscale_autoscaler::Status as JobStatus;
 use dlscale_server::api::dto::JobView;
+pub mod ray;
 pub mod slurm;
 
 use dlscale_server::client::{ApiClient, Method};

@@ -10,6 +10,7 @@
 //!
 //! * [`local::LocalExecutor`]: process groups on this machine, torchrun or plain.
 //! * [`slurm::SlurmExecutor`]: Slurm batch jobs, one per launch.
+//! * [`ray::RayExecutor`]: Ray jobs, one per launch, through a Ray cluster's Jobs REST API.
 //!
 //! Each implements [`Executor`]; the driver hands it actions through [`carry_out`]. Each module
 //! also owns its configuration: an [`ExecutorKind`] (its name, how it reads its table or keys of
@@ -21,6 +22,7 @@
 //! directory per launch) and the worker environment ([`worker_env`]).
 
 pub mod local;
+pub mod ray;
 pub mod slurm;
 pub mod squeue;
 
@@ -570,7 +572,7 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
 
 /// The executors, one line each: what `executor = "NAME"` in the configuration may name. The
 /// first is the one a configuration that names none runs.
-pub static EXECUTORS: &[&dyn ExecutorKind] = &[&local::KIND, &slurm::KIND];
+pub static EXECUTORS: &[&dyn ExecutorKind] = &[&local::KIND, &slurm::KIND, &ray::KIND];
 
 /// One kind of executor, as the configuration sees it before any is chosen: its name, and how
 /// it reads its settings from the configuration file (its own table, or keys of its own).
