@@ -467,11 +467,14 @@ impl Executor for RayExecutor {
             l.attempt, l.id, l.shape.gpus, l.shape.batch_size, l.shape.local_batch_size
         );
         {
-            let (run, log) = (files.run(l.attempt), files.log());
+            let (run, log, ckpt) = (files.run(l.attempt), files.log(), files.checkpoints());
             tokio::task::spawn_blocking(move || -> Result<()> {
                 use std::io::Write;
-                std::fs::create_dir_all(&run)
-                    .with_context(|| format!("cannot create {}", run.display()))?;
+                // The checkpoint directory is the Train run's storage path, and a plain job's.
+                for dir in [&run, &ckpt] {
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("cannot create {}", dir.display()))?;
+                }
                 std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
