@@ -49,16 +49,15 @@ print_env() {
 
 # The alive nodes offering $1, as the dashboard's state API lists them (0 while it is not up).
 alive_nodes() {
-  local listed
-  listed=$(curl -sf -m 5 "$ADDRESS/api/v0/nodes?detail=1" 2>/dev/null) || { echo 0; return; }
   "$VENV/bin/python" -c '
-import json, sys
+import json, sys, urllib.request
 try:
-    nodes = json.loads(sys.argv[2])["data"]["result"]["result"]
+    with urllib.request.urlopen(sys.argv[2] + "/api/v0/nodes?detail=1", timeout=5) as answer:
+        nodes = json.load(answer)["data"]["result"]["result"]
 except Exception:
     nodes = []
 print(sum(1 for n in nodes if n["state"] == "ALIVE" and n["resources_total"].get(sys.argv[1], 0) > 0))
-' "$1" "$listed"
+' "$1" "$ADDRESS"
 }
 
 # Starts one node in the background (`ray start --block`, its pid in $DIR/node<k>.pid).
@@ -84,7 +83,6 @@ cmd_up() {
     esac
   done
   [ -x "$VENV/bin/ray" ] || die "no Ray in $VENV (scripts/setup-python.sh installs it)"
-  command -v curl >/dev/null || die "curl is needed to wait for the dashboard"
   mkdir -p "$DIR"
   if [ -f "$DIR/node1.pid" ] && kill -0 "$(cat "$DIR/node1.pid")" 2>/dev/null; then
     log "already up: $ADDRESS"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test of dlscale on a fresh machine: installs what the tests need (a torch venv for the
-# real training processes, a local Slurm cluster, Chromium for the dashboard's browser test), then
+# Runs every test of dlscale on a fresh machine: installs what the tests need (a torch and Ray venv
+# for the real training processes, a local Slurm cluster and a local Ray cluster, Chromium for the
+# dashboard's browser test), then
 # formatting, lints, the Rust test suite and the Python tests.
 # Usage: ./scripts/test-all.sh        (from anywhere; its time on a fresh 2-core machine is in the
 #                                      README, "Tests"; ./scripts/test-quick.sh is the inner loop)
@@ -37,11 +38,13 @@ else
 fi
 # Whatever ends this script ends its background jobs too, and the Slurm it started.
 slurm_up=""
+ray_up=""
 cleanup() {
   local pids
   pids=$(jobs -p)
   [ -z "$pids" ] || kill $pids 2>/dev/null || true
   [ -z "$slurm_up" ] || ./scripts/slurm-local.sh down
+  [ -z "$ray_up" ] || ./scripts/ray-local.sh down
 }
 trap cleanup EXIT
 # Waits for background job $1 (named $2); on failure prints its log ($3) and exits.
@@ -74,6 +77,13 @@ export PATH="$DLSCALE_VENV/bin:$PATH"
 # The dashboard's browser test must not skip here: Chromium is installed.
 export DLSCALE_REQUIRE_CHROMIUM=1
 
+# The Ray cluster comes up (mostly waiting on its processes' starts) while Slurm starts and the
+# first lanes run; its tests come last in the Slurm lane.
+echo "== starting a local Ray cluster (2 nodes x 2 fake GPUs) for the Ray tests, in the background"
+ray_up=1
+./scripts/ray-local.sh up --nodes 2 --gpus-per-node 2 >"$logs/ray.env" 2>"$logs/ray.log" &
+ray_pid=$!
+
 echo "== starting a local Slurm cluster (2 nodes x 4 GPUs) for the Slurm tests"
 slurm_up=1
 slurm_env=$(./scripts/slurm-local.sh up --nodes 2 --gpus-per-node 4) # exports SLURM_CONF
@@ -89,7 +99,8 @@ CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/clippy" \
   cargo clippy --jobs 1 --workspace --all-targets -- -D warnings >"$logs/clippy.log" 2>&1 &
 clippy_pid=$!
 # The test binaries run in three lanes side by side (most of their time is spent waiting on
-# their worker processes): the tests on the one Slurm cluster one after the other; torch, the
+# their worker processes): the tests on the one Slurm cluster, then those on the one Ray
+# cluster, one after the other; torch, the
 # browser and the local fault soak; everything else. Within a binary, tests run as cargo test
 # runs them.
 run_lane() { # lane name, then "binary[:test filter args]" entries; "*" is every other binary
@@ -117,11 +128,28 @@ run_lane() { # lane name, then "binary[:test filter args]" entries; "*" is every
   done
   return $failed
 }
-lane_taken="service_slurm_e2e soak service_torch_e2e service_adopt_e2e dashboard_browser"
+lane_taken="service_slurm_e2e service_ray_e2e soak service_torch_e2e service_adopt_e2e dashboard_browser"
+# The Ray tests (Rust and Python) must not skip here: Ray is installed, and up before they run.
+export DLSCALE_REQUIRE_RAY=1
+# The Slurm lane, then the Ray tests: once the cluster is up (a lane cannot `wait` for it).
+slurm_then_ray() {
+  local failed=0
+  run_lane slurm service_slurm_e2e "soak:slurm" || failed=1
+  while kill -0 "$ray_pid" 2>/dev/null; do sleep 1; done
+  if ! grep -q DLSCALE_RAY_ADDRESS "$logs/ray.env"; then
+    echo "== ray-local.sh up failed:" >&2
+    tail -n 40 "$logs/ray.log" >&2
+    echo "ray-local.sh up" >>"$logs/failed"
+    return 1
+  fi
+  eval "$(cat "$logs/ray.env")" # exports DLSCALE_RAY_ADDRESS, DLSCALE_RAY_RESOURCE
+  run_lane slurm service_ray_e2e "soak:ray" || failed=1
+  return $failed
+}
 echo "== the Rust tests, in three lanes ($((SECONDS - started)) s so far)"
-run_lane slurm service_slurm_e2e "soak:slurm" &
+slurm_then_ray &
 slurm_lane=$!
-run_lane engines service_torch_e2e service_adopt_e2e dashboard_browser "soak:--skip slurm" &
+run_lane engines service_torch_e2e service_adopt_e2e dashboard_browser "soak:--skip slurm --skip ray" &
 engines_lane=$!
 rust=0
 run_lane rest "*" || rust=1

@@ -358,7 +358,7 @@ fn append_new(log: &Path, run_dir: &Path, logs: &str) -> Result<()> {
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(0);
-    if logs.len() <= done || !logs.is_char_boundary(done) {
+    if logs.len() <= done {
         return Ok(());
     }
     std::fs::create_dir_all(run_dir)
@@ -368,7 +368,7 @@ fn append_new(log: &Path, run_dir: &Path, logs: &str) -> Result<()> {
         .append(true)
         .open(log)
         .with_context(|| format!("cannot open {}", log.display()))?;
-    f.write_all(logs[done..].as_bytes())
+    f.write_all(&logs.as_bytes()[done..])
         .with_context(|| format!("cannot write {}", log.display()))?;
     std::fs::write(&mark, logs.len().to_string())
         .with_context(|| format!("cannot write {}", mark.display()))
