@@ -706,6 +706,16 @@ pub async fn carry_out(
 #[cfg(test)]
 mod tests {
     #[test]
+    fn the_registered_executors_have_names_of_their_own_and_local_is_the_default() {
+        let names = super::names();
+        let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+        assert_eq!(names[0], super::local::NAME);
+        let chosen = super::configure(&crate::config::ConfigFile::default()).unwrap();
+        assert_eq!(chosen.name(), "local");
+    }
+
+    #[test]
     fn the_stop_exit_code_is_the_worker_librarys_default() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../python/src/dlscale/stop.py");

@@ -67,14 +67,13 @@ impl ExecutorKind for LocalKind {
     fn stray(&self, file: &ConfigFile, chosen: &str) -> Option<String> {
         if file.slots.is_some() {
             return Some(format!(
-                "slots is for the local executor; with executor = \"{chosen}\" the GPUs come from \
-                 that executor"
+                "slots is for the local executor; executor = \"{chosen}\" finds its GPUs itself"
             ));
         }
         file.slot_types.as_ref().map(|_| {
             format!(
-                "slot_types is for the local executor; with executor = \"{chosen}\" the GPU types \
-                 come from that executor"
+                "slot_types is for the local executor; executor = \"{chosen}\" finds its GPUs' \
+                 types itself"
             )
         })
     }
