@@ -35,7 +35,9 @@ def one(pattern, output):
 
 def test_sigterm_checkpoint_and_exact_resume_across_world_sizes(tmp_path, procs, metrics_server):
     ck, trace = tmp_path / "ck", tmp_path / "trace"
-    common = dict(DLSCALE_JOB_ID="job-e2e", DLSCALE_CHECKPOINT_DIR=ck)
+    # A long exit watchdog: this test is about the stop and the resume, and a loaded machine's
+    # slow interpreter exit must not read as a crash (the watchdog has tests of its own).
+    common = dict(DLSCALE_JOB_ID="job-e2e", DLSCALE_CHECKPOINT_DIR=ck, DLSCALE_EXIT_WATCHDOG_S="120")
     args = [str(EXAMPLE), "--total-steps", str(TOTAL), "--log-every", "1", "--trace", str(trace),
             "--checkpoint-every", "25"]
 

@@ -301,6 +301,36 @@ async fn a_submission_names_its_family_or_is_refused_naming_it() {
     call(&app, "DELETE", "/v1/jobs/a", None).await;
 }
 
+/// An executor refuses a launcher it cannot run when the job is submitted, naming the field:
+/// the Ray executor runs no `srun` job.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_launcher_the_executor_cannot_run_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dlscale_server::ConfigFile::parse(
+        "executor = \"ray\"\n[ray]\naddress = \"http://127.0.0.1:1\"\n",
+        "dlscale.toml",
+    )
+    .unwrap();
+    let app = router::harness(dir.path(), file).await.app;
+    let job = |id: &str, launcher: &str| {
+        json!({"id": id, "min_batch": 8, "max_batch": 16, "max_local_batch": 8,
+               "command": ["sleep", "60"], "workdir": "/tmp", "launcher": launcher})
+    };
+    let (status, error) = call(&app, "POST", "/v1/jobs", Some(job("a", "srun"))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    assert_eq!(error["field"], json!("launcher"), "{error}");
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Slurm only"),
+        "{error}"
+    );
+    let (status, body) = call(&app, "POST", "/v1/jobs", Some(job("b", "plain"))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    call(&app, "DELETE", "/v1/jobs/b", None).await;
+}
+
 /// The state of job `id` once `until` holds of the job views (within 30 s), or a panic naming
 /// what was seen.
 async fn await_states(

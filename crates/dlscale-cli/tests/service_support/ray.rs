@@ -1,5 +1,5 @@
 //! Shared helpers of the tests that run on a real Ray cluster (`eval "$(scripts/ray-local.sh up
-//! --nodes 2 --gpus-per-node 2)"`: `DLSCALE_RAY_ADDRESS`, the dashboard, and
+//! --nodes 2 --gpus-per-node 1)"`: `DLSCALE_RAY_ADDRESS`, the dashboard, and
 //! `DLSCALE_RAY_RESOURCE`, the custom resource that stands for GPUs, exported).
 
 use std::collections::BTreeMap;
@@ -68,7 +68,7 @@ pub fn request(method: &str, path: &str) -> Result<String, String> {
 }
 
 /// Why the cluster cannot be used, if it cannot: its dashboard answers, and two alive nodes
-/// offer 2 units of the resource each.
+/// offer 1 unit of the resource each.
 pub fn ray_unusable() -> Option<String> {
     let listed = match request("GET", "/api/v0/nodes?detail=1") {
         Ok(text) => text,
@@ -88,9 +88,9 @@ pub fn ray_unusable() -> Option<String> {
         .filter(|n| n["state"] == "ALIVE")
         .filter_map(|n| n["resources_total"][resource()].as_f64())
         .collect();
-    (units != [2.0, 2.0]).then(|| {
+    (units != [1.0, 1.0]).then(|| {
         format!(
-            "the Ray cluster must have 2 alive nodes with 2 {} each; it has {units:?}",
+            "the Ray cluster must have 2 alive nodes with 1 {} each; it has {units:?}",
             resource()
         )
     })
@@ -98,7 +98,7 @@ pub fn ray_unusable() -> Option<String> {
 
 /// Whether the test may run; prints SKIP or panics (with `DLSCALE_REQUIRE_RAY=1`) if not.
 pub fn ray_ready(test: &str) -> bool {
-    const START: &str = "eval \"$(scripts/ray-local.sh up --nodes 2 --gpus-per-node 2)\"";
+    const START: &str = "eval \"$(scripts/ray-local.sh up --nodes 2 --gpus-per-node 1)\"";
     match ray_unusable() {
         None => true,
         Some(why) if required() => {

@@ -67,6 +67,12 @@ fn check_team(s: &Service, spec: &JobSpec) -> Result<(), ApiError> {
 /// policy (it must be able to run some day).
 async fn accept(s: &Service, mut spec: JobSpec) -> Result<Received, ApiError> {
     spec.check_runnable()?;
+    if let Some(why) = s.config.executor.refuses(spec.launcher) {
+        return Err(ApiError::field(
+            "launcher",
+            format!("field 'launcher': {why}"),
+        ));
+    }
     check_team(s, &spec)?;
     // Its own files, whoever had its id before, and launches numbered after theirs.
     spec.uid = random_hex(6).map_err(ApiError::internal)?;

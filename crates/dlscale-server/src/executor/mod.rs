@@ -601,6 +601,13 @@ pub trait ExecutorSettings: std::fmt::Debug + Send + Sync {
     /// Seconds a launch may take to start before it is launched afresh (`None`: no limit).
     fn start_timeout_s(&self) -> Option<f64>;
 
+    /// Why it cannot run jobs with `launcher`, if it cannot: a submission naming it is refused
+    /// at once, naming the field, rather than launched to fail.
+    fn refuses(&self, launcher: crate::spec::Launcher) -> Option<String> {
+        let _ = launcher;
+        None
+    }
+
     /// The torchrun launches run, from the `torchrun` key (`None`: unset): checked now where
     /// they run on this machine, taken as given where they run elsewhere.
     fn torchrun(&self, given: Option<PathBuf>) -> Result<PathBuf>;

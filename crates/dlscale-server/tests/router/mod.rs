@@ -59,8 +59,10 @@ pub async fn harness_on(
     capacity: Capacity,
 ) -> Harness {
     let gpus = capacity.topology.total();
+    // The fake executor stands for any executor; slots are the local one's key.
+    let local = file.executor.as_deref().is_none_or(|e| e == "local");
     let file = ConfigFile {
-        slots: Some(gpus),
+        slots: local.then_some(gpus),
         data_dir: Some(data_dir.to_path_buf()),
         interval_s: Some(0.5),
         ..file

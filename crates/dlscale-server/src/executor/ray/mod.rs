@@ -263,10 +263,9 @@ pub fn entrypoint(spec: &JobSpec, python: &str) -> Result<String> {
         Launcher::Torchrun => std::iter::once(python.to_string())
             .chain(spec.command.iter().cloned())
             .collect(),
-        Launcher::Srun => bail!(
-            "launcher srun runs on Slurm only; on Ray a job's command is its Ray Train script \
-             (launcher torchrun, run with {python}) or any command (launcher plain)"
-        ),
+        // Refused when it is submitted (`ExecutorSettings::refuses`); a record from before is
+        // refused here, as its launch's failure.
+        Launcher::Srun => bail!(settings::SRUN_REFUSED),
     };
     let words: Vec<String> = command.iter().map(|w| sh_quote(w)).collect();
     Ok(format!(

@@ -24,6 +24,11 @@ use serde::Deserialize;
 use super::RayExecutor;
 use crate::config::{duration_s, ConfigFile, ServerConfig};
 use crate::executor::{ExecContext, Executor, ExecutorKind, ExecutorSettings, Reports};
+use crate::spec::Launcher;
+
+/// Why the Ray executor runs no `srun` job.
+pub const SRUN_REFUSED: &str = "launcher srun runs on Slurm only; on Ray a job's command is its \
+     Ray Train script (launcher torchrun, run with ray.python) or any command (launcher plain)";
 
 /// The Ray executor's name in the configuration (`executor = "ray"`).
 pub const NAME: &str = "ray";
@@ -144,6 +149,11 @@ impl ExecutorSettings for RayConfig {
         Some(self.pending_timeout_s)
     }
 
+    /// `srun` is Slurm's: on Ray a job's command is its Ray Train driver or any command.
+    fn refuses(&self, launcher: Launcher) -> Option<String> {
+        (launcher == Launcher::Srun).then(|| SRUN_REFUSED.to_string())
+    }
+
     /// Ray starts the workers: torchrun is not used, and not checked.
     fn torchrun(&self, given: Option<PathBuf>) -> Result<PathBuf> {
         Ok(given.unwrap_or_else(|| PathBuf::from("torchrun")))
@@ -214,6 +224,10 @@ mod tests {
         assert_eq!(
             (cfg.shape(), cfg.start_timeout_s(), cfg.poll_s),
             (ShapeRule::Any, Some(300.0), 2.0)
+        );
+        assert!(cfg.refuses(Launcher::Srun).is_some());
+        assert!(
+            cfg.refuses(Launcher::Torchrun).is_none() && cfg.refuses(Launcher::Plain).is_none()
         );
     }
 }
