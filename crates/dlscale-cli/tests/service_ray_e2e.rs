@@ -7,10 +7,11 @@
 //! workers' measured noise scale arrives; `b` arrives, and `a` is stopped at a checkpoint and
 //! relaunched on one (shrunk); the server is killed with SIGKILL while both run and started
 //! again, adopting both Ray jobs (never a second Ray job of a launch: the cluster's job list is
-//! watched for the whole run); `b` ends and `a` is relaunched on two (grown). (Small, as the
-//! machine that runs the tests has two cores: each Train worker is a torch process.) Each job succeeds
+//! watched for the whole run); `b` ends and `a` is relaunched on two (grown), trains there, and is
+//! cancelled (stopped through Ray at a checkpoint, not relaunched). (Small, as the machine that
+//! runs the tests has two cores: each Train worker is a torch process.) Each job succeeds
 //! with every sample of its stream trained exactly once, on every rank, across its launches (the
-//! worker library's sample log), and `dlscale replay` reproduces the run.
+//! worker library's sample log), `b` succeeds, and `dlscale replay` reproduces the run.
 //!
 //! Skips (passes with a SKIP message) when the Ray cluster or the torch venv is missing, unless
 //! `DLSCALE_REQUIRE_RAY=1`.
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use dlscale_autoscaler::Status as JobStatus;
 use dlscale_server::api::dto::JobView;
+use dlscale_server::client::Method;
 use serde_json::{json, Value};
 use service_support::ray::{self, ray_ready, StopOnDrop};
 use service_support::slurm::{instance, KeepOnFailure};
@@ -92,7 +94,7 @@ async fn ray_train_jobs_are_rebatched_shrunk_grown_and_adopted_after_a_server_ki
 
     // a alone: both nodes' GPUs; its batch changes in place once its noise scale arrives.
     server
-        .submit(ray_job("a", 2, 12_000, &samples("a"), true))
+        .submit(ray_job("a", 2, 10_000_000, &samples("a"), true))
         .await;
     let a1 = server
         .wait_job("a", 240.0, "a training on 2 Ray workers", |j| {
@@ -145,34 +147,51 @@ async fn ray_train_jobs_are_rebatched_shrunk_grown_and_adopted_after_a_server_ki
         "{b_done:?}\n{}",
         server.log()
     );
-    server
+    let a3 = server
         .wait_job("a", 240.0, "a relaunched on 2 workers", |j| {
             j.attempt > a2.attempt && on_ray(j, 2)
         })
         .await;
-    lap("b done, a grown to 2 workers");
-    let a_done = server
-        .wait_job("a", 420.0, "a's end", |j| j.state.is_terminal())
+    server
+        .wait_job("a", 120.0, "a training on 2 workers again", |j| {
+            j.attempt == a3.attempt && j.step > a3.step
+        })
         .await;
-    lap("a done");
+    lap("b done, a grown to 2 workers");
+    server
+        .client
+        .send(Method::DELETE, "/v1/jobs/a", None)
+        .await
+        .unwrap();
+    let a_done = server
+        .wait_job("a", 120.0, "a's end after its cancel", |j| {
+            j.state.is_terminal()
+        })
+        .await;
+    lap("a cancelled");
     let log = server
         .client
         .text("/v1/jobs/a/logs?tail_bytes=10000000")
         .await
         .unwrap_or_default();
     assert_eq!(
-        (a_done.state, a_done.exit_code),
-        (JobStatus::Succeeded, Some(0)),
-        "{a_done:?}\n{}\n--- a's log, the end ---\n{}",
-        server.log(),
-        &log[log.len().saturating_sub(6000)..]
+        a_done.state,
+        JobStatus::Cancelled,
+        "{a_done:?}\n{}",
+        server.log()
     );
     assert!(a_done.restarts >= 2, "{a_done:?}");
     assert!(log.contains("dlscale: rebatched "), "{log}");
-    for (id, done) in [("a", &a_done), ("b", &b_done)] {
-        let steps = assert_each_sample_once(&samples(id), DATASET);
-        assert_eq!(Some(steps), done.step, "{id}");
-    }
+    // The cancel stopped a at a checkpoint: its last launch's driver said so.
+    assert!(
+        log.lines().any(|l| l.starts_with("dlscale: stopped step=")),
+        "{}",
+        &log[log.len().saturating_sub(6000)..]
+    );
+    let steps_a = assert_each_sample_once(&samples("a"), DATASET);
+    assert!(steps_a > a2.step.unwrap_or(0), "{steps_a} {a2:?}");
+    let steps_b = assert_each_sample_once(&samples("b"), DATASET);
+    assert_eq!(Some(steps_b), b_done.step);
     let most = watch.finish();
     assert!(
         most.values().all(|&n| n == 1) && most.len() == 2,
