@@ -21,7 +21,7 @@
 #   DLSCALE_RAY_DIR            state dir: pid files, logs, Ray's temp dir (default /tmp/dlscale-ray)
 #   DLSCALE_RAY_PORT           the head's GCS port (default 6390)
 #   DLSCALE_RAY_DASHBOARD_PORT the dashboard's port (default 8265)
-#   DLSCALE_RAY_UP_TIMEOUT     seconds `up` waits for every node (default 120)
+#   DLSCALE_RAY_UP_TIMEOUT     seconds `up` waits for every node (default 300)
 set -euo pipefail
 
 PROG=ray-local
@@ -32,7 +32,7 @@ VENV=${DLSCALE_VENV:-$HOME/.cache/dlscale/venv}
 DIR=${DLSCALE_RAY_DIR:-/tmp/dlscale-ray}
 PORT=${DLSCALE_RAY_PORT:-6390}
 DASH=${DLSCALE_RAY_DASHBOARD_PORT:-8265}
-UP_TIMEOUT=${DLSCALE_RAY_UP_TIMEOUT:-120}
+UP_TIMEOUT=${DLSCALE_RAY_UP_TIMEOUT:-300}
 ADDRESS=http://127.0.0.1:$DASH
 
 usage() {
@@ -102,15 +102,26 @@ cmd_up() {
     sleep 1
     waited=$((waited + 1))
   done
+  # A node whose raylet does not register within Ray's fixed 30 s (a loaded machine) exits:
+  # start it again, up to three times.
+  local k tries
   for k in $(seq 2 "$nodes"); do
+    tries=1
     log "starting worker node $k, $gpus $resource"
     start_node "$k" --address="127.0.0.1:$PORT" --num-cpus="$cpus" --resources="$res" \
       --object-store-memory=200000000 --dashboard-agent-listen-port=$((52365 + k))
-  done
-  until [ "$(alive_nodes "$resource")" -ge "$nodes" ]; do
-    [ "$waited" -lt "$UP_TIMEOUT" ] || die "only $(alive_nodes "$resource") of $nodes nodes are up after $UP_TIMEOUT s (logs: $DIR/node*.log)"
-    sleep 1
-    waited=$((waited + 1))
+    until [ "$(alive_nodes "$resource")" -ge "$k" ]; do
+      if ! kill -0 "$(cat "$DIR/node$k.pid")" 2>/dev/null; then
+        [ "$tries" -lt 3 ] || { tail -n 5 "$DIR/node$k.log" >&2; die "worker node $k failed to start $tries times (log: $DIR/node$k.log)"; }
+        tries=$((tries + 1))
+        log "worker node $k exited while starting; starting it again (try $tries)"
+        start_node "$k" --address="127.0.0.1:$PORT" --num-cpus="$cpus" --resources="$res" \
+          --object-store-memory=200000000 --dashboard-agent-listen-port=$((52365 + k))
+      fi
+      [ "$waited" -lt "$UP_TIMEOUT" ] || die "only $(alive_nodes "$resource") of $nodes nodes are up after $UP_TIMEOUT s (logs: $DIR/node*.log)"
+      sleep 1
+      waited=$((waited + 1))
+    done
   done
   log "up: $nodes node(s) x $gpus $resource at $ADDRESS ($waited s)"
   print_env
