@@ -174,6 +174,12 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Locks a mutex whose data stays valid when a holder panicked (the executors' tables of live
+/// launches).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The exit code a launch's wrapper recorded in its run directory, if it did.
 pub fn read_exit(run_dir: &Path) -> Option<i32> {
     std::fs::read_to_string(run_dir.join("exit"))

@@ -39,8 +39,8 @@ pub use settings::{RayConfig, RayFile, KIND};
 use super::local::gpu_type_of_name;
 use super::slurm::sh_quote;
 use super::{
-    launch_marker, parse_launch_marker, worker_env, Believed, Capacity, EngineId, ExecContext,
-    Executor, Handle, JobFiles, LaunchJob, NodeInfo,
+    launch_marker, lock, parse_launch_marker, worker_env, Believed, Capacity, EngineId,
+    ExecContext, Executor, Handle, JobFiles, LaunchJob, NodeInfo,
 };
 use crate::client::{segment, ApiClient, Method, StatusCode};
 use crate::spec::{JobSpec, Launcher};
@@ -55,11 +55,6 @@ pub struct RayExecutor {
     grace_s: f64,
     /// The Ray job of each live launch.
     jobs: Mutex<BTreeMap<(String, u32), String>>,
-}
-
-/// Locks a mutex whose data stays valid when a holder panicked.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The submission id of launch `attempt` of job `id` (ids hold only letters, digits, `.`, `_`
@@ -291,11 +286,6 @@ impl RayExecutor {
         })
     }
 
-    /// Its settings.
-    pub fn config(&self) -> &RayConfig {
-        &self.cfg
-    }
-
     /// A request to the dashboard; its answer's body, or an error naming the request and
     /// Ray's answer.
     async fn request(
@@ -305,7 +295,7 @@ impl RayExecutor {
         body: Option<Value>,
     ) -> Result<(StatusCode, String)> {
         let bytes = body.map(|b| b.to_string().into_bytes());
-        let (status, answer) = self.api.send(method.clone(), path, bytes).await?;
+        let (status, answer) = self.api.send(method, path, bytes).await?;
         Ok((status, String::from_utf8_lossy(&answer).into_owned()))
     }
 
@@ -386,7 +376,7 @@ fn last_line(text: &str) -> &str {
 #[async_trait::async_trait]
 impl Executor for RayExecutor {
     fn name(&self) -> &'static str {
-        "ray"
+        settings::NAME
     }
 
     fn ctx(&self) -> &ExecContext {

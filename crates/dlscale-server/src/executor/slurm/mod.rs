@@ -35,7 +35,7 @@ use dlscale_core::placement::{Node, Topology};
 
 use super::squeue::{interpret, is_terminal_state, parse_sinfo, parse_squeue};
 use super::{
-    launch_marker, worker_env, Believed, Capacity, EngineId, ExecContext, Executor, Handle,
+    launch_marker, lock, worker_env, Believed, Capacity, EngineId, ExecContext, Executor, Handle,
     JobFiles, LaunchJob, NodeInfo,
 };
 use crate::clock::wall_clock_s;
@@ -98,11 +98,6 @@ pub fn sh_quote(s: &str) -> String {
         return s.to_string();
     }
     format!("'{}'", s.replace('\'', r"'\''"))
-}
-
-/// Locks a mutex whose data stays valid when a holder panicked.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl SlurmExecutor {
