@@ -36,8 +36,9 @@ use dlscale_autoscaler::{
 use dlscale_core::placement::Share;
 
 use super::{
-    find_program, launch_marker, parse_launch_marker, read_exit, worker_env, Believed, Capacity,
-    EngineId, ExecContext, Executor, Handle, JobFiles, LaunchJob, NodeInfo, Reports, Slots,
+    find_program, launch_marker, lock, parse_launch_marker, read_exit, worker_env, Believed,
+    Capacity, EngineId, ExecContext, Executor, Handle, JobFiles, LaunchJob, NodeInfo, Reports,
+    Slots,
 };
 use crate::fault;
 
@@ -556,11 +557,6 @@ impl Executor for LocalExecutor {
             launches,
         })
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A poisoned lock only means a panic elsewhere while holding it; the map stays valid.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Ends what is left of a launch whose wrapper exited (workers in sessions of their own, daemons
