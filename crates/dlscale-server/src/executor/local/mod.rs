@@ -528,12 +528,20 @@ impl Executor for LocalExecutor {
             });
         }
         let waited = lock(&self.waited).clone();
+        let mut asked = Vec::with_capacity(believed.len());
         for b in believed {
             let key = (b.id.clone(), b.attempt);
-            // Found, or being started or waited for by this process (its waiter reports the end).
-            if found.contains_key(&key) || waited.contains(&key) {
+            if found.contains_key(&key) {
+                asked.push(key);
                 continue;
             }
+            // Being started, or ended and being reaped, by this process: its waiter reports the
+            // end with the exit code. Answering here would race it (the launch is in no scan and
+            // its waiter has not reported yet, which reads as vanished), so it is left unasked.
+            if waited.contains(&key) {
+                continue;
+            }
+            asked.push(key);
             let outcome =
                 read_exit(&b.files.run(b.attempt)).map_or(Outcome::Vanished, Outcome::Exited);
             launches.push(ObservedLaunch {
@@ -553,7 +561,7 @@ impl Executor for LocalExecutor {
         drop(tracked);
         Ok(Observation {
             taken_at_s,
-            asked: Believed::keys(believed),
+            asked,
             launches,
         })
     }

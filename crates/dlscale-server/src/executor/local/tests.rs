@@ -329,3 +329,49 @@ async fn wrapper_records_exit_codes_survives_sigterm_and_is_found_by_its_marker(
     assert!(log.starts_with("header\nws=1\n"), "{log}");
     assert!(log.contains("stopping"), "{log}");
 }
+
+/// A launch this process still waits for (its wrapper ended, its leftovers are being reaped) is
+/// not answered for: its waiter reports the end with the exit code, and an answer meanwhile
+/// would read as "vanished". A launch nobody waits for is answered from its `exit` file.
+#[tokio::test]
+async fn a_launch_its_waiter_still_reaps_is_left_to_the_waiter() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = executor(dir.path(), Slot::untyped(2));
+    let believed = |id: &str| Believed {
+        id: id.into(),
+        attempt: 1,
+        files: JobFiles::new(dir.path(), id, "u"),
+    };
+    let exited = believed("exited");
+    std::fs::create_dir_all(exited.files.run(1)).unwrap();
+    std::fs::write(exited.files.run(1).join("exit"), "0\n").unwrap();
+    lock(&e.waited).insert(("reaping".to_string(), 1));
+    let obs = e
+        .observe(&[believed("reaping"), exited, believed("gone")])
+        .await
+        .unwrap();
+    let key = |id: &str| (id.to_string(), 1);
+    assert_eq!(obs.asked, vec![key("exited"), key("gone")]);
+    let states: Vec<_> = obs
+        .launches
+        .iter()
+        .map(|l| (l.id.as_str(), l.state.clone()))
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            (
+                "exited",
+                LaunchState::Ended {
+                    outcome: Outcome::Exited(0)
+                }
+            ),
+            (
+                "gone",
+                LaunchState::Ended {
+                    outcome: Outcome::Vanished
+                }
+            ),
+        ]
+    );
+}
