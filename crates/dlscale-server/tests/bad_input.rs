@@ -165,8 +165,53 @@ fn names(error: &Value, field: &str) -> bool {
 // ---------------------------------------------------------------------------------------------
 // The configuration file.
 
-/// A valid configuration, key by key: `(section, key, value)`, section "" for the top level.
-fn config_keys(slurm: bool) -> Vec<(&'static str, &'static str, &'static str)> {
+/// The executor a generated configuration chooses: each reads keys of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExecutorChoice {
+    /// `executor = "local"` with its top-level `slots`.
+    Local,
+    /// `executor = "slurm"` with a `[slurm]` table.
+    Slurm,
+    /// `executor = "ray"` with a `[ray]` table.
+    Ray,
+}
+
+impl ExecutorChoice {
+    /// Every executor, in the order of `dlscale_server::executor::EXECUTORS`.
+    const ALL: [ExecutorChoice; 3] = [
+        ExecutorChoice::Local,
+        ExecutorChoice::Slurm,
+        ExecutorChoice::Ray,
+    ];
+
+    /// The executor's name, as `executor = "…"` gives it.
+    fn name(self) -> &'static str {
+        match self {
+            ExecutorChoice::Local => "local",
+            ExecutorChoice::Slurm => "slurm",
+            ExecutorChoice::Ray => "ray",
+        }
+    }
+}
+
+/// Names a misspelling must not produce to be refused as unknown, beyond the generated keys:
+/// the tables and top-level keys the generated configurations leave out.
+const OTHER_FIELDS: [&str; 10] = [
+    "slurm",
+    "ray",
+    "slots",
+    "slot_types",
+    "counts",
+    "consolidate",
+    "learn_overlap",
+    "teams",
+    "users",
+    "fair_share_half_life_s",
+];
+
+/// A valid configuration choosing `executor`, key by key: `(section, key, value)`, section ""
+/// for the top level (the top-level keys come first, as TOML needs).
+fn config_keys(executor: ExecutorChoice) -> Vec<(&'static str, &'static str, &'static str)> {
     let mut keys = vec![
         ("", "listen", "\"127.0.0.1:7878\""),
         ("", "data_dir", "\"/tmp/dlscale-fuzz\""),
@@ -190,8 +235,11 @@ fn config_keys(slurm: bool) -> Vec<(&'static str, &'static str, &'static str)> {
         ("", "tiresias_threshold_gpu_s", "3600.0"),
         ("", "api_url", "\"http://127.0.0.1:7878\""),
     ];
-    if slurm {
-        keys.extend([
+    match executor {
+        ExecutorChoice::Local => {
+            keys.extend([("", "executor", "\"local\""), ("", "slots", "4")]);
+        }
+        ExecutorChoice::Slurm => keys.extend([
             ("", "executor", "\"slurm\""),
             ("slurm", "partition", "\"gpu\""),
             ("slurm", "account", "\"proj\""),
@@ -202,9 +250,16 @@ fn config_keys(slurm: bool) -> Vec<(&'static str, &'static str, &'static str)> {
             ("slurm", "cpus_per_gpu", "4"),
             ("slurm", "rdzv_port_base", "29500"),
             ("slurm", "command_timeout_s", "30.0"),
-        ]);
-    } else {
-        keys.extend([("", "executor", "\"local\""), ("", "slots", "4")]);
+        ]),
+        ExecutorChoice::Ray => keys.extend([
+            ("", "executor", "\"ray\""),
+            ("ray", "address", "\"http://head:8265\""),
+            ("ray", "resource", "\"GPU\""),
+            ("ray", "python", "\"python3\""),
+            ("ray", "poll_s", "2.0"),
+            ("ray", "pending_timeout_s", "300.0"),
+            ("ray", "request_timeout_s", "30.0"),
+        ]),
     }
     keys
 }
@@ -249,6 +304,15 @@ fn wrong_toml() -> impl Strategy<Value = String> {
             "\"a b\"",
             "\"a\\u0001b\"",
             "1979-05-27",
+            // Edges of the `[ray]` table's keys: its address, resource and durations.
+            "\"http://a b\"",
+            "\"http://[::1\"",
+            "\"http:///\"",
+            "\"head:8265\"",
+            "\" \"",
+            "\"fake_gpu\"",
+            "0.1",
+            "1e10",
         ])
         .prop_map(String::from),
         "[a-z0-9 :._-]{0,12}".prop_map(|s| format!("\"{s}\"")),
@@ -295,6 +359,9 @@ fn config_tokens() -> impl Strategy<Value = String> {
     let tokens = vec![
         "[slurm]",
         "[[slurm]]",
+        "[ray]",
+        "[[ray]]",
+        "address",
         "listen",
         "slots",
         "policy",
@@ -326,7 +393,9 @@ fn config_tokens() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    // More cases than elsewhere: three executors, some thirty keys, four edits each (a case
+    // takes under a millisecond).
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
 
     /// Random bytes or tokens as a configuration file: an error naming the file, never a panic.
     #[test]
@@ -345,27 +414,38 @@ proptest! {
         }
     }
 
-    /// A valid configuration (local or Slurm) with one key wrong, missing or misspelt: a parse
-    /// error names the file, the key's line and the key; a resolve error names the key.
+    /// A valid configuration (local, Slurm or Ray) with one key wrong, missing or misspelt: a
+    /// parse error names the file, the key's line and the key; a resolve error names the key, a
+    /// key of the executor's table as `table.key` (`ray.poll_s`).
     #[test]
     fn configs_with_one_wrong_key_name_it(
-        slurm in any::<bool>(),
+        executor in prop::sample::select(ExecutorChoice::ALL.to_vec()),
+        in_table in any::<bool>(),
         which in any::<prop::sample::Index>(),
         how in 0u8..4,
         value in wrong_toml(),
         edit in (any::<u8>(), any::<usize>(), prop::char::range('a', 'z')),
     ) {
-        let keys = config_keys(slurm);
-        let which = which.index(keys.len());
-        let key = keys[which].1;
+        let keys = config_keys(executor);
+        // Half the cases edit a key of the executor's table (when it has one), outnumbered as
+        // they are by the top-level keys.
+        let table_keys: Vec<usize> = (0..keys.len()).filter(|&i| !keys[i].0.is_empty()).collect();
+        let which = if in_table && !table_keys.is_empty() {
+            table_keys[which.index(table_keys.len())]
+        } else {
+            which.index(keys.len())
+        };
+        let (section, key, _) = keys[which];
+        let qualified = if section.is_empty() { key.to_string() } else { format!("{section}.{key}") };
         let misspelt = misspell(key, edit);
-        let known = keys.iter().any(|k| k.1 == misspelt) || misspelt == "slurm" || misspelt == "slots";
+        let known = keys.iter().any(|k| k.1 == misspelt) || OTHER_FIELDS.contains(&misspelt.as_str());
         let (text, line) = match how {
             0 => config_text(&keys, which, None, None),
             1 if !known => config_text(&keys, which, None, Some(&misspelt)),
             _ => config_text(&keys, which, Some(&value), None),
         };
-        let named = if how == 1 && !known { misspelt.as_str() } else { key };
+        let misspelling = how == 1 && !known;
+        let named = if misspelling { misspelt.as_str() } else { qualified.as_str() };
         match ConfigFile::parse(&text, "dlscale.toml") {
             Err(e) => {
                 let message = format!("{e:#}");
@@ -373,9 +453,9 @@ proptest! {
                     message.starts_with(&format!("dlscale.toml:{line}:")),
                     "{}: not at line {}\n{}", message, line, text
                 );
-                prop_assert!(message.contains(named), "{}: does not name {}", message, named);
+                prop_assert!(message.contains(named), "{}: does not name {}\n{}", message, named, text);
                 // A misspelling that is itself a key was given a wrong value instead.
-                if how == 1 && !known {
+                if misspelling {
                     prop_assert!(message.contains(&format!("did you mean `{key}`")) || message.contains("expected"),
                         "{}: no hint", message);
                 }
@@ -384,12 +464,32 @@ proptest! {
                 if let Err(e) = ServerConfig::resolve(file, None) {
                     let message = format!("{e:#}");
                     prop_assert!(
-                        message.contains(key) || (key == "executor" && message.contains("slurm")),
-                        "{}: does not name {}\n{}", message, key, text
+                        message.contains(&qualified) || (key == "executor" && message.contains("slurm")),
+                        "{}: does not name {}\n{}", message, qualified, text
                     );
                 }
             }
         }
+    }
+}
+
+/// The valid configurations the property above edits resolve, each to the executor it chooses
+/// with the table it gives: a rejection there is the edit's.
+#[test]
+fn valid_configs_of_every_executor_resolve() {
+    // A new executor needs its keys generated here too.
+    assert_eq!(
+        ExecutorChoice::ALL.map(ExecutorChoice::name).to_vec(),
+        dlscale_server::executor::names()
+    );
+    for executor in ExecutorChoice::ALL {
+        let keys = config_keys(executor);
+        // `which` past the last key: none is edited.
+        let (text, _) = config_text(&keys, keys.len(), None, None);
+        let file =
+            ConfigFile::parse(&text, "dlscale.toml").unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+        let config = ServerConfig::resolve(file, None).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+        assert_eq!(config.executor.name(), executor.name(), "{text}");
     }
 }
 
