@@ -79,8 +79,9 @@ pub struct SimulateArgs {
     #[arg(long, value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<Preset>()))]
     pub preset: Option<Preset>,
     /// Let policies see every job's true throughput model, gradient statistics and remaining
-    /// work from its arrival (an oracle: a labelled baseline). By default they learn each job's
-    /// model from its simulated metric reports, as the service does.
+    /// work from its arrival (an oracle: a labelled baseline; with `--declares-length false`
+    /// everything but the remaining work). By default they learn each job's model from its
+    /// simulated metric reports, as the service does.
     #[arg(long)]
     pub oracle: bool,
     /// Seconds between a running job's simulated metric reports (learned runs).
@@ -105,8 +106,9 @@ pub struct SimulateArgs {
     /// family's jobs measured (false: from its own reports alone).
     #[arg(long, default_value_t = dlscale_sim::Reporting::default().families, action = clap::ArgAction::Set)]
     pub families: bool,
-    /// Learned runs: each job declares its training length (its progress target, as a job
-    /// file's epochs), so that its remaining work is known (false: no job's length is known).
+    /// Each job declares its training length (its progress target, as a job file's epochs), so
+    /// that its remaining work is known (false: no job's length is known, in a learned run or
+    /// to an oracle).
     #[arg(long, default_value_t = dlscale_sim::Reporting::default().declares_length, action = clap::ArgAction::Set)]
     pub declares_length: bool,
     /// Learned runs with declared lengths: each is its true length times a factor drawn
@@ -302,7 +304,9 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
         baseline_shape: args.shape.map_or(base.baseline_shape, |_| None),
         policy_options: args.policy_args.policy_options_over(base.policy_options),
         knowledge: if args.oracle {
-            Knowledge::Oracle
+            Knowledge::Oracle {
+                lengths: args.declares_length,
+            }
         } else {
             Knowledge::Learned(Reporting {
                 interval_s: args.report_interval,
@@ -447,7 +451,7 @@ pub fn run_reproduce(args: &ReproduceArgs) -> Result<()> {
             let config = SimConfig {
                 cluster: dlscale_core::Cluster::new(*nodes, *gpus_per_node).map_err(input_error)?,
                 knowledge: if *oracle {
-                    Knowledge::Oracle
+                    Knowledge::ORACLE
                 } else {
                     Knowledge::default()
                 },

@@ -143,7 +143,8 @@ fn reproduce_pollux_writes_a_report_of_every_run_with_its_target() {
             "elastic-batch-wrong-lengths",
             "elastic-batch-step-times-only",
             "elastic-batch-restarts-to-rebatch",
-            "elastic-batch-oracle"
+            "elastic-batch-oracle",
+            "elastic-batch-oracle-no-lengths"
         ],
         "one row per run at the one load"
     );
@@ -162,6 +163,8 @@ fn reproduce_pollux_writes_a_report_of_every_run_with_its_target() {
         "on what Pollux knows m",
         "**Over measurement-noise seeds 1, 2 and 3**",
         "**Target: at most 0.90× Pollux's published mean, ",
+        "| elastic-batch + oracle without lengths (bundled models from the start, no remaining work; not a result) |",
+        "Given the bundled models from the start but no job's length, it averages ",
     ] {
         assert!(report.contains(needle), "no {needle:?} in\n{report}");
     }

@@ -55,8 +55,18 @@ pub enum Knowledge {
     /// gradient statistics come with the reports, and its remaining work is unknown.
     Learned(Reporting),
     /// An oracle: each job's true throughput model from its arrival, and before every decision
-    /// its true gradient statistics and remaining work. A baseline, labelled as such.
-    Oracle,
+    /// its true gradient statistics and, with `lengths`, its remaining work. A baseline,
+    /// labelled as such; without `lengths` it is what perfect learning would reach on what the
+    /// jobs' reports can tell (no job's length).
+    Oracle {
+        /// Whether it knows each job's remaining work.
+        lengths: bool,
+    },
+}
+
+impl Knowledge {
+    /// The oracle that knows everything: true models, gradient statistics and lengths.
+    pub const ORACLE: Knowledge = Knowledge::Oracle { lengths: true };
 }
 
 impl Default for Knowledge {
@@ -69,7 +79,8 @@ impl fmt::Display for Knowledge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Knowledge::Learned(_) => f.write_str("learned"),
-            Knowledge::Oracle => f.write_str("oracle"),
+            Knowledge::Oracle { lengths: true } => f.write_str("oracle"),
+            Knowledge::Oracle { lengths: false } => f.write_str("oracle without lengths"),
         }
     }
 }

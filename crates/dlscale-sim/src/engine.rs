@@ -310,7 +310,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             }
             match self.config.knowledge {
                 // After the submissions, so that arriving jobs get theirs too.
-                Knowledge::Oracle => inputs.extend(self.oracles(t)),
+                Knowledge::Oracle { lengths } => inputs.extend(self.oracles(t, lengths)),
                 Knowledge::Learned(reporting) => inputs.extend(self.reports_due(t, reporting)),
             }
             // Until the autoscaler has nothing more to do at this instant.
@@ -349,7 +349,14 @@ impl<'w, 'o> Engine<'w, 'o> {
         s.truth.submit(&mut job, self.info);
         let mut family = None;
         let model = match self.config.knowledge {
-            Knowledge::Oracle => ModelSource::Given,
+            Knowledge::Oracle { lengths } => {
+                if !lengths {
+                    // Its length is what this oracle does not know, however it was submitted.
+                    job.remaining_samples = None;
+                    job.remaining_work = None;
+                }
+                ModelSource::Given
+            }
             Knowledge::Learned(reporting) => {
                 family = reporting.families.then(|| job.model_name.clone());
                 // Its user declares its length (as epochs); the autoscaler counts down what
@@ -442,8 +449,8 @@ impl<'w, 'o> Engine<'w, 'o> {
     }
 
     /// What the simulation knows of every job in the system: its gradient statistics now (at
-    /// its running batch, or its requested one) and its remaining work.
-    fn oracles(&mut self, t: f64) -> Vec<Input> {
+    /// its running batch, or its requested one) and, with `lengths`, its remaining work.
+    fn oracles(&mut self, t: f64, lengths: bool) -> Vec<Input> {
         let mut out = Vec::with_capacity(self.active.len());
         for k in 0..self.active.len() {
             let i = self.active[k];
@@ -461,10 +468,10 @@ impl<'w, 'o> Engine<'w, 'o> {
                 id: s.spec.job.id.clone(),
                 oracle: Oracle {
                     efficiency: efficiency.or(s.spec.job.efficiency),
-                    remaining_work: Some(s.truth.remaining(s.progress, s.epoch)),
-                    remaining_samples: Some(
-                        (s.truth.total() - s.progress).max(0.0) * s.truth.samples_per_progress(),
-                    ),
+                    remaining_work: lengths.then(|| s.truth.remaining(s.progress, s.epoch)),
+                    remaining_samples: lengths.then(|| {
+                        (s.truth.total() - s.progress).max(0.0) * s.truth.samples_per_progress()
+                    }),
                 },
             });
         }
@@ -845,7 +852,7 @@ impl<'w, 'o> Engine<'w, 'o> {
 fn reporting_seed(config: &SimConfig) -> u64 {
     match config.knowledge {
         Knowledge::Learned(r) => r.seed,
-        Knowledge::Oracle => 0,
+        Knowledge::Oracle { .. } => 0,
     }
 }
 

@@ -42,7 +42,7 @@ fn optimus_gives_the_spare_gpus_to_the_job_that_saves_the_most_time() {
         cluster: Cluster::new(1, 3).unwrap(),
         interval_s: None,
         schedule_on_events: true,
-        knowledge: Knowledge::Oracle,
+        knowledge: Knowledge::ORACLE,
         ..SimConfig::default()
     };
     let mut out = Collect::default();

@@ -39,7 +39,7 @@ fn config(nodes: u32, per_node: u32) -> SimConfig {
         cluster: Cluster::new(nodes, per_node).unwrap(),
         interval_s: None,
         schedule_on_events: true,
-        knowledge: Knowledge::Oracle,
+        knowledge: Knowledge::ORACLE,
         ..SimConfig::default()
     }
 }
@@ -58,7 +58,7 @@ fn a_learned_job_is_explored_by_doubling_and_ends_where_the_oracle_puts_it() {
         simulate(&workload, &cfg, ELASTIC_BATCH, &mut out).unwrap();
         out.0.remove(0)
     };
-    let oracle = run(Knowledge::Oracle);
+    let oracle = run(Knowledge::ORACLE);
     let learned = run(Knowledge::Learned(Reporting {
         noise: 0.0,
         ..Reporting::default()
@@ -294,7 +294,7 @@ proptest! {
                 backfill: seed % 3 == 0,
                 ..Settings::default()
             },
-            knowledge: if learned { Knowledge::default() } else { Knowledge::Oracle },
+            knowledge: if learned { Knowledge::default() } else { Knowledge::ORACLE },
             ..SimConfig::default()
         };
         let policy = REGISTRY[policy];

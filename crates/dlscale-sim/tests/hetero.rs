@@ -41,7 +41,7 @@ fn one_job(gpus: u32) -> Workload {
 /// The job's JCT on `fleet` under `policy`, knowing its true models.
 fn jct_s(workload: &Workload, fleet: Fleet, policy: dlscale_core::PolicyInfo) -> f64 {
     let config = SimConfig {
-        knowledge: Knowledge::Oracle,
+        knowledge: Knowledge::ORACLE,
         progress: ProgressMode::Samples,
         ..SimConfig::default()
     }

@@ -17,7 +17,7 @@ const TOLERANCE: f64 = 1e-3;
 
 fn check(policy: PolicyInfo, published: Published, workloads: &[usize]) {
     let config = SimConfig {
-        knowledge: Knowledge::Oracle,
+        knowledge: Knowledge::ORACLE,
         ..SimConfig::pollux()
     };
     for &n in workloads {
@@ -132,7 +132,7 @@ fn every_cell_at_every_load_is_within_three_percent() {
             (OPTIMUS, Published::OptimusOracle),
         ] {
             let config = SimConfig {
-                knowledge: Knowledge::Oracle,
+                knowledge: Knowledge::ORACLE,
                 ..SimConfig::pollux()
             };
             let (mut worst, mut within) = (0.0f64, 0);

@@ -246,6 +246,7 @@ fn the_pollux_elastic_batch_rows_are_computed_from_the_rows() {
         (PolluxRun::ElasticBatchInterval, 1) => 0.95,
         (PolluxRun::ElasticBatchInterval, _) => 1.05,
         (PolluxRun::ElasticBatchEvents, _) => 0.8,
+        (PolluxRun::ElasticBatchOracleNoLengths, _) => 0.6,
         _ => 0.7,
     };
     let rows = fabricated(&options, &|_, _| 0.0, &eb);
@@ -327,6 +328,29 @@ fn the_pollux_elastic_batch_rows_are_computed_from_the_rows() {
             int(mean_of(&rows, PolluxRun::ElasticBatchEvents, Load::Half))
         )),
         "{verdict}"
+    );
+    // Perfect learning without lengths at 0.6×, the equal-information run at 0.7×: learning
+    // costs the difference.
+    let (oracle, equal) = (
+        mean_of(&rows, PolluxRun::ElasticBatchOracleNoLengths, Load::Half),
+        mean_of(&rows, PolluxRun::ElasticBatchPolluxInformation, Load::Half),
+    );
+    let perfect = line_with(&report, "from the start but no job's length");
+    assert!(
+        perfect.contains(&format!(
+            "averages {} s ({:.2}× Pollux's published mean)",
+            int(oracle),
+            oracle / pollux
+        )),
+        "{perfect}"
+    );
+    assert!(
+        perfect.contains(&format!(
+            "costs the equal-information run {} s ({:.0} %) against it",
+            int(equal - oracle),
+            (equal / oracle - 1.0) * 100.0
+        )),
+        "{perfect}"
     );
     // Without the other seeds' rows there is no line over seeds.
     let one_seed: Vec<PolluxRow> = rows

@@ -35,7 +35,7 @@ fn in_pollux_world_dlscale_policies_run_no_job_below_the_artifacts_smallest_per_
     }
     // Outside Pollux's world no bound is made up, and an oracle run names no family.
     let plain = SimConfig {
-        knowledge: Knowledge::Oracle,
+        knowledge: Knowledge::ORACLE,
         ..SimConfig::default()
     };
     for s in submissions(&plain, ELASTIC_BATCH) {
@@ -47,7 +47,7 @@ fn in_pollux_world_dlscale_policies_run_no_job_below_the_artifacts_smallest_per_
 fn in_pollux_world_jobs_accumulate_beyond_the_artifacts_memory_learned_or_not() {
     let artifact = PolluxArtifact::bundled().unwrap();
     let oracle = SimConfig {
-        knowledge: Knowledge::Oracle,
+        knowledge: Knowledge::ORACLE,
         ..SimConfig::pollux()
     };
     let mut accumulating = 0;
@@ -207,6 +207,41 @@ fn in_pollux_world_reports_carry_the_artifacts_compute_time_unless_told_not_to()
             } else {
                 assert_eq!(report.compute_time_s, None);
             }
+        }
+    }
+}
+
+/// An oracle without lengths gives every job's true model but no remaining work (none at
+/// submission, none before a decision); the full oracle tells the remaining work before every
+/// decision.
+#[test]
+fn an_oracle_without_lengths_tells_no_remaining_work() {
+    let oracle = |lengths| SimConfig {
+        knowledge: Knowledge::Oracle { lengths },
+        ..SimConfig::default()
+    };
+    let workload = crate::workload::bundled_pollux_workload(1).unwrap();
+    for lengths in [true, false] {
+        let config = oracle(lengths);
+        for s in submissions(&config, ELASTIC_BATCH) {
+            if !lengths {
+                assert_eq!(s.job.remaining_samples, None, "{}", s.job.id);
+                assert!(s.job.remaining_work.is_none(), "{}", s.job.id);
+            }
+            assert!(matches!(s.model, ModelSource::Given), "{}", s.job.id);
+        }
+        let mut observer = ();
+        let mut engine = Engine::new(&workload, &config, ELASTIC_BATCH, &mut observer).unwrap();
+        engine.active = vec![0, 1];
+        let told = engine.oracles(0.0, lengths);
+        assert_eq!(told.len(), 2);
+        for input in told {
+            let Input::Oracle { oracle, .. } = input else {
+                panic!("{input:?}")
+            };
+            assert_eq!(oracle.remaining_samples.is_some(), lengths);
+            assert_eq!(oracle.remaining_work.is_some(), lengths);
+            assert!(oracle.efficiency.is_some());
         }
     }
 }

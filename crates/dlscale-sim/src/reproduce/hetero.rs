@@ -91,7 +91,7 @@ fn config(fleet: &Fleet, oracle: bool) -> SimConfig {
         progress: ProgressMode::Goodput,
         settings: Settings::recommended(),
         knowledge: if oracle {
-            Knowledge::Oracle
+            Knowledge::ORACLE
         } else {
             Knowledge::Learned(Reporting {
                 families: false,

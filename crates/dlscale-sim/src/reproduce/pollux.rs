@@ -78,6 +78,11 @@ pub enum PolluxRun {
     /// result: the service learns; under the preset the bundled tables, by node count, are
     /// close to the world's exact-shape step times but not them).
     ElasticBatchOracle,
+    /// [`PolluxRun::ElasticBatchOracle`] without the lengths: each job's true model and
+    /// gradient statistics from the start, no job's remaining work. Not a result either: it is
+    /// what perfect learning would reach on what Pollux's policy knows, so the gap between it
+    /// and [`PolluxRun::ElasticBatchPolluxInformation`] is what learning costs there.
+    ElasticBatchOracleNoLengths,
 }
 
 impl PolluxRun {
@@ -89,7 +94,7 @@ impl PolluxRun {
     pub const WRONG_LENGTHS_BY: f64 = 2.0;
 
     /// Every run, in the report's order.
-    pub const ALL: [PolluxRun; 13] = [
+    pub const ALL: [PolluxRun; 14] = [
         PolluxRun::Tiresias,
         PolluxRun::OptimusOracle,
         PolluxRun::ElasticBatchInterval,
@@ -103,13 +108,15 @@ impl PolluxRun {
         PolluxRun::ElasticBatchStepTimesOnly,
         PolluxRun::ElasticBatchRestartsToRebatch,
         PolluxRun::ElasticBatchOracle,
+        PolluxRun::ElasticBatchOracleNoLengths,
     ];
 
     /// Its key in `pollux.json`: `tiresias`, `optimus-oracle`, `elastic-batch-interval`,
     /// `elastic-batch-interval-seed-2`, `elastic-batch-events`, `elastic-batch-length-unknown`,
     /// `elastic-batch-no-families`, `elastic-batch-pollux-information`,
     /// `elastic-batch-wrong-lengths`, `elastic-batch-step-times-only`,
-    /// `elastic-batch-restarts-to-rebatch`, `elastic-batch-oracle`.
+    /// `elastic-batch-restarts-to-rebatch`, `elastic-batch-oracle`,
+    /// `elastic-batch-oracle-no-lengths`.
     pub fn key(self) -> String {
         match self {
             PolluxRun::Tiresias => "tiresias".into(),
@@ -126,6 +133,7 @@ impl PolluxRun {
             PolluxRun::ElasticBatchStepTimesOnly => "elastic-batch-step-times-only".into(),
             PolluxRun::ElasticBatchRestartsToRebatch => "elastic-batch-restarts-to-rebatch".into(),
             PolluxRun::ElasticBatchOracle => "elastic-batch-oracle".into(),
+            PolluxRun::ElasticBatchOracleNoLengths => "elastic-batch-oracle-no-lengths".into(),
         }
     }
 
@@ -133,7 +141,7 @@ impl PolluxRun {
     pub fn noise_seed(self) -> Option<u64> {
         match self.config().knowledge {
             Knowledge::Learned(reporting) => Some(reporting.seed),
-            Knowledge::Oracle => None,
+            Knowledge::Oracle { .. } => None,
         }
     }
 
@@ -170,6 +178,9 @@ impl PolluxRun {
             PolluxRun::ElasticBatchOracle => {
                 "elastic-batch + oracle (bundled models and exact remaining work from the start; not a result)".into()
             }
+            PolluxRun::ElasticBatchOracleNoLengths => {
+                "elastic-batch + oracle without lengths (bundled models from the start, no remaining work; not a result)".into()
+            }
         }
     }
 
@@ -196,12 +207,16 @@ impl PolluxRun {
         let preset = SimConfig::pollux();
         let reporting = match preset.knowledge {
             Knowledge::Learned(reporting) => reporting,
-            Knowledge::Oracle => Reporting::default(),
+            Knowledge::Oracle { .. } => Reporting::default(),
         };
         match self {
             PolluxRun::Tiresias | PolluxRun::ElasticBatchInterval => preset,
             PolluxRun::OptimusOracle | PolluxRun::ElasticBatchOracle => SimConfig {
-                knowledge: Knowledge::Oracle,
+                knowledge: Knowledge::ORACLE,
+                ..preset
+            },
+            PolluxRun::ElasticBatchOracleNoLengths => SimConfig {
+                knowledge: Knowledge::Oracle { lengths: false },
                 ..preset
             },
             PolluxRun::ElasticBatchIntervalSeed(seed) => SimConfig {

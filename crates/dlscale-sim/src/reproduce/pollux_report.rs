@@ -403,6 +403,27 @@ fn elastic_section(r: &LoadRows) -> String {
             secs(oracle.mean_avg_jct_s())
         ));
     }
+    if let (Some(oracle), Some(equal)) = (
+        r.get(R::ElasticBatchOracleNoLengths),
+        r.get(R::ElasticBatchPolluxInformation),
+    ) {
+        let (oracle, equal) = (oracle.mean_avg_jct_s(), equal.mean_avg_jct_s());
+        let learning = if equal >= oracle {
+            "costs the equal-information run"
+        } else {
+            "gains the equal-information run"
+        };
+        bullets.push(format!(
+            "- Given the bundled models from the start but no job's length, it averages {} \
+             ({} Pollux's published mean): what perfect learning would reach on what Pollux \
+             knows, not a result. Learning each job's model from its reports {learning} {} \
+             ({}) against it.",
+            secs(oracle),
+            times(oracle / pollux),
+            secs((equal - oracle).abs()),
+            pct((equal / oracle - 1.0) * 100.0)
+        ));
+    }
     let _ = writeln!(md, "\n{}\n", bullets.join("\n"));
     md
 }
