@@ -349,14 +349,9 @@ impl<'w, 'o> Engine<'w, 'o> {
         s.truth.submit(&mut job, self.info);
         let mut family = None;
         let model = match self.config.knowledge {
-            Knowledge::Oracle { lengths } => {
-                if !lengths {
-                    // Its length is what this oracle does not know, however it was submitted.
-                    job.remaining_samples = None;
-                    job.remaining_work = None;
-                }
-                ModelSource::Given
-            }
+            // Its remaining work, if the oracle tells it, comes before every decision
+            // (`Engine::oracles`).
+            Knowledge::Oracle { .. } => ModelSource::Given,
             Knowledge::Learned(reporting) => {
                 family = reporting.families.then(|| job.model_name.clone());
                 // Its user declares its length (as epochs); the autoscaler counts down what
