@@ -105,18 +105,20 @@ cmd_up() {
   # A node whose raylet does not register within Ray's fixed 30 s (a loaded machine) exits:
   # start it again, up to three times.
   local k tries
+  start_worker() {
+    start_node "$1" --address="127.0.0.1:$PORT" --num-cpus="$cpus" --resources="$res" \
+      --object-store-memory=200000000 --dashboard-agent-listen-port=$((52365 + $1))
+  }
   for k in $(seq 2 "$nodes"); do
     tries=1
     log "starting worker node $k, $gpus $resource"
-    start_node "$k" --address="127.0.0.1:$PORT" --num-cpus="$cpus" --resources="$res" \
-      --object-store-memory=200000000 --dashboard-agent-listen-port=$((52365 + k))
+    start_worker "$k"
     until [ "$(alive_nodes "$resource")" -ge "$k" ]; do
       if ! kill -0 "$(cat "$DIR/node$k.pid")" 2>/dev/null; then
         [ "$tries" -lt 3 ] || { tail -n 5 "$DIR/node$k.log" >&2; die "worker node $k failed to start $tries times (log: $DIR/node$k.log)"; }
         tries=$((tries + 1))
         log "worker node $k exited while starting; starting it again (try $tries)"
-        start_node "$k" --address="127.0.0.1:$PORT" --num-cpus="$cpus" --resources="$res" \
-          --object-store-memory=200000000 --dashboard-agent-listen-port=$((52365 + k))
+        start_worker "$k"
       fi
       [ "$waited" -lt "$UP_TIMEOUT" ] || die "only $(alive_nodes "$resource") of $nodes nodes are up after $UP_TIMEOUT s (logs: $DIR/node*.log)"
       sleep 1

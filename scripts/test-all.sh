@@ -77,7 +77,6 @@ export PATH="$DLSCALE_VENV/bin:$PATH"
 # The dashboard's browser test must not skip here: Chromium is installed.
 export DLSCALE_REQUIRE_CHROMIUM=1
 
-
 echo "== starting a local Slurm cluster (2 nodes x 4 GPUs) for the Slurm tests"
 slurm_up=1
 slurm_env=$(./scripts/slurm-local.sh up --nodes 2 --gpus-per-node 4) # exports SLURM_CONF
@@ -178,6 +177,6 @@ wait "$clippy_pid" || lints=$?
 grep -v '^ *\(Compiling\|Checking\) ' "$logs/clippy.log" || true
 echo "== pytest"
 cat "$logs/pytest.log"
-cat "$logs/pytest-ray.log" 2>/dev/null || echo "(the Ray Train test did not run: the Slurm lane failed first)"
+cat "$logs/pytest-ray.log" 2>/dev/null || echo "(the Ray Train test did not run: no Ray cluster came up)"
 echo "== done in $((SECONDS - started)) s"
 exit $((rust != 0 || lints != 0 || python != 0))
