@@ -71,14 +71,25 @@ enum Executor {
     Ray,
 }
 
-/// Where the server can be made to crash (see `dlscale_server::fault`).
-const LOCAL_POINTS: [&str; 5] = [
+/// Where the server can be made to crash (see `dlscale_server::fault`) on every executor.
+const SHARED_POINTS: [&str; 4] = [
     "before-commit",
     "after-commit",
     "mid-dispatch",
-    "after-spawn",
     "after-signal",
 ];
+
+impl Executor {
+    /// The crash point only this executor reaches: right after it started a launch (a point
+    /// another executor never passes would leave a trial without its crash).
+    fn launch_point(self) -> &'static str {
+        match self {
+            Executor::Local => "after-spawn",
+            Executor::Slurm => "after-sbatch",
+            Executor::Ray => "after-ray-submit",
+        }
+    }
+}
 
 /// One job of a trial.
 #[derive(Debug, Clone)]
@@ -151,15 +162,29 @@ fn step_counts(trace: &Path) -> BTreeMap<u64, u64> {
     counts
 }
 
+/// The most launches of one job seen alive at once, and what was seen the first time it was
+/// reached (the processes and cluster jobs of every launch then), so a failure says which.
+#[derive(Clone, Debug, Default)]
+struct MostLive {
+    count: usize,
+    seen: Vec<String>,
+}
+
 /// Watches the launches of a server: per job, the most launches alive at once (processes that
 /// carry a launch marker; on Slurm, also Slurm jobs under the server's name; on Ray, its Ray jobs
 /// that are not over).
-fn watch_launches(instance: String, executor: Executor) -> Watch<BTreeMap<String, usize>> {
+fn watch_launches(instance: String, executor: Executor) -> Watch<BTreeMap<String, MostLive>> {
     Watch::start(
         Duration::from_millis(50),
-        move |most: &mut BTreeMap<String, usize>| {
+        move |most: &mut BTreeMap<String, MostLive>| {
             let mut live: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-            for (pid, _) in launch_processes(&instance, None) {
+            let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for (pid, cmd) in launch_processes(&instance, None) {
+                // The soak's jobs are plain programs: on Ray, a launch's code is its entrypoint's
+                // processes, and Ray's supervision of it is not (it ends after the job does).
+                if executor == Executor::Ray && ray::is_supervision(pid, &cmd) {
+                    continue;
+                }
                 if let Some(marker) = marker_of(pid) {
                     if let Some((_, id, attempt)) =
                         dlscale_server::executor::parse_launch_marker(&marker)
@@ -167,22 +192,32 @@ fn watch_launches(instance: String, executor: Executor) -> Watch<BTreeMap<String
                         live.entry(id.to_string())
                             .or_default()
                             .insert(attempt.to_string());
+                        seen.entry(id.to_string())
+                            .or_default()
+                            .push(format!("launch {attempt}: pid {pid} {cmd}"));
                     }
                 }
             }
             if executor == Executor::Slurm {
                 for (id, queued) in ours(&instance) {
-                    let e = live.entry(id).or_default();
+                    let e = live.entry(id.clone()).or_default();
                     for q in queued {
                         e.insert(format!("cluster-{}", q.slurm_id));
+                        seen.entry(id.clone())
+                            .or_default()
+                            .push(format!("Slurm job {}", q.slurm_id));
                     }
                 }
             }
             if executor == Executor::Ray {
                 for (id, jobs) in ray::live(&instance) {
-                    let e = live.entry(id).or_default();
+                    let e = live.entry(id.clone()).or_default();
                     for j in jobs {
                         e.insert(format!("cluster-{}", j.submission_id));
+                        seen.entry(id.clone()).or_default().push(format!(
+                            "Ray job {} (launch {}) {}",
+                            j.submission_id, j.attempt, j.status
+                        ));
                     }
                 }
             }
@@ -194,8 +229,13 @@ fn watch_launches(instance: String, executor: Executor) -> Watch<BTreeMap<String
                     .count();
                 let jobs = launches.len() - procs;
                 let n = procs.max(jobs);
-                let e = most.entry(id).or_default();
-                *e = (*e).max(n);
+                let e = most.entry(id.clone()).or_default();
+                if n > e.count {
+                    *e = MostLive {
+                        count: n,
+                        seen: seen.remove(&id).unwrap_or_default(),
+                    };
+                }
             }
         },
     )
@@ -274,12 +314,8 @@ async fn trial(executor: Executor, seed: u64) -> TrialReport {
         })
         .collect();
     // Fault 1: a crash point, reached the nth time (the first batches are the start's own).
-    let mut points: Vec<&str> = LOCAL_POINTS.to_vec();
-    match executor {
-        Executor::Local => {}
-        Executor::Slurm => points.push("after-sbatch"),
-        Executor::Ray => points.push("after-ray-submit"),
-    }
+    let mut points: Vec<&str> = SHARED_POINTS.to_vec();
+    points.push(executor.launch_point());
     let point = points[rng.int(0, points.len() as u64 - 1) as usize];
     let nth = match point {
         "before-commit" | "after-commit" => rng.int(3, 12),
@@ -391,12 +427,13 @@ async fn trial(executor: Executor, seed: u64) -> TrialReport {
             .push(format!("processes outlived their launches: {left:?}"));
     }
     let most = watch.finish();
-    report.most_live_launches = most.values().copied().max().unwrap_or(0);
-    for (id, n) in &most {
-        if *n > 1 {
-            report
-                .failures
-                .push(format!("{id} had {n} launches alive at once"));
+    report.most_live_launches = most.values().map(|m| m.count).max().unwrap_or(0);
+    for (id, m) in &most {
+        if m.count > 1 {
+            report.failures.push(format!(
+                "{id} had {} launches alive at once: {:?}",
+                m.count, m.seen
+            ));
         }
     }
     report.jobs = jobs.len();

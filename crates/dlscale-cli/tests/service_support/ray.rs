@@ -122,6 +122,33 @@ pub struct RayJob {
     pub status: String,
 }
 
+/// Whether process `pid` (command line `cmd`) is Ray supervising a job rather than the job's own
+/// code. Ray gives its supervision the job's runtime environment, the launch marker included:
+/// the job's supervisor actor (a Ray worker process), and the orphan watcher the supervisor
+/// starts in a session of its own (`while kill -s 0 <supervisor>; do sleep 1; done; ...`), which
+/// outlives the supervisor, and so the job's end, by up to a second.
+pub fn is_supervision(pid: i32, cmd: &str) -> bool {
+    let ray_worker =
+        |cmd: &str| cmd.starts_with("ray::") || cmd.contains("/workers/default_worker.py");
+    if ray_worker(cmd) {
+        return true;
+    }
+    // The session (field 6 of `stat`, after the command in parentheses) and its leader's command.
+    let session = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let fields: Vec<String> = s[s.rfind(')')? + 1..]
+                .split_whitespace()
+                .map(str::to_string)
+                .collect();
+            fields.get(3)?.parse::<i32>().ok()
+        });
+    session.is_some_and(|sid| {
+        std::fs::read(format!("/proc/{sid}/cmdline"))
+            .is_ok_and(|c| c.starts_with(b"/bin/sh\0-c\0while kill -s 0 "))
+    })
+}
+
 /// The Ray jobs of server `instance` that are not over (pending or running), by dlscale job.
 pub fn live(instance: &str) -> BTreeMap<String, Vec<RayJob>> {
     let Ok(text) = request("GET", "/api/jobs/") else {
