@@ -223,6 +223,11 @@ pub struct JobRecord {
     /// this was kept (the job's own range then applies).
     #[serde(default)]
     pub max_gpus: dlscale_core::GpuCount,
+    /// The global batches it was submitted with (a learned job runs only the batch it runs
+    /// until its gradient statistics can rank batches); `None` in records stored before this
+    /// was kept (a restore takes the job's).
+    #[serde(default)]
+    pub batch_range: Option<dlscale_core::BatchRange>,
     /// Its own priority weight, before its team's fair-share factor scales it for a
     /// decision; 0 in records stored before this was kept (a restore takes the job's).
     #[serde(default)]

@@ -29,13 +29,17 @@ fn config() -> AutoscalerConfig {
 }
 
 fn submission(batch_in_place: bool) -> Input {
+    submission_of(ModelSource::Given, batch_in_place)
+}
+
+fn submission_of(model: ModelSource, batch_in_place: bool) -> Input {
     let text = r#"{"jobs": [{"id": "a", "min_batch": 16, "max_batch": 512, "batch_size": 16,
         "max_local_batch": 64, "max_gpus": 2, "work_samples": 1e9,
         "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.001, "sync_intra_base_s": 0.002}}]}"#;
     let job = parse_jobs(text, FileFormat::Json, "test")
         .unwrap()
         .remove(0);
-    steps::submission(job, ModelSource::Given, None, batch_in_place)
+    steps::submission(job, model, None, batch_in_place)
 }
 
 fn report(batch: u32, samples_per_s: f64, grad: Option<GradNoise>) -> Input {
@@ -47,6 +51,59 @@ fn report(batch: u32, samples_per_s: f64, grad: Option<GradNoise>) -> Input {
             ..steps::report(1, batch, samples_per_s)
         },
     )
+}
+
+/// A learned job a, measured once with `grad` as its gradient statistics: the batch it ran,
+/// and each batch the decision after that gave it (a rebatch's, or the next launch's).
+fn learned_then_decided(grad: Option<GradNoise>) -> (u32, Vec<u32>) {
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 2));
+    let s = a.handle(0.0, vec![submission_of(ModelSource::Learned, true)]);
+    a.handle(0.0, started(&s));
+    let runs = a.job("a").unwrap().0.shape().unwrap().batch_size;
+    // Warm-up, then a measured report.
+    a.handle(10.0, vec![report(runs, 1000.0, None)]);
+    let mut steps = vec![a.handle(20.0, vec![report(runs, 1000.0, grad)])];
+    steps.push(a.handle(60.0, Vec::new()));
+    let decided = steps
+        .iter()
+        .flat_map(|s| {
+            let rebatches = s.actions.iter().filter_map(|x| match x {
+                Action::Rebatch { shape, .. } => Some(shape.batch_size),
+                _ => None,
+            });
+            let relaunches = s.events.iter().filter_map(|e| match e {
+                Event::Stopping {
+                    next: Some(shape), ..
+                } => Some(shape.batch_size),
+                _ => None,
+            });
+            rebatches.chain(relaunches).collect::<Vec<_>>()
+        })
+        .collect();
+    (runs, decided)
+}
+
+/// A learned job measured without gradient statistics keeps the batch it runs, in place or
+/// relaunched on more GPUs: every batch is then as efficient as any other, so its model's best
+/// batch is no reason to move (and where it moved is where its statistics would be measured).
+/// Once they are reported, its batch moves as any job's does.
+#[test]
+fn a_learned_job_changes_its_batch_only_once_its_gradient_statistics_can_rank_batches() {
+    let (runs, decided) = learned_then_decided(None);
+    assert!(
+        decided.iter().all(|&b| b == runs),
+        "{decided:?} from {runs} without a gradient signal"
+    );
+    // Statistics that make large batches wasteful.
+    let noise = GradNoise {
+        grad_sqr: 1.0,
+        grad_var: 0.5,
+    };
+    let (runs, decided) = learned_then_decided(Some(noise));
+    assert!(
+        decided.first().is_some_and(|&b| b < runs),
+        "{decided:?} from {runs}"
+    );
 }
 
 /// What the decision after a's noise scale came out small does: (stops, rebatches to, the

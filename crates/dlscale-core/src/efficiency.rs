@@ -31,10 +31,16 @@ impl GradNoise {
         }
     }
 
+    /// Whether these statistics carry a gradient signal at all: without one every batch is
+    /// equally efficient, so they cannot rank batch sizes.
+    pub fn has_signal(&self) -> bool {
+        self.grad_var + self.grad_sqr > 0.0
+    }
+
     /// Progress (in steps at the initial batch) made by one step at `batch`.
     pub fn gain(&self, batch: f64, init_batch: u32) -> f64 {
         let scale = batch / f64::from(init_batch);
-        if self.grad_var + self.grad_sqr <= 0.0 {
+        if !self.has_signal() {
             // No gradient signal measured at all: every sample counts fully.
             return scale;
         }

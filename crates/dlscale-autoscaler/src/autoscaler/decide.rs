@@ -79,6 +79,24 @@ impl Autoscaler {
                 }
             }
             let launch = r.launch.as_ref();
+            if let Some(range) = r.batch_range {
+                job.batch = range;
+            }
+            // A running learned job keeps its batch until its gradient statistics can rank
+            // batches: before that every batch is as efficient as any other, so the model's best
+            // batch is no reason to move it, and the statistics (measured at the batch that
+            // runs) would then be measured wherever that arbitrary pick took it.
+            let ranks_batches = job.efficiency.is_some_and(|e| e.noise.has_signal());
+            let running = launch.filter(|_| matches!(r.status, Status::Starting | Status::Running));
+            if let (Some(l), true, false) =
+                (running, r.model == ModelSource::Learned, ranks_batches)
+            {
+                let runs = l.decided().batch_size;
+                job.batch = BatchRange {
+                    min: runs,
+                    max: runs,
+                };
+            }
             job.current = match (r.status, launch) {
                 (Status::Starting | Status::Running, Some(l)) => Some(CurrentAllocation {
                     gpus: l.decided().gpus,

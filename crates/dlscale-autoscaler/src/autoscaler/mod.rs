@@ -229,6 +229,7 @@ impl Autoscaler {
             if record.max_gpus == 0 {
                 record.max_gpus = job.gpus.max;
             }
+            record.batch_range.get_or_insert(job.batch);
             if record.weight <= 0.0 {
                 record.weight = job.weight;
             }
@@ -635,6 +636,7 @@ impl Autoscaler {
             planned: None,
             retry_at_s: None,
             max_gpus: job.gpus.max,
+            batch_range: Some(job.batch),
             weight: job.weight,
             family,
             first_grad: None,
