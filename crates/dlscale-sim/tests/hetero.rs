@@ -115,7 +115,7 @@ fn reproduce_hetero_reports_every_run_it_makes() {
         calls.push((done, total))
     })
     .unwrap();
-    assert_eq!(calls.last(), Some(&(5, 5)));
+    assert_eq!(calls.last(), Some(&(6, 6)));
     assert_eq!(rows.len(), 1);
     assert!(rows[0].avg_jct_s.iter().all(|&j| j.is_finite() && j > 0.0));
     assert!(rows[0].completed.iter().all(|&done| done <= rows[0].jobs));
@@ -148,7 +148,7 @@ fn the_hetero_report_says_which_runs_left_jobs_out() {
     let row = |workload, completed: Vec<usize>| HeteroRow {
         workload,
         jobs: 160,
-        avg_jct_s: vec![1000.0, 1250.0, 1900.0, 1600.0, 800.0],
+        avg_jct_s: vec![1000.0, 1250.0, 1900.0, 1600.0, 800.0, 1000.0],
         // Gavel's pair over the jobs both completed.
         paired_avg_jct_s: vec![
             (1000.0, 1000.0),
@@ -156,10 +156,14 @@ fn the_hetero_report_says_which_runs_left_jobs_out() {
             (950.0, 1900.0),
             (1000.0, 1600.0),
             (1000.0, 800.0),
+            (1000.0, 1000.0),
         ],
         completed,
     };
-    let rows = [row(1, vec![160; 5]), row(2, vec![160, 160, 157, 160, 160])];
+    let rows = [
+        row(1, vec![160; 6]),
+        row(2, vec![160, 160, 157, 160, 160, 160]),
+    ];
     let report = hetero_report(&fleet(&[("t4", 4), ("a100", 2)]), &rows);
     assert!(report.contains("over the jobs both completed"), "{report}");
     assert!(
@@ -171,4 +175,13 @@ fn the_hetero_report_says_which_runs_left_jobs_out() {
     assert!(report.contains("| 0.800× | 0.500× | 0.625× |"), "{report}");
     assert!(report.contains("worst 0.800×, met"), "{report}");
     assert!(report.contains("worst 0.625×, met"), "{report}");
+    // The oracles: 800 against 1,000; learning costs 1,000 / 800 and 1,250 / 1,000.
+    assert!(
+        report.contains("is 0.800× Sia's (worst workload 0.800×)"),
+        "{report}"
+    );
+    assert!(
+        report.contains("costs elastic-batch 1.250× its oracle's mean and Sia 1.250×."),
+        "{report}"
+    );
 }
