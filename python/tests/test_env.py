@@ -65,6 +65,19 @@ def test_malformed(env, message):
     assert message in str(exc.value)
 
 
+def test_the_token_may_come_from_a_file(tmp_path):
+    path = tmp_path / "token"
+    path.write_text("s3cret\n")
+    assert alloc(DLSCALE_TOKEN_FILE=path).token == "s3cret"
+    # The variable wins over the file.
+    assert alloc(DLSCALE_TOKEN="other", DLSCALE_TOKEN_FILE=path).token == "other"
+    path.write_text("a\nb\n")
+    with pytest.raises(EnvError, match="must not contain newlines"):
+        alloc(DLSCALE_TOKEN_FILE=path)
+    with pytest.raises(EnvError, match="DLSCALE_TOKEN_FILE=.*missing.*cannot be read"):
+        alloc(DLSCALE_TOKEN_FILE=tmp_path / "missing")
+
+
 def test_blank_values_count_as_unset():
     a = alloc(DLSCALE_WORLD_SIZE="", DLSCALE_API="  ", DLSCALE_TOKEN="")
     assert a.world_size == 1 and a.api is None and a.token is None

@@ -108,6 +108,18 @@ async fn ray_train_jobs_are_rebatched_shrunk_grown_and_adopted_after_a_server_ki
         })
         .await;
     lap("a rebatched in place");
+    // Its workers reported with the job's token, read from a file of the launch's own: Ray's
+    // dashboard, which shows every job's runtime environment, never shows the token.
+    let tokens = token_files(&dir.0);
+    assert!(!tokens.is_empty(), "no launch token file under {:?}", dir.0);
+    let listed = ray::request("GET", "/api/jobs/").unwrap();
+    for (path, token) in &tokens {
+        assert!(!token.is_empty(), "{path:?} is empty");
+        assert!(
+            !listed.contains(token.as_str()),
+            "Ray's job list shows {path:?}'s token"
+        );
+    }
 
     // b arrives: a is stopped at a checkpoint and relaunched on one worker (the Ray job's stop).
     server
@@ -199,4 +211,27 @@ async fn ray_train_jobs_are_rebatched_shrunk_grown_and_adopted_after_a_server_ki
     );
     assert!(ray::live(&inst).is_empty(), "{:?}", ray::live(&inst));
     assert_replays(&server);
+}
+
+/// Every launch's token file under `dir` (`<job>/run-<n>/token`), with its contents.
+fn token_files(dir: &Path) -> Vec<(std::path::PathBuf, String)> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n == "token")
+                && path
+                    .parent()
+                    .and_then(|p| p.file_name())
+                    .is_some_and(|n| n.to_string_lossy().starts_with("run-"))
+            {
+                let token = std::fs::read_to_string(&path).unwrap_or_default();
+                found.push((path, token.trim().to_string()));
+            }
+        }
+    }
+    found
 }

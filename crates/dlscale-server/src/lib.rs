@@ -79,22 +79,28 @@ pub fn load_or_create_token(config: &ServerConfig) -> Result<String> {
         }
     }
     let token = random_hex(24).context("cannot generate a token")?;
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    writeln!(f, "{token}").with_context(|| format!("cannot write {}", path.display()))?;
+    write_private(&path, &format!("{token}\n"))?;
     tracing::warn!(
         "no token configured: generated one in {} (export DLSCALE_TOKEN=$(cat {}))",
         path.display(),
         path.display()
     );
     Ok(token)
+}
+
+/// Writes `text` to `path`, readable by its owner alone (created so: never a moment readable
+/// by others).
+pub fn write_private(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn check_private(path: &Path, mode: u32) -> Result<()> {

@@ -124,7 +124,7 @@ pub struct Source {
 }
 
 /// Environment variables the server sets itself; a submission may not override them.
-pub const RESERVED_ENV: [&str; 22] = [
+pub const RESERVED_ENV: [&str; 23] = [
     "DLSCALE_JOB_ID",
     "DLSCALE_WORLD_SIZE",
     "DLSCALE_BATCH_SIZE",
@@ -133,6 +133,7 @@ pub const RESERVED_ENV: [&str; 22] = [
     "DLSCALE_CHECKPOINT_DIR",
     "DLSCALE_API",
     "DLSCALE_TOKEN",
+    "DLSCALE_TOKEN_FILE",
     "DLSCALE_STOP_EXIT_CODE",
     "DLSCALE_ATTEMPT",
     "DLSCALE_LAUNCH",

@@ -145,6 +145,15 @@ class Allocation:
         if api is not None and job_id is None:
             raise EnvError("DLSCALE_API is set but DLSCALE_JOB_ID is not")
         token = _str(env, "DLSCALE_TOKEN")
+        token_file = _str(env, "DLSCALE_TOKEN_FILE")
+        if token is None and token_file is not None:
+            # Where an engine shows a job's environment to others (Ray's dashboard), the server
+            # gives the token as a file of the job's own instead.
+            try:
+                with open(token_file, encoding="utf-8") as f:
+                    token = f.read().rstrip("\n") or None
+            except (OSError, UnicodeDecodeError) as exc:
+                raise EnvError(f"DLSCALE_TOKEN_FILE={token_file!r} cannot be read: {exc}") from exc
         if token is not None and any(c in token for c in "\r\n"):
             raise EnvError("DLSCALE_TOKEN must not contain newlines")
 

@@ -249,6 +249,18 @@ pub fn interpret(
     (observation, handles)
 }
 
+/// The file in a launch's run directory that holds the job's token.
+pub const TOKEN_FILE: &str = "token";
+
+/// Moves the job's token out of a launch's environment `env` (Ray's dashboard shows a job's
+/// runtime environment to whoever can reach it) and names the file `path` that is to hold it
+/// instead (`DLSCALE_TOKEN_FILE`, which the worker library reads); the token, if `env` had one.
+pub fn token_to_file(env: &mut BTreeMap<String, String>, path: &Path) -> Option<String> {
+    let token = env.remove("DLSCALE_TOKEN")?;
+    env.insert("DLSCALE_TOKEN_FILE".into(), path.display().to_string());
+    Some(token)
+}
+
 /// The entrypoint of a launch: in the job's working directory, its command (launcher `plain`)
 /// or its Python script run by `python` (launcher `torchrun`, the default: the script is the
 /// Ray Train driver; Ray starts the workers).
@@ -444,6 +456,8 @@ impl Executor for RayExecutor {
         let sid = submission_id(&self.ctx.instance, &spec.id, l.attempt);
         let entrypoint = entrypoint(spec, &self.cfg.python)?;
         let mut env = worker_env(spec, l.attempt, &l.shape, &job.token, &self.ctx);
+        let token_file = files.run(l.attempt).join(TOKEN_FILE);
+        let token = token_to_file(&mut env, &token_file);
         env.insert("DLSCALE_RAY_RESOURCE".into(), self.cfg.resource.clone());
         env.insert("DLSCALE_RAY_RUN_NAME".into(), run_name(spec));
         // Ray's job supervisor waits this long after its SIGTERM before it kills the entrypoint.
@@ -463,6 +477,9 @@ impl Executor for RayExecutor {
                 for dir in [&run, &ckpt] {
                     std::fs::create_dir_all(dir)
                         .with_context(|| format!("cannot create {}", dir.display()))?;
+                }
+                if let Some(token) = token {
+                    crate::write_private(&token_file, &token)?;
                 }
                 std::fs::OpenOptions::new()
                     .create(true)

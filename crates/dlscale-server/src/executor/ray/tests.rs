@@ -207,3 +207,27 @@ fn ray_errors_read_as_their_last_line() {
         "ValueError: Job with submission_id s already exists."
     );
 }
+
+#[test]
+fn the_token_leaves_the_runtime_env_for_a_file_only_its_owner_reads() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(TOKEN_FILE);
+    let mut env: BTreeMap<String, String> = [
+        ("DLSCALE_TOKEN".to_string(), "s3cret".to_string()),
+        ("DLSCALE_JOB_ID".to_string(), "j".to_string()),
+    ]
+    .into();
+    let token = token_to_file(&mut env, &path);
+    assert_eq!(token.as_deref(), Some("s3cret"));
+    assert!(!env.values().any(|v| v.contains("s3cret")), "{env:?}");
+    assert_eq!(env["DLSCALE_TOKEN_FILE"], path.display().to_string());
+    crate::write_private(&path, "s3cret").unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "s3cret");
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // No token, no file named.
+    let mut bare: BTreeMap<String, String> = BTreeMap::new();
+    assert_eq!(token_to_file(&mut bare, &path), None);
+    assert!(bare.is_empty());
+}
