@@ -86,29 +86,25 @@ impl Autoscaler {
             // batches: before that every batch is as efficient as any other, so the model's best
             // batch is no reason to move it, and the statistics (measured at the batch that
             // runs) would then be measured wherever that arbitrary pick took it.
-            let ranks_batches = job.efficiency.is_some_and(|e| e.noise.has_signal());
             let running = launch.filter(|_| matches!(r.status, Status::Starting | Status::Running));
-            if let (Some(l), true, false) =
-                (running, r.model == ModelSource::Learned, ranks_batches)
-            {
+            let ranks_batches = job.efficiency.is_some_and(|e| e.noise.has_signal());
+            if let (Some(l), ModelSource::Learned, false) = (running, &r.model, ranks_batches) {
                 let runs = l.decided().batch_size;
                 job.batch = BatchRange {
                     min: runs,
                     max: runs,
                 };
             }
-            job.current = match (r.status, launch) {
-                (Status::Starting | Status::Running, Some(l)) => Some(CurrentAllocation {
+            job.current = running
+                .map(|l| CurrentAllocation {
                     gpus: l.decided().gpus,
                     batch: l.decided().batch_size,
                     age_s: (now - r.submitted_s).max(0.0),
                     restarts: r.restarts + r.failures,
                     batch_in_place: r.batch_in_place,
-                }),
-                _ => None,
-            }
-            .filter(|c| job.batch_fits(c.gpus, c.batch) && job.gpus.allows(c.gpus))
-            .filter(|_| launch.is_some_and(|l| still_placed(&l.shape.shares)));
+                })
+                .filter(|c| job.batch_fits(c.gpus, c.batch) && job.gpus.allows(c.gpus))
+                .filter(|_| launch.is_some_and(|l| still_placed(&l.shape.shares)));
             // On a fleet, the type its launch runs on.
             job.types.current = launch
                 .filter(|_| self.fleet.is_some() && job.current.is_some())

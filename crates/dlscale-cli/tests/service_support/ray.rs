@@ -128,20 +128,19 @@ pub struct RayJob {
 /// starts in a session of its own (`while kill -s 0 <supervisor>; do sleep 1; done; ...`), which
 /// outlives the supervisor, and so the job's end, by up to a second.
 pub fn is_supervision(pid: i32, cmd: &str) -> bool {
-    let ray_worker =
-        |cmd: &str| cmd.starts_with("ray::") || cmd.contains("/workers/default_worker.py");
-    if ray_worker(cmd) {
+    // A Ray worker process: titled `ray::…` once its actor runs, `default_worker.py` before.
+    if cmd.starts_with("ray::") || cmd.contains("/workers/default_worker.py") {
         return true;
     }
     // The session (field 6 of `stat`, after the command in parentheses) and its leader's command.
     let session = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
-            let fields: Vec<String> = s[s.rfind(')')? + 1..]
+            s[s.rfind(')')? + 1..]
                 .split_whitespace()
-                .map(str::to_string)
-                .collect();
-            fields.get(3)?.parse::<i32>().ok()
+                .nth(3)?
+                .parse::<i32>()
+                .ok()
         });
     session.is_some_and(|sid| {
         std::fs::read(format!("/proc/{sid}/cmdline"))

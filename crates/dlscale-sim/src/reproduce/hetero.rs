@@ -5,10 +5,10 @@
 //! job's model per type from its reports and knowing the same (no declared lengths, no shared
 //! model families): elastic-batch across types, Sia's policy re-implemented from its paper,
 //! Gavel's heterogeneity-aware max-min fairness (fixed GPUs and batch, as published), and
-//! type-blind elastic-batch (every type's GPUs alike). Elastic-batch and Sia with an oracle (true models
-//! on every type, true gradient statistics, no lengths, as the learned runs) are labelled rows
-//! of their own: what each policy is worth with nothing left to learn, and so how much of a gap
-//! learning could close. `report.md` holds the table and the targets' verdicts, every figure
+//! type-blind elastic-batch (every type's GPUs alike). Elastic-batch and Sia with an oracle
+//! (true models on every type, true gradient statistics, no lengths, as the learned runs) are
+//! labelled rows of their own: what each policy is worth with nothing left to learn, and so how
+//! much of a gap learning could close. `report.md` holds the table and the targets' verdicts, every figure
 //! from this run.
 
 use std::collections::BTreeMap;
