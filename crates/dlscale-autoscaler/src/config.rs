@@ -4,6 +4,52 @@ use dlscale_core::allocator::{FairShare, TeamQuota, Teams, ELASTIC_BATCH};
 use dlscale_core::placement::{ShapeRule, Topology};
 use dlscale_core::{GpuCount, Job, PolicyInfo, PolicyOptions, Settings};
 
+/// What a decision between two periodic ones may change. A periodic decision may change
+/// anything; one on an event (a job arrived or ended, a launch was lost) is decided at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnEvents {
+    /// Nothing: an event waits for the next periodic decision (Pollux's simulator).
+    Wait,
+    /// Waiting jobs start on idle GPUs, and a team short of its guarantee takes it back from
+    /// teams borrowing beyond theirs; running jobs otherwise keep their GPUs and batch until
+    /// the next periodic decision. A restart costs a job its progress while it restarts, and
+    /// reshaping on every event restarted jobs more than it gained (BENCHMARKS.md, "Events").
+    Admit,
+    /// Everything is decided anew, as at a periodic decision.
+    Reshape,
+}
+
+impl OnEvents {
+    /// Every setting, in the order of [`OnEvents::name`]'s words.
+    pub const ALL: [OnEvents; 3] = [OnEvents::Wait, OnEvents::Admit, OnEvents::Reshape];
+
+    /// Its name in flags and configuration files.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnEvents::Wait => "wait",
+            OnEvents::Admit => "admit",
+            OnEvents::Reshape => "reshape",
+        }
+    }
+}
+
+impl std::fmt::Display for OnEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for OnEvents {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        OnEvents::ALL
+            .into_iter()
+            .find(|e| e.name() == s)
+            .ok_or_else(|| format!("unknown event setting '{s}' (expected wait, admit or reshape)"))
+    }
+}
+
 /// Everything that shapes the autoscaler's decisions besides its inputs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AutoscalerConfig {
@@ -20,9 +66,9 @@ pub struct AutoscalerConfig {
     /// Decide every this many seconds (from time 0), if set, when the policy says a decision
     /// could differ (see [`dlscale_core::Policy::next_change_s`]).
     pub interval_s: Option<f64>,
-    /// Also decide as soon as a job arrives or ends (otherwise only at intervals, as Pollux's
-    /// simulator does).
-    pub decide_on_events: bool,
+    /// What a decision on an event (an arrival, an end, a lost launch) may change between
+    /// the periodic ones.
+    pub on_events: OnEvents,
     /// A (re)started job keeps its allocation this long, unless a waiting job needs its GPUs.
     pub cooldown_s: f64,
     /// A stopped launch still running this long after the stop request is killed.
@@ -52,8 +98,8 @@ pub struct AutoscalerConfig {
 }
 
 impl Default for AutoscalerConfig {
-    /// elastic-batch with the core's default settings, any split, decisions on events and every
-    /// 60 s, no cooldown, 30 s grace, 2 retries.
+    /// elastic-batch with the core's default settings, any split, decisions every 60 s and
+    /// admissions on events, no cooldown, 30 s grace, 2 retries.
     fn default() -> Self {
         AutoscalerConfig {
             policy: ELASTIC_BATCH,
@@ -62,7 +108,7 @@ impl Default for AutoscalerConfig {
             shape: ShapeRule::Any,
             defragment_moves_per_job: 0,
             interval_s: Some(60.0),
-            decide_on_events: true,
+            on_events: OnEvents::Admit,
             cooldown_s: 0.0,
             grace_s: 30.0,
             max_retries: 2,
@@ -104,7 +150,12 @@ struct Stored {
     shape: ShapeRule,
     defragment_moves_per_job: u32,
     interval_s: Option<f64>,
-    decide_on_events: bool,
+    /// Absent in records older than [`OnEvents`]: `decide_on_events` says then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    on_events: Option<OnEvents>,
+    /// Records older than [`OnEvents`]: true decided everything anew on events.
+    #[serde(default, skip_serializing)]
+    decide_on_events: Option<bool>,
     cooldown_s: f64,
     grace_s: f64,
     max_retries: u32,
@@ -130,7 +181,8 @@ impl serde::Serialize for AutoscalerConfig {
             shape: self.shape,
             defragment_moves_per_job: self.defragment_moves_per_job,
             interval_s: self.interval_s,
-            decide_on_events: self.decide_on_events,
+            on_events: Some(self.on_events),
+            decide_on_events: None,
             cooldown_s: self.cooldown_s,
             grace_s: self.grace_s,
             max_retries: self.max_retries,
@@ -156,7 +208,10 @@ impl<'de> serde::Deserialize<'de> for AutoscalerConfig {
             shape: s.shape,
             defragment_moves_per_job: s.defragment_moves_per_job,
             interval_s: s.interval_s,
-            decide_on_events: s.decide_on_events,
+            on_events: s.on_events.unwrap_or(match s.decide_on_events {
+                Some(false) => OnEvents::Wait,
+                _ => OnEvents::Reshape,
+            }),
             cooldown_s: s.cooldown_s,
             grace_s: s.grace_s,
             max_retries: s.max_retries,

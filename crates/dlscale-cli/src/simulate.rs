@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
+use dlscale_autoscaler::OnEvents;
 use dlscale_core::allocator::FairShare;
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::PolicyInfo;
@@ -69,10 +70,11 @@ pub struct SimulateArgs {
     /// [default: 4; the most-free rule never moves a job].
     #[arg(long)]
     pub defragment_moves: Option<u32>,
-    /// Also decide when a job arrives or completes (true), or only every interval (false)
-    /// [default: true; the Pollux preset: false].
-    #[arg(long)]
-    pub schedule_on_events: Option<bool>,
+    /// What a decision when a job arrives or completes may change: `wait` (nothing: decide
+    /// only every interval), `admit` (start waiting jobs on idle GPUs; running jobs change at
+    /// the next interval) or `reshape` (anything) [default: admit; the Pollux preset: wait].
+    #[arg(long, value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<OnEvents>()))]
+    pub on_events: Option<OnEvents>,
     /// Start from a preset that the other flags override: `pollux` (Pollux's artifact
     /// simulator: 16 × 4 GPUs, rounds every 60 s only, 30 s restarts, goodput progress, no
     /// repack, Tiresias at 57,600 GPU-s, the artifact's world and its baselines' rules).
@@ -292,7 +294,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
     let config = SimConfig {
         cluster,
         interval_s: (interval > 0.0).then_some(interval),
-        schedule_on_events: args.schedule_on_events.unwrap_or(base.schedule_on_events),
+        on_events: args.on_events.unwrap_or(base.on_events),
         restart_delay_s: restart_s,
         progress: args.progress.unwrap_or(base.progress),
         settings,

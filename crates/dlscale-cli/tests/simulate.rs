@@ -137,6 +137,8 @@ fn reproduce_pollux_writes_a_report_of_every_run_with_its_target() {
             "elastic-batch-interval-seed-2",
             "elastic-batch-interval-seed-3",
             "elastic-batch-events",
+            "elastic-batch-events-seed-2",
+            "elastic-batch-events-seed-3",
             "elastic-batch-length-unknown",
             "elastic-batch-no-families",
             "elastic-batch-pollux-information",
@@ -233,7 +235,7 @@ fn the_pollux_preset_reproduces_the_artifact_and_other_flags_override_it() {
     let preset = run(&[]);
     let jct = preset["avg_jct_s"].as_f64().unwrap();
     assert!((jct / published(3) - 1.0).abs() < 1e-3, "{jct} s");
-    let smaller = run(&["--nodes", "8", "--schedule-on-events", "true"]);
+    let smaller = run(&["--nodes", "8", "--on-events", "reshape"]);
     assert_eq!(smaller["nodes"], 8);
     assert_eq!(smaller["gpus_per_node"], 4);
     assert_ne!(smaller["avg_jct_s"], preset["avg_jct_s"]);

@@ -17,6 +17,7 @@
 //! learn_overlap = true        # learned models may fit compute/all-reduce overlap (γ > 1)
 //! cooldown_s = 60             # no rescale within this many seconds of a (re)start
 //! interval_s = 30             # periodic re-optimisation
+//! on_events = "admit"         # on an arrival or end: wait | admit (start waiting jobs) | reshape
 //! grace_s = 30                # SIGTERM → SIGKILL grace period
 //! max_retries = 2             # relaunches after a failure before a job is marked failed
 //! torchrun = "/path/to/venv/bin/torchrun"
@@ -43,7 +44,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use dlscale_autoscaler::AutoscalerConfig;
+use dlscale_autoscaler::{AutoscalerConfig, OnEvents};
 use dlscale_core::allocator::{FairShare, TeamQuota, Teams, ELASTIC_BATCH};
 use dlscale_core::jobfile::{parse_document, FileFormat};
 use dlscale_core::{
@@ -101,6 +102,8 @@ pub struct ConfigFile {
     pub cooldown_s: Option<f64>,
     /// Seconds between periodic re-optimisations.
     pub interval_s: Option<f64>,
+    /// What a decision on an event may change: `wait`, `admit` or `reshape`.
+    pub on_events: Option<String>,
     /// SIGTERM → SIGKILL grace period, seconds.
     pub grace_s: Option<f64>,
     /// Relaunches of a failed job before it is marked failed.
@@ -205,6 +208,8 @@ pub struct ServerConfig {
     pub cooldown_s: f64,
     /// Seconds between periodic re-optimisations.
     pub interval_s: f64,
+    /// What a decision on an arrival or an end may change between periodic ones.
+    pub on_events: OnEvents,
     /// SIGTERM → SIGKILL grace period, seconds.
     pub grace_s: f64,
     /// Relaunches after failures before a job is marked failed.
@@ -288,7 +293,7 @@ impl ServerConfig {
             shape: self.executor.shape(),
             defragment_moves_per_job: self.defragment_moves,
             interval_s: Some(self.interval_s),
-            decide_on_events: true,
+            on_events: self.on_events,
             cooldown_s: self.cooldown_s,
             grace_s: self.grace_s,
             max_retries: self.max_retries,
@@ -431,6 +436,10 @@ impl ServerConfig {
             learn_overlap: file.learn_overlap.unwrap_or(true),
             cooldown_s: duration_s("cooldown_s", file.cooldown_s.unwrap_or(60.0))?,
             interval_s,
+            on_events: match file.on_events.as_deref() {
+                Some(e) => OnEvents::from_str(e).map_err(|e| anyhow!("on_events: {e}"))?,
+                None => OnEvents::Admit,
+            },
             grace_s: duration_s("grace_s", file.grace_s.unwrap_or(30.0))?,
             max_retries: file.max_retries.unwrap_or(2),
             torchrun,
@@ -612,6 +621,10 @@ mod tests {
             ("grace_s = 1e20", "grace_s must be at most"),
             ("cooldown_s = 1e20", "cooldown_s must be at most"),
             ("counts = \"odd\"", "counts: unknown count rule 'odd'"),
+            (
+                "on_events = \"always\"",
+                "on_events: unknown event setting 'always'",
+            ),
             ("remaining_exponent = -1.0", "remaining_exponent must be"),
             (
                 "remaining_scale_s = 1e20",

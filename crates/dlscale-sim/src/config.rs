@@ -6,6 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use dlscale_autoscaler::OnEvents;
 use dlscale_core::allocator::{FairShare, Teams};
 use dlscale_core::placement::{ShapeRule, Topology};
 use dlscale_core::{Cluster, CountRule, Fleet, PolicyInfo, PolicyOptions, Settings};
@@ -202,8 +203,8 @@ pub struct SimConfig {
     pub cluster: Cluster,
     /// Run the allocator every this many seconds (from t = 0), if set.
     pub interval_s: Option<f64>,
-    /// Also run the allocator when a job arrives or completes.
-    pub schedule_on_events: bool,
+    /// What a decision on an arrival or a completion may change between the periodic ones.
+    pub on_events: OnEvents,
     /// Seconds a (re)started job makes no progress (checkpoint, restart, warm-up).
     pub restart_delay_s: f64,
     /// Per-model restart delays, overriding `restart_delay_s`.
@@ -259,7 +260,7 @@ impl Default for SimConfig {
                 gpus_per_node: 4,
             },
             interval_s: Some(60.0),
-            schedule_on_events: true,
+            on_events: OnEvents::Admit,
             restart_delay_s: 30.0,
             restart_delay_by_model_s: BTreeMap::new(),
             progress: ProgressMode::Samples,
@@ -296,7 +297,7 @@ impl SimConfig {
                 gpus_per_node: 4,
             },
             interval_s: Some(60.0),
-            schedule_on_events: false,
+            on_events: OnEvents::Wait,
             restart_delay_s: 30.0,
             progress: ProgressMode::Goodput,
             settings: Settings {
@@ -351,8 +352,8 @@ impl SimConfig {
             if !(i.is_finite() && i > 0.0) {
                 return bad(format!("interval_s must be positive, got {i}"));
             }
-        } else if !self.schedule_on_events {
-            return bad("the allocator never runs: set an interval or scheduling on events".into());
+        } else if self.on_events == OnEvents::Wait {
+            return bad("the allocator never runs: set an interval or decisions on events".into());
         }
         let delays = std::iter::once(("default", self.restart_delay_s)).chain(
             self.restart_delay_by_model_s

@@ -83,7 +83,7 @@ pub fn autoscaler_config(config: &SimConfig, policy: PolicyInfo) -> AutoscalerCo
         shape: config.shape_for(policy),
         defragment_moves_per_job: config.defragment_moves_per_job,
         interval_s: config.interval_s,
-        decide_on_events: config.schedule_on_events,
+        on_events: config.on_events,
         // A simulated job stops at once, never fails, and is never left pending.
         cooldown_s: 0.0,
         grace_s: 0.0,

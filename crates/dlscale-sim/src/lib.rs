@@ -26,6 +26,8 @@ pub mod workload;
 pub mod world;
 
 pub use config::{Knowledge, Preset, ProgressMode, Reporting, SimConfig, World};
+/// What a decision on an arrival or a completion may change ([`SimConfig::on_events`]).
+pub use dlscale_autoscaler::OnEvents;
 pub use engine::{simulate, SimResult};
 pub use error::{Result, SimError};
 pub use metrics::{CsvJobWriter, JobRecord, Outcome, SimObserver, Summary, Timeline};

@@ -5,7 +5,7 @@ use dlscale_core::allocator::OPTIMUS;
 use dlscale_core::Cluster;
 use dlscale_sim::metrics::{JobRecord, SimObserver};
 use dlscale_sim::workload::{model_job, SimJob, Work};
-use dlscale_sim::{simulate, Knowledge, Outcome, SimConfig, Workload};
+use dlscale_sim::{simulate, Knowledge, OnEvents, Outcome, SimConfig, Workload};
 
 #[derive(Default)]
 struct Collect(Vec<JobRecord>);
@@ -41,7 +41,7 @@ fn optimus_gives_the_spare_gpus_to_the_job_that_saves_the_most_time() {
     let cfg = SimConfig {
         cluster: Cluster::new(1, 3).unwrap(),
         interval_s: None,
-        schedule_on_events: true,
+        on_events: OnEvents::Reshape,
         knowledge: Knowledge::ORACLE,
         ..SimConfig::default()
     };

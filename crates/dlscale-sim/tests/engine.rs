@@ -9,7 +9,8 @@ use dlscale_core::{Admission, Cluster, PolicyInfo, PolicyOptions, Settings, REGI
 use dlscale_sim::metrics::{JobRecord, SimObserver};
 use dlscale_sim::workload::{generate, model_job, GeneratorSpec, SimJob, Work};
 use dlscale_sim::{
-    simulate, CsvJobWriter, Knowledge, Outcome, ProgressMode, Reporting, SimConfig, Workload,
+    simulate, CsvJobWriter, Knowledge, OnEvents, Outcome, ProgressMode, Reporting, SimConfig,
+    Workload,
 };
 
 #[derive(Default)]
@@ -38,7 +39,7 @@ fn config(nodes: u32, per_node: u32) -> SimConfig {
     SimConfig {
         cluster: Cluster::new(nodes, per_node).unwrap(),
         interval_s: None,
-        schedule_on_events: true,
+        on_events: OnEvents::Reshape,
         knowledge: Knowledge::ORACLE,
         ..SimConfig::default()
     }
@@ -286,7 +287,12 @@ proptest! {
         let cfg = SimConfig {
             cluster: Cluster::new(nodes, per_node).unwrap(),
             interval_s: interval,
-            schedule_on_events: interval.is_none() || seed % 2 == 0,
+            // Without an interval every decision is on an event, and decides all.
+            on_events: match (interval, seed % 3) {
+                (None, _) | (_, 0) => OnEvents::Reshape,
+                (_, 1) => OnEvents::Admit,
+                _ => OnEvents::Wait,
+            },
             restart_delay_s: delay,
             progress: if goodput { ProgressMode::Goodput } else { ProgressMode::Samples },
             settings: Settings {

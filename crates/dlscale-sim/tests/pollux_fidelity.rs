@@ -8,7 +8,7 @@ use dlscale_core::PolicyInfo;
 use dlscale_sim::pollux_artifact::PolluxArtifact;
 use dlscale_sim::reproduce::{pollux_workload, published_avg_jct_s, Load, Published};
 use dlscale_sim::workload::{read_pollux, ReadOptions};
-use dlscale_sim::{simulate, JobRecord, Knowledge, SimConfig, SimObserver};
+use dlscale_sim::{simulate, JobRecord, Knowledge, OnEvents, SimConfig, SimObserver};
 
 /// Relative deviation allowed per cell: the preset emulates every rule of the artifact, so
 /// what is left is floating-point noise (far below the ±3 % the issue asks, which a single
@@ -176,7 +176,7 @@ fn every_cell_at_every_load_is_within_three_percent() {
 #[test]
 fn event_driven_decisions_in_pollux_world_finish_every_job() {
     let config = SimConfig {
-        schedule_on_events: true,
+        on_events: OnEvents::Reshape,
         ..SimConfig::pollux()
     };
     let policy = *dlscale_core::policy_info("elastic-batch").unwrap();

@@ -22,7 +22,7 @@ impl Autoscaler {
         let Some(cluster) = self.model_cluster else {
             return false;
         };
-        self.prepare(now);
+        self.prepare(now, None);
         let fleet = self.fleet.as_ref().map(|(f, _)| f);
         let request = DecisionRequest {
             now_s: now,
@@ -40,13 +40,20 @@ impl Autoscaler {
     }
 
     /// Brings what policies see of every live job up to date: current allocation, hold,
-    /// history, remaining work, a learned job's maximum lowered to its exploration cap. Returns
-    /// why the held jobs are held and which maximums the exploration cap lowered, by id.
+    /// history, remaining work, a learned job's maximum lowered to its exploration cap. With
+    /// `admit_until` (a decision on an event that only admits), every running job is held
+    /// until that periodic decision, except that teams borrowing beyond their guarantees may
+    /// give back to a team short of its own. Returns why the held jobs are held and which
+    /// maximums the exploration cap lowered, by id.
     pub(super) fn prepare(
         &mut self,
         now: f64,
+        admit_until: Option<f64>,
     ) -> (BTreeMap<String, HoldCause>, BTreeMap<String, Explored>) {
         let waiting = self.live.iter().any(|r| r.status == Status::Queued);
+        let may_give_back = admit_until
+            .map(|_| self.teams_that_may_give_back())
+            .unwrap_or_default();
         let mut causes = BTreeMap::new();
         let mut explored = BTreeMap::new();
         if let Some((fleet, _)) = &self.fleet {
@@ -128,7 +135,7 @@ impl Autoscaler {
                     } else if now < until_s {
                         Some(HoldCause::Cooldown { until_s })
                     } else {
-                        None
+                        admit_until.map(|next_s| HoldCause::UntilPeriodic { next_s })
                     }
                 }
                 _ => None,
@@ -138,6 +145,14 @@ impl Autoscaler {
                 Some(HoldCause::Finishing) => Hold::Keep,
                 Some(HoldCause::Cooldown { .. }) if waiting => Hold::ShrinkOnly,
                 Some(HoldCause::Cooldown { .. }) => Hold::Keep,
+                Some(HoldCause::UntilPeriodic { .. }) => {
+                    match self.config.teams.as_ref().map(|t| t.of(job)) {
+                        Some(team) if may_give_back.get(team).copied().unwrap_or(false) => {
+                            Hold::ShrinkOnly
+                        }
+                        _ => Hold::Keep,
+                    }
+                }
             };
             if let Some(cause) = cause {
                 causes.insert(r.id.clone(), cause);
@@ -158,13 +173,21 @@ impl Autoscaler {
     }
 
     /// Runs the policy and places its decision: the new plan.
-    pub(super) fn decide(&mut self, now: f64, trigger: Trigger, out: &mut Out) {
+    /// With `admit_until`, a decision on an event that only admits waiting jobs
+    /// ([`crate::OnEvents::Admit`]): the running ones hold until that periodic decision.
+    pub(super) fn decide(
+        &mut self,
+        now: f64,
+        trigger: Trigger,
+        admit_until: Option<f64>,
+        out: &mut Out,
+    ) {
         let Some(cluster) = self.model_cluster else {
             // No usable GPU: everyone waits.
             self.plan = self.live.iter().map(|r| (r.seq, Target::Wait)).collect();
             return;
         };
-        let (holds, explored) = self.prepare(now);
+        let (holds, explored) = self.prepare(now, admit_until);
         // Jobs being cancelled are not decided for: they are leaving.
         let cancelling = |r: &JobRecord| {
             r.launch
@@ -211,7 +234,7 @@ impl Autoscaler {
             fleet,
         };
         let PlacedDecision {
-            decision,
+            mut decision,
             placed,
             jobs: capped,
             capped_at,
@@ -224,6 +247,15 @@ impl Autoscaler {
             &previous,
             self.config.defragment_moves_per_job,
         );
+        if admit_until.is_some() {
+            // Dropping is for what a full decision cannot fit: one that held the running jobs
+            // leaves the rest waiting for the next periodic decision.
+            for d in &mut decision.jobs {
+                if d.state == JobState::Dropped {
+                    d.state = JobState::Queued;
+                }
+            }
+        }
         let owned = capped.or(owned);
         let mut record = DecisionRecord {
             at_s: now,

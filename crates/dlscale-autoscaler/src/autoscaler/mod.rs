@@ -5,8 +5,9 @@
 //! 1. **inputs**: each input updates the jobs it is about (lifecycle, progress, models) and may
 //!    make a decision due (an arrival, a departure, a changed model or capacity);
 //! 2. **timers**: stops past their grace period are killed; ended cooldowns make a decision due;
-//! 3. **decision** (when due, and at intervals when the policy says it could differ): the policy
-//!    decides GPU counts and batches, the placement puts them on nodes under the shape rule (a
+//! 3. **decision** (when due, and at intervals when the policy says it could differ; between
+//!    intervals, by default, an event's decision holds every running job and only starts
+//!    waiting ones, [`OnEvents`]): the policy decides GPU counts and batches, the placement puts them on nodes under the shape rule (a
 //!    job that does not fit now is capped at what fits and the policy decides again), and the
 //!    result becomes the **plan**: one target shape (or wait, or drop) per job;
 //! 4. **convergence**: running jobs whose target differs are stopped; a waiting job is launched
@@ -31,7 +32,7 @@ mod teams;
 
 pub use decide::{decide_placed, describe, equal_batch, PlacedDecision};
 
-use crate::config::AutoscalerConfig;
+use crate::config::{AutoscalerConfig, OnEvents};
 use crate::explain::DecisionInputs;
 use crate::input::{Input, ModelSource, Outcome, Submission};
 use crate::learn::learning::{Learning, Report};
@@ -117,6 +118,9 @@ pub struct Autoscaler {
     plan: BTreeMap<u64, Target>,
     /// A decision is due, and why.
     due: Option<Trigger>,
+    /// An event decided on only in part ([`OnEvents::Admit`]): the next periodic decision is
+    /// for it.
+    deferred: Option<Trigger>,
     next_tick_s: Option<f64>,
     now_s: f64,
     last_decision: Option<DecisionRecord>,
@@ -193,6 +197,7 @@ impl Autoscaler {
             next_seq: 1,
             plan: BTreeMap::new(),
             due: None,
+            deferred: None,
             next_tick_s: None,
             now_s: 0.0,
             last_decision: None,
@@ -394,14 +399,31 @@ impl Autoscaler {
         }
         let decide = match &self.due {
             Some(Trigger::Measured(_)) => tick || self.config.interval_s.is_none(),
-            Some(_) => self.config.decide_on_events || tick,
-            None => tick && self.policy_wants(now),
+            Some(_) => self.config.on_events != OnEvents::Wait || tick,
+            None => tick && (self.deferred.is_some() || self.policy_wants(now)),
         };
         if decide && !self.live.is_empty() {
-            let trigger = self.due.take().unwrap_or(Trigger::Interval);
-            self.decide(now, trigger, &mut out);
+            // Between periodic decisions, one that only admits holds the running jobs until the
+            // next (without periodic decisions, every decision is on an event and decides all).
+            let admit_until = match (tick, self.config.on_events) {
+                (false, OnEvents::Admit) => self.next_tick_s,
+                _ => None,
+            };
+            let trigger = self
+                .due
+                .take()
+                .or_else(|| self.deferred.take())
+                .unwrap_or(Trigger::Interval);
+            self.decide(now, trigger.clone(), admit_until, &mut out);
+            self.deferred = match admit_until {
+                // What the event may change of running jobs is decided at the next periodic
+                // decision, whatever the policy says of it then.
+                Some(_) => self.deferred.take().or(Some(trigger)),
+                None => None,
+            };
         } else if self.live.is_empty() {
             self.due = None;
+            self.deferred = None;
         }
         if self.live.is_empty() {
             // Idle: no ticks until something arrives.

@@ -16,6 +16,7 @@ use dlscale_core::{Cluster, GpuCount, Job, Policy};
 use super::Autoscaler;
 use crate::explain::Explored;
 use crate::output::{Refusal, Trigger};
+use crate::record::Status;
 
 impl Autoscaler {
     /// Brings the teams' decayed usage up to `now` (with fair share): since the last step, each
@@ -83,6 +84,30 @@ impl Autoscaler {
         }
         self.due(Trigger::Teams);
         Ok(())
+    }
+
+    /// By team, whether its running jobs may give GPUs back in a decision that otherwise holds
+    /// them ([`crate::OnEvents::Admit`]): it holds more than its guarantee while another team
+    /// with a waiting job holds less than its own. Empty without teams.
+    pub(super) fn teams_that_may_give_back(&self) -> Vec<bool> {
+        let Some(teams) = &self.config.teams else {
+            return Vec::new();
+        };
+        let mut held: Vec<GpuCount> = vec![0; teams.names().len()];
+        let mut waits = vec![false; held.len()];
+        for (r, job) in self.live.iter().zip(&self.jobs) {
+            let t = teams.of(job);
+            match (&r.launch, r.status) {
+                (_, Status::Queued) => waits[t] = true,
+                (Some(l), s) if s.holds_gpus() => held[t] += l.shape.gpus,
+                _ => {}
+            }
+        }
+        let guaranteed = |t: usize| teams.quotas()[t].guaranteed_gpus;
+        let short = (0..held.len()).any(|t| waits[t] && held[t] < guaranteed(t));
+        (0..held.len())
+            .map(|t| short && held[t] > guaranteed(t))
+            .collect()
     }
 
     /// Each job's weight for a decision: its own, times its team's fair-share factor.

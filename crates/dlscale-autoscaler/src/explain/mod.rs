@@ -33,6 +33,12 @@ pub enum HoldCause {
     },
     /// It has less work left than a restart costs.
     Finishing,
+    /// The decision was on an event, which only starts waiting jobs ([`crate::OnEvents::Admit`]):
+    /// running jobs hold until the next periodic decision, at `next_s`.
+    UntilPeriodic {
+        /// When the next periodic decision is due (the autoscaler's clock).
+        next_s: f64,
+    },
 }
 
 /// A learned job whose maximum the exploration cap lowered: its model is trusted only up to
@@ -136,6 +142,12 @@ pub enum Limit {
     },
     /// It has less work left than a restart costs.
     Finishing,
+    /// The decision was on an event, which only starts waiting jobs: it keeps what it has
+    /// until the next periodic decision.
+    UntilPeriodic {
+        /// When the next periodic decision is due.
+        next_s: f64,
+    },
     /// The next count cannot be placed under the shape rule.
     Shape {
         /// The rule.
@@ -206,6 +218,7 @@ impl Limit {
             self,
             Limit::Cooldown { .. }
                 | Limit::Finishing
+                | Limit::UntilPeriodic { .. }
                 | Limit::Shape { .. }
                 | Limit::Room
                 | Limit::Exploring { .. }
@@ -829,6 +842,9 @@ impl<'a> Explainer<'a> {
             (Some(m), _) => match (inputs.holds.get(&job.id), exploring, team_max(m.gpus)) {
                 (Some(HoldCause::Finishing), _, _) => Limit::Finishing,
                 (Some(&HoldCause::Cooldown { until_s }), _, _) => Limit::Cooldown { until_s },
+                (Some(&HoldCause::UntilPeriodic { next_s }), _, _) => {
+                    Limit::UntilPeriodic { next_s }
+                }
                 (None, _, _) if !self.request.allows(job, m.gpus) => {
                     Limit::Shape { rule: inputs.shape }
                 }

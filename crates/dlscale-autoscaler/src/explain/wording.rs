@@ -222,6 +222,13 @@ impl Explanation {
                 adds(m)
             )?,
             (Limit::Finishing, _) => f.write_str(": less work is left than a restart costs")?,
+            (Limit::UntilPeriodic { next_s }, Some(m)) => write!(
+                f,
+                ": decided on an event, which only starts waiting jobs; running jobs change at \
+                 the next periodic decision, in {:.0} s; {}",
+                (next_s - self.at_s).max(0.0),
+                adds(m)
+            )?,
             (Limit::TeamMax { team, max }, Some(m)) => write!(
                 f,
                 ": {} would take its team, {team}, past its maximum of {}",

@@ -315,12 +315,13 @@ pub fn schemas() -> Value {
         "Limit": {"type": "object", "required": ["limit"],
             "description": "what keeps the job from more GPUs (or from starting); the fields besides `limit` depend on it",
             "properties": {
-                "limit": {"type": "string", "enum": ["largest", "cooldown", "finishing", "shape", "room",
-                    "exploring", "no-gain", "min-gain", "restart-cost", "capacity", "admission", "fifo", "dropped",
+                "limit": {"type": "string", "enum": ["largest", "cooldown", "finishing", "until-periodic", "shape", "room",
+                    "exploring", "no-gain", "min-gain", "restart-cost", "capacity", "admission", "fifo", "team-max",
+                    "guarantees", "dropped",
                     "unrunnable", "leaving", "policy"]},
-                "until_s": num, "min_gain": num, "cost_s": num, "rule": string,
+                "until_s": num, "next_s": num, "min_gain": num, "cost_s": num, "rule": string,
                 "need": int, "free": int, "policy": string,
-                "measured": nullable(int.clone()), "cap": int}},
+                "measured": nullable(int.clone()), "cap": int, "team": string, "max": int}},
         "Policy": object(&["name", "about"], json!({"name": string, "about": string})),
         "Cluster": object(&["executor", "capacity"], json!({
             "executor": {"type": "string", "enum": crate::executor::names()},

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use dlscale_autoscaler::OnEvents;
 use dlscale_core::allocator::{ELASTIC_BATCH, ELASTIC_GPU, STATIC};
 use dlscale_core::profiles;
 use dlscale_core::{Admission, Cluster, PolicyInfo, Settings, Utility};
@@ -98,7 +99,7 @@ impl PaperOptions {
         SimConfig {
             cluster: self.cluster,
             interval_s: None,
-            schedule_on_events: true,
+            on_events: OnEvents::Reshape,
             restart_delay_s: self.restart_delay_s,
             progress: ProgressMode::Samples,
             settings: Settings {

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde::{Serialize, Serializer};
 
+use dlscale_autoscaler::OnEvents;
 use dlscale_core::allocator::{ELASTIC_BATCH, OPTIMUS, TIRESIAS};
 use dlscale_core::PolicyInfo;
 
@@ -52,8 +53,12 @@ pub enum PolluxRun {
     /// much of a figure is the noise one seed drew.
     ElasticBatchIntervalSeed(u64),
     /// [`PolluxRun::ElasticBatchInterval`]'s settings, also deciding on every arrival and
-    /// completion.
+    /// completion (waiting jobs start on idle GPUs at once, running jobs change at the periodic
+    /// decisions: [`OnEvents::Admit`], the default outside the preset).
     ElasticBatchEvents,
+    /// [`PolluxRun::ElasticBatchEvents`] with another seed of the measurement noise, to set
+    /// beside [`PolluxRun::ElasticBatchIntervalSeed`]'s.
+    ElasticBatchEventsSeed(u64),
     /// Interval-only and learned, but no job declares its length: no remaining work is known,
     /// so shortest remaining first weighs every job alike (what a cluster whose users give no
     /// epochs gets).
@@ -86,7 +91,8 @@ pub enum PolluxRun {
 }
 
 impl PolluxRun {
-    /// The measurement-noise seeds of the interval-only runs besides the default one.
+    /// The measurement-noise seeds of the interval-only and event-driven runs besides the
+    /// default one.
     pub const OTHER_SEEDS: [u64; 2] = [2, 3];
 
     /// How wrong [`PolluxRun::ElasticBatchWrongLengths`]'s declared lengths are at most, as a
@@ -94,13 +100,15 @@ impl PolluxRun {
     pub const WRONG_LENGTHS_BY: f64 = 2.0;
 
     /// Every run, in the report's order.
-    pub const ALL: [PolluxRun; 14] = [
+    pub const ALL: [PolluxRun; 16] = [
         PolluxRun::Tiresias,
         PolluxRun::OptimusOracle,
         PolluxRun::ElasticBatchInterval,
         PolluxRun::ElasticBatchIntervalSeed(PolluxRun::OTHER_SEEDS[0]),
         PolluxRun::ElasticBatchIntervalSeed(PolluxRun::OTHER_SEEDS[1]),
         PolluxRun::ElasticBatchEvents,
+        PolluxRun::ElasticBatchEventsSeed(PolluxRun::OTHER_SEEDS[0]),
+        PolluxRun::ElasticBatchEventsSeed(PolluxRun::OTHER_SEEDS[1]),
         PolluxRun::ElasticBatchLengthUnknown,
         PolluxRun::ElasticBatchNoFamilies,
         PolluxRun::ElasticBatchPolluxInformation,
@@ -112,7 +120,8 @@ impl PolluxRun {
     ];
 
     /// Its key in `pollux.json`: `tiresias`, `optimus-oracle`, `elastic-batch-interval`,
-    /// `elastic-batch-interval-seed-2`, `elastic-batch-events`, `elastic-batch-length-unknown`,
+    /// `elastic-batch-interval-seed-2`, `elastic-batch-events`, `elastic-batch-events-seed-2`,
+    /// `elastic-batch-length-unknown`,
     /// `elastic-batch-no-families`, `elastic-batch-pollux-information`,
     /// `elastic-batch-wrong-lengths`, `elastic-batch-step-times-only`,
     /// `elastic-batch-restarts-to-rebatch`, `elastic-batch-oracle`,
@@ -126,6 +135,7 @@ impl PolluxRun {
                 format!("elastic-batch-interval-seed-{seed}")
             }
             PolluxRun::ElasticBatchEvents => "elastic-batch-events".into(),
+            PolluxRun::ElasticBatchEventsSeed(seed) => format!("elastic-batch-events-seed-{seed}"),
             PolluxRun::ElasticBatchLengthUnknown => "elastic-batch-length-unknown".into(),
             PolluxRun::ElasticBatchNoFamilies => "elastic-batch-no-families".into(),
             PolluxRun::ElasticBatchPolluxInformation => "elastic-batch-pollux-information".into(),
@@ -135,6 +145,15 @@ impl PolluxRun {
             PolluxRun::ElasticBatchOracle => "elastic-batch-oracle".into(),
             PolluxRun::ElasticBatchOracleNoLengths => "elastic-batch-oracle-no-lengths".into(),
         }
+    }
+
+    /// Whether it repeats another run with another measurement-noise seed (the report's line
+    /// over seeds; left out of the charts).
+    pub fn is_other_seed(self) -> bool {
+        matches!(
+            self,
+            PolluxRun::ElasticBatchIntervalSeed(_) | PolluxRun::ElasticBatchEventsSeed(_)
+        )
     }
 
     /// The measurement-noise seed of a learned run (`None` for the oracle runs).
@@ -155,6 +174,9 @@ impl PolluxRun {
                 format!("elastic-batch, learned, interval-only, noise seed {seed}")
             }
             PolluxRun::ElasticBatchEvents => "elastic-batch, learned, event-driven".into(),
+            PolluxRun::ElasticBatchEventsSeed(seed) => {
+                format!("elastic-batch, learned, event-driven, noise seed {seed}")
+            }
             PolluxRun::ElasticBatchLengthUnknown => {
                 "elastic-batch, learned, interval-only, no job declaring its length".into()
             }
@@ -224,7 +246,12 @@ impl PolluxRun {
                 ..preset
             },
             PolluxRun::ElasticBatchEvents => SimConfig {
-                schedule_on_events: true,
+                on_events: OnEvents::Admit,
+                ..preset
+            },
+            PolluxRun::ElasticBatchEventsSeed(seed) => SimConfig {
+                on_events: OnEvents::Admit,
+                knowledge: Knowledge::Learned(Reporting { seed, ..reporting }),
                 ..preset
             },
             PolluxRun::ElasticBatchLengthUnknown => SimConfig {
@@ -374,7 +401,7 @@ pub fn reproduce_pollux(
         }
         let series: Vec<Series> = rows
             .iter()
-            .filter(|r| r.load == load && !matches!(r.id, PolluxRun::ElasticBatchIntervalSeed(_)))
+            .filter(|r| r.load == load && !r.id.is_other_seed())
             .map(|r| Series {
                 label: r.id.label(),
                 points: r

@@ -323,7 +323,41 @@ fn elastic_section(r: &LoadRows) -> String {
     if let Some(s) = learned(R::ElasticBatchEvents) {
         bullets.push(format!(
             "- **Learned elastic-batch, event-driven** (deciding on every arrival and \
-             completion too): {s}."
+             completion too, which starts waiting jobs on idle GPUs at once and leaves running \
+             jobs to the periodic decisions: `--on-events admit`): {s}."
+        ));
+    }
+    // Event-driven against interval-only, seed by seed, where every seed ran both.
+    let pairs: Option<Vec<(u64, f64, f64)>> =
+        std::iter::once((R::ElasticBatchEvents, R::ElasticBatchInterval))
+            .chain(R::OTHER_SEEDS.into_iter().map(|seed| {
+                (
+                    R::ElasticBatchEventsSeed(seed),
+                    R::ElasticBatchIntervalSeed(seed),
+                )
+            }))
+            .map(|(events, interval)| {
+                Some((
+                    events.noise_seed()?,
+                    r.get(events)?.mean_avg_jct_s(),
+                    r.get(interval)?.mean_avg_jct_s(),
+                ))
+            })
+            .collect();
+    if let Some(pairs) = pairs {
+        let n = pairs.len() as f64;
+        let events = pairs.iter().map(|p| p.1).sum::<f64>() / n;
+        let interval = pairs.iter().map(|p| p.2).sum::<f64>() / n;
+        let seeds: Vec<u64> = pairs.iter().map(|p| p.0).collect();
+        bullets.push(format!(
+            "- **Event-driven against interval-only over noise seeds {}**: {} against {} on \
+             average ({} interval-only); event-driven is as fast or faster with {} of {} seeds.",
+            and_list(&seeds),
+            secs(events),
+            secs(interval),
+            compared(events, interval),
+            pairs.iter().filter(|p| p.1 <= p.2).count(),
+            pairs.len()
         ));
     }
     if let Some(s) = learned(R::ElasticBatchLengthUnknown) {

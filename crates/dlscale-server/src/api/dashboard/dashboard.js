@@ -136,6 +136,7 @@ const LIMITS = {
   largest: "at its maximum",
   cooldown: "cooldown",
   finishing: "about to finish",
+  "until-periodic": "until the next periodic decision",
   shape: "shape rule",
   room: "no room on the nodes",
   "no-gain": "no speed-up",
