@@ -7,9 +7,10 @@
 //! 2. **timers**: stops past their grace period are killed; ended cooldowns make a decision due;
 //! 3. **decision** (when due, and at intervals when the policy says it could differ; between
 //!    intervals, by default, an event's decision holds every running job and only starts
-//!    waiting ones, [`OnEvents`]): the policy decides GPU counts and batches, the placement puts them on nodes under the shape rule (a
-//!    job that does not fit now is capped at what fits and the policy decides again), and the
-//!    result becomes the **plan**: one target shape (or wait, or drop) per job;
+//!    waiting ones, [`OnEvents`]): the policy decides GPU counts and batches, the placement puts
+//!    them on nodes under the shape rule (a job that does not fit now is capped at what fits and
+//!    the policy decides again), and the result becomes the **plan**: one target shape (or
+//!    wait, or drop) per job;
 //! 4. **convergence**: running jobs whose target differs are stopped; a waiting job is launched
 //!    as soon as the GPUs of its target are free. A job stopped for a rescale is relaunched with
 //!    the shape its stop announced, unless a later decision changed its plan (its launch event
