@@ -36,10 +36,21 @@ async fn explain_says_why_and_jobs_watch_redraws() {
         .await;
 
     // a keeps its 2 slots (a rescale must gain 5 %; the two split the same either way): b's
-    // second GPU would be a's.
+    // second GPU would be a's. b started in a decision on its arrival, which held a (no job
+    // could give a GPU up there); the periodic decision after it weighs a's GPUs too.
     // What the CLI prints is what the API says, with the numbers behind it.
-    let (_, body) = server.json(Method::GET, "/v1/jobs/b/explain", None).await;
-    let api: ExplainView = serde_json::from_value(body).unwrap();
+    let mut api: Option<ExplainView> = None;
+    for _ in 0..100 {
+        let (_, body) = server.json(Method::GET, "/v1/jobs/b/explain", None).await;
+        let view: ExplainView = serde_json::from_value(body).unwrap();
+        let done = view.explanation.as_ref().is_some_and(|e| e.donor.is_some());
+        api = Some(view);
+        if done {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let api = api.unwrap();
     let e = api.explanation.as_ref().expect("b is in the last decision");
     assert_eq!((e.gpus, e.free_gpus), (1, 0), "{api:?}");
     assert_eq!(
