@@ -90,6 +90,10 @@ impl Prior {
 /// One sample as the fit sees it.
 #[derive(Debug, Clone, Copy)]
 struct Row {
+    /// GPUs used.
+    gpus: u32,
+    /// Nodes spanned.
+    nodes: u32,
     /// Micro-steps − 1: compute-only micro-steps before the synchronising one.
     extra_steps: f64,
     /// Per-GPU micro-batch.
@@ -103,16 +107,20 @@ struct Row {
 impl Row {
     fn of(s: &StepTimeSample) -> Row {
         let steps = s.micro_steps.max(1);
-        let extra = f64::from(s.gpus.saturating_sub(2));
-        let intra = s.gpus > 1 && s.nodes == 1;
-        let inter = s.gpus > 1 && s.nodes > 1;
-        let on = |b: bool| f64::from(u8::from(b));
         Row {
+            gpus: s.gpus,
+            nodes: s.nodes,
             extra_steps: f64::from(steps - 1),
             micro: f64::from(s.local_batch.div_ceil(steps)),
-            sync: [on(intra), on(intra) * extra, on(inter), on(inter) * extra],
+            sync: sync_features(s.gpus, s.nodes),
             step_time_s: s.step_time_s,
         }
+    }
+
+    /// The step time `p` and `gamma` predict for it.
+    fn predicted_s(&self, p: &[f64; PARAMS], gamma: f64) -> f64 {
+        let c = self.compute_s(p);
+        self.extra_steps * c + combine(c, self.sync_s(p), gamma)
     }
 
     fn compute_s(&self, p: &[f64; PARAMS]) -> f64 {
@@ -140,14 +148,18 @@ impl Row {
     }
 }
 
+/// A placement's sync features: in-node base and per GPU past 2, cross-node base and per GPU
+/// past 2 (none on one GPU).
+fn sync_features(gpus: u32, nodes: u32) -> [f64; 4] {
+    let extra = f64::from(gpus.saturating_sub(2));
+    let on = |b: bool| f64::from(u8::from(b));
+    let (intra, inter) = (gpus > 1 && nodes == 1, gpus > 1 && nodes > 1);
+    [on(intra), on(intra) * extra, on(inter), on(inter) * extra]
+}
+
 fn cost(rows: &[Row], p: &[f64; PARAMS], gamma: f64) -> f64 {
     rows.iter()
-        .map(|r| {
-            ((r.extra_steps * r.compute_s(p) + combine(r.compute_s(p), r.sync_s(p), gamma))
-                / r.step_time_s
-                - 1.0)
-                .powi(2)
-        })
+        .map(|r| (r.predicted_s(p, gamma) / r.step_time_s - 1.0).powi(2))
         .sum()
 }
 
@@ -507,13 +519,10 @@ fn search_gamma(
         best.2
     };
     let next = next_configuration(rows);
-    let step = |p: &[f64; PARAMS], gamma: f64| {
-        next.extra_steps * next.compute_s(p) + combine(next.compute_s(p), next.sync_s(p), gamma)
-    };
-    let mut chosen = (best.0, best.1, step(&best.1, best.0));
+    let mut chosen = (best.0, best.1, next.predicted_s(&best.1, best.0));
     for a in &at {
         if a.2 <= allowed {
-            let t = step(&a.1, a.0);
+            let t = next.predicted_s(&a.1, a.0);
             if t < chosen.2 {
                 chosen = (a.0, a.1, t);
             }
@@ -525,29 +534,15 @@ fn search_gamma(
 /// The configuration a job would be tried on next: its largest measured one with twice the GPUs,
 /// laid out as that one is (2 GPUs in a node where it ran on one).
 fn next_configuration(rows: &[Row]) -> Row {
-    // A row's GPUs from its sync features (its extra GPUs count from 2; no sync is 1 GPU).
-    let gpus = |r: &Row| {
-        if r.sync == [0.0; 4] {
-            1.0
-        } else {
-            r.sync[1] + r.sync[3] + 2.0
-        }
-    };
     let largest = rows
         .iter()
-        .max_by(|a, b| gpus(a).total_cmp(&gpus(b)))
+        .max_by_key(|r| r.gpus)
         .copied()
         .expect("search_gamma has rows");
-    let doubled = 2.0 * gpus(&largest) - 2.0;
-    let inter = largest.sync[2] > 0.0;
-    let on = |b: bool| f64::from(u8::from(b));
+    let gpus = largest.gpus.saturating_mul(2);
     Row {
-        sync: [
-            on(!inter),
-            on(!inter) * doubled,
-            on(inter),
-            on(inter) * doubled,
-        ],
+        gpus,
+        sync: sync_features(gpus, largest.nodes),
         ..largest
     }
 }
