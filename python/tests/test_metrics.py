@@ -125,7 +125,8 @@ def test_job_reports_each_log_window(metrics_server, capsys):
     bodies = [b for _, _, b in metrics_server.wait_for(2)]
     assert [b["step"] for b in bodies] == [5, 10]
     assert [b["samples_seen"] for b in bodies] == [80, 160]
-    assert all(set(b) == KEYS and b["batch_size"] == 16 and b["world_size"] == 1 for b in bodies)
+    assert all(set(b) == KEYS | {"micro_steps"} and b["batch_size"] == 16 and b["world_size"] == 1
+               and b["micro_steps"] == 1 for b in bodies)  # the micro-steps it ran: no accumulation
     assert bodies[0]["loss"] == sum(1.0 / (i + 1) for i in range(5)) / 5
 
 
@@ -143,7 +144,7 @@ def test_reports_carry_the_attempt(metrics_server):
     job.step_done(loss=1.0)
     job.reporter.close()
     (_, _, body), = metrics_server.wait_for(1)
-    assert body["attempt"] == 3 and set(body) == KEYS | {"attempt"}
+    assert body["attempt"] == 3 and set(body) == KEYS | {"attempt", "micro_steps"}
 
 
 def test_completion_is_reported_synchronously_after_the_last_progress(metrics_server):
@@ -199,6 +200,13 @@ def test_payload_carries_a_valid_compute_time_only():
     assert metrics_payload(**base, compute_time_s=0.25)["compute_time_s"] == 0.25
     for bad in (None, 0.0, -1.0, float("nan"), float("inf")):
         assert "compute_time_s" not in metrics_payload(**base, compute_time_s=bad)
+
+
+def test_payload_carries_the_micro_steps_run_when_valid():
+    base = dict(step=1, samples_per_s=1.0, batch_size=8, world_size=2, loss=None, samples_seen=8)
+    assert metrics_payload(**base, micro_steps=4)["micro_steps"] == 4
+    for bad in (None, 0, -2):
+        assert "micro_steps" not in metrics_payload(**base, micro_steps=bad)
 
 
 def batch_answer(batch_size, local_batch_size, micro_steps=1):

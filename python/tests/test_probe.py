@@ -41,13 +41,28 @@ def test_the_margin_is_kept_and_the_result_is_reported_and_checkpointed(tmp_path
     j.checkpoint()
     # What the reports carry.
     assert metrics_payload(step=1, samples_per_s=1.0, batch_size=32, world_size=1, loss=None,
-                           samples_seen=32, max_local_batch=j.extra["dlscale.max_local_batch"]
+                           samples_seen=32, max_local_batch=j.probed_max_local_batch()
                            )["max_local_batch"] == 900
     # A relaunch resumes it: no probe.
     j2 = job(tmp_path)
     j2.resume(torch.nn.Linear(1, 1))
     calls = []
     assert j2.probe_max_local_batch(device(10, calls)) == 900 and calls == []
+
+
+def test_a_limit_probed_on_another_kind_of_gpu_is_not_this_ones(tmp_path):
+    # What a launch on another GPU type of a fleet probed and checkpointed.
+    j = job(tmp_path)
+    j.extra["dlscale.max_local_batch"] = {"NVIDIA A100-SXM4-80GB": 4000}
+    assert j.probed_max_local_batch() is None  # not reported here
+    calls = []
+    assert j.probe_max_local_batch(device(500, calls), margin=1.0) == 500 and calls
+    assert j.probed_max_local_batch() == 500
+    assert j.extra["dlscale.max_local_batch"]["NVIDIA A100-SXM4-80GB"] == 4000  # kept for there
+    # A checkpoint from before limits were kept by device: its one number is this device's.
+    old = job(tmp_path)
+    old.extra["dlscale.max_local_batch"] = 700
+    assert old.probed_max_local_batch() == 700
 
 
 def test_only_out_of_memory_is_an_answer(tmp_path):

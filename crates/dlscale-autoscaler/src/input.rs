@@ -109,6 +109,11 @@ pub struct MetricsReport {
     /// job run.
     #[serde(default)]
     pub max_local_batch: Option<u32>,
+    /// The micro-steps each step of the window ran its per-GPU batch in, when the worker says
+    /// (one that sizes its own gradient accumulation, e.g. to its GPU's memory): what its step
+    /// time measures, and how the launch runs from then on; `None`: the launch's.
+    #[serde(default)]
+    pub micro_steps: Option<u32>,
 }
 
 /// The state of one launch as its executor sees it.

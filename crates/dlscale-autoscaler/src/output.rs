@@ -2,6 +2,7 @@
 //! log, and a [`Refusal`] when an input was not accepted.
 
 use std::fmt;
+use std::sync::Arc;
 
 use dlscale_core::placement::Share;
 use dlscale_core::{BatchSize, GpuCount};
@@ -348,6 +349,10 @@ pub enum Event {
         id: String,
         /// Samples per GPU one micro-step holds.
         memory_local_batch: u32,
+        /// The GPU type it holds them on, on a fleet where the job has a model of that type:
+        /// that type's limit (`None`: the job's one limit).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        gpu_type: Option<Arc<str>>,
         /// Why the job keeps its limit, when it does.
         refused: Option<String>,
     },
@@ -531,19 +536,21 @@ impl fmt::Display for Event {
             Event::MemoryMeasured {
                 id,
                 memory_local_batch,
-                refused: None,
-            } => write!(
-                f,
-                "{id}: its workers measured that a GPU holds {memory_local_batch} samples per micro-step: its limit from now on"
-            ),
-            Event::MemoryMeasured {
-                id,
-                memory_local_batch,
-                refused: Some(why),
-            } => write!(
-                f,
-                "{id}: its workers measured that a GPU holds {memory_local_batch} samples per micro-step; its limit is kept: {why}"
-            ),
+                gpu_type,
+                refused,
+            } => {
+                let gpu = gpu_type
+                    .as_ref()
+                    .map_or_else(|| "a GPU".to_string(), |t| format!("a {t} GPU"));
+                write!(
+                    f,
+                    "{id}: its workers measured that {gpu} holds {memory_local_batch} samples per micro-step"
+                )?;
+                match refused {
+                    None => f.write_str(": its limit from now on"),
+                    Some(why) => write!(f, "; its limit is kept: {why}"),
+                }
+            }
             Event::CompletionReported { id, attempt, step } => write!(
                 f,
                 "{id}: workers of launch {attempt} report training done at step {step}"

@@ -1,5 +1,6 @@
 //! The autoscaler's state of one job: what a shell persists, and restores the autoscaler from.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use dlscale_core::job::JobHistory;
@@ -246,6 +247,10 @@ pub struct JobRecord {
     /// its memory limit when that lets it run, which a restore applies again.
     #[serde(default)]
     pub measured_memory: Option<u32>,
+    /// On a fleet, the same by GPU type: what its workers measured on each type they ran on,
+    /// that type's memory limit for it ([`Job::types`](dlscale_core::Job::types)).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub measured_memory_on_types: BTreeMap<String, u32>,
 }
 
 impl JobRecord {

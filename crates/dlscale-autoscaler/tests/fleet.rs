@@ -200,3 +200,154 @@ fn a_learned_job_measured_on_t4_moves_to_a100_when_it_frees_up() {
     runs.dedup();
     assert_eq!(runs, [Some("t4"), Some("a100")]);
 }
+
+/// A report of `id`'s current launch at `samples_per_s`, its workers saying they hold
+/// `memory` samples per GPU in a micro-step and ran `micro_steps` of them a step.
+fn probed(a: &Autoscaler, id: &str, memory: u32, micro_steps: u32) -> Input {
+    let (attempt, batch, _) = current(a, id);
+    steps::metrics(
+        id,
+        dlscale_autoscaler::MetricsReport {
+            max_local_batch: Some(memory),
+            micro_steps: Some(micro_steps),
+            ..steps::report(attempt, batch, 1000.0)
+        },
+    )
+}
+
+/// The memory events of `step`: (type, samples per micro-step, refused).
+fn memory_events(step: &Step) -> Vec<(Option<String>, u32, bool)> {
+    step.events
+        .iter()
+        .filter_map(|e| match e {
+            dlscale_autoscaler::Event::MemoryMeasured {
+                gpu_type,
+                memory_local_batch,
+                refused,
+                ..
+            } => Some((
+                gpu_type.as_deref().map(str::to_string),
+                *memory_local_batch,
+                refused.is_some(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn memory_measured_on_a_type_is_that_types_and_sizes_the_micro_steps_of_launches_there() {
+    let mut a = autoscaler(|_| {});
+    // `big` holds the A100s: the learned job runs on T4, at 64 samples per GPU.
+    let mut big = job("big", r#", "types": {"a100": {}}"#);
+    (big.gpus.min, big.requested.gpus) = (4, 4);
+    run(&mut a, 0.0, vec![submit(big)]);
+    let mut learned = job("l", "");
+    learned.throughput = Arc::new(PRIOR);
+    run(
+        &mut a,
+        1.0,
+        vec![submit_as(learned, ModelSource::Learned, None)],
+    );
+    let (attempt, batch, nodes) = current(&a, "l");
+    assert!(on(&nodes, "t4-") && batch == 64, "{nodes:?} {batch}");
+    // Its workers hold 16 samples per T4 and ran 4 micro-steps (the launch said 1).
+    let s = a.handle(30.0, vec![probed(&a, "l", 16, 4)]);
+    assert_eq!(memory_events(&s), [(Some("t4".into()), 16, false)]);
+    let s = a.handle(60.0, vec![probed(&a, "l", 16, 4)]);
+    assert!(memory_events(&s).is_empty(), "taken once per value");
+    let (record, job) = a.job("l").unwrap();
+    // What runs, and what the report measured: 4 micro-steps; no restart for it.
+    assert_eq!(
+        (record.attempt, record.shape().unwrap().micro_steps),
+        (attempt, 4)
+    );
+    let points = &record.measurements.points;
+    assert!(points.iter().all(|p| p.micro_steps == 4), "{points:?}");
+    // T4's limit, not the job's: its models on T4 accumulate beyond 16, on A100 they do not.
+    assert_eq!(record.measured_memory_on_types.get("t4"), Some(&16));
+    assert_eq!(
+        (job.max_local_batch, job.throughput.memory_local_batch()),
+        (64, None)
+    );
+    let on = |t: &str| job.on_type(t).unwrap().0.micro_steps(64);
+    assert_eq!((on("t4"), on("a100")), (4, 1));
+    // Every later launch on T4 runs its per-GPU batch in micro-steps of at most 16.
+    let (_, big_attempt, _) = current(&a, "big");
+    let actions = run(
+        &mut a,
+        4000.0,
+        vec![Input::Exited {
+            id: "big".into(),
+            attempt: big_attempt,
+            outcome: Outcome::Exited(0),
+        }],
+    );
+    let launches: Vec<_> = actions
+        .iter()
+        .filter_map(|x| match x {
+            Action::Launch(l) if l.id == "l" => Some(&l.shape),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        launches.iter().any(|l| l.shares[0].node.starts_with("t4-")),
+        "{launches:?}"
+    );
+    for l in launches {
+        let expected = if l.shares[0].node.starts_with("t4-") {
+            l.local_batch_size.div_ceil(16)
+        } else {
+            1
+        };
+        assert_eq!(l.micro_steps, expected, "{l:?}");
+    }
+}
+
+#[test]
+fn a_policy_that_treats_types_alike_keeps_a_jobs_limit_when_one_type_measures_memory() {
+    let mut a = autoscaler(|c| c.policy = allocator::TYPE_BLIND);
+    let mut learned = job("l", "");
+    learned.throughput = Arc::new(PRIOR);
+    run(
+        &mut a,
+        0.0,
+        vec![submit_as(learned, ModelSource::Learned, None)],
+    );
+    let s = a.handle(30.0, vec![probed(&a, "l", 16, 4)]);
+    assert_eq!(memory_events(&s), [(None, 16, true)]);
+    let shown = s.events.iter().map(ToString::to_string).collect::<Vec<_>>();
+    assert!(
+        shown
+            .iter()
+            .any(|e| e.contains("treats the cluster's GPU types alike")),
+        "{shown:?}"
+    );
+    assert_eq!(a.job("l").unwrap().1.max_local_batch, 64);
+}
+
+#[test]
+fn a_given_jobs_model_of_a_type_takes_the_memory_measured_there_and_a_restore_again() {
+    let mut a = autoscaler(|_| {});
+    run(&mut a, 0.0, vec![submit(typed_job("x"))]);
+    let (_, _, nodes) = current(&a, "x");
+    assert!(on(&nodes, "a100-"), "{nodes:?}");
+    let s = a.handle(30.0, vec![probed(&a, "x", 32, 2)]);
+    assert_eq!(memory_events(&s), [(Some("a100".into()), 32, false)]);
+    let micro_steps =
+        |a: &Autoscaler, t: &str| a.job("x").unwrap().1.on_type(t).unwrap().0.micro_steps(64);
+    assert_eq!((micro_steps(&a, "a100"), micro_steps(&a, "t4")), (2, 1));
+    let record = a.job("x").unwrap().0.clone();
+    let restored = Autoscaler::restore(
+        config(),
+        fleet().topology(),
+        vec![(record, typed_job("x"))],
+        Default::default(),
+        1,
+        60.0,
+    );
+    assert_eq!(
+        (micro_steps(&restored, "a100"), micro_steps(&restored, "t4")),
+        (2, 1)
+    );
+}

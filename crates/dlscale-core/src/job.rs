@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::efficiency::GradNoise;
 use crate::error::{CoreError, Result};
-use crate::throughput::{Accumulating, ThroughputModel};
+use crate::throughput::{max_local_within, Accumulating, ThroughputModel};
 use crate::{BatchSize, GpuCount};
 
 /// Inclusive range of global batch sizes the job trains correctly with (learning rate scaled).
@@ -355,18 +355,70 @@ impl Job {
                 "must be at least 1",
             ));
         }
-        let memory_now = self
-            .throughput
-            .memory_local_batch()
-            .unwrap_or(self.max_local_batch);
-        let accumulation = (self.max_local_batch / memory_now.max(1)).max(1);
         let base = self
             .throughput
             .accumulated()
             .unwrap_or_else(|| Arc::clone(&self.throughput));
         let mut measured = self.clone();
-        measured.max_local_batch = memory_local.saturating_mul(accumulation);
+        measured.max_local_batch = self.max_local_batch_within(memory_local);
         measured.throughput = Accumulating::wrap(base, memory_local, measured.max_local_batch);
+        let current = measured.current.take();
+        measured.validate()?;
+        measured.current = current;
+        *self = measured;
+        Ok(())
+    }
+
+    /// Its per-GPU batch limit where one micro-step holds `memory_local` samples per GPU (a GPU
+    /// type's memory, or its own as measured): that memory times the accumulation it was
+    /// submitted with (its limit over its memory, `max_accum_steps`).
+    pub fn max_local_batch_within(&self, memory_local: BatchSize) -> BatchSize {
+        max_local_within(self.throughput.as_ref(), self.max_local_batch, memory_local)
+    }
+
+    /// Its per-GPU batch limit on a GPU type one micro-step of which holds `memory_local`
+    /// samples per GPU: [`Job::max_local_batch_within`] that memory, and never below its own
+    /// limit, which a type that holds less runs by accumulating more (the same samples per
+    /// step: the same training).
+    pub fn max_local_batch_on_type(&self, memory_local: BatchSize) -> BatchSize {
+        self.max_local_batch_within(memory_local)
+            .max(self.max_local_batch)
+    }
+
+    /// [`Job::set_memory_local_batch`] on the GPU type named `gpu_type`, for a job with a model
+    /// of its own there ([`JobTypes::on`]): that type's model accumulates beyond the measured
+    /// memory, up to [`Job::max_local_batch_on_type`] (the job's own limits, not the type's
+    /// as declared: what was measured there replaces it). An error names why and leaves the
+    /// job as it was, when it has no model of that type or could then not run at all.
+    pub fn set_memory_on_type(&mut self, gpu_type: &str, memory_local: BatchSize) -> Result<()> {
+        if memory_local == 0 {
+            return Err(CoreError::job(
+                &self.id,
+                "max_local_batch",
+                "must be at least 1",
+            ));
+        }
+        let Some(k) = self.types.on.iter().position(|o| &*o.gpu_type == gpu_type) else {
+            return Err(CoreError::job(
+                &self.id,
+                "types",
+                format!("has no model of GPU type '{gpu_type}'"),
+            ));
+        };
+        let mut on: Vec<JobOnType> = self.types.on.to_vec();
+        let there = &on[k];
+        let max_local = self.max_local_batch_on_type(memory_local);
+        let base = there
+            .throughput
+            .accumulated()
+            .unwrap_or_else(|| Arc::clone(&there.throughput));
+        on[k] = JobOnType {
+            gpu_type: there.gpu_type.clone(),
+            throughput: Accumulating::wrap(base, memory_local, max_local),
+            max_local_batch: max_local,
+        };
+        let mut measured = self.clone();
+        measured.types.on = on.into();
         let current = measured.current.take();
         measured.validate()?;
         measured.current = current;

@@ -203,7 +203,7 @@ async fn the_router_the_document_and_the_dtos_agree() {
     let attempt = shown["attempt"].as_u64().unwrap();
     let report = json!({"step": 3, "samples_per_s": 10.0, "batch_size": 64, "world_size": 2,
         "loss": 0.5, "samples_seen": 192, "attempt": attempt,
-        "grad": {"grad_sqr": 1.0, "grad_var": 2.0}, "compute_time_s": 0.05, "max_local_batch": 64});
+        "grad": {"grad_sqr": 1.0, "grad_var": 2.0}, "compute_time_s": 0.05, "max_local_batch": 64, "micro_steps": 2});
     assert_schema("MetricsReport", &report);
     assert_schema("GradNoise", &report["grad"]);
     let (status, answer) = call(&app, "POST", "/v1/jobs/j/metrics", Some(report)).await;

@@ -690,7 +690,7 @@ fn api_bodies_never_half_apply() {
     // POST /v1/jobs/live/metrics.
     let report = json!({"step": 3, "samples_per_s": 10.0, "batch_size": 32, "world_size": 1,
         "loss": 0.5, "samples_seen": 96, "attempt": live, "grad": {"grad_sqr": 1.0, "grad_var": 2.0},
-        "compute_time_s": 0.05, "max_local_batch": 64});
+        "compute_time_s": 0.05, "max_local_batch": 64, "micro_steps": 1});
     let report = report.as_object().unwrap().clone();
     let report_fields: Vec<String> = api::METRICS_FIELDS
         .iter()

@@ -416,6 +416,7 @@ impl<'w, 'o> Engine<'w, 'o> {
                 .as_ref()
                 .map(|e| e.noise(s.epoch, run.shape.batch));
             let compute = s.truth.compute_time_s(&run.shape);
+            let batching = s.truth.batching(&run.shape);
             // Drawn whether reported or not, so that both runs see the same noise elsewhere.
             let compute_factor = s.noise.measurement_factor(reporting.noise);
             let compute_time_s = compute
@@ -436,7 +437,8 @@ impl<'w, 'o> Engine<'w, 'o> {
                         grad_var: g.grad_var * s.noise.measurement_factor(reporting.noise),
                     }),
                     compute_time_s,
-                    max_local_batch: None,
+                    max_local_batch: batching.and_then(|b| b.memory_local_batch),
+                    micro_steps: batching.map(|b| b.micro_steps),
                 },
             });
         }

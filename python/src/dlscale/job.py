@@ -80,7 +80,8 @@ def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
-# Where a probed memory limit is kept in checkpoints (``Job.extra``).
+# Where probed memory limits are kept in checkpoints (``Job.extra``): by device name, since a
+# job that moves to another GPU type holds another batch there.
 PROBED_KEY = "dlscale.max_local_batch"
 
 # Seconds between the stop checks of a distributed job's sync points (one all-reduce each):
@@ -284,20 +285,38 @@ class Job:
         ``margin`` of the largest that fit is kept (fragmentation, activations that vary). Every
         rank probes its own GPU and the group takes the smallest (a collective). The result goes
         to the server with every report (``max_local_batch``): the job's limit from then on, its
-        batches and accumulation decided within it. It is kept in checkpoints (``extra``), so a
-        relaunch reports it without probing again; returns it. Only an accelerator's
-        out-of-memory error can be caught: on a CPU the search ends at ``limit``."""
-        if PROBED_KEY in self.extra:
-            return int(self.extra[PROBED_KEY])
+        batches and accumulation decided within it. It is kept in checkpoints (``extra``) by
+        device name, so a relaunch on the same kind of GPU reports it without probing again, and
+        one on another kind (a fleet's other type) probes that; returns it. Only an
+        accelerator's out-of-memory error can be caught: on a CPU the search ends at ``limit``."""
+        known = self.probed_max_local_batch()
+        if known is not None:
+            return known
         if not 0 < margin <= 1:
             raise ValueError("margin must be in (0, 1]")
         fits = _largest_fitting(step, max(1, start or self.local_batch_size), limit)
         value = max(1, int(fits * margin))
         if _dist() is not None:
             value = -_all_reduce_max([-value])[0]  # the smallest GPU's
-        self.extra[PROBED_KEY] = value
+        self.extra[PROBED_KEY] = {**self._probed(), _device_name(): value}
         self.log(f"probe max_local_batch={value} (the largest that fit: {fits}, margin {margin})")
         return value
+
+    def probed_max_local_batch(self) -> Optional[int]:
+        """What ``probe_max_local_batch`` measured on this kind of device, if it did (in this
+        run or one its checkpoint comes from); what the reports carry."""
+        value = self._probed().get(_device_name())
+        return None if value is None else int(value)
+
+    def _probed(self) -> Dict[str, int]:
+        """The probed limits by device name. A checkpoint written before they were kept by
+        device holds one number, taken as this device's (its job never moved between types)."""
+        kept = self.extra.get(PROBED_KEY)
+        if kept is None:
+            return {}
+        if isinstance(kept, dict):
+            return {str(k): int(v) for k, v in kept.items()}
+        return {_device_name(): int(kept)}
 
     # -- resume / checkpoint ------------------------------------------------------------
     @property
@@ -668,7 +687,7 @@ class Job:
                 step=self.step, samples_per_s=sps, batch_size=self.batch_size,
                 world_size=self.world_size, loss=loss, samples_seen=self.samples_seen,
                 attempt=self.alloc.attempt, grad=grad, compute_time_s=compute_time_s,
-                max_local_batch=self.extra.get(PROBED_KEY),
+                max_local_batch=self.probed_max_local_batch(), micro_steps=self.alloc.accum_steps,
             ))
         self._reset_window()
 
@@ -793,6 +812,18 @@ def _fits(step: Callable[[int], Any], batch: int) -> bool:
         return False
     _release_memory()
     return True
+
+
+def _device_name() -> str:
+    """This rank's accelerator by name (its GPU type: what a probed memory limit holds for),
+    ``"cpu"`` without one."""
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    if torch.cuda.is_available():
+        return str(torch.cuda.get_device_name(torch.cuda.current_device()))
+    return "cpu"
 
 
 def _largest_fitting(step: Callable[[int], Any], start: int, limit: int) -> int:

@@ -31,12 +31,14 @@ def metrics_payload(
     grad: Optional[Mapping[str, Any]] = None,
     compute_time_s: Optional[float] = None,
     max_local_batch: Optional[int] = None,
+    micro_steps: Optional[int] = None,
 ) -> Dict[str, Any]:
     """The body of a metrics report. NaN/inf never reach it: a non-finite ``loss`` becomes null,
     a non-finite ``samples_per_s`` 0, and a ``grad`` (``GradNoiseEstimator.report``) with a
     non-finite or negative value is left out, as is a ``compute_time_s`` (seconds of one
     micro-step's compute alone) that is not a finite number > 0. ``max_local_batch``: the samples
-    per GPU one micro-step holds, as ``Job.probe_max_local_batch`` measured them."""
+    per GPU one micro-step holds, as ``Job.probe_max_local_batch`` measured them. ``micro_steps``:
+    the micro-steps each step ran its per-GPU batch in (gradient accumulation)."""
     if loss is not None:
         loss = float(loss)
         if not math.isfinite(loss):
@@ -59,6 +61,8 @@ def metrics_payload(
         payload["grad"] = g
     if max_local_batch is not None and int(max_local_batch) >= 1:
         payload["max_local_batch"] = int(max_local_batch)
+    if micro_steps is not None and int(micro_steps) >= 1:
+        payload["micro_steps"] = int(micro_steps)
     if compute_time_s is not None:
         c = float(compute_time_s)
         if math.isfinite(c) and c > 0.0:

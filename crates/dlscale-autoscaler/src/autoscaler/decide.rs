@@ -276,13 +276,29 @@ impl Autoscaler {
                         (d.batch_size, d.local_batch_size)
                     };
                     gpus += d.gpus;
+                    let running = self.live[i].shape().filter(|now| {
+                        (now.gpus, now.batch_size, now.local_batch_size)
+                            == (d.gpus, batch_size, local_batch_size)
+                            && now.shares == *shares
+                    });
+                    let micro_steps = match running {
+                        // Running as decided: its micro-steps are what its workers run (they
+                        // may size them themselves), not a reason to restart it.
+                        Some(now) => now.micro_steps,
+                        // What the job's model on the type it runs on was valued at: a per-GPU
+                        // batch beyond that type's memory runs by gradient accumulation.
+                        None => d
+                            .gpu_type
+                            .as_deref()
+                            .and_then(|t| job.on_type(t))
+                            .map_or_else(|| job.throughput.clone(), |(model, _)| model)
+                            .micro_steps(local_batch_size),
+                    };
                     Target::Run(Shape {
                         gpus: d.gpus,
                         batch_size,
                         local_batch_size,
-                        // What the job's model was valued at: a per-GPU batch beyond memory
-                        // runs by gradient accumulation.
-                        micro_steps: job.throughput.micro_steps(local_batch_size),
+                        micro_steps,
                         shares: shares.clone(),
                     })
                 }

@@ -103,6 +103,9 @@ pub struct Autoscaler {
     /// The fleet of GPU types `topology`'s nodes make, with each type's nodes, when its nodes
     /// name types and the policy decides across types (else every GPU is alike to it).
     fleet: Option<(Fleet, Vec<Topology>)>,
+    /// Its nodes are of several GPU types that the decisions treat alike (no `fleet`): a memory
+    /// its workers measured on one type is not a job's limit on the others.
+    types_alike: bool,
     /// `allowed[g]` under the shape rule; `None` when every count is (any split).
     allowed: Option<Vec<bool>>,
     /// Jobs that have not ended, in arrival order; `jobs[i]` is what policies see of `live[i]`.
@@ -150,6 +153,10 @@ fn type_on(
     Some(node.gpu_type.clone().unwrap_or_else(|| UNTYPED.into()))
 }
 
+/// Why a memory measured on a cluster of GPU types the policy treats alike is not a job's limit.
+const TYPES_ALIKE: &str =
+    "the policy treats the cluster's GPU types alike, and one type's memory is not the job's on the others";
+
 /// How long a job waits before launch `failures + 1` after `failures` failures in a row: 1 s,
 /// doubling, at most a minute.
 pub fn retry_backoff_s(failures: u32) -> f64 {
@@ -189,6 +196,7 @@ impl Autoscaler {
             node_index: BTreeMap::new(),
             model_cluster: None,
             fleet: None,
+            types_alike: false,
             allowed: None,
             live: Vec::new(),
             jobs: Vec::new(),
@@ -246,6 +254,12 @@ impl Autoscaler {
             if let Some(memory) = record.measured_memory {
                 // Refused then, refused now: the job keeps the limit it was submitted with.
                 let _ = job.set_memory_local_batch(memory);
+            }
+            if record.model != ModelSource::Learned {
+                // A learned job's models per type are made from them with its first decision.
+                for (gpu_type, &memory) in &record.measured_memory_on_types {
+                    let _ = job.set_memory_on_type(gpu_type, memory);
+                }
             }
             a.seqs.insert(record.id.clone(), record.seq);
             a.live.push(record);
@@ -468,8 +482,10 @@ impl Autoscaler {
     fn set_topology(&mut self, topology: Topology) {
         self.model_cluster = topology.model_cluster();
         // Teams are not kept across types: a cluster with teams decides as one pool.
-        self.fleet = Fleet::of_topology(&topology)
-            .filter(|_| self.config.policy.keeps_types && self.config.teams.is_none());
+        let fleet = Fleet::of_topology(&topology);
+        let kept = self.config.policy.keeps_types && self.config.teams.is_none();
+        self.types_alike = !kept && fleet.as_ref().is_some_and(|(f, _)| f.pools().len() > 1);
+        self.fleet = fleet.filter(|_| kept);
         self.node_index = topology
             .nodes
             .iter()
@@ -664,6 +680,7 @@ impl Autoscaler {
             family,
             first_grad: None,
             measured_memory: None,
+            measured_memory_on_types: BTreeMap::new(),
             batch_in_place: sub.batch_in_place,
         };
         // Its family has been measured: it starts from that, not from the prior.
@@ -755,6 +772,14 @@ impl Autoscaler {
             launch.shape = taken.shape;
             out.touched.insert(r.id.clone());
         }
+        // Its workers ran the micro-steps they say (a worker that sizes its accumulation to its
+        // GPU): that is what its step time measures, and how the launch runs.
+        if let Some(m) = report.micro_steps.filter(|&m| {
+            m >= 1 && m != launch.shape.micro_steps && report.batch_size == launch.shape.batch_size
+        }) {
+            launch.shape.micro_steps = m;
+            out.touched.insert(r.id.clone());
+        }
         let launch = &*launch;
         // The launch's own placement and micro-steps: what the reported step time was measured at.
         let (gpus, nodes) = (launch.shape.gpus, launch.shape.shares.len().max(1) as u32);
@@ -763,7 +788,7 @@ impl Autoscaler {
             micro_steps: launch.shape.micro_steps,
             samples_per_s: report.samples_per_s,
             compute_time_s: report.compute_time_s,
-            gpu_type,
+            gpu_type: gpu_type.clone(),
         };
         let p = &mut r.progress;
         if p.reported_s.is_none_or(|t| t < launch.launched_s) {
@@ -783,7 +808,28 @@ impl Autoscaler {
             job.remaining_samples = (seen < work).then(|| (work - seen).max(1.0));
         }
         let mut measured = false;
-        if let Some(memory) = report
+        let typed_memory = gpu_type.as_ref().filter(|t| {
+            // A type's own memory where the job has a model of that type; else its one model's.
+            r.model == ModelSource::Learned || job.types.on.iter().any(|o| o.gpu_type == **t)
+        });
+        if let Some((t, memory)) = typed_memory.zip(report.max_local_batch) {
+            if r.measured_memory_on_types.get(&**t) != Some(&memory) && memory > 0 {
+                r.measured_memory_on_types.insert(t.to_string(), memory);
+                // A learned job's models per type are made again from it
+                // ([`Learning::on_types`]); a given one's model there takes it now.
+                let refused = (r.model != ModelSource::Learned)
+                    .then(|| job.set_memory_on_type(t, memory).err())
+                    .flatten()
+                    .map(|e| e.to_string());
+                measured |= refused.is_none();
+                out.event(Event::MemoryMeasured {
+                    id: id.clone(),
+                    memory_local_batch: memory,
+                    gpu_type: Some(t.clone()),
+                    refused,
+                });
+            }
+        } else if let Some(memory) = report
             .max_local_batch
             .filter(|&m| r.measured_memory != Some(m))
         {
@@ -794,14 +840,18 @@ impl Autoscaler {
                 .memory_local_batch()
                 .unwrap_or(job.max_local_batch);
             if memory != now {
-                let refused = job
-                    .set_memory_local_batch(memory)
-                    .err()
-                    .map(|e| e.to_string());
+                let refused = if self.types_alike {
+                    Some(TYPES_ALIKE.to_string())
+                } else {
+                    job.set_memory_local_batch(memory)
+                        .err()
+                        .map(|e| e.to_string())
+                };
                 measured |= refused.is_none();
                 out.event(Event::MemoryMeasured {
                     id: id.clone(),
                     memory_local_batch: memory,
+                    gpu_type: None,
                     refused,
                 });
             }

@@ -32,8 +32,9 @@ pub struct Learning {
     /// decide with and what an arriving one starts from (refitting on every arrival would cost
     /// a fit per job, and hand it a model its running peers do not have).
     fits: BTreeMap<String, (AnalyticModel, Calibration)>,
-    /// On a fleet, each learned job's models per type were made from measurements of this
-    /// digest ([`Measurements::fit_digest`]), by id: made again when it changes.
+    /// On a fleet, each learned job's models per type were made from measurements (and memory
+    /// per type) of this digest ([`Measurements::fit_digest`]), by id: made again when it
+    /// changes.
     typed_digests: BTreeMap<String, u64>,
 }
 
@@ -239,9 +240,12 @@ impl Learning {
                 continue;
             }
             let measured = self.measured(r);
-            let digest = measured.fit_digest();
+            let memory = &r.measured_memory_on_types;
+            let digest = memory.iter().fold(measured.fit_digest(), |h, (t, &m)| {
+                h.rotate_left(11) ^ u64::from(m) ^ (t.len() as u64).rotate_left(32)
+            });
             if self.typed_digests.get(&r.id) != Some(&digest) || job.types.on.is_empty() {
-                job.types.on = learned_on_types(fleet, measured, job, self.overlap);
+                job.types.on = learned_on_types(fleet, measured, memory, job, self.overlap);
                 self.typed_digests.insert(r.id.clone(), digest);
             }
         }

@@ -487,6 +487,12 @@ impl ThroughputModel for Calibrated {
         self.inner.memory_local_batch()
     }
 
+    fn accumulated(&self) -> Option<Arc<dyn ThroughputModel>> {
+        // The same calibration of the model within other memory limits.
+        let inner = self.inner.accumulated()?;
+        Some(self.calibration.apply(inner))
+    }
+
     fn step_times_s(
         &self,
         gpus: GpuCount,

@@ -8,23 +8,29 @@
 //! `thr(N, A) = thr(1, A) / thr(1, B) · thr(N, B)` at the configuration measured; else the
 //! bundled tables' ratio of the types' speeds over T4 ([`speedup_over_t4`]); else alike. Before
 //! any measurement the job's prior runs on each type scaled by the bundled speed over the
-//! slowest type, so that a faster type is worth more from the start.
+//! slowest type, so that a faster type is worth more from the start. On a type where its workers
+//! measured their memory, every model of it runs per-GPU batches beyond that by gradient
+//! accumulation ([`Job::max_local_batch_on_type`]): what the decision sizes its micro-steps by.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dlscale_core::job::JobOnType;
 use dlscale_core::profiles::speedup_over_t4;
-use dlscale_core::throughput::{Scaled, ThroughputModel};
-use dlscale_core::{Fleet, Job};
+use dlscale_core::throughput::{Accumulating, AnalyticModel, Scaled, ThroughputModel};
+use dlscale_core::{BatchSize, Fleet, Job};
 
-use super::Measurements;
+use super::{Calibration, Measurements};
 
 /// How a learned `job` runs on each type of `fleet` it may run on (those its `types` name, if
-/// any), from `measured` (its own reports, or its
-/// family's pool), with compute and sync overlapping in the fits when `overlap`.
+/// any), from `measured` (its own reports, or its family's pool) and the memory its workers
+/// measured on each type (`memory`, by type name: there it accumulates beyond that, up to
+/// [`Job::max_local_batch_on_type`]; elsewhere its own limits hold), with compute and sync overlapping in the fits
+/// when `overlap`.
 pub fn learned_on_types(
     fleet: &Fleet,
     measured: &Measurements,
+    memory: &BTreeMap<String, BatchSize>,
     job: &Job,
     overlap: bool,
 ) -> Arc<[JobOnType]> {
@@ -37,15 +43,35 @@ pub fn learned_on_types(
             job.types.on.is_empty() || job.types.on.iter().any(|o| &*o.gpu_type == *name)
         })
         .collect();
-    // Each type's own fitted model, with its measurements.
-    let own: Vec<(Measurements, Option<Arc<dyn ThroughputModel>>)> = names
+    // Each type's measurements, with their own fit and its calibration.
+    let own: Vec<(Measurements, Option<(AnalyticModel, Calibration)>)> = names
         .iter()
         .map(|&name| {
             let points = measured.of_type(Some(name));
-            let model = points.model(overlap).map(|fit| points.calibrated(fit, job));
-            (points, model)
+            let fit = points.model(overlap).map(|fit| {
+                let calibration = points.calibration(&fit);
+                (fit, calibration)
+            });
+            (points, fit)
         })
         .collect();
+    // Each type's memory and per-GPU limit: measured there, else the job's own.
+    let job_memory = job
+        .throughput
+        .memory_local_batch()
+        .unwrap_or(job.max_local_batch);
+    let limits: Vec<(BatchSize, BatchSize)> = names
+        .iter()
+        .map(|&name| match memory.get(name) {
+            Some(&m) => (m, job.max_local_batch_on_type(m)),
+            None => (job_memory, job.max_local_batch),
+        })
+        .collect();
+    // A fit as the job runs it on type `t`: within that type's memory, calibrated.
+    let on = |(fit, calibration): &(AnalyticModel, Calibration), t: usize| {
+        let (memory, max_local) = limits[t];
+        calibration.apply(Accumulating::wrap(Arc::new(*fit), memory, max_local))
+    };
     let reach = |t: usize| {
         (
             own[t].0.most_gpus().unwrap_or(0),
@@ -54,8 +80,8 @@ pub fn learned_on_types(
         )
     };
     let lead = (0..names.len())
-        .filter(|&t| own[t].1.is_some())
-        .max_by_key(|&t| reach(t));
+        .filter_map(|t| Some((t, own[t].1.as_ref()?)))
+        .max_by_key(|&(t, _)| reach(t));
     let slowest = names
         .iter()
         .filter_map(|name| speedup_over_t4(name))
@@ -65,9 +91,9 @@ pub fn learned_on_types(
         .enumerate()
         .map(|(t, &name)| {
             let throughput = match (lead, &own[t].1) {
-                (Some(l), Some(model)) if reach(t).0 >= reach(l).0 => model.clone(),
-                (Some(l), _) => {
-                    let lead_model = own[l].1.clone().unwrap_or_else(|| job.throughput.clone());
+                (Some((l, _)), Some(fit)) if reach(t).0 >= reach(l).0 => on(fit, t),
+                (Some((l, lead_fit)), _) => {
+                    let lead_model = on(lead_fit, t);
                     let speedup = measured_speedup(&own[t].0, lead_model.as_ref())
                         .or_else(|| bundled_speedup(name, names[l]))
                         .unwrap_or(1.0);
@@ -75,13 +101,24 @@ pub fn learned_on_types(
                 }
                 (None, _) => {
                     let speedup = speedup_over_t4(name).map_or(1.0, |s| s / slowest);
-                    Arc::new(Scaled::new(job.throughput.clone(), speedup))
+                    let model = match memory.get(name) {
+                        Some(_) => {
+                            let (memory, max_local) = limits[t];
+                            let base = job
+                                .throughput
+                                .accumulated()
+                                .unwrap_or_else(|| job.throughput.clone());
+                            Accumulating::wrap(base, memory, max_local)
+                        }
+                        None => job.throughput.clone(),
+                    };
+                    Arc::new(Scaled::new(model, speedup))
                 }
             };
             JobOnType {
                 gpu_type: name.into(),
                 throughput,
-                max_local_batch: job.max_local_batch,
+                max_local_batch: limits[t].1,
             }
         })
         .collect()

@@ -84,6 +84,7 @@ pub fn report(attempt: u32, batch: u32, samples_per_s: f64) -> MetricsReport {
         grad: None,
         compute_time_s: None,
         max_local_batch: None,
+        micro_steps: None,
     }
 }
 

@@ -36,6 +36,19 @@ pub fn micro_steps_for(local_batch: BatchSize, memory_local: BatchSize) -> u32 {
     local_batch.div_ceil(memory_local.max(1)).max(1)
 }
 
+/// The per-GPU batch limit of a job whose `model` allows `max_local` samples per GPU, where one
+/// micro-step holds `memory_local`: that memory times the accumulation `max_local` allows over
+/// the model's own memory (`max_accum_steps`, kept when the memory is measured or a type's).
+pub fn max_local_within(
+    model: &dyn ThroughputModel,
+    max_local: BatchSize,
+    memory_local: BatchSize,
+) -> BatchSize {
+    let memory_now = model.memory_local_batch().unwrap_or(max_local);
+    let accumulation = (max_local / memory_now.max(1)).max(1);
+    memory_local.saturating_mul(accumulation)
+}
+
 /// A model that runs per-GPU batches beyond `memory_local` by gradient accumulation: a per-GPU
 /// batch `l ≤ max_local` runs as [`micro_steps_for`]`(l, memory_local)` micro-steps
 /// ([`accumulated_step_time_s`]); within memory it is the inner model unchanged.

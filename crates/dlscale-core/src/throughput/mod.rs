@@ -11,7 +11,7 @@ mod fit;
 mod scaled;
 pub(crate) mod table;
 
-pub use accumulate::{accumulated_step_time_s, micro_steps_for, Accumulating};
+pub use accumulate::{accumulated_step_time_s, max_local_within, micro_steps_for, Accumulating};
 pub use analytic::{AnalyticModel, FitQuality, StepTimeSample, MAX_OVERLAP_GAMMA};
 pub use scaled::{Extended, Scaled};
 pub use table::MeasuredTable;

@@ -343,7 +343,9 @@ pub fn schemas() -> Value {
             "compute_time_s": nullable(json!({"type": "number", "exclusiveMinimum": 0,
                 "description": "seconds of one micro-step's compute alone, without the all-reduce"})),
             "max_local_batch": nullable(json!({"type": "integer", "minimum": 1,
-                "description": "samples per GPU one micro-step holds, as the worker measured them: the job's memory limit from then on"}))})),
+                "description": "samples per GPU one micro-step holds, as the worker measured them: the job's memory limit from then on (on a fleet, on the GPU type the launch runs on)"})),
+            "micro_steps": nullable(json!({"type": "integer", "minimum": 1,
+                "description": "micro-steps each step ran its per-GPU batch in, when the worker sizes its own accumulation: what the step time measures and how the launch runs"}))})),
         "CompletionReport": object(&["attempt", "step", "samples_seen"], json!({
             "attempt": int, "step": int, "samples_seen": int})),
         "ReportAnswer": object(&["accepted"], json!({"accepted": {"type": "boolean"}, "reason": string,

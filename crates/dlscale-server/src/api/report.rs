@@ -5,7 +5,7 @@ use dlscale_autoscaler::MetricsReport;
 use crate::error::ApiError;
 
 /// The fields of a metrics report ([`MetricsReport`]).
-pub const METRICS_FIELDS: [&str; 10] = [
+pub const METRICS_FIELDS: [&str; 11] = [
     "step",
     "samples_per_s",
     "batch_size",
@@ -16,6 +16,7 @@ pub const METRICS_FIELDS: [&str; 10] = [
     "grad",
     "compute_time_s",
     "max_local_batch",
+    "micro_steps",
 ];
 
 /// The fields of a report's `grad`.
@@ -57,11 +58,16 @@ pub fn validate_report(m: &MetricsReport) -> Result<(), ApiError> {
             "field 'compute_time_s' must be a finite number > 0 or null",
         ));
     }
-    if m.max_local_batch == Some(0) {
-        return Err(ApiError::field(
-            "max_local_batch",
-            "field 'max_local_batch' must be ≥ 1 or null",
-        ));
+    for (name, v) in [
+        ("max_local_batch", m.max_local_batch),
+        ("micro_steps", m.micro_steps),
+    ] {
+        if v == Some(0) {
+            return Err(ApiError::field(
+                name,
+                format!("field '{name}' must be ≥ 1 or null"),
+            ));
+        }
     }
     if let Some(g) = &m.grad {
         for (name, v) in [("grad.grad_sqr", g.grad_sqr), ("grad.grad_var", g.grad_var)] {

@@ -11,7 +11,7 @@ use dlscale_core::job::{JobOnType, RemainingWork};
 use dlscale_core::throughput::{throughput_samples_per_s, ThroughputModel};
 use dlscale_core::{BatchSize, Cluster, Job, PolicyInfo};
 
-use super::{JobTruth, RunShape, World};
+use super::{JobTruth, RunShape, WorkerBatching, World};
 use crate::config::{ProgressMode, SimConfig};
 use crate::error::Result;
 use crate::workload::{SimJob, Work};
@@ -164,6 +164,26 @@ impl JobTruth for DlscaleJob {
             .map(|model| model.step_time_s(1, 1, local.div_ceil(model.micro_steps(local))))
             .try_fold(0.0f64, |slowest, c| Some(slowest.max(c?)))
             .filter(|&c| c > 0.0)
+    }
+
+    /// Its workers accumulate as its true model does on the GPUs they run on (the most
+    /// micro-steps of the types spanned), and on a fleet probe their GPUs' memory (a group
+    /// takes its smallest GPU's).
+    fn batching(&self, run: &RunShape) -> Option<WorkerBatching> {
+        let local = run.batch.div_ceil(run.gpus.max(1));
+        let micro_steps = self.truths.of(run).map(|m| m.micro_steps(local)).max()?;
+        let memory_local_batch = match self.truths {
+            Truths::One(_) => None,
+            Truths::ByType { .. } => self
+                .truths
+                .of(run)
+                .filter_map(|m| m.memory_local_batch().or_else(|| m.max_local_batch()))
+                .min(),
+        };
+        Some(WorkerBatching {
+            micro_steps,
+            memory_local_batch,
+        })
     }
 
     fn remaining(&self, progress: f64, epoch: usize) -> Arc<dyn RemainingWork> {

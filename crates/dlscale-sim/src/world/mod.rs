@@ -65,6 +65,12 @@ pub trait JobTruth: fmt::Debug + Send + Sync {
     /// synchronisation, which its workers report with measurement noise.
     fn compute_time_s(&self, run: &RunShape) -> Option<f64>;
 
+    /// How `run`'s workers run its per-GPU batch, where they size it themselves and say so in
+    /// their reports; `None` where they run what the launch says.
+    fn batching(&self, _run: &RunShape) -> Option<WorkerBatching> {
+        None
+    }
+
     /// Its remaining work at `progress` in `epoch`, as an oracle tells it to the policies.
     fn remaining(&self, progress: f64, epoch: usize) -> Arc<dyn RemainingWork>;
 
@@ -75,6 +81,15 @@ pub trait JobTruth: fmt::Debug + Send + Sync {
     /// Whether its user may declare its length when submitting it under `policy` (the
     /// simulation's reporting settings decide whether it does).
     fn declares_length(&self, policy: PolicyInfo) -> bool;
+}
+
+/// How a run's workers run its per-GPU batch ([`JobTruth::batching`]), as their reports say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerBatching {
+    /// Micro-steps per step (gradient accumulation beyond their GPUs' memory).
+    pub micro_steps: u32,
+    /// Samples per GPU one micro-step holds on their GPUs (their probe), where they measure it.
+    pub memory_local_batch: Option<BatchSize>,
 }
 
 /// What a run is, as a job's truth sees it. A world that needs more of a run (e.g. the GPU

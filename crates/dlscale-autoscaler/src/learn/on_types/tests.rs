@@ -1,3 +1,4 @@
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
@@ -72,7 +73,13 @@ fn close(a: f64, b: f64) -> bool {
 
 #[test]
 fn before_any_measurement_each_type_runs_the_prior_at_its_bundled_speed() {
-    let on = learned_on_types(&fleet(), &Measurements::default(), &job(), false);
+    let on = learned_on_types(
+        &fleet(),
+        &Measurements::default(),
+        &BTreeMap::new(),
+        &job(),
+        false,
+    );
     assert_eq!(on.len(), 3);
     let a100 = speedup_over_t4("a100").unwrap();
     assert!(a100 > 1.0);
@@ -87,7 +94,7 @@ fn before_any_measurement_each_type_runs_the_prior_at_its_bundled_speed() {
 fn a_type_not_measured_takes_the_measured_types_model_at_the_bundled_ratio() {
     let mut m = Measurements::default();
     measure(&mut m, "t4", 1.0, &[1, 2, 4]);
-    let on = learned_on_types(&fleet(), &m, &job(), false);
+    let on = learned_on_types(&fleet(), &m, &BTreeMap::new(), &job(), false);
     let a100 = speedup_over_t4("a100").unwrap();
     for g in [1, 2, 4] {
         let t4 = step_s(&on, "t4", g);
@@ -105,7 +112,7 @@ fn a_type_measured_on_fewer_gpus_scales_the_lead_by_the_ratio_measured() {
     measure(&mut m, "t4", 1.0, &[1, 2, 4]);
     measure(&mut m, "a100", 3.0, &[1]);
     assert!((speedup_over_t4("a100").unwrap() - 3.0).abs() > 0.1);
-    let on = learned_on_types(&fleet(), &m, &job(), false);
+    let on = learned_on_types(&fleet(), &m, &BTreeMap::new(), &job(), false);
     for g in [1, 2, 4] {
         assert!(
             close(step_s(&on, "a100", g), step_s(&on, "t4", g) / 3.0),
@@ -115,7 +122,7 @@ fn a_type_measured_on_fewer_gpus_scales_the_lead_by_the_ratio_measured() {
     // Once A100 is measured as far as T4 (here further), its own fit leads, and T4 follows it
     // at the ratio measured on T4.
     measure(&mut m, "a100", 3.0, &[2, 4, 8]);
-    let on = learned_on_types(&fleet(), &m, &job(), false);
+    let on = learned_on_types(&fleet(), &m, &BTreeMap::new(), &job(), false);
     for g in [1, 2, 4, 8] {
         let truth_s = truth().step_time_s(g, 1, 64 / g).unwrap();
         assert!(close(step_s(&on, "a100", g), truth_s / 3.0), "{g}");
@@ -139,8 +146,14 @@ fn points_of_no_type_belong_to_no_type_of_a_fleet() {
     );
     assert!(m.of_type(Some("t4")).points.is_empty());
     assert_eq!(m.of_type(None).points.len(), 1);
-    let before = learned_on_types(&fleet(), &Measurements::default(), &job(), false);
-    let on = learned_on_types(&fleet(), &m, &job(), false);
+    let before = learned_on_types(
+        &fleet(),
+        &Measurements::default(),
+        &BTreeMap::new(),
+        &job(),
+        false,
+    );
+    let on = learned_on_types(&fleet(), &m, &BTreeMap::new(), &job(), false);
     assert!(close(step_s(&on, "t4", 2), step_s(&before, "t4", 2)));
 }
 
@@ -152,11 +165,59 @@ fn a_job_runs_only_on_the_types_its_user_named() {
         throughput: Arc::new(PRIOR),
         max_local_batch: 64,
     }]);
-    let on = learned_on_types(&fleet(), &Measurements::default(), &named, false);
+    let on = learned_on_types(
+        &fleet(),
+        &Measurements::default(),
+        &BTreeMap::new(),
+        &named,
+        false,
+    );
     let names: Vec<&str> = on.iter().map(|o| &*o.gpu_type).collect();
     assert_eq!(names, ["a100"]);
     // What it makes is what it is remade from: still A100 only.
     named.types.on = on;
-    let again = learned_on_types(&fleet(), &Measurements::default(), &named, false);
+    let again = learned_on_types(
+        &fleet(),
+        &Measurements::default(),
+        &BTreeMap::new(),
+        &named,
+        false,
+    );
     assert_eq!(again.len(), 1);
+}
+
+#[test]
+fn a_types_measured_memory_sizes_its_micro_steps_there_and_nowhere_else() {
+    // Measured on T4 and A100; the workers measured 16 samples per micro-step on T4.
+    let mut m = Measurements::default();
+    measure(&mut m, "t4", 1.0, &[1, 2, 4]);
+    measure(&mut m, "a100", 3.0, &[1, 2, 4]);
+    let memory = BTreeMap::from([("t4".to_string(), 16)]);
+    let on = learned_on_types(&fleet(), &m, &memory, &job(), false);
+    let of = |t: &str| on.iter().find(|o| &*o.gpu_type == t).unwrap();
+    let (t4, a100) = (of("t4"), of("a100"));
+    // On T4, 64 per GPU runs as 4 micro-steps of 16, up to the job's own limit of 64; on A100,
+    // as the job declared it: one step.
+    assert_eq!((t4.throughput.micro_steps(64), t4.max_local_batch), (4, 64));
+    assert_eq!(
+        (a100.throughput.micro_steps(64), a100.max_local_batch),
+        (1, 64)
+    );
+    // Four micro-steps: three of compute alone, one with the all-reduce.
+    let fit = m.of_type(Some("t4")).model(false).unwrap();
+    let accumulated = 3.0 * fit.step_time_s(1, 1, 16).unwrap() + fit.step_time_s(2, 1, 16).unwrap();
+    let calibrated = t4.throughput.step_time_s(2, 1, 64).unwrap();
+    assert!(calibrated > fit.step_time_s(2, 1, 64).unwrap());
+    assert!(
+        (calibrated / accumulated - 1.0).abs() < 0.05,
+        "{calibrated} {accumulated}"
+    );
+    // A type with more memory than the job declared: its limit grows with its memory.
+    let more = BTreeMap::from([("a100".to_string(), 256)]);
+    let on = learned_on_types(&fleet(), &m, &more, &job(), false);
+    let a100 = on.iter().find(|o| &*o.gpu_type == "a100").unwrap();
+    assert_eq!(
+        (a100.throughput.micro_steps(256), a100.max_local_batch),
+        (1, 256)
+    );
 }
