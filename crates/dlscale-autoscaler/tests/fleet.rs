@@ -305,25 +305,56 @@ fn memory_measured_on_a_type_is_that_types_and_sizes_the_micro_steps_of_launches
 }
 
 #[test]
-fn a_policy_that_treats_types_alike_keeps_a_jobs_limit_when_one_type_measures_memory() {
-    let mut a = autoscaler(|c| c.policy = allocator::TYPE_BLIND);
-    let mut learned = job("l", "");
-    learned.throughput = Arc::new(PRIOR);
+fn one_types_memory_is_not_the_limit_of_a_job_with_one_model_for_every_type() {
+    // A learned job under a policy that treats the types alike, and a given job with no model
+    // of its own per type under one that does not: both keep their limit, and say why.
+    let cases = [
+        (allocator::TYPE_BLIND, ModelSource::Learned),
+        (allocator::ELASTIC_BATCH, ModelSource::Given),
+    ];
+    for (policy, model) in cases {
+        let mut a = autoscaler(|c| c.policy = policy);
+        let mut one = job("j", "");
+        if model == ModelSource::Learned {
+            one.throughput = Arc::new(PRIOR);
+        }
+        run(&mut a, 0.0, vec![submit_as(one, model, None)]);
+        let s = a.handle(30.0, vec![probed(&a, "j", 16, 4)]);
+        assert_eq!(memory_events(&s), [(None, 16, true)], "{}", policy.name);
+        let shown: Vec<String> = s.events.iter().map(ToString::to_string).collect();
+        assert!(
+            shown
+                .iter()
+                .any(|e| e.contains("measured on one of the cluster's GPU types")),
+            "{shown:?}"
+        );
+        assert_eq!(a.job("j").unwrap().1.max_local_batch, 64, "{}", policy.name);
+    }
+    // On a cluster of one type, the same report is the job's limit (its accumulation kept, so
+    // that its request of 64 on one GPU still runs).
+    let one_type = Fleet::new(vec![GpuPool {
+        name: "t4".into(),
+        nodes: 1,
+        gpus_per_node: 4,
+        memory_gib: 16.0,
+    }])
+    .unwrap();
+    let mut a = Autoscaler::new(config(), one_type.topology());
     run(
         &mut a,
         0.0,
-        vec![submit_as(learned, ModelSource::Learned, None)],
+        vec![submit(job("j", r#", "max_accum_steps": 4"#))],
     );
-    let s = a.handle(30.0, vec![probed(&a, "l", 16, 4)]);
-    assert_eq!(memory_events(&s), [(None, 16, true)]);
-    let shown = s.events.iter().map(ToString::to_string).collect::<Vec<_>>();
-    assert!(
-        shown
-            .iter()
-            .any(|e| e.contains("treats the cluster's GPU types alike")),
-        "{shown:?}"
+    let s = a.handle(30.0, vec![probed(&a, "j", 16, 4)]);
+    assert_eq!(memory_events(&s), [(None, 16, false)]);
+    let limited = a.job("j").unwrap().1;
+    assert_eq!(
+        (
+            limited.max_local_batch,
+            limited.throughput.memory_local_batch()
+        ),
+        (64, Some(16))
     );
-    assert_eq!(a.job("l").unwrap().1.max_local_batch, 64);
 }
 
 #[test]
@@ -350,4 +381,31 @@ fn a_given_jobs_model_of_a_type_takes_the_memory_measured_there_and_a_restore_ag
         (micro_steps(&restored, "a100"), micro_steps(&restored, "t4")),
         (2, 1)
     );
+}
+
+#[test]
+fn a_job_beyond_its_own_per_gpu_limit_within_its_types_is_held_as_running() {
+    // A100 holds 256 per GPU, the job's own limit is 64: it runs 2 A100s at 128 per GPU.
+    let mut x = job("x", r#", "types": {"a100": {"max_local_batch": 256}}"#);
+    (x.requested.gpus, x.requested.batch, x.gpus.max) = (2, 256, 2);
+    let mut a = autoscaler(|c| c.interval_s = Some(60.0));
+    run(&mut a, 0.0, vec![submit(x)]);
+    let (attempt, batch, nodes) = current(&a, "x");
+    assert!(on(&nodes, "a100-"), "{nodes:?}");
+    let gpus = a.job("x").unwrap().0.shape().unwrap().gpus;
+    assert!(batch.div_ceil(gpus) > 64, "{gpus} × {batch}");
+    // The next periodic decision (an arrival's, on the T4s) sees it as running there, held,
+    // not as new.
+    let s = a.handle(60.0, vec![submit(job("y", r#", "types": {"t4": {}}"#))]);
+    assert!(
+        !s.actions
+            .iter()
+            .any(|x| matches!(x, Action::Stop { id, .. } if id == "x")),
+        "{:?}",
+        s.actions
+    );
+    let decision = a.last_decision().unwrap();
+    assert_eq!(decision.at_s, 60.0);
+    assert_eq!(decision.jobs[0].held, Some((gpus, batch)), "{decision:?}");
+    assert_eq!(a.job("x").unwrap().0.attempt, attempt);
 }

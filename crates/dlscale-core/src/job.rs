@@ -437,11 +437,20 @@ impl Job {
     /// Whether `gpus` GPUs can run a global batch of `batch` for this job (memory and range),
     /// ignoring the throughput model.
     pub fn batch_fits(&self, gpus: GpuCount, batch: BatchSize) -> bool {
+        self.batch_fits_on(None, gpus, batch)
+    }
+
+    /// [`Job::batch_fits`] on the GPU type named `gpu_type`, within its per-GPU batch limit
+    /// there ([`Job::on_type`]); `None`, or a type it may not run on: its own limit.
+    pub fn batch_fits_on(&self, gpu_type: Option<&str>, gpus: GpuCount, batch: BatchSize) -> bool {
+        let max_local = gpu_type
+            .and_then(|t| self.on_type(t))
+            .map_or(self.max_local_batch, |(_, max_local)| max_local);
         gpus > 0
             && batch >= gpus.saturating_mul(self.min_local_batch.max(1))
             && batch >= self.batch.min
             && batch <= self.batch.max
-            && batch.div_ceil(gpus) <= self.max_local_batch
+            && batch.div_ceil(gpus) <= max_local
     }
 
     /// Checks every field, naming the field on error.
@@ -598,7 +607,7 @@ impl Job {
                     ),
                 ));
             }
-            if !self.batch_fits(cur.gpus, cur.batch) {
+            if !self.batch_fits_on(self.types.current.as_deref(), cur.gpus, cur.batch) {
                 return Err(CoreError::job(
                     id,
                     "current.batch",

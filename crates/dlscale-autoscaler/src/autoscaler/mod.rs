@@ -103,9 +103,9 @@ pub struct Autoscaler {
     /// The fleet of GPU types `topology`'s nodes make, with each type's nodes, when its nodes
     /// name types and the policy decides across types (else every GPU is alike to it).
     fleet: Option<(Fleet, Vec<Topology>)>,
-    /// Its nodes are of several GPU types that the decisions treat alike (no `fleet`): a memory
-    /// its workers measured on one type is not a job's limit on the others.
-    types_alike: bool,
+    /// Its nodes are of several GPU types: a memory a job's workers measured on one type is not
+    /// its limit on the others, only that type's model's.
+    several_types: bool,
     /// `allowed[g]` under the shape rule; `None` when every count is (any split).
     allowed: Option<Vec<bool>>,
     /// Jobs that have not ended, in arrival order; `jobs[i]` is what policies see of `live[i]`.
@@ -153,9 +153,11 @@ fn type_on(
     Some(node.gpu_type.clone().unwrap_or_else(|| UNTYPED.into()))
 }
 
-/// Why a memory measured on a cluster of GPU types the policy treats alike is not a job's limit.
-const TYPES_ALIKE: &str =
-    "the policy treats the cluster's GPU types alike, and one type's memory is not the job's on the others";
+/// Why a memory measured on one of a cluster's several GPU types is not the limit of a job with
+/// no model of that type of its own (or of any job, where the policy treats the types alike).
+const ONE_OF_SEVERAL_TYPES: &str = "it was measured on one of the cluster's GPU types, and the \
+    job's limit is one for all of them (no model of that type of its own, or a policy that treats \
+    the types alike)";
 
 /// How long a job waits before launch `failures + 1` after `failures` failures in a row: 1 s,
 /// doubling, at most a minute.
@@ -196,7 +198,7 @@ impl Autoscaler {
             node_index: BTreeMap::new(),
             model_cluster: None,
             fleet: None,
-            types_alike: false,
+            several_types: false,
             allowed: None,
             live: Vec::new(),
             jobs: Vec::new(),
@@ -484,7 +486,7 @@ impl Autoscaler {
         // Teams are not kept across types: a cluster with teams decides as one pool.
         let fleet = Fleet::of_topology(&topology);
         let kept = self.config.policy.keeps_types && self.config.teams.is_none();
-        self.types_alike = !kept && fleet.as_ref().is_some_and(|(f, _)| f.pools().len() > 1);
+        self.several_types = fleet.as_ref().is_some_and(|(f, _)| f.pools().len() > 1);
         self.fleet = fleet.filter(|_| kept);
         self.node_index = topology
             .nodes
@@ -840,8 +842,8 @@ impl Autoscaler {
                 .memory_local_batch()
                 .unwrap_or(job.max_local_batch);
             if memory != now {
-                let refused = if self.types_alike {
-                    Some(TYPES_ALIKE.to_string())
+                let refused = if self.several_types {
+                    Some(ONE_OF_SEVERAL_TYPES.to_string())
                 } else {
                     job.set_memory_local_batch(memory)
                         .err()

@@ -334,3 +334,17 @@ fn errors_name_file_line_job_and_field() {
         );
     }
 }
+
+#[test]
+fn a_batch_fits_a_type_within_that_types_per_gpu_limit() {
+    let text = r#"{"jobs": [{"id": "a", "model": {"compute_per_sample_s": 0.001},
+        "min_batch": 32, "max_batch": 1024, "max_local_batch": 64,
+        "types": {"t4": {}, "a100": {"max_local_batch": 256}}}]}"#;
+    let job = parse(text).unwrap().remove(0);
+    // 4 × 128 per GPU: beyond the job's own 64, within A100's 256; T4 and no type hold 64.
+    assert!(job.batch_fits_on(Some("a100"), 4, 512));
+    assert!(!job.batch_fits_on(Some("t4"), 4, 512));
+    assert!(!job.batch_fits(4, 512) && job.batch_fits(4, 256));
+    // A type it may not run on: its own limit.
+    assert!(!job.batch_fits_on(Some("h100"), 4, 512));
+}
