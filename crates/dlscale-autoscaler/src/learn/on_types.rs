@@ -1,9 +1,10 @@
 //! A learned job on a fleet of GPU types ([`dlscale_core::Fleet`]): its model on each type.
 //!
 //! Each type's measured points are a model of their own ([`Measurements::of_type`]). The type
-//! measured at the most GPUs leads; a type measured at fewer (or not at all) takes the leading
-//! type's model scaled by how much faster it is: measured, where the job (or its family, whose
-//! pool holds its peers' points) ran on both — the leading model's step time at the other
+//! measured at the most GPUs leads, and so does every type measured at several GPU counts (its
+//! own fit has seen how it scales there); a type measured at one count only, or not at all,
+//! takes the leading type's model scaled by how much faster it is: measured, where the job (or
+//! its family, whose pool holds its peers' points) ran on both — the leading model's step time at the other
 //! type's most-reported configuration over the step time measured there, Sia's
 //! `thr(N, A) = thr(1, A) / thr(1, B) · thr(N, B)` at the configuration measured; else the
 //! bundled tables' ratio of the types' speeds over T4 ([`speedup_over_t4`]); else alike. Before
@@ -79,6 +80,11 @@ pub fn learned_on_types(
             std::cmp::Reverse(t),
         )
     };
+    // Whether a type's own measurements span several GPU counts (its fit has seen it scale).
+    let scaled = |t: usize| {
+        let points = &own[t].0.points;
+        points.iter().any(|p| p.gpus != points[0].gpus)
+    };
     let lead = (0..names.len())
         .filter_map(|t| Some((t, own[t].1.as_ref()?)))
         .max_by_key(|&(t, _)| reach(t));
@@ -91,7 +97,7 @@ pub fn learned_on_types(
         .enumerate()
         .map(|(t, &name)| {
             let throughput = match (lead, &own[t].1) {
-                (Some((l, _)), Some(fit)) if reach(t).0 >= reach(l).0 => on(fit, t),
+                (Some((l, _)), Some(fit)) if reach(t).0 >= reach(l).0 || scaled(t) => on(fit, t),
                 (Some((l, lead_fit)), _) => {
                     let lead_model = on(lead_fit, t);
                     let speedup = measured_speedup(&own[t].0, lead_model.as_ref())

@@ -106,7 +106,7 @@ fn a_type_not_measured_takes_the_measured_types_model_at_the_bundled_ratio() {
 }
 
 #[test]
-fn a_type_measured_on_fewer_gpus_scales_the_lead_by_the_ratio_measured() {
+fn a_type_measured_at_one_count_scales_the_lead_and_at_several_learns_its_own() {
     // Measured on T4 up to 4 GPUs, on A100 on one only, 3× as fast (not the bundled ratio).
     let mut m = Measurements::default();
     measure(&mut m, "t4", 1.0, &[1, 2, 4]);
@@ -119,13 +119,23 @@ fn a_type_measured_on_fewer_gpus_scales_the_lead_by_the_ratio_measured() {
             "{g}"
         );
     }
-    // Once A100 is measured as far as T4 (here further), its own fit leads, and T4 follows it
-    // at the ratio measured on T4.
-    measure(&mut m, "a100", 3.0, &[2, 4, 8]);
+    // Measured at a second count (fewer GPUs than T4 still), A100 has seen how it scales: its
+    // own fit, at what was measured there; no longer T4's scaled.
+    measure(&mut m, "a100", 3.5, &[2]);
     let on = learned_on_types(&fleet(), &m, &BTreeMap::new(), &job(), false);
-    for g in [1, 2, 4, 8] {
+    for (g, speedup) in [(1, 3.0), (2, 3.5)] {
+        let truth_s = truth().step_time_s(g, 1, 64 / g).unwrap();
+        assert!(close(step_s(&on, "a100", g), truth_s / speedup), "{g}");
+    }
+    // Once A100 is measured further than T4, its own fit leads, and T4 keeps its own.
+    measure(&mut m, "a100", 3.0, &[4, 8]);
+    let on = learned_on_types(&fleet(), &m, &BTreeMap::new(), &job(), false);
+    for g in [4, 8] {
         let truth_s = truth().step_time_s(g, 1, 64 / g).unwrap();
         assert!(close(step_s(&on, "a100", g), truth_s / 3.0), "{g}");
+    }
+    for g in [1, 2, 4] {
+        let truth_s = truth().step_time_s(g, 1, 64 / g).unwrap();
         assert!(close(step_s(&on, "t4", g), truth_s), "{g}");
     }
 }
