@@ -362,10 +362,16 @@ impl Job {
         let mut measured = self.clone();
         measured.max_local_batch = self.max_local_batch_within(memory_local);
         measured.throughput = Accumulating::wrap(base, memory_local, measured.max_local_batch);
-        let current = measured.current.take();
-        measured.validate()?;
-        measured.current = current;
-        *self = measured;
+        self.become_checked(measured)
+    }
+
+    /// Becomes `changed` if it is a valid job (its current allocation aside, which the next
+    /// decision moves if it no longer fits); else stays as it is and says why.
+    fn become_checked(&mut self, mut changed: Job) -> Result<()> {
+        let current = changed.current.take();
+        changed.validate()?;
+        changed.current = current;
+        *self = changed;
         Ok(())
     }
 
@@ -419,11 +425,7 @@ impl Job {
         };
         let mut measured = self.clone();
         measured.types.on = on.into();
-        let current = measured.current.take();
-        measured.validate()?;
-        measured.current = current;
-        *self = measured;
-        Ok(())
+        self.become_checked(measured)
     }
 
     /// Steps left at global batch `batch`, if the job's remaining work is known.

@@ -4,8 +4,8 @@
 //! measured at the most GPUs leads, and so does every type measured at several GPU counts (its
 //! own fit has seen how it scales there); a type measured at one count only, or not at all,
 //! takes the leading type's model scaled by how much faster it is: measured, where the job (or
-//! its family, whose pool holds its peers' points) ran on both — the leading model's step time at the other
-//! type's most-reported configuration over the step time measured there, Sia's
+//! its family, whose pool holds its peers' points) ran on both — the leading model's step time
+//! at the other type's most-reported configuration over the step time measured there, Sia's
 //! `thr(N, A) = thr(1, A) / thr(1, B) · thr(N, B)` at the configuration measured; else the
 //! bundled tables' ratio of the types' speeds over T4 ([`speedup_over_t4`]); else alike. Before
 //! any measurement the job's prior runs on each type scaled by the bundled speed over the
@@ -26,8 +26,8 @@ use super::{Calibration, Measurements};
 /// How a learned `job` runs on each type of `fleet` it may run on (those its `types` name, if
 /// any), from `measured` (its own reports, or its family's pool) and the memory its workers
 /// measured on each type (`memory`, by type name: there it accumulates beyond that, up to
-/// [`Job::max_local_batch_on_type`]; elsewhere its own limits hold), with compute and sync overlapping in the fits
-/// when `overlap`.
+/// [`Job::max_local_batch_on_type`]; elsewhere its own limits hold), with compute and sync
+/// overlapping in the fits when `overlap`.
 pub fn learned_on_types(
     fleet: &Fleet,
     measured: &Measurements,
