@@ -11,7 +11,7 @@ use dlscale_autoscaler::learn::PRIOR;
 use dlscale_autoscaler::{Action, Autoscaler, AutoscalerConfig, Input, ModelSource, Outcome, Step};
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::{allocator, Fleet, GpuPool, Job};
-use steps::{config, started, submit, submit_as};
+use steps::{config, memory_events, started, submit, submit_as};
 
 /// One node of four T4s and one of four A100s.
 fn fleet() -> Fleet {
@@ -95,19 +95,26 @@ fn run(a: &mut Autoscaler, t: f64, mut inputs: Vec<Input>) -> Vec<Action> {
     let mut actions = Vec::new();
     while !inputs.is_empty() {
         let step = a.handle(t, std::mem::take(&mut inputs));
-        inputs = started(&step);
-        for action in &step.actions {
-            if let Action::Stop { id, attempt, .. } | Action::Kill { id, attempt } = action {
-                inputs.push(Input::Exited {
-                    id: id.clone(),
-                    attempt: *attempt,
-                    outcome: Outcome::Exited(0),
-                });
-            }
-        }
+        inputs = answers(&step);
         actions.extend(step.actions);
     }
     actions
+}
+
+/// What an executor that carries out every action of `step` at once answers: each launch
+/// started, each stopped or killed one exited.
+fn answers(step: &Step) -> Vec<Input> {
+    let mut inputs = started(step);
+    for action in &step.actions {
+        if let Action::Stop { id, attempt, .. } | Action::Kill { id, attempt } = action {
+            inputs.push(Input::Exited {
+                id: id.clone(),
+                attempt: *attempt,
+                outcome: Outcome::Exited(0),
+            });
+        }
+    }
+    inputs
 }
 
 /// Job `id`'s current launch: its attempt, batch and nodes.
@@ -127,16 +134,15 @@ fn measure(a: &mut Autoscaler, t: f64, id: &str, samples_per_s: f64) {
     }
 }
 
-#[test]
-fn a_learned_job_measured_on_t4_moves_to_a100_when_it_frees_up() {
+/// `big` holding the A100s, then a learned job `l` (up to 4 GPUs, batch 64–256) started on the
+/// T4s, the only ones free: an autoscaler in that state, and the input that ends `big`.
+fn learned_on_t4() -> (Autoscaler, Input) {
     let mut a = autoscaler(|_| {});
-    // `big` holds the A100s.
     let mut big = job("big", r#", "types": {"a100": {}}"#);
     (big.gpus.min, big.requested.gpus) = (4, 4);
     run(&mut a, 0.0, vec![submit(big)]);
     let (big_attempt, _, nodes) = current(&a, "big");
     assert!(on(&nodes, "a100-"), "{nodes:?}");
-    // A learned job: only the T4s are free.
     let mut learned = job("l", "");
     learned.throughput = Arc::new(PRIOR);
     run(
@@ -146,6 +152,17 @@ fn a_learned_job_measured_on_t4_moves_to_a100_when_it_frees_up() {
     );
     let (_, _, nodes) = current(&a, "l");
     assert!(on(&nodes, "t4-"), "{nodes:?}");
+    let big_ends = Input::Exited {
+        id: "big".into(),
+        attempt: big_attempt,
+        outcome: Outcome::Exited(0),
+    };
+    (a, big_ends)
+}
+
+#[test]
+fn a_learned_job_measured_on_t4_moves_to_a100_when_it_frees_up() {
+    let (mut a, big_ends) = learned_on_t4();
     measure(&mut a, 1.0, "l", 1000.0);
     let (_, _, nodes) = current(&a, "l");
     assert!(on(&nodes, "t4-"), "{nodes:?}");
@@ -157,12 +174,7 @@ fn a_learned_job_measured_on_t4_moves_to_a100_when_it_frees_up() {
     );
     // `big` ends: the A100s are free, and the job is worth more there (the bundled speed of
     // A100 over T4 scales what it measured on T4). It stops, and starts again on A100.
-    let ended = Input::Exited {
-        id: "big".into(),
-        attempt: big_attempt,
-        outcome: Outcome::Exited(0),
-    };
-    let actions = run(&mut a, 4000.0, vec![ended]);
+    let actions = run(&mut a, 4000.0, vec![big_ends]);
     assert!(
         actions
             .iter()
@@ -215,47 +227,18 @@ fn probed(a: &Autoscaler, id: &str, memory: u32, micro_steps: u32) -> Input {
     )
 }
 
-/// The memory events of `step`: (type, samples per micro-step, refused).
-fn memory_events(step: &Step) -> Vec<(Option<String>, u32, bool)> {
-    step.events
-        .iter()
-        .filter_map(|e| match e {
-            dlscale_autoscaler::Event::MemoryMeasured {
-                gpu_type,
-                memory_local_batch,
-                refused,
-                ..
-            } => Some((
-                gpu_type.as_deref().map(str::to_string),
-                *memory_local_batch,
-                refused.is_some(),
-            )),
-            _ => None,
-        })
-        .collect()
-}
-
 #[test]
 fn memory_measured_on_a_type_is_that_types_and_sizes_the_micro_steps_of_launches_there() {
-    let mut a = autoscaler(|_| {});
-    // `big` holds the A100s: the learned job runs on T4, at 64 samples per GPU.
-    let mut big = job("big", r#", "types": {"a100": {}}"#);
-    (big.gpus.min, big.requested.gpus) = (4, 4);
-    run(&mut a, 0.0, vec![submit(big)]);
-    let mut learned = job("l", "");
-    learned.throughput = Arc::new(PRIOR);
-    run(
-        &mut a,
-        1.0,
-        vec![submit_as(learned, ModelSource::Learned, None)],
-    );
+    // The learned job runs on T4, at 64 samples per GPU.
+    let (mut a, big_ends) = learned_on_t4();
     let (attempt, batch, nodes) = current(&a, "l");
     assert!(on(&nodes, "t4-") && batch == 64, "{nodes:?} {batch}");
     // Its workers hold 16 samples per T4 and ran 4 micro-steps (the launch said 1).
     let s = a.handle(30.0, vec![probed(&a, "l", 16, 4)]);
     assert_eq!(memory_events(&s), [(Some("t4".into()), 16, false)]);
-    let s = a.handle(60.0, vec![probed(&a, "l", 16, 4)]);
-    assert!(memory_events(&s).is_empty(), "taken once per value");
+    // Its first measurement: a new point, a decision (it may grow on the T4s).
+    let measured = a.handle(60.0, vec![probed(&a, "l", 16, 4)]);
+    assert!(memory_events(&measured).is_empty(), "taken once per value");
     let (record, job) = a.job("l").unwrap();
     // What runs, and what the report measured: 4 micro-steps; no restart for it.
     assert_eq!(
@@ -272,17 +255,10 @@ fn memory_measured_on_a_type_is_that_types_and_sizes_the_micro_steps_of_launches
     );
     let on = |t: &str| job.on_type(t).unwrap().0.micro_steps(64);
     assert_eq!((on("t4"), on("a100")), (4, 1));
-    // Every later launch on T4 runs its per-GPU batch in micro-steps of at most 16.
-    let (_, big_attempt, _) = current(&a, "big");
-    let actions = run(
-        &mut a,
-        4000.0,
-        vec![Input::Exited {
-            id: "big".into(),
-            attempt: big_attempt,
-            outcome: Outcome::Exited(0),
-        }],
-    );
+    // Every later launch on T4 runs its per-GPU batch in micro-steps of at most 16; on A100,
+    // whose memory is not measured, in one.
+    let mut actions = run(&mut a, 60.0, answers(&measured));
+    actions.extend(run(&mut a, 4000.0, vec![big_ends]));
     let launches: Vec<_> = actions
         .iter()
         .filter_map(|x| match x {

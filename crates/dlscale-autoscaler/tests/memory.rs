@@ -7,6 +7,8 @@ mod steps;
 
 use std::collections::BTreeMap;
 
+use steps::memory_events;
+
 use dlscale_autoscaler::{Action, Autoscaler, Event, Input, MetricsReport, ModelSource, Outcome};
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
 use dlscale_core::placement::Topology;
@@ -52,26 +54,12 @@ fn measured(a: &Autoscaler, memory: u32) -> Input {
     )
 }
 
-fn memory_events(events: &[Event]) -> Vec<(u32, bool)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::MemoryMeasured {
-                memory_local_batch,
-                refused,
-                ..
-            } => Some((*memory_local_batch, refused.is_none())),
-            _ => None,
-        })
-        .collect()
-}
-
 #[test]
 fn a_measured_memory_becomes_the_limit_and_moves_a_launch_that_no_longer_fits() {
     let mut a = autoscaler(1);
     assert_eq!(a.job("a").unwrap().0.shape().unwrap().batch_size, 512 / 2);
     let s = a.handle(5.0, vec![measured(&a, 64)]);
-    assert_eq!(memory_events(&s.events), [(64, true)]);
+    assert_eq!(memory_events(&s), [(None, 64, false)]);
     assert_eq!(a.job("a").unwrap().1.max_local_batch, 64);
     // The launch at 256 per GPU does not fit: stopped, and relaunched within the limit.
     assert!(s
@@ -93,7 +81,7 @@ fn a_measured_memory_becomes_the_limit_and_moves_a_launch_that_no_longer_fits() 
     assert_eq!(relaunched, Some(64));
     // Sent again with every report: taken once.
     let s = a.handle(7.0, vec![measured(&a, 64)]);
-    assert!(memory_events(&s.events).is_empty());
+    assert!(memory_events(&s).is_empty());
 }
 
 #[test]
@@ -111,7 +99,7 @@ fn a_memory_that_leaves_the_job_unable_to_run_is_refused_with_its_reason() {
     let mut a = autoscaler(1);
     // 8 samples per GPU: its minimum batch of 16 fits nowhere on its one GPU.
     let s = a.handle(5.0, vec![measured(&a, 8)]);
-    assert_eq!(memory_events(&s.events), [(8, false)]);
+    assert_eq!(memory_events(&s), [(None, 8, true)]);
     let shown = s
         .events
         .iter()

@@ -103,7 +103,7 @@ impl Autoscaler {
                 };
             }
             // On a fleet, the type its launch runs on, whose limits its configuration is within.
-            let on_type = launch
+            let launch_type = launch
                 .filter(|_| self.fleet.is_some())
                 .and_then(|l| super::type_on(topology, node_index, &l.shape.shares));
             job.current = running
@@ -115,11 +115,11 @@ impl Autoscaler {
                     batch_in_place: r.batch_in_place,
                 })
                 .filter(|c| {
-                    job.batch_fits_on(on_type.as_deref(), c.gpus, c.batch)
+                    job.batch_fits_on(launch_type.as_deref(), c.gpus, c.batch)
                         && job.gpus.allows(c.gpus)
                 })
                 .filter(|_| launch.is_some_and(|l| still_placed(&l.shape.shares)));
-            job.types.current = on_type.filter(|_| job.current.is_some());
+            job.types.current = launch_type.filter(|_| job.current.is_some());
             let cause = match (job.current, launch) {
                 (Some(_), Some(l)) => {
                     let restart_s = r

@@ -809,54 +809,49 @@ impl Autoscaler {
             let seen = report.samples_seen as f64;
             job.remaining_samples = (seen < work).then(|| (work - seen).max(1.0));
         }
-        let mut measured = false;
         let typed_memory = gpu_type.as_ref().filter(|t| {
             // A type's own memory where the job has a model of that type; else its one model's.
             r.model == ModelSource::Learned || job.types.on.iter().any(|o| o.gpu_type == **t)
         });
-        if let Some((t, memory)) = typed_memory.zip(report.max_local_batch) {
-            if r.measured_memory_on_types.get(&**t) != Some(&memory) && memory > 0 {
+        // Once per value (the workers send it with every report): on its type, or its own.
+        let memory_taken = match (typed_memory, report.max_local_batch) {
+            (Some(t), Some(memory)) if r.measured_memory_on_types.get(&**t) != Some(&memory) => {
                 r.measured_memory_on_types.insert(t.to_string(), memory);
                 // A learned job's models per type are made again from it
                 // ([`Learning::on_types`]); a given one's model there takes it now.
                 let refused = (r.model != ModelSource::Learned)
                     .then(|| job.set_memory_on_type(t, memory).err())
-                    .flatten()
-                    .map(|e| e.to_string());
-                measured |= refused.is_none();
-                out.event(Event::MemoryMeasured {
-                    id: id.clone(),
-                    memory_local_batch: memory,
-                    gpu_type: Some(t.clone()),
-                    refused,
-                });
+                    .flatten();
+                Some((Some(t.clone()), memory, refused.map(|e| e.to_string())))
             }
-        } else if let Some(memory) = report
-            .max_local_batch
-            .filter(|&m| r.measured_memory != Some(m))
-        {
-            // Once per value: the workers send it with every report.
-            r.measured_memory = Some(memory);
-            let now = job
-                .throughput
-                .memory_local_batch()
-                .unwrap_or(job.max_local_batch);
-            if memory != now {
-                let refused = if self.several_types {
-                    Some(ONE_OF_SEVERAL_TYPES.to_string())
-                } else {
-                    job.set_memory_local_batch(memory)
-                        .err()
-                        .map(|e| e.to_string())
-                };
-                measured |= refused.is_none();
-                out.event(Event::MemoryMeasured {
-                    id: id.clone(),
-                    memory_local_batch: memory,
-                    gpu_type: None,
-                    refused,
-                });
+            (None, Some(memory)) if r.measured_memory != Some(memory) => {
+                r.measured_memory = Some(memory);
+                let now = job
+                    .throughput
+                    .memory_local_batch()
+                    .unwrap_or(job.max_local_batch);
+                (memory != now).then(|| {
+                    let refused = if self.several_types {
+                        Some(ONE_OF_SEVERAL_TYPES.to_string())
+                    } else {
+                        job.set_memory_local_batch(memory)
+                            .err()
+                            .map(|e| e.to_string())
+                    };
+                    (None, memory, refused)
+                })
             }
+            _ => None,
+        };
+        let mut measured = false;
+        if let Some((gpu_type, memory_local_batch, refused)) = memory_taken {
+            measured = refused.is_none();
+            out.event(Event::MemoryMeasured {
+                id: id.clone(),
+                memory_local_batch,
+                gpu_type,
+                refused,
+            });
         }
         let report = Report {
             attempt: r.attempt,

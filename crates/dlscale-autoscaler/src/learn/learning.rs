@@ -5,6 +5,7 @@
 //! it taught ([`Taught`]): which models changed, which pool to persist, whether to decide again.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use dlscale_core::efficiency::GradNoise;
 use dlscale_core::job::JobEfficiency;
@@ -241,9 +242,9 @@ impl Learning {
             }
             let measured = self.measured(r);
             let memory = &r.measured_memory_on_types;
-            let digest = memory.iter().fold(measured.fit_digest(), |h, (t, &m)| {
-                h.rotate_left(11) ^ u64::from(m) ^ (t.len() as u64).rotate_left(32)
-            });
+            let mut hasher = DefaultHasher::new();
+            (measured.fit_digest(), memory).hash(&mut hasher);
+            let digest = hasher.finish();
             if self.typed_digests.get(&r.id) != Some(&digest) || job.types.on.is_empty() {
                 job.types.on = learned_on_types(fleet, measured, memory, job, self.overlap);
                 self.typed_digests.insert(r.id.clone(), digest);

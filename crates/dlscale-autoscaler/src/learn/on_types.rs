@@ -68,10 +68,14 @@ pub fn learned_on_types(
             None => (job_memory, job.max_local_batch),
         })
         .collect();
+    // A model as the job runs it on type `t`: within that type's memory.
+    let within = |model: Arc<dyn ThroughputModel>, t: usize| {
+        let (memory, max_local) = limits[t];
+        Accumulating::wrap(model, memory, max_local)
+    };
     // A fit as the job runs it on type `t`: within that type's memory, calibrated.
     let on = |(fit, calibration): &(AnalyticModel, Calibration), t: usize| {
-        let (memory, max_local) = limits[t];
-        calibration.apply(Accumulating::wrap(Arc::new(*fit), memory, max_local))
+        calibration.apply(within(Arc::new(*fit), t))
     };
     let reach = |t: usize| {
         (
@@ -107,15 +111,14 @@ pub fn learned_on_types(
                 }
                 (None, _) => {
                     let speedup = speedup_over_t4(name).map_or(1.0, |s| s / slowest);
+                    // Its own model as it is, unless its workers measured this type's memory.
                     let model = match memory.get(name) {
-                        Some(_) => {
-                            let (memory, max_local) = limits[t];
-                            let base = job
-                                .throughput
+                        Some(_) => within(
+                            job.throughput
                                 .accumulated()
-                                .unwrap_or_else(|| job.throughput.clone());
-                            Accumulating::wrap(base, memory, max_local)
-                        }
+                                .unwrap_or_else(|| job.throughput.clone()),
+                            t,
+                        ),
                         None => job.throughput.clone(),
                     };
                     Arc::new(Scaled::new(model, speedup))

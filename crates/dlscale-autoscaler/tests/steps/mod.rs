@@ -2,7 +2,7 @@
 //! confirms every launch at once.
 
 use dlscale_autoscaler::{
-    Action, AutoscalerConfig, Input, MetricsReport, ModelSource, Step, Submission,
+    Action, AutoscalerConfig, Event, Input, MetricsReport, ModelSource, Step, Submission,
 };
 use dlscale_core::{Admission, Job, Settings};
 
@@ -95,4 +95,26 @@ pub fn metrics(id: &str, report: MetricsReport) -> Input {
         id: id.into(),
         report,
     }
+}
+
+/// The memory measurements `step` took or refused: (GPU type, samples per micro-step,
+/// refused).
+#[allow(dead_code)] // not every test binary that shares these helpers measures memory
+pub fn memory_events(step: &Step) -> Vec<(Option<String>, u32, bool)> {
+    step.events
+        .iter()
+        .filter_map(|e| match e {
+            Event::MemoryMeasured {
+                gpu_type,
+                memory_local_batch,
+                refused,
+                ..
+            } => Some((
+                gpu_type.as_deref().map(str::to_string),
+                *memory_local_batch,
+                refused.is_some(),
+            )),
+            _ => None,
+        })
+        .collect()
 }

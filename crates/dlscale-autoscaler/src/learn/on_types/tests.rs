@@ -46,7 +46,7 @@ fn truth() -> AnalyticModel {
 /// Records the truth (sped up by `speedup`) on `gpu_type` at each of `gpus`, 64 samples a step.
 fn measure(m: &mut Measurements, gpu_type: &str, speedup: f64, gpus: &[u32]) {
     for &g in gpus {
-        let step_s = truth().step_time_s(g, 1, 64 / g).unwrap() / speedup;
+        let step_s = truth_s(g) / speedup;
         m.record(
             g,
             1,
@@ -67,19 +67,23 @@ fn step_s(on: &[JobOnType], gpu_type: &str, gpus: u32) -> f64 {
     typed.throughput.step_time_s(gpus, 1, 64 / gpus).unwrap()
 }
 
+/// [`learned_on_types`] on [`fleet`] without any memory measured, the plain sum fitted.
+fn learned(measured: &Measurements, job: &Job) -> Arc<[JobOnType]> {
+    learned_on_types(&fleet(), measured, &BTreeMap::new(), job, false)
+}
+
+/// The truth's step time on T4 at `gpus` GPUs (one node), 64 samples a step.
+fn truth_s(gpus: u32) -> f64 {
+    truth().step_time_s(gpus, 1, 64 / gpus).unwrap()
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-6 * b
 }
 
 #[test]
 fn before_any_measurement_each_type_runs_the_prior_at_its_bundled_speed() {
-    let on = learned_on_types(
-        &fleet(),
-        &Measurements::default(),
-        &BTreeMap::new(),
-        &job(),
-        false,
-    );
+    let on = learned(&Measurements::default(), &job());
     assert_eq!(on.len(), 3);
     let a100 = speedup_over_t4("a100").unwrap();
     assert!(a100 > 1.0);
@@ -94,11 +98,11 @@ fn before_any_measurement_each_type_runs_the_prior_at_its_bundled_speed() {
 fn a_type_not_measured_takes_the_measured_types_model_at_the_bundled_ratio() {
     let mut m = Measurements::default();
     measure(&mut m, "t4", 1.0, &[1, 2, 4]);
-    let on = learned_on_types(&fleet(), &m, &BTreeMap::new(), &job(), false);
+    let on = learned(&m, &job());
     let a100 = speedup_over_t4("a100").unwrap();
     for g in [1, 2, 4] {
         let t4 = step_s(&on, "t4", g);
-        assert!(close(t4, truth().step_time_s(g, 1, 64 / g).unwrap()), "{g}");
+        assert!(close(t4, truth_s(g)), "{g}");
         assert!(close(step_s(&on, "a100", g), t4 / a100), "{g}");
         // No bundled speed for `h9`: alike.
         assert!(close(step_s(&on, "h9", g), t4), "{g}");
@@ -112,7 +116,7 @@ fn a_type_measured_at_one_count_scales_the_lead_and_at_several_learns_its_own() 
     measure(&mut m, "t4", 1.0, &[1, 2, 4]);
     measure(&mut m, "a100", 3.0, &[1]);
     assert!((speedup_over_t4("a100").unwrap() - 3.0).abs() > 0.1);
-    let on = learned_on_types(&fleet(), &m, &BTreeMap::new(), &job(), false);
+    let on = learned(&m, &job());
     for g in [1, 2, 4] {
         assert!(
             close(step_s(&on, "a100", g), step_s(&on, "t4", g) / 3.0),
@@ -122,21 +126,18 @@ fn a_type_measured_at_one_count_scales_the_lead_and_at_several_learns_its_own() 
     // Measured at a second count (fewer GPUs than T4 still), A100 has seen how it scales: its
     // own fit, at what was measured there; no longer T4's scaled.
     measure(&mut m, "a100", 3.5, &[2]);
-    let on = learned_on_types(&fleet(), &m, &BTreeMap::new(), &job(), false);
+    let on = learned(&m, &job());
     for (g, speedup) in [(1, 3.0), (2, 3.5)] {
-        let truth_s = truth().step_time_s(g, 1, 64 / g).unwrap();
-        assert!(close(step_s(&on, "a100", g), truth_s / speedup), "{g}");
+        assert!(close(step_s(&on, "a100", g), truth_s(g) / speedup), "{g}");
     }
     // Once A100 is measured further than T4, its own fit leads, and T4 keeps its own.
     measure(&mut m, "a100", 3.0, &[4, 8]);
-    let on = learned_on_types(&fleet(), &m, &BTreeMap::new(), &job(), false);
+    let on = learned(&m, &job());
     for g in [4, 8] {
-        let truth_s = truth().step_time_s(g, 1, 64 / g).unwrap();
-        assert!(close(step_s(&on, "a100", g), truth_s / 3.0), "{g}");
+        assert!(close(step_s(&on, "a100", g), truth_s(g) / 3.0), "{g}");
     }
     for g in [1, 2, 4] {
-        let truth_s = truth().step_time_s(g, 1, 64 / g).unwrap();
-        assert!(close(step_s(&on, "t4", g), truth_s), "{g}");
+        assert!(close(step_s(&on, "t4", g), truth_s(g)), "{g}");
     }
 }
 
@@ -156,14 +157,8 @@ fn points_of_no_type_belong_to_no_type_of_a_fleet() {
     );
     assert!(m.of_type(Some("t4")).points.is_empty());
     assert_eq!(m.of_type(None).points.len(), 1);
-    let before = learned_on_types(
-        &fleet(),
-        &Measurements::default(),
-        &BTreeMap::new(),
-        &job(),
-        false,
-    );
-    let on = learned_on_types(&fleet(), &m, &BTreeMap::new(), &job(), false);
+    let before = learned(&Measurements::default(), &job());
+    let on = learned(&m, &job());
     assert!(close(step_s(&on, "t4", 2), step_s(&before, "t4", 2)));
 }
 
@@ -175,24 +170,12 @@ fn a_job_runs_only_on_the_types_its_user_named() {
         throughput: Arc::new(PRIOR),
         max_local_batch: 64,
     }]);
-    let on = learned_on_types(
-        &fleet(),
-        &Measurements::default(),
-        &BTreeMap::new(),
-        &named,
-        false,
-    );
+    let on = learned(&Measurements::default(), &named);
     let names: Vec<&str> = on.iter().map(|o| &*o.gpu_type).collect();
     assert_eq!(names, ["a100"]);
     // What it makes is what it is remade from: still A100 only.
     named.types.on = on;
-    let again = learned_on_types(
-        &fleet(),
-        &Measurements::default(),
-        &BTreeMap::new(),
-        &named,
-        false,
-    );
+    let again = learned(&Measurements::default(), &named);
     assert_eq!(again.len(), 1);
 }
 
