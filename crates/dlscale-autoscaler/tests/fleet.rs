@@ -333,30 +333,54 @@ fn one_types_memory_is_not_the_limit_of_a_job_with_one_model_for_every_type() {
     );
 }
 
+/// A job of the bundled CIFAR-10 model, whose tables cover both types, up to 4 micro-steps.
+fn bundled_job(id: &str) -> Job {
+    let text = format!(
+        r#"{{"jobs": [{{"id": "{id}", "model": "cifar10", "min_batch": 64, "max_batch": 256,
+            "max_accum_steps": 4, "max_gpus": 4, "gpus": 1, "batch_size": 64,
+            "work_samples": 1e9}}]}}"#
+    );
+    parse_jobs(&text, FileFormat::Json, "test")
+        .unwrap()
+        .remove(0)
+}
+
 #[test]
-fn a_given_jobs_model_of_a_type_takes_the_memory_measured_there_and_a_restore_again() {
-    let mut a = autoscaler(|_| {});
-    run(&mut a, 0.0, vec![submit(typed_job("x"))]);
-    let (_, _, nodes) = current(&a, "x");
-    assert!(on(&nodes, "a100-"), "{nodes:?}");
-    let s = a.handle(30.0, vec![probed(&a, "x", 32, 2)]);
-    assert_eq!(memory_events(&s), [(Some("a100".into()), 32, false)]);
-    let micro_steps =
-        |a: &Autoscaler, t: &str| a.job("x").unwrap().1.on_type(t).unwrap().0.micro_steps(64);
-    assert_eq!((micro_steps(&a, "a100"), micro_steps(&a, "t4")), (2, 1));
-    let record = a.job("x").unwrap().0.clone();
-    let restored = Autoscaler::restore(
-        config(),
-        fleet().topology(),
-        vec![(record, typed_job("x"))],
-        Default::default(),
-        1,
-        60.0,
-    );
-    assert_eq!(
-        (micro_steps(&restored, "a100"), micro_steps(&restored, "t4")),
-        (2, 1)
-    );
+fn a_jobs_own_model_of_a_type_takes_the_memory_measured_there_and_a_restore_again() {
+    // A model given per type, and a bundled model's tables on the bundled types.
+    for make in [typed_job, bundled_job] {
+        let mut a = autoscaler(|_| {});
+        run(&mut a, 0.0, vec![submit(make("x"))]);
+        let (_, _, nodes) = current(&a, "x");
+        let (there, other) = if on(&nodes, "a100-") {
+            ("a100", "t4")
+        } else {
+            ("t4", "a100")
+        };
+        let micro_steps =
+            |a: &Autoscaler, t: &str| a.job("x").unwrap().1.on_type(t).unwrap().0.micro_steps(64);
+        let before = (micro_steps(&a, there), micro_steps(&a, other));
+        assert_eq!(before.0, 1, "{there}");
+        let s = a.handle(30.0, vec![probed(&a, "x", 32, 2)]);
+        assert_eq!(memory_events(&s), [(Some(there.into()), 32, false)]);
+        assert_eq!(
+            (micro_steps(&a, there), micro_steps(&a, other)),
+            (2, before.1)
+        );
+        let record = a.job("x").unwrap().0.clone();
+        let restored = Autoscaler::restore(
+            config(),
+            fleet().topology(),
+            vec![(record, make("x"))],
+            Default::default(),
+            1,
+            60.0,
+        );
+        assert_eq!(
+            (micro_steps(&restored, there), micro_steps(&restored, other)),
+            (2, before.1)
+        );
+    }
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Jobs as the allocators see them: ranges of GPUs and batch sizes, a throughput model, and where
 //! the job stands now.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -289,16 +290,25 @@ pub struct BundledOnTypes {
     pub max_local_batch: Option<BatchSize>,
     /// Its most micro-steps per step (gradient accumulation).
     pub accum_steps: u32,
+    /// The samples per GPU one micro-step of it holds on a type, as its workers measured them
+    /// there ([`Job::set_memory_on_type`]): on that type they replace the table's and the cap.
+    pub measured_memory: BTreeMap<Arc<str>, BatchSize>,
 }
 
 impl BundledOnTypes {
-    /// The job on `gpu_type`: the model's table there, within the job's cap and its type's
-    /// measured memory, with the job's accumulation. `None` for a type the tables do not cover.
+    /// The job on `gpu_type`: the model's table there, within the job's cap and the memory
+    /// measured with the table (or, where its own workers measured it, that memory), with the
+    /// job's accumulation. `None` for a type the tables do not cover.
     pub fn on(&self, gpu_type: &str) -> Option<JobOnType> {
         let typed = crate::profiles::bundled_on_type(&self.model, gpu_type)?;
-        let memory = match (self.max_local_batch, typed.throughput.max_local_batch()) {
-            (Some(cap), Some(measured)) => cap.min(measured),
-            (cap, measured) => cap.or(measured)?,
+        let memory = match (
+            self.measured_memory.get(gpu_type),
+            self.max_local_batch,
+            typed.throughput.max_local_batch(),
+        ) {
+            (Some(&measured), _, _) => measured,
+            (None, Some(cap), Some(table)) => cap.min(table),
+            (None, cap, table) => cap.or(table)?,
         };
         let max_local = memory.saturating_mul(self.accum_steps.max(1));
         Some(JobOnType {
@@ -365,6 +375,17 @@ impl Job {
         self.become_checked(measured)
     }
 
+    /// Whether it has a model of its own on the GPU type named `gpu_type` (given per type, or
+    /// its bundled model's table there), rather than one for every type alike.
+    pub fn has_model_of_type(&self, gpu_type: &str) -> bool {
+        self.types.on.iter().any(|o| &*o.gpu_type == gpu_type)
+            || self
+                .types
+                .bundled
+                .as_ref()
+                .is_some_and(|b| crate::profiles::bundled_on_type(&b.model, gpu_type).is_some())
+    }
+
     /// Becomes `changed` if it is a valid job (its current allocation aside, which the next
     /// decision moves if it no longer fits); else stays as it is and says why.
     fn become_checked(&mut self, mut changed: Job) -> Result<()> {
@@ -392,10 +413,12 @@ impl Job {
     }
 
     /// [`Job::set_memory_local_batch`] on the GPU type named `gpu_type`, for a job with a model
-    /// of its own there ([`JobTypes::on`]): that type's model accumulates beyond the measured
-    /// memory, up to [`Job::max_local_batch_on_type`] (the job's own limits, not the type's
-    /// as declared: what was measured there replaces it). An error names why and leaves the
-    /// job as it was, when it has no model of that type or could then not run at all.
+    /// of its own there: given per type ([`JobTypes::on`]), that type's model accumulates
+    /// beyond the measured memory, up to [`Job::max_local_batch_on_type`] (the job's own
+    /// limits, not the type's as declared: what was measured there replaces it); a bundled
+    /// model's table there ([`JobTypes::bundled`]) takes it as its memory, with the job's
+    /// accumulation. An error names why and leaves the job as it was, when it has no model of
+    /// that type or could then not run at all.
     pub fn set_memory_on_type(&mut self, gpu_type: &str, memory_local: BatchSize) -> Result<()> {
         if memory_local == 0 {
             return Err(CoreError::job(
@@ -404,12 +427,21 @@ impl Job {
                 "must be at least 1",
             ));
         }
-        let Some(k) = self.types.on.iter().position(|o| &*o.gpu_type == gpu_type) else {
+        if !self.has_model_of_type(gpu_type) {
             return Err(CoreError::job(
                 &self.id,
                 "types",
                 format!("has no model of GPU type '{gpu_type}'"),
             ));
+        }
+        let Some(k) = self.types.on.iter().position(|o| &*o.gpu_type == gpu_type) else {
+            let mut measured = self.clone();
+            if let Some(bundled) = measured.types.bundled.as_mut() {
+                bundled
+                    .measured_memory
+                    .insert(gpu_type.into(), memory_local);
+            }
+            return self.become_checked(measured);
         };
         let mut on: Vec<JobOnType> = self.types.on.to_vec();
         let there = &on[k];

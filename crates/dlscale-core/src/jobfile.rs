@@ -795,6 +795,7 @@ impl JobEntry {
                     model: name.as_str().into(),
                     max_local_batch: self.max_local_batch,
                     accum_steps: steps,
+                    measured_memory: Default::default(),
                 })
             }
             _ => None,

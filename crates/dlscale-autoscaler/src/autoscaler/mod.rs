@@ -811,7 +811,7 @@ impl Autoscaler {
         }
         let typed_memory = gpu_type.as_ref().filter(|t| {
             // A type's own memory where the job has a model of that type; else its one model's.
-            r.model == ModelSource::Learned || job.types.on.iter().any(|o| o.gpu_type == **t)
+            r.model == ModelSource::Learned || job.has_model_of_type(t)
         });
         // Once per value (the workers send it with every report): on its type, or its own.
         let memory_taken = match (typed_memory, report.max_local_batch) {

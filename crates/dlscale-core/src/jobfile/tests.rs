@@ -348,3 +348,41 @@ fn a_batch_fits_a_type_within_that_types_per_gpu_limit() {
     // A type it may not run on: its own limit.
     assert!(!job.batch_fits_on(Some("h100"), 4, 512));
 }
+
+#[test]
+fn a_bundled_jobs_memory_measured_on_a_type_is_that_types_alone() {
+    let mut job = parse(
+        r#"{"id": "a", "model": "imagenet", "min_batch": 64, "max_batch": 1024,
+            "max_accum_steps": 4}"#,
+    )
+    .unwrap()
+    .remove(0);
+    let limits = |job: &Job| -> Vec<BatchSize> {
+        profiles::BUNDLED_TYPES
+            .iter()
+            .map(|t| job.on_type(t).unwrap().1)
+            .collect()
+    };
+    let before = limits(&job);
+    assert_eq!(job.on_type("a100").unwrap().0.micro_steps(64), 1);
+    job.set_memory_on_type("a100", 16).unwrap();
+    // A100's limit is the measured memory times the job's accumulation; the other types keep
+    // their tables'.
+    let (a100, limit) = job.on_type("a100").unwrap();
+    assert_eq!((limit, a100.micro_steps(64)), (64, 4));
+    let k = profiles::BUNDLED_TYPES
+        .iter()
+        .position(|&t| t == "a100")
+        .unwrap();
+    let mut expected = before.clone();
+    expected[k] = 64;
+    assert_eq!(limits(&job), expected);
+    // A type the tables do not cover has no model of its own to take it; nothing changes.
+    let err = job.set_memory_on_type("h100", 16).unwrap_err().to_string();
+    assert!(
+        err.contains("field 'types'") && err.contains("h100"),
+        "{err}"
+    );
+    assert!(job.set_memory_on_type("v100", 0).is_err());
+    assert_eq!(limits(&job), expected);
+}
