@@ -249,8 +249,8 @@ async fn the_router_the_document_and_the_dtos_agree() {
 }
 
 /// The submission schema lists exactly the fields a submission may carry: the job file's and
-/// the service's (`current` and `current_type` are the server's own, and `types` needs a cluster
-/// of several GPU types: all three are refused at submission).
+/// the service's (`current` and `current_type` are the server's own: both are refused at
+/// submission).
 #[test]
 fn the_submission_schema_lists_every_accepted_field() {
     use dlscale_core::jobfile::{JOB_FIELDS, RUN_FIELDS};
@@ -258,11 +258,11 @@ fn the_submission_schema_lists_every_accepted_field() {
     let accepted: BTreeSet<String> = JOB_FIELDS
         .iter()
         .chain(&RUN_FIELDS)
-        .filter(|&&f| !["current", "current_type", "types"].contains(&f))
+        .filter(|&&f| !["current", "current_type"].contains(&f))
         .map(|f| f.to_string())
         .collect();
     assert_eq!(keys(&schemas["JobSubmission"]["properties"]), accepted);
-    for field in ["family", "min_local_batch"] {
+    for field in ["family", "min_local_batch", "types"] {
         assert!(accepted.contains(field), "{field}");
     }
 }

@@ -222,6 +222,10 @@ pub fn schemas() -> Value {
                 "weight": {"type": "number", "default": 1}, "epoch": {"type": "integer", "default": 0},
                 "attained_gpu_s": {"type": "number", "minimum": 0, "default": 0},
                 "team": {"type": "string", "description": "the team whose quota it shares (one of the server's `[teams]`; default: the default team)"},
+                "types": {"type": "object", "description": "the GPU types it may run on (default: every type of the cluster), each with its model there (default: a bundled model's table on that type, else the job's `model`) and its largest per-GPU batch there; a type name has lower-case letters, digits, '-', '_', '.'",
+                    "additionalProperties": {"type": "object", "properties": {
+                        "model": {"oneOf": [{"type": "string", "description": "bundled profile name"}, schema_ref("AnalyticModel")]},
+                        "max_local_batch": {"type": "integer", "minimum": 1}}}},
                 "command": {"type": "array", "minItems": 1, "items": string},
                 "workdir": {"type": "string", "description": "absolute directory"},
                 "launcher": {"type": "string", "enum": ["torchrun", "plain", "srun"], "default": "torchrun"},
