@@ -596,13 +596,19 @@ impl Driver {
             recorded.push(Input::Tick);
         }
         let profiles: Vec<Profile> = requests.iter().flat_map(|r| r.profiles.clone()).collect();
-        let tokens: BTreeMap<String, String> = requests
+        // Each submission's worker token, by its position: two requests of one batch may
+        // submit the same id (one is refused), and each keeps its own.
+        let tokens: Vec<Option<String>> = requests
             .iter()
-            .flat_map(|r| r.tokens.iter().map(|(k, v)| (k.clone(), v.clone())))
+            .flat_map(|r| {
+                r.inputs.iter().map(|input| match input {
+                    Input::Submit { job } => r.tokens.get(&job.spec.id).cloned(),
+                    _ => None,
+                })
+            })
             .collect();
         let Built {
             inputs,
-            specs,
             unbuildable,
         } = build_inputs(&recorded);
         // Each batch later than the last, by a microsecond at least: decisions' times are
@@ -631,7 +637,7 @@ impl Driver {
         for k in unbuildable {
             refusals[k] = Some(Refusal::UnknownJob);
         }
-        let new_jobs = new_jobs(&recorded, &refusals, &step, &specs, &tokens);
+        let new_jobs = new_jobs(&recorded, &refusals, &step, &tokens);
         self.batch += 1;
         let batch = Batch {
             number: self.batch,
@@ -654,7 +660,7 @@ impl Driver {
         for e in &step.events {
             tracing::info!("{e}");
         }
-        self.update_view(at, &step, new_jobs, &specs);
+        self.update_view(at, &step, new_jobs);
         // Replies, in request order.
         let mut k = 0;
         for r in requests {
@@ -667,13 +673,7 @@ impl Driver {
         self.dispatch(step.actions, &step.events);
     }
 
-    fn update_view(
-        &mut self,
-        at: f64,
-        step: &Step,
-        new_jobs: Vec<NewJob>,
-        specs: &BTreeMap<String, Arc<JobSpec>>,
-    ) {
+    fn update_view(&mut self, at: f64, step: &Step, new_jobs: Vec<NewJob>) {
         let view = &mut self.view;
         for job in new_jobs {
             let model_name = self
@@ -681,14 +681,10 @@ impl Driver {
                 .job(&job.spec.id)
                 .map(|(_, j)| j.model_name.clone())
                 .unwrap_or_default();
-            let spec = specs
-                .get(&job.spec.id)
-                .cloned()
-                .unwrap_or_else(|| Arc::new(job.spec.clone()));
             view.jobs.insert(
                 job.spec.id.clone(),
                 Arc::new(LiveJob {
-                    spec,
+                    spec: Arc::new(job.spec),
                     token: job.worker_token,
                     record: step
                         .records
@@ -896,8 +892,6 @@ async fn commit(service: &Service, batch: Batch) {
 pub struct Built {
     /// The inputs, one per recorded input.
     pub inputs: Vec<Input>,
-    /// The submissions among them, by id.
-    pub specs: BTreeMap<String, Arc<JobSpec>>,
     /// Positions of submissions that no longer validate (handed in as ticks, refused).
     pub unbuildable: Vec<usize>,
 }
@@ -905,14 +899,12 @@ pub struct Built {
 /// Builds the autoscaler's inputs from recorded ones (submissions into jobs): what the driver
 /// and `dlscale replay` both do, so that a replay decides as the server did.
 pub fn build_inputs(recorded: &[RecordedInput]) -> Built {
-    let mut specs = BTreeMap::new();
     let mut inputs = Vec::with_capacity(recorded.len());
     let mut unbuildable = Vec::new();
     for (k, input) in recorded.iter().enumerate() {
-        let built = input.clone().try_map_submission(|r: Received| {
-            specs.insert(r.spec.id.clone(), Arc::new(r.spec.clone()));
-            r.spec.submission(r.profile_model.as_ref())
-        });
+        let built = input
+            .clone()
+            .try_map_submission(|r: Received| r.spec.submission(r.profile_model.as_ref()));
         match built {
             Ok(input) => inputs.push(input),
             Err(e) => {
@@ -925,7 +917,6 @@ pub fn build_inputs(recorded: &[RecordedInput]) -> Built {
     }
     Built {
         inputs,
-        specs,
         unbuildable,
     }
 }
@@ -957,25 +948,26 @@ pub fn restored_job(
     Ok(job)
 }
 
-/// The jobs a batch accepted, with the worker tokens their requests brought.
+/// The jobs a batch accepted, each with its own submission and the worker token its request
+/// brought (`tokens`, by position in `recorded`): never another submission's of the same id.
 fn new_jobs(
     recorded: &[RecordedInput],
     refusals: &[Option<Refusal>],
     step: &Step,
-    specs: &BTreeMap<String, Arc<JobSpec>>,
-    tokens: &BTreeMap<String, String>,
+    tokens: &[Option<String>],
 ) -> Vec<NewJob> {
     recorded
         .iter()
         .zip(refusals)
-        .filter_map(|(input, refusal)| match (input, refusal) {
+        .enumerate()
+        .filter_map(|(k, (input, refusal))| match (input, refusal) {
             (Input::Submit { job }, None) => {
                 let id = &job.spec.id;
                 let record = step.records.iter().rev().find(|r| &r.id == id)?;
                 Some(NewJob {
                     seq: record.seq,
-                    spec: (**specs.get(id)?).clone(),
-                    worker_token: tokens.get(id)?.clone(),
+                    spec: job.spec.clone(),
+                    worker_token: tokens.get(k)?.clone()?,
                 })
             }
             _ => None,

@@ -350,3 +350,50 @@ async fn fair_share_weighs_the_usage_the_accounting_records() {
     assert_eq!(factor("a"), 1.0);
     assert!((factor("b") - (-2.25f64).exp2()).abs() < 1e-12, "{teams}");
 }
+
+/// Two submissions of one id handled in one batch (two clients, or a client retrying a POST
+/// that timed out): the autoscaler accepts the first and refuses the second, and what is stored,
+/// shown and launched is the first's.
+#[tokio::test(flavor = "multi_thread")]
+async fn of_two_submissions_of_one_id_in_one_batch_the_accepted_one_is_stored() {
+    use dlscale_autoscaler::Input;
+    use dlscale_server::spec::JobSpec;
+    use dlscale_server::store::Received;
+    let (_dir, h) = harness(ConfigFile::default()).await;
+    let submit = |launcher: &str, uid: &str, owner: &str| {
+        let mut v = job("a");
+        v["launcher"] = json!(launcher);
+        let mut spec = JobSpec::from_value(v).unwrap();
+        (spec.uid, spec.owner) = (uid.into(), Some(owner.into()));
+        Input::Submit {
+            job: Box::new(Received {
+                spec,
+                profile_model: None,
+            }),
+        }
+    };
+    // Both in one request: one batch for certain (the API refuses this within one request; two
+    // requests that the driver takes together reach it so).
+    let refusals = h
+        .service
+        .request(
+            vec![
+                submit("plain", "aaaaaaaaaaaa", "alice"),
+                submit("srun", "bbbbbbbbbbbb", "bob"),
+            ],
+            Vec::new(),
+            std::collections::BTreeMap::from([("a".to_string(), "token".to_string())]),
+        )
+        .await
+        .unwrap();
+    assert!(
+        refusals[0].is_none() && refusals[1].is_some(),
+        "{refusals:?}"
+    );
+    let view = wait_job(&h, "a", |v| v["state"] != Value::Null).await;
+    assert_eq!(
+        (&view["launcher"], &view["uid"], &view["owner"]),
+        (&json!("plain"), &json!("aaaaaaaaaaaa"), &json!("alice")),
+        "{view}"
+    );
+}
