@@ -409,3 +409,127 @@ fn a_job_beyond_its_own_per_gpu_limit_within_its_types_is_held_as_running() {
     assert_eq!(decision.jobs[0].held, Some((gpus, batch)), "{decision:?}");
     assert_eq!(a.job("x").unwrap().0.attempt, attempt);
 }
+
+#[test]
+fn a_memory_refused_as_one_types_on_several_stays_refused_after_a_restore() {
+    let accumulating = || job("j", r#", "max_accum_steps": 4"#);
+    let mut a = autoscaler(|_| {});
+    run(&mut a, 0.0, vec![submit(accumulating())]);
+    let limits = |a: &Autoscaler| {
+        let j = a.job("j").unwrap().1;
+        (j.max_local_batch, j.throughput.memory_local_batch())
+    };
+    let before = limits(&a);
+    let s = a.handle(30.0, vec![probed(&a, "j", 16, 4)]);
+    assert_eq!(memory_events(&s), [(None, 16, true)]);
+    assert_eq!(limits(&a), before);
+    let record = a.job("j").unwrap().0.clone();
+    let restored = Autoscaler::restore(
+        config(),
+        fleet().topology(),
+        vec![(record, accumulating())],
+        Default::default(),
+        1,
+        60.0,
+    );
+    assert_eq!(limits(&restored), before);
+}
+
+#[test]
+fn a_bundled_jobs_memory_on_a_type_that_would_leave_it_no_batch_there_is_refused() {
+    let one_type = Fleet::new(vec![GpuPool {
+        name: "t4".into(),
+        nodes: 1,
+        gpus_per_node: 4,
+        memory_gib: 16.0,
+    }])
+    .unwrap();
+    let text = r#"{"jobs": [{"id": "x", "model": "cifar10", "min_batch": 128, "max_batch": 256,
+        "max_accum_steps": 4, "max_gpus": 4, "gpus": 1, "batch_size": 128,
+        "work_samples": 1e9}]}"#;
+    let mut a = Autoscaler::new(config(), one_type.topology());
+    run(
+        &mut a,
+        0.0,
+        vec![submit(
+            parse_jobs(text, FileFormat::Json, "test")
+                .unwrap()
+                .remove(0),
+        )],
+    );
+    // 4 samples a micro-step, 4 micro-steps: 16 per GPU, 64 on its 4 GPUs, below its 128.
+    let s = a.handle(30.0, vec![probed(&a, "x", 4, 16)]);
+    assert_eq!(memory_events(&s), [(Some("t4".into()), 4, true)]);
+    let job = a.job("x").unwrap().1;
+    assert!(job.on_type("t4").unwrap().1 >= 32);
+}
+
+#[test]
+fn a_memory_of_zero_or_more_micro_steps_than_samples_measures_nothing() {
+    let (mut a, _) = learned_on_t4();
+    let s = a.handle(30.0, vec![probed(&a, "l", 0, 1)]);
+    assert!(memory_events(&s).is_empty());
+    assert!(a.job("l").unwrap().0.measured_memory_on_types.is_empty());
+    // A step measured at 64 samples per GPU in u32::MAX micro-steps: no measurement of them.
+    let (attempt, batch, _) = current(&a, "l");
+    let hostile = steps::metrics(
+        "l",
+        dlscale_autoscaler::MetricsReport {
+            micro_steps: Some(u32::MAX),
+            ..steps::report(attempt, batch, 1000.0)
+        },
+    );
+    a.handle(60.0, vec![hostile]);
+    let (record, _) = a.job("l").unwrap();
+    assert!(record.shape().unwrap().micro_steps <= record.shape().unwrap().local_batch_size);
+    let points = &record.measurements.points;
+    assert!(points.iter().all(|p| p.micro_steps == 1), "{points:?}");
+}
+
+#[test]
+fn a_learned_job_keeps_the_memory_it_declared_for_a_type() {
+    let mut a = autoscaler(|_| {});
+    let mut l = job(
+        "l",
+        r#", "max_accum_steps": 4, "types": {"t4": {"max_local_batch": 16}}"#,
+    );
+    let on_t4 = |job: &Job| {
+        job.on_type("t4")
+            .map(|(m, limit)| (m.micro_steps(64), m.memory_local_batch(), limit))
+    };
+    let submitted = on_t4(&l);
+    assert_eq!(submitted, Some((4, Some(16), 64)));
+    l.throughput = Arc::new(PRIOR);
+    let s = a.handle(0.0, vec![submit_as(l, ModelSource::Learned, None)]);
+    assert_eq!(on_t4(a.job("l").unwrap().1), submitted);
+    // Launched on T4 at 64 per GPU: in micro-steps of 16 at most.
+    for action in &s.actions {
+        if let Action::Launch(l) = action {
+            assert!(
+                l.shape.local_batch_size.div_ceil(l.shape.micro_steps) <= 16,
+                "{l:?}"
+            );
+        }
+    }
+    // And after a second decision (its models per type made again from themselves).
+    a.handle(600.0, vec![Input::Tick]);
+    assert_eq!(on_t4(a.job("l").unwrap().1), submitted);
+}
+
+#[test]
+fn a_bundled_tables_type_measured_beyond_the_tables_memory_keeps_its_batches() {
+    let mut x = bundled_job("x");
+    let (model, limit) = x.on_type("t4").unwrap();
+    let memory = model.memory_local_batch().unwrap_or(limit);
+    let runs = |x: &Job| -> Vec<u32> {
+        let (m, limit) = x.on_type("t4").unwrap();
+        [memory, memory + 1, 2 * memory, 4 * memory]
+            .into_iter()
+            .filter(|&l| l <= limit && m.step_time_s(1, 1, l).is_some())
+            .collect()
+    };
+    let before = runs(&x);
+    assert!(before.len() > 1, "{before:?}");
+    x.set_memory_on_type("t4", 2 * memory).unwrap();
+    assert_eq!(runs(&x), before);
+}

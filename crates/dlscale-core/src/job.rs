@@ -306,7 +306,8 @@ impl BundledOnTypes {
             self.max_local_batch,
             typed.throughput.max_local_batch(),
         ) {
-            (Some(&measured), _, _) => measured,
+            // Beyond the table's own memory it has no step times: it accumulates from there.
+            (Some(&measured), _, table) => table.map_or(measured, |t| measured.min(t)),
             (None, Some(cap), Some(table)) => cap.min(table),
             (None, cap, table) => cap.or(table)?,
         };
@@ -386,6 +387,31 @@ impl Job {
                 .is_some_and(|b| crate::profiles::bundled_on_type(&b.model, gpu_type).is_some())
     }
 
+    /// An error naming why, when it could not run on the GPU type named `gpu_type` at all: its
+    /// smallest batch over its most GPUs, or its smallest per-GPU batch, beyond its per-GPU
+    /// limit there.
+    fn check_runs_on(&self, gpu_type: &str) -> Result<()> {
+        let Some((_, max_local)) = self.on_type(gpu_type) else {
+            return Ok(());
+        };
+        let need = self
+            .batch
+            .min
+            .div_ceil(self.gpus.max.max(1))
+            .max(self.min_local_batch);
+        if need > max_local {
+            return Err(CoreError::job(
+                &self.id,
+                "max_local_batch",
+                format!(
+                    "{max_local} samples per GPU on GPU type '{gpu_type}' is below the {need} \
+                     its smallest batch needs there"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Becomes `changed` if it is a valid job (its current allocation aside, which the next
     /// decision moves if it no longer fits); else stays as it is and says why.
     fn become_checked(&mut self, mut changed: Job) -> Result<()> {
@@ -441,6 +467,7 @@ impl Job {
                     .measured_memory
                     .insert(gpu_type.into(), memory_local);
             }
+            measured.check_runs_on(gpu_type)?;
             return self.become_checked(measured);
         };
         let mut on: Vec<JobOnType> = self.types.on.to_vec();
@@ -457,6 +484,7 @@ impl Job {
         };
         let mut measured = self.clone();
         measured.types.on = on.into();
+        measured.check_runs_on(gpu_type)?;
         self.become_checked(measured)
     }
 

@@ -253,8 +253,9 @@ impl Autoscaler {
                 a.work.insert(record.id.clone(), work);
             }
             job.history = record.history.clone();
-            if let Some(memory) = record.measured_memory {
-                // Refused then, refused now: the job keeps the limit it was submitted with.
+            // Refused then, refused now (as invalid, or as one type's on several): the job keeps
+            // the limit it was submitted with.
+            if let Some(memory) = record.measured_memory.filter(|_| !a.several_types) {
                 let _ = job.set_memory_local_batch(memory);
             }
             if record.model != ModelSource::Learned {
@@ -775,9 +776,13 @@ impl Autoscaler {
             out.touched.insert(r.id.clone());
         }
         // Its workers ran the micro-steps they say (a worker that sizes its accumulation to its
-        // GPU): that is what its step time measures, and how the launch runs.
+        // GPU): that is what its step time measures, and how the launch runs. A micro-step holds
+        // one sample at least: more micro-steps than its per-GPU batch are no measurement.
         if let Some(m) = report.micro_steps.filter(|&m| {
-            m >= 1 && m != launch.shape.micro_steps && report.batch_size == launch.shape.batch_size
+            m >= 1
+                && m <= launch.shape.local_batch_size.max(1)
+                && m != launch.shape.micro_steps
+                && report.batch_size == launch.shape.batch_size
         }) {
             launch.shape.micro_steps = m;
             out.touched.insert(r.id.clone());
@@ -815,7 +820,10 @@ impl Autoscaler {
         });
         // Once per value (the workers send it with every report): on its type, or its own.
         let memory_taken = match (typed_memory, report.max_local_batch) {
-            (Some(t), Some(memory)) if r.measured_memory_on_types.get(&**t) != Some(&memory) => {
+            // No GPU holds less than one sample in a micro-step: a 0 measures nothing.
+            (Some(t), Some(memory))
+                if memory >= 1 && r.measured_memory_on_types.get(&**t) != Some(&memory) =>
+            {
                 r.measured_memory_on_types.insert(t.to_string(), memory);
                 // A learned job's models per type are made again from it
                 // ([`Learning::on_types`]); a given one's model there takes it now.

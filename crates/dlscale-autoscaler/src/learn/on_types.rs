@@ -56,16 +56,27 @@ pub fn learned_on_types(
             (points, fit)
         })
         .collect();
-    // Each type's memory and per-GPU limit: measured there, else the job's own.
+    // Each type's memory and per-GPU limit: measured there, else as the job declared that
+    // type, else the job's own.
     let job_memory = job
         .throughput
         .memory_local_batch()
         .unwrap_or(job.max_local_batch);
+    let own_limits = (job_memory, job.max_local_batch);
     let limits: Vec<(BatchSize, BatchSize)> = names
         .iter()
-        .map(|&name| match memory.get(name) {
-            Some(&m) => (m, job.max_local_batch_on_type(m)),
-            None => (job_memory, job.max_local_batch),
+        .map(|&name| {
+            let declared = job.types.on.iter().find(|o| &*o.gpu_type == name);
+            match (memory.get(name), declared) {
+                (Some(&m), _) => (m, job.max_local_batch_on_type(m)),
+                (None, Some(o)) => (
+                    o.throughput
+                        .memory_local_batch()
+                        .unwrap_or(o.max_local_batch),
+                    o.max_local_batch,
+                ),
+                (None, None) => own_limits,
+            }
         })
         .collect();
     // A model as the job runs it on type `t`: within that type's memory.
@@ -111,15 +122,17 @@ pub fn learned_on_types(
                 }
                 (None, _) => {
                     let speedup = speedup_over_t4(name).map_or(1.0, |s| s / slowest);
-                    // Its own model as it is, unless its workers measured this type's memory.
-                    let model = match memory.get(name) {
-                        Some(_) => within(
+                    // Its own model as it is, unless this type's memory is not its own
+                    // (measured there, or declared).
+                    let model = if limits[t] == own_limits {
+                        job.throughput.clone()
+                    } else {
+                        within(
                             job.throughput
                                 .accumulated()
                                 .unwrap_or_else(|| job.throughput.clone()),
                             t,
-                        ),
-                        None => job.throughput.clone(),
+                        )
                     };
                     Arc::new(Scaled::new(model, speedup))
                 }

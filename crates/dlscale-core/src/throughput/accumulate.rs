@@ -65,12 +65,17 @@ pub struct Accumulating {
 impl Accumulating {
     /// `inner` bounded by memory: as it is when `max_local ≤ memory_local` (no accumulation),
     /// else accumulating beyond `memory_local` up to `max_local`. The one way a job's model is
-    /// given its memory limits, at submission and whenever its model is replaced.
+    /// given its memory limits, at submission and whenever its model is replaced. A micro-step
+    /// holds no more than `inner` predicts (a table's own limit): a memory measured beyond it
+    /// accumulates from there, rather than leave per-GPU batches with no step time.
     pub fn wrap(
         inner: Arc<dyn ThroughputModel>,
         memory_local: BatchSize,
         max_local: BatchSize,
     ) -> Arc<dyn ThroughputModel> {
+        let memory_local = inner
+            .max_local_batch()
+            .map_or(memory_local, |own| memory_local.min(own));
         if max_local <= memory_local {
             inner
         } else {
