@@ -365,6 +365,15 @@ pub enum Event {
         /// Final step.
         step: u64,
     },
+    /// A live job could not be restored at a service's start (its stored submission no longer
+    /// validates, as after an upgrade that checks more): it is ended as failed, so that its id
+    /// is free again. The service's, never the autoscaler's.
+    Unrestorable {
+        /// Job id.
+        id: String,
+        /// Why its submission is refused now.
+        error: String,
+    },
 }
 
 impl Event {
@@ -388,7 +397,8 @@ impl Event {
             | Event::Stale { id, .. }
             | Event::ModelFitted { id, .. }
             | Event::MemoryMeasured { id, .. }
-            | Event::CompletionReported { id, .. } => Some(id),
+            | Event::CompletionReported { id, .. }
+            | Event::Unrestorable { id, .. } => Some(id),
         }
     }
 
@@ -413,6 +423,7 @@ impl Event {
             Event::ModelFitted { .. } => "model",
             Event::MemoryMeasured { .. } => "memory",
             Event::CompletionReported { .. } => "completed",
+            Event::Unrestorable { .. } => "unrestorable",
         }
     }
 }
@@ -554,6 +565,10 @@ impl fmt::Display for Event {
             Event::CompletionReported { id, attempt, step } => write!(
                 f,
                 "{id}: workers of launch {attempt} report training done at step {step}"
+            ),
+            Event::Unrestorable { id, error } => write!(
+                f,
+                "{id}: failed at a start: its stored submission no longer validates ({error})"
             ),
         }
     }

@@ -370,11 +370,18 @@ pub async fn start(
         let job = match restored_job(&s.spec, &s.record, &profiles, config.learn_overlap) {
             Ok(job) => job,
             Err(e) => {
-                tracing::error!(
-                    "job {}: its stored submission no longer validates ({}); it is left out",
-                    s.spec.id,
-                    e.message
-                );
+                // Ended, not left live: a live row would hold its id for ever (a new submission
+                // of it could then never be written). Its launch, if one still runs, is found
+                // stale by the first observation and killed.
+                let event = Event::Unrestorable {
+                    id: s.spec.id.clone(),
+                    error: e.message,
+                };
+                tracing::error!("{event}");
+                store
+                    .end_unrestorable(batch, at, s.record, event)
+                    .await
+                    .context("cannot write the database")?;
                 continue;
             }
         };
@@ -397,6 +404,7 @@ pub async fn start(
         next_seq,
         at,
     );
+    autoscaler.remember_ended(store.ended().await?);
     if let Some(usage) = team_usage {
         autoscaler.set_team_usage(usage);
     }

@@ -270,8 +270,25 @@ impl JobSpec {
                             format!("field 'env.{k}' must be a string"),
                         ));
                     };
-                    if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
-                        return Err(ApiError::field("env", format!("invalid variable '{k}'")));
+                    // A name every executor passes on as it is: a shell's (a Slurm batch
+                    // script exports it), so that no key can write another line.
+                    let shell_name = k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                    if !shell_name {
+                        let field = format!("env.{}", k.escape_debug());
+                        return Err(ApiError::field(
+                            field.clone(),
+                            format!(
+                                "field '{field}': not a variable name (letters, digits and '_', \
+                                 not starting with a digit)"
+                            ),
+                        ));
+                    }
+                    if v.contains('\0') {
+                        return Err(ApiError::field(
+                            format!("env.{k}"),
+                            format!("field 'env.{k}' must not hold a NUL byte"),
+                        ));
                     }
                     if RESERVED_ENV.contains(&k.as_str()) {
                         return Err(ApiError::field(
@@ -659,6 +676,31 @@ mod tests {
                     v
                 },
                 "env.DLSCALE_TOKEN",
+            ),
+            (
+                {
+                    let mut v = base();
+                    // A Slurm batch script exports each variable on a line of its own.
+                    v["env"] = json!({"ZZ\nexport DLSCALE_CHECKPOINT_DIR": "/elsewhere"});
+                    v
+                },
+                "env.ZZ\\nexport DLSCALE_CHECKPOINT_DIR",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["env"] = json!({"MY-VAR": "1"});
+                    v
+                },
+                "env.MY-VAR",
+            ),
+            (
+                {
+                    let mut v = base();
+                    v["env"] = json!({"2X": "1"});
+                    v
+                },
+                "env.2X",
             ),
             (
                 {

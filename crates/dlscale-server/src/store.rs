@@ -384,6 +384,66 @@ impl Store {
         .await
     }
 
+    /// Ends live job `record` as failed with `event` ([`Event::Unrestorable`]), in batch
+    /// `batch` at `at_s`: a job a start cannot restore. Its id is free again; what it ran stays
+    /// readable under its arrival number.
+    pub async fn end_unrestorable(
+        &self,
+        batch: u64,
+        at_s: f64,
+        mut record: JobRecord,
+        event: Event,
+    ) -> Result<()> {
+        record.status = dlscale_autoscaler::Status::Failed;
+        self.write(move |conn| {
+            let tx = conn.transaction()?;
+            tx.execute(
+                "UPDATE jobs SET record = ?2, status = ?3, updated_at = ?4 WHERE seq = ?1",
+                params![
+                    record.seq as i64,
+                    json(&record)?,
+                    record.status.name(),
+                    at_s
+                ],
+            )?;
+            tx.execute(
+                "INSERT INTO events (batch, at, job_seq, kind, event, detail)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    batch as i64,
+                    at_s,
+                    record.seq as i64,
+                    event.kind(),
+                    json(&event)?,
+                    event.to_string()
+                ],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// How each id's last submission ended, for the ids whose last submission has ended.
+    pub async fn ended(&self) -> Result<Vec<(String, dlscale_autoscaler::Status)>> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT id, status FROM jobs j WHERE seq = (SELECT MAX(seq) FROM jobs WHERE id = j.id)",
+            )?;
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+            let mut ended = Vec::new();
+            for row in rows {
+                let (id, name) = row?;
+                let status = dlscale_autoscaler::Status::ALL.into_iter().find(|s| s.name() == name);
+                if let Some(status) = status.filter(|s| s.is_terminal()) {
+                    ended.push((id, status));
+                }
+            }
+            Ok(ended)
+        })
+        .await
+    }
+
     /// The jobs that had not ended, in arrival order, and the next arrival number.
     pub async fn live_jobs(&self) -> Result<(Vec<StoredJob>, u64)> {
         self.read(|conn| {

@@ -774,6 +774,17 @@ fn api_bodies_never_half_apply() {
             })
         })
         .unwrap();
+    // Its own launch's completion beyond 2^53, as a metrics report's, names the field.
+    runtime.block_on(async {
+        for field in ["step", "samples_seen"] {
+            let mut c = json!({"attempt": live, "step": 1, "samples_seen": 1});
+            c[field] = json!(u64::MAX);
+            let bytes = c.to_string().into_bytes();
+            let (status, answer) = call(&app, "POST", "/v1/jobs/live/complete", bytes).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+            assert!(names(&answer, field), "{answer}");
+        }
+    });
     runtime.block_on(async {
         let (_, shown) = call(&app, "GET", "/v1/jobs/live", Vec::new()).await;
         assert_eq!(shown["state"], json!("running"), "{shown}");

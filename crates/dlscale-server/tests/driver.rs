@@ -397,3 +397,72 @@ async fn of_two_submissions_of_one_id_in_one_batch_the_accepted_one_is_stored() 
         "{view}"
     );
 }
+
+/// A runtime of its own for each start of a service on one data directory (a service's tasks
+/// end with their runtime, as a server's with its process).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// After a restart an ended job is still known as ended: a cancel or a report for it is a
+/// conflict, as before, not an unknown job (which `GET /v1/jobs/{id}` still shows).
+#[test]
+fn an_ended_job_is_a_conflict_after_a_restart_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let cancel = |h: Harness| async move { call(&h.app, "DELETE", "/v1/jobs/x", Vec::new()).await };
+    runtime().block_on(async {
+        let h = router::harness(dir.path(), ConfigFile::default()).await;
+        submit(&h, job("x")).await;
+        let _ = call(&h.app, "DELETE", "/v1/jobs/x", Vec::new()).await;
+        wait_job(&h, "x", |v| v["state"] == "cancelled").await;
+        assert_eq!(cancel(h).await.0, StatusCode::CONFLICT);
+    });
+    runtime().block_on(async {
+        let h = router::harness(dir.path(), ConfigFile::default()).await;
+        let (status, answer) = cancel(h).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    });
+}
+
+/// A live job whose stored submission no longer validates (an upgrade that checks more) is
+/// ended as failed at the start, with its reason: its id can be submitted again, and the service
+/// goes on (a live row left behind held the id, and the next write of it failed for ever).
+#[test]
+fn a_job_a_start_cannot_restore_is_failed_and_its_id_free() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let h = router::harness(dir.path(), ConfigFile::default()).await;
+        submit(&h, job("w")).await;
+        wait_job(&h, "w", running).await;
+        h.service
+            .store
+            .write(|conn| {
+                let spec: String =
+                    conn.query_row("SELECT spec FROM jobs WHERE id = 'w'", [], |r| r.get(0))?;
+                let mut v: Value = serde_json::from_str(&spec)?;
+                v["entry"]["min_batch"] = json!(100_000);
+                conn.execute("UPDATE jobs SET spec = ?1 WHERE id = 'w'", [v.to_string()])?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+    });
+    runtime().block_on(async {
+        let h = router::harness(dir.path(), ConfigFile::default()).await;
+        let (_, old) = call(&h.app, "GET", "/v1/jobs/w", Vec::new()).await;
+        assert_eq!(old["state"], "failed", "{old}");
+        assert!(
+            old.to_string().contains("no longer validates"),
+            "its events say why: {old}"
+        );
+        submit(&h, job("w")).await;
+        submit(&h, job("other")).await;
+        wait_job(&h, "w", running).await;
+        let (_, health) = call(&h.app, "GET", "/healthz", Vec::new()).await;
+        assert_ne!(health["status"], "degraded", "{health}");
+    });
+}

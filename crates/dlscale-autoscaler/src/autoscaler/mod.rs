@@ -632,6 +632,17 @@ impl Autoscaler {
         }
     }
 
+    /// Remembers how jobs that ended before a restore did, by id ([`Autoscaler::restore`] is
+    /// given the live ones only), so that late inputs for them are refused as for any ended
+    /// job ([`Refusal::Ended`]), not as for an unknown one. A live job's id is skipped.
+    pub fn remember_ended(&mut self, ended: impl IntoIterator<Item = (String, Status)>) {
+        for (id, status) in ended {
+            if status.is_terminal() && self.index(&id).is_none() {
+                self.ended.insert(id, status);
+            }
+        }
+    }
+
     /// The index of a live job, or why there is none.
     fn live_index(&self, id: &str) -> Result<usize, Refusal> {
         self.index(id).ok_or_else(|| match self.ended.get(id) {

@@ -907,6 +907,7 @@ async fn report_completion(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let c: CompletionReport = parse_json(&body)?;
+    report::validate_progress(c.step, c.samples_seen)?;
     let refusals = s
         .request(
             vec![Input::Completed {

@@ -22,6 +22,20 @@ pub const METRICS_FIELDS: [&str; 11] = [
 /// The fields of a report's `grad`.
 pub const GRAD_FIELDS: [&str; 2] = ["grad_sqr", "grad_var"];
 
+/// Checks a report's progress (a metrics report's, or a completion's): stored as JSON numbers
+/// that SQLite and JavaScript read back exactly, at most 2^53.
+pub fn validate_progress(step: u64, samples_seen: u64) -> Result<(), ApiError> {
+    for (name, v) in [("step", step), ("samples_seen", samples_seen)] {
+        if v > (1 << 53) {
+            return Err(ApiError::field(
+                name,
+                format!("field '{name}' must be at most 2^53"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Checks a metrics report's values, naming the field at fault.
 pub fn validate_report(m: &MetricsReport) -> Result<(), ApiError> {
     if !(m.samples_per_s.is_finite() && m.samples_per_s >= 0.0) {
@@ -35,15 +49,7 @@ pub fn validate_report(m: &MetricsReport) -> Result<(), ApiError> {
             return Err(ApiError::field(name, format!("field '{name}' must be ≥ 1")));
         }
     }
-    // Stored as JSON numbers that SQLite and JavaScript read back exactly.
-    for (name, v) in [("step", m.step), ("samples_seen", m.samples_seen)] {
-        if v > (1 << 53) {
-            return Err(ApiError::field(
-                name,
-                format!("field '{name}' must be at most 2^53"),
-            ));
-        }
-    }
+    validate_progress(m.step, m.samples_seen)?;
     if m.loss.is_some_and(|l| !l.is_finite()) {
         return Err(ApiError::field(
             "loss",
