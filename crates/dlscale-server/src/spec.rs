@@ -123,6 +123,13 @@ pub struct Source {
     pub uid: String,
 }
 
+/// Whether `name` can name an environment variable every executor passes on as it is: a
+/// shell's name (a Slurm batch script exports it), so that no key can write another line.
+pub fn is_env_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// Environment variables the server sets itself; a submission may not override them.
 pub const RESERVED_ENV: [&str; 23] = [
     "DLSCALE_JOB_ID",
@@ -270,11 +277,7 @@ impl JobSpec {
                             format!("field 'env.{k}' must be a string"),
                         ));
                     };
-                    // A name every executor passes on as it is: a shell's (a Slurm batch
-                    // script exports it), so that no key can write another line.
-                    let shell_name = k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-                        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-                    if !shell_name {
+                    if !is_env_name(&k) {
                         let field = format!("env.{}", k.escape_debug());
                         return Err(ApiError::field(
                             field.clone(),

@@ -397,7 +397,14 @@ pub fn worker_env(
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE".to_string(),
         "1".to_string(),
     );
-    env.extend(spec.env.clone());
+    // Names are checked at submission; one stored before that check is dropped, on every
+    // executor alike (a Slurm batch script would take it as a line of its own).
+    env.extend(
+        spec.env
+            .iter()
+            .filter(|(k, _)| crate::spec::is_env_name(k))
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
     let ckpt = JobFiles::of(&ctx.data_dir, spec).checkpoints();
     let nodes: Vec<&str> = shape.shares.iter().map(|s| &*s.node).collect();
     for (k, v) in [
