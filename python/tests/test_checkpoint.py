@@ -196,3 +196,56 @@ def test_a_job_checkpoints_to_its_store_and_raises_stopped_where_it_must_not_exi
     train_steps(job2, model2, opt2, 2)
     job2.finish()
     assert job2.finished and store.saved[-1][0] == 6 and store.saved[-1][1]["samples_seen"] == 64
+
+
+def test_a_state_a_resume_cannot_load_is_refused_when_saved(tmp_path):
+    import pytest
+    from dlscale.checkpoint import UnloadableCheckpoint
+
+    np = require("numpy")
+
+    class Tracker:  # e.g. early stopping that keeps a numpy metric
+        def __init__(self):
+            self.best = np.float64(0.5)
+
+        def state_dict(self):
+            return {"best": self.best}
+
+        def load_state_dict(self, state):
+            self.best = state["best"]
+
+    job = Job(environ={"DLSCALE_CHECKPOINT_DIR": str(tmp_path), "DLSCALE_LOCAL_BATCH_SIZE": "8"},
+              install_signals=False, log_every=100)
+    model, opt = make()
+    job.resume(model, opt, tracker=Tracker())
+    train_steps(job, model, opt, 3)
+    with pytest.raises(UnloadableCheckpoint, match="numpy"):
+        job.checkpoint()
+    # Nothing unloadable was left behind to be found at a relaunch.
+    assert list_checkpoints(str(tmp_path)) == []
+
+
+def test_checkpoint_files_none_of_which_loads_are_an_error_not_a_fresh_start(tmp_path):
+    import pytest
+    from dlscale.checkpoint import UnloadableCheckpoint
+
+    d = str(tmp_path / "ck")
+    os.makedirs(d)
+    with open(os.path.join(d, "step-0000000100.pt"), "wb") as f:
+        f.write(b"garbage")
+    with pytest.raises(UnloadableCheckpoint, match="step-0000000100.pt"):
+        load_latest_checkpoint(d)
+
+
+def test_a_save_after_resuming_an_older_step_drops_the_later_unloadable_ones(tmp_path):
+    d = str(tmp_path / "ck")
+    for step in (10, 20):
+        save_checkpoint(d, step, {"format": FORMAT_VERSION, "step": step}, keep=1)
+    assert [s for s, _ in list_checkpoints(d)] == [20]
+    with open(os.path.join(d, "step-0000000100.pt"), "wb") as f:  # damaged, newest
+        f.write(b"garbage")
+    _, state = load_latest_checkpoint(d)
+    assert state["step"] == 20
+    # Resumed at 20 (100 could not be loaded), trained to 30: 30 is kept, not the dead 100.
+    save_checkpoint(d, 30, {"format": FORMAT_VERSION, "step": 30}, keep=1)
+    assert [s for s, _ in list_checkpoints(d)] == [30]

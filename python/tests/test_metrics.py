@@ -2,7 +2,7 @@ import json
 import socket
 import time
 
-from conftest import MetricsServer
+from conftest import MetricsServer, require
 from dlscale import Job, MetricsReporter, metrics_payload
 
 KEYS = {"step", "samples_per_s", "batch_size", "world_size", "loss", "samples_seen"}
@@ -128,6 +128,27 @@ def test_job_reports_each_log_window(metrics_server, capsys):
     assert all(set(b) == KEYS | {"micro_steps"} and b["batch_size"] == 16 and b["world_size"] == 1
                and b["micro_steps"] == 1 for b in bodies)  # the micro-steps it ran: no accumulation
     assert bodies[0]["loss"] == sum(1.0 / (i + 1) for i in range(5)) / 5
+
+
+def test_job_reports_the_micro_steps_its_steps_ran(metrics_server):
+    torch = require("torch")
+    env = {"DLSCALE_API": metrics_server.url, "DLSCALE_JOB_ID": "42", "DLSCALE_TOKEN": "t",
+           "DLSCALE_WORLD_SIZE": "1", "DLSCALE_LOCAL_BATCH_SIZE": "8", "DLSCALE_METRICS_INTERVAL": "0"}
+    job = Job(environ=env, log_every=2, install_signals=False)
+    assert job.alloc.accum_steps == 1
+    # Two parts a step where the allocation says one (a lone worker measuring its gradient
+    # noise, as examples/train_digits.py does): its step time is that of two micro-steps.
+    for _ in range(2):
+        for micro, weight in job.micro_batches(torch.randn(8, 4), parts=2):
+            pass
+        job.step_done()
+    metrics_server.wait_for(1)  # else the next window's report may supersede this one
+    # A window that cuts no batch itself: the allocation's.
+    for _ in range(2):
+        job.step_done()
+    job.reporter.close()
+    bodies = [b for _, _, b in metrics_server.wait_for(2)]
+    assert [b["micro_steps"] for b in bodies] == [2, 1]
 
 
 def test_job_without_api_posts_nothing(capsys):
@@ -267,5 +288,10 @@ def test_a_batch_that_does_not_fit_the_workers_is_refused(metrics_server, capsys
     job.reporter._take_answer(batch_answer(64, 32))  # 32 per worker: two workers' batch
     job.step_done(loss=1.0)
     assert job.rebatched() is False and job.batch_size == 16
+    # Shares that overlap (10 as 12 on one worker): each sample would be trained twice.
+    job.reporter._take_answer(batch_answer(10, 12))
+    job.step_done(loss=1.0)
+    assert job.rebatched() is False and job.batch_size == 16
     job.reporter.close()
-    assert "does not fit 1 workers; kept 16" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "does not fit 1 workers; kept 16" in err and "batch 10 (12 per worker" in err

@@ -632,17 +632,21 @@ impl CandidateGrid {
             .batch
             .min
             .max(gpus.saturating_mul(job.min_local_batch.max(1)));
+        // Workers train equal shares (a launch rounds its batch to a multiple of its workers):
+        // a count with no multiple of itself within the job's batches and memory has no batch
+        // it can launch.
+        let even = lower.div_ceil(gpus.max(1)).saturating_mul(gpus) <= upper;
         match choice {
             BatchChoice::Fixed => {
                 self.key = None;
                 self.shares.clear();
-                if job.batch_fits(gpus, job.requested.batch) {
+                if even && job.batch_fits(gpus, job.requested.batch) {
                     self.batches.push(job.requested.batch);
                     self.shares.push(job.requested.batch.div_ceil(gpus));
                 }
             }
             BatchChoice::Free { max_candidates } => {
-                if lower > upper {
+                if lower > upper || !even {
                     self.key = None;
                     self.shares.clear();
                     return;
@@ -805,6 +809,32 @@ mod tests {
             }
         }
         assert_eq!(batches.len(), 8);
+    }
+
+    #[test]
+    fn a_count_with_no_equal_share_of_the_batches_is_no_option() {
+        // Batch 96 only: 5 and 7 GPUs cannot share it equally; every divisor of it can.
+        for (choice, model) in [
+            (BatchChoice::Free { max_candidates: 32 }, "elastic"),
+            (BatchChoice::Fixed, "fixed"),
+        ] {
+            let text = r#"{"id": "a", "model": {"compute_per_sample_s": 0.001}, "min_batch": 96,
+                "max_batch": 96, "max_local_batch": 96, "batch_size": 96}"#;
+            let job = crate::jobfile::parse_jobs(text, crate::jobfile::FileFormat::Json, "t")
+                .unwrap()
+                .remove(0);
+            let counts: Vec<GpuCount> = job_options(
+                &job,
+                &Cluster::new(1, 8).unwrap(),
+                Utility::Speedup,
+                choice,
+                &RestartAwareness::default(),
+            )
+            .iter()
+            .map(|o| o.gpus)
+            .collect();
+            assert_eq!(counts, [1, 2, 3, 4, 6, 8], "{model}");
+        }
     }
 
     /// With gradient accumulation the table may pick a per-GPU batch beyond memory, valued at

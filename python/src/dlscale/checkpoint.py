@@ -68,6 +68,7 @@ def save_checkpoint(directory: str, step: int, state: Dict[str, Any], keep: int 
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
+        check_loadable(tmp)
         os.replace(tmp, final)
     except BaseException:
         try:
@@ -76,13 +77,37 @@ def save_checkpoint(directory: str, step: int, state: Dict[str, Any], keep: int 
             pass
         raise
     _fsync_dir(directory)
-    _prune(directory, keep)
+    _prune(directory, keep, step)
     return final
 
 
-def _prune(directory: str, keep: int) -> None:
-    """Remove all but the newest ``keep`` checkpoints (at least one)."""
-    for _, old in list_checkpoints(directory)[max(1, keep):]:
+class UnloadableCheckpoint(RuntimeError):
+    """A checkpoint's state holds what a resume could not load back (its loader takes tensors,
+    numbers, strings and containers of them only): refused when saved, not found at a relaunch."""
+
+
+def check_loadable(path: str) -> None:
+    """Raise ``UnloadableCheckpoint`` unless the file at ``path`` loads as a resume loads it
+    (``weights_only``), its tensors memory-mapped rather than read."""
+    import torch
+
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:
+        raise UnloadableCheckpoint(
+            "dlscale: this checkpoint could not be loaded back by a resume (the state of the "
+            "objects given to resume() and job.extra must be tensors, numbers, strings, lists, "
+            "tuples and dicts of them; a numpy value: use .item() or torch.tensor): "
+            f"{exc}") from exc
+
+
+def _prune(directory: str, keep: int, saved_step: int) -> None:
+    """Remove all but the newest ``keep`` checkpoints (at least one), and every checkpoint of a
+    step beyond ``saved_step``, the one just saved: a later step's is from a run this one did not
+    resume (it could not be loaded), which would otherwise outrank every new checkpoint."""
+    beyond = [path for step, path in list_checkpoints(directory) if step > saved_step]
+    kept = [(step, path) for step, path in list_checkpoints(directory) if step <= saved_step]
+    for old in beyond + [path for _, path in kept[max(1, keep):]]:
         try:
             if old.endswith(SHARDED):
                 shutil.rmtree(old)
@@ -113,7 +138,7 @@ def save_sharded_checkpoint(directory: str, step: int, state: Dict[str, Any], ke
         shutil.rmtree(final, ignore_errors=True)  # the same step saved again
         os.replace(tmp, final)
         _fsync_dir(directory)
-        _prune(directory, keep)
+        _prune(directory, keep, step)
     dist.barrier()
     return final
 
@@ -127,11 +152,15 @@ def load_sharded_checkpoint(path: str, state: Dict[str, Any]) -> None:
 
 
 def load_latest_checkpoint(directory: Optional[str]) -> Optional[Tuple[str, Dict[str, Any]]]:
-    """(path, state) of the newest loadable checkpoint file in ``directory``, or None."""
+    """(path, state) of the newest loadable checkpoint file in ``directory``, or None when it
+    holds none. A damaged file falls back to the one before it; when there are checkpoint files
+    and none loads, ``UnloadableCheckpoint`` says why, rather than a silent start from step 0
+    that would train everything again."""
     if not directory:
         return None
     import torch
 
+    failures = []
     for _, path in list_checkpoints(directory):
         if path.endswith(SHARDED):
             continue  # a sharded model's: Job.resume loads those
@@ -139,11 +168,16 @@ def load_latest_checkpoint(directory: Optional[str]) -> Optional[Tuple[str, Dict
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # a damaged file: fall back to the previous one
             print(f"dlscale: warning: cannot load checkpoint {path}: {exc}", file=sys.stderr, flush=True)
+            failures.append(f"{path}: {exc}")
             continue
         if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
             print(f"dlscale: warning: {path} is not a dlscale checkpoint", file=sys.stderr, flush=True)
+            failures.append(f"{path}: not a dlscale checkpoint")
             continue
         return path, state
+    if failures:
+        raise UnloadableCheckpoint(
+            "dlscale: no checkpoint in " + directory + " can be loaded: " + "; ".join(failures))
     return None
 
 

@@ -535,6 +535,8 @@ class Job:
         n = _batch_len(batch)
         size = max(1, -(-n // k))
         bounds = [(lo, min(lo + size, n)) for lo in range(0, n, size)]
+        # What the step runs, and so what its step time measures (reported).
+        self._win_micro_steps = max(self._win_micro_steps or 0, len(bounds))
         no_sync = getattr(model, "no_sync", None)
         for j, (lo, hi) in enumerate(bounds):
             micro, weight = _batch_slice(batch, lo, hi), (hi - lo) / n
@@ -573,6 +575,9 @@ class Job:
         self._win_steps = 0
         self._win_samples = 0
         self._win_losses: List[Any] = []  # floats, or tensors left on their device until the window ends
+        # The most micro-batches ``micro_batches()`` cut a step into this window (None: it was
+        # not used; the step is taken to run the allocation's accumulation steps).
+        self._win_micro_steps: Optional[int] = None
 
     def step_done(self, loss: Any = None, samples: Optional[int] = None) -> bool:
         """The one call per step, after the optimizer step, on every rank. It counts the step and
@@ -687,7 +692,8 @@ class Job:
                 step=self.step, samples_per_s=sps, batch_size=self.batch_size,
                 world_size=self.world_size, loss=loss, samples_seen=self.samples_seen,
                 attempt=self.alloc.attempt, grad=grad, compute_time_s=compute_time_s,
-                max_local_batch=self.probed_max_local_batch(), micro_steps=self.alloc.accum_steps,
+                max_local_batch=self.probed_max_local_batch(),
+                micro_steps=self._win_micro_steps or self.alloc.accum_steps,
             ))
         self._reset_window()
 
@@ -713,7 +719,7 @@ class Job:
         a = self.alloc
         if batch < 1 or (batch, local, micro) == (a.batch_size, a.local_batch_size, a.accum_steps):
             return
-        if local * a.world_size < batch or micro > local:
+        if local * a.world_size != batch or micro > local:
             # An answer for another world size (torchrun formed fewer workers): kept as is.
             if self.is_chief:
                 print(f"dlscale: warning: batch {batch} ({local} per worker, {micro} micro-steps) "

@@ -51,7 +51,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from .checkpoint import FORMAT_VERSION
+from .checkpoint import FORMAT_VERSION, check_loadable
 from .env import Allocation, EnvError
 from .job import Job
 from .stop import EXIT_BAD_ENV, Stopped, arm_exit_watchdog, exit_watchdog_s, install_stop_handler, stop_exit_code
@@ -336,7 +336,9 @@ class RayTrainStore:
         name = f"checkpoint-step-{step:010d}"
         tmp = tempfile.mkdtemp(prefix="dlscale-ckpt-")
         try:
-            torch.save(saved, os.path.join(tmp, CHECKPOINT_FILE))
+            path = os.path.join(tmp, CHECKPOINT_FILE)
+            torch.save(saved, path)
+            check_loadable(path)  # refused now, not found unloadable by the relaunch
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
                              checkpoint_dir_name=name)
         finally:
