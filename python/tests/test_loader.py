@@ -244,3 +244,15 @@ def test_starting_a_pass_draws_nothing_from_the_global_rng(tmp_path):
     drawn = torch.rand(3)
     torch.manual_seed(5)
     assert torch.equal(drawn, torch.rand(3))
+
+
+def test_a_pass_after_close_with_persistent_workers_starts_new_ones(tmp_path):
+    job = job_with(tmp_path)
+    loader = job.loader(list(range(40)), shuffle=False, num_workers=1, persistent_workers=True)
+    first = next(iter(loader))
+    job.step_done()
+    loader.close()
+    # The next pass: new workers, from the first sample no step counted.
+    second = next(iter(loader))
+    assert first.tolist() == [0, 1, 2, 3] and second.tolist() == [4, 5, 6, 7]
+    loader.close()

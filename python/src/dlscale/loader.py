@@ -118,6 +118,9 @@ class ElasticLoader:
         shutdown = getattr(iterator, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
+        if iterator is not None and getattr(self.dataloader, "_iterator", None) is iterator:
+            # Persistent workers: the DataLoader would reuse the iterator just shut down.
+            self.dataloader._iterator = None
 
     @property
     def epoch(self) -> int:
