@@ -73,3 +73,32 @@ def test_only_out_of_memory_is_an_answer(tmp_path):
         job(tmp_path).probe_max_local_batch(broken)
     with pytest.raises(RuntimeError, match="not even one sample"):
         job(tmp_path).probe_max_local_batch(device(0, []))
+
+
+def test_the_probes_passes_are_no_part_of_the_gradient_noise_measured(tmp_path):
+    def measured(probe_first):
+        torch.manual_seed(0)
+        job = Job(Allocation(job_id="j", rank=0, local_rank=0, world_size=1, local_batch_size=32,
+                             batch_size=32, checkpoint_dir=None, api=None, token=None),
+                  install_signals=False, report_interval=0)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        x, y = torch.randn(256, 4), torch.randn(256, 1)
+        job.grad_noise.min_updates = 1
+        job.measure_grad_noise(model, init_batch_size=32)
+
+        def one_pass(b):
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(model(x[:b]), y[:b]).backward()
+
+        if probe_first:
+            job.probe_max_local_batch(one_pass, limit=256)  # on a CPU: up to the limit
+        opt.zero_grad(set_to_none=True)
+        for (mx, my), weight in job.micro_batches((x[:32], y[:32]), parts=2):
+            (torch.nn.functional.mse_loss(model(mx), my) * weight).backward()
+        job.step_done()
+        return job.grad_noise.grad_sqr, job.grad_noise.trace_cov
+
+    clean = measured(False)
+    assert clean[0] > 0 and clean[1] > 0, clean  # the step measured something
+    assert measured(True) == pytest.approx(clean)

@@ -295,6 +295,9 @@ class Job:
         if not 0 < margin <= 1:
             raise ValueError("margin must be in (0, 1]")
         fits = _largest_fitting(step, max(1, start or self.local_batch_size), limit)
+        discard = getattr(self._grad_probe, "discard", None)
+        if discard is not None:  # its passes were no training step's micro-batches
+            discard()
         value = max(1, int(fits * margin))
         if _dist() is not None:
             value = -_all_reduce_max([-value])[0]  # the smallest GPU's

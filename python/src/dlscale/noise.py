@@ -479,6 +479,11 @@ class MicroBatchProbe:
         harmonic = k / sum(1.0 / size for size in sizes)
         self.estimator.update(small, harmonic, passes[-1][1], self.batch_size)
 
+    def discard(self) -> None:
+        """Forget the backward passes since the last ``step()``: passes that were no part of a
+        training step (a memory probe's)."""
+        self._passes, self._incoming = [], []
+
     def remove(self) -> None:
         """Remove the parameter hooks."""
         for h in self._handles:
