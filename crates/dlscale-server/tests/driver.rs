@@ -466,3 +466,46 @@ fn a_job_a_start_cannot_restore_is_failed_and_its_id_free() {
         assert_ne!(health["status"], "degraded", "{health}");
     });
 }
+
+/// A submission that resumes from an ended job's checkpoints and is then refused (a later check,
+/// or a later job of its submission) leaves no copy of them behind; an accepted one has its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_submission_leaves_no_copy_of_the_checkpoints_it_resumed_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = router::harness(dir.path(), ConfigFile::default()).await;
+    submit(&h, job("old")).await;
+    let _ = call(&h.app, "DELETE", "/v1/jobs/old", Vec::new()).await;
+    let old = wait_job(&h, "old", |v| v["state"] == "cancelled").await;
+    let jobs = dir.path().join("jobs");
+    let saved = jobs
+        .join("old")
+        .join(old["uid"].as_str().unwrap())
+        .join("checkpoints");
+    std::fs::create_dir_all(&saved).unwrap();
+    std::fs::write(saved.join("step-0000000010.pt"), b"x").unwrap();
+    let resuming = |id: &str| {
+        let mut v = job(id);
+        v["resume_from"] = json!("old");
+        v
+    };
+    let copies = |id: &str| std::fs::read_dir(jobs.join(id)).map_or(0, |d| d.count());
+    // Refused after the checks that come before the copy: an unknown profile.
+    let mut unknown = resuming("new");
+    unknown.as_object_mut().unwrap().remove("model");
+    unknown["profile"] = json!("nosuch");
+    let (status, _) = call(&h.app, "POST", "/v1/jobs", unknown.to_string().into()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    // Refused whole: its second job is invalid, after the first's copy was made.
+    let mut bad = job("other");
+    bad["min_batch"] = json!(0);
+    let both = json!([resuming("new"), bad]);
+    let (status, _) = call(&h.app, "POST", "/v1/jobs", both.to_string().into()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(copies("new"), 0);
+    // Accepted: its own copy.
+    submit(&h, resuming("new")).await;
+    let new = wait_job(&h, "new", |v| v["uid"].is_string()).await;
+    let copied = jobs.join("new").join(new["uid"].as_str().unwrap());
+    assert!(copied.join("checkpoints/step-0000000010.pt").is_file());
+    assert_eq!(copies("new"), 1);
+}

@@ -85,18 +85,6 @@ async fn accept(s: &Service, mut spec: JobSpec) -> Result<Received, ApiError> {
     if let Some(from) = spec.resume_from.as_mut() {
         from.uid = resumable(s, &from.id).await?;
     }
-    if let Some(from) = &spec.resume_from {
-        // Copied now, before the submission is accepted: no launch waits on the copy.
-        let data_dir = &s.config.data_dir;
-        let (files, source) = (
-            JobFiles::of(data_dir, &spec),
-            JobFiles::new(data_dir, &from.id, &from.uid),
-        );
-        tokio::task::spawn_blocking(move || files.copy_checkpoints_from(&source))
-            .await
-            .map_err(ApiError::internal)?
-            .map_err(ApiError::internal)?;
-    }
     let profile_model = match &spec.profile {
         Some(name) if spec.entry.model.is_none() => {
             let profiles = s.store.profiles().await.map_err(ApiError::internal)?;
@@ -154,10 +142,48 @@ async fn accept(s: &Service, mut spec: JobSpec) -> Result<Received, ApiError> {
             ),
         ));
     }
+    if let Some(from) = &spec.resume_from {
+        // Copied now, the last check passed, before the submission is accepted: no launch
+        // waits on the copy. A copy that fails leaves nothing behind.
+        let data_dir = &s.config.data_dir;
+        let (files, source) = (
+            JobFiles::of(data_dir, &spec),
+            JobFiles::new(data_dir, &from.id, &from.uid),
+        );
+        tokio::task::spawn_blocking(move || {
+            files.copy_checkpoints_from(&source).inspect_err(|_| {
+                let _ = std::fs::remove_dir_all(files.root());
+            })
+        })
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
+    }
     Ok(Received {
         spec,
         profile_model,
     })
+}
+
+/// Removes what was copied for submissions that were not accepted (their `resume_from`
+/// checkpoints): each is under its own new uid, which nothing else names.
+async fn discard_copies<'a>(s: &Service, specs: impl IntoIterator<Item = &'a JobSpec>) {
+    let roots: Vec<std::path::PathBuf> = specs
+        .into_iter()
+        .filter(|spec| spec.resume_from.is_some())
+        .map(|spec| JobFiles::of(&s.config.data_dir, spec).root().to_path_buf())
+        .collect();
+    if roots.is_empty() {
+        return;
+    }
+    let _ = tokio::task::spawn_blocking(move || {
+        for root in roots {
+            if let Err(e) = std::fs::remove_dir_all(&root) {
+                tracing::warn!("cannot remove {}: {e}", root.display());
+            }
+        }
+    })
+    .await;
 }
 
 /// The uid of the newest submission of job `id`, which a new one may start from: it has
@@ -242,17 +268,36 @@ pub(super) async fn submit(
                 .with_field("id"),
             ));
         }
-        let r = accept(&s, spec).await.map_err(named)?;
+        let r = match accept(&s, spec).await {
+            Ok(r) => r,
+            Err(e) => {
+                // The jobs before it in this submission are not submitted either.
+                discard_copies(&s, received.iter().map(|r: &Received| &r.spec)).await;
+                return Err(named(e));
+            }
+        };
         let token = random_hex(24).map_err(ApiError::internal)?;
         tokens.insert(r.spec.id.clone(), token);
         received.push(r);
     }
     let ids: Vec<String> = received.iter().map(|r| r.spec.id.clone()).collect();
+    let specs: Vec<JobSpec> = received.iter().map(|r| r.spec.clone()).collect();
     let inputs = received
         .into_iter()
         .map(|r| Input::Submit { job: Box::new(r) })
         .collect();
+    // An error here may come after the driver took them (a reply that timed out): their copies
+    // stay, as they may be accepted yet.
     let refusals = s.request(inputs, Vec::new(), tokens).await?;
+    discard_copies(
+        &s,
+        specs
+            .iter()
+            .zip(&refusals)
+            .filter(|(_, refusal)| refusal.is_some())
+            .map(|(spec, _)| spec),
+    )
+    .await;
     if let Some((k, refusal)) = refusals
         .iter()
         .enumerate()
