@@ -33,6 +33,25 @@ fn one_step() -> u32 {
     1
 }
 
+impl Shape {
+    /// Whether `other` runs the same batch on the same GPUs: its micro-steps aside, which a
+    /// job's workers may size themselves (a running launch takes those they report), and which
+    /// are never a reason to restart or rebatch it.
+    pub fn same_run(&self, other: &Shape) -> bool {
+        (
+            self.gpus,
+            self.batch_size,
+            self.local_batch_size,
+            &self.shares,
+        ) == (
+            other.gpus,
+            other.batch_size,
+            other.local_batch_size,
+            &other.shares,
+        )
+    }
+}
+
 impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}×{} on ", self.gpus, self.batch_size)?;

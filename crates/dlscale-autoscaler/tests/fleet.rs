@@ -533,3 +533,34 @@ fn a_bundled_tables_type_measured_beyond_the_tables_memory_keeps_its_batches() {
     x.set_memory_on_type("t4", 2 * memory).unwrap();
     assert_eq!(runs(&x), before);
 }
+
+#[test]
+fn micro_steps_its_workers_chose_are_no_reason_to_restart_a_launch() {
+    // Decided at one micro-step; its workers run two (a lone worker measuring its gradient
+    // noise splits each step so): the launch takes them, and keeps running as it is.
+    let mut a = autoscaler(|c| c.interval_s = Some(60.0));
+    run(&mut a, 0.0, vec![submit(typed_job("x"))]);
+    let (attempt, _, _) = current(&a, "x");
+    assert_eq!(a.job("x").unwrap().0.shape().unwrap().micro_steps, 1);
+    let mut actions = Vec::new();
+    for t in [30.0, 60.0, 90.0, 120.0] {
+        let (_, batch, _) = current(&a, "x");
+        let report = steps::metrics(
+            "x",
+            dlscale_autoscaler::MetricsReport {
+                micro_steps: Some(2),
+                ..steps::report(attempt, batch, 1000.0)
+            },
+        );
+        actions.extend(run(&mut a, t, vec![report]));
+    }
+    assert!(
+        !actions.iter().any(|x| matches!(x, Action::Stop { .. })),
+        "{actions:?}"
+    );
+    let (record, _) = a.job("x").unwrap();
+    assert_eq!(
+        (record.attempt, record.shape().unwrap().micro_steps),
+        (attempt, 2)
+    );
+}

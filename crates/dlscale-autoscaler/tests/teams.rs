@@ -191,8 +191,8 @@ fn a_new_learned_job_is_not_held_below_its_teams_guarantee_by_exploration() {
 /// them share GPUs evenly.
 fn diminishing(id: &str, team: &str) -> Job {
     let text = format!(
-        r#"{{"jobs": [{{"id": "{id}", "min_batch": 64, "max_batch": 64, "batch_size": 64,
-        "max_local_batch": 64, "max_gpus": 8, "work_samples": 1e9, "team": "{team}",
+        r#"{{"jobs": [{{"id": "{id}", "min_batch": 96, "max_batch": 96, "batch_size": 96,
+        "max_local_batch": 96, "max_gpus": 8, "work_samples": 1e9, "team": "{team}",
         "model": {{"compute_base_s": 0.01, "compute_per_sample_s": 0.001,
         "sync_intra_base_s": 0.02}}}}]}}"#
     );

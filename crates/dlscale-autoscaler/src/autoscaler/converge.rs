@@ -24,10 +24,10 @@ impl Autoscaler {
                     let in_place = |c: &Shape| {
                         r.batch_in_place && c.gpus == shape.gpus && c.shares == shape.shares
                     };
-                    if current.is_some_and(|c| c != shape && in_place(c)) {
+                    if current.is_some_and(|c| !c.same_run(shape) && in_place(c)) {
                         let shape = shape.clone();
                         self.rebatch(now, i, shape, out);
-                    } else if current != Some(shape) {
+                    } else if !current.is_some_and(|c| c.same_run(shape)) {
                         let reason = match current {
                             Some(c) if c.gpus == shape.gpus && c.batch_size == shape.batch_size => {
                                 StopReason::Repack

@@ -172,6 +172,13 @@ fn settings() -> impl Strategy<Value = Settings> {
 
 /// Brute force, written independently of `options` and `knapsack`: every allowed GPU count and
 /// every integer batch of every job, every combination of counts.
+/// Whether `g` workers can share some batch of `job` equally (each within its memory and above
+/// its smallest per-GPU batch): a count without one is no option.
+fn has_equal_share(job: &Job, g: u32) -> bool {
+    (job.batch.min..=job.batch.max)
+        .any(|b| b % g == 0 && job.batch_fits(g, b) && b / g >= job.min_local_batch)
+}
+
 struct Brute<'a> {
     cluster: &'a Cluster,
     settings: &'a Settings,
@@ -191,6 +198,9 @@ impl Brute<'_> {
     }
 
     fn batches(&self, job: &Job, g: u32) -> Vec<u32> {
+        if !has_equal_share(job, g) {
+            return Vec::new();
+        }
         // Every GPU computes at least min_local_batch samples a step.
         let mut all: Vec<u32> = (job.batch.min..=job.batch.max)
             .filter(|&b| job.batch_fits(g, b) && b / g >= job.min_local_batch)
@@ -447,7 +457,8 @@ proptest! {
         let mut free = cluster.total_gpus();
         let mut blocked = false;
         for (job, d) in jobs.iter().zip(&decision.jobs) {
-            let fits = job.requested.gpus <= cluster.total_gpus();
+            let fits = job.requested.gpus <= cluster.total_gpus()
+                && has_equal_share(job, job.requested.gpus);
             if !blocked && fits && job.requested.gpus <= free {
                 prop_assert_eq!(d.state, JobState::Running);
                 prop_assert_eq!(d.gpus, job.requested.gpus);
