@@ -18,7 +18,9 @@ use std::sync::Arc;
 
 use dlscale_core::job::JobOnType;
 use dlscale_core::profiles::speedup_over_t4;
-use dlscale_core::throughput::{Accumulating, AnalyticModel, Scaled, ThroughputModel};
+use dlscale_core::throughput::{
+    accumulated_step_time_s, Accumulating, AnalyticModel, Scaled, ThroughputModel,
+};
 use dlscale_core::{BatchSize, Fleet, Job};
 
 use super::{Calibration, Measurements};
@@ -150,7 +152,20 @@ pub fn learned_on_types(
 /// most-reported configuration; `None` before it was measured.
 fn measured_speedup(there: &Measurements, lead: &dyn ThroughputModel) -> Option<f64> {
     let p = there.points.iter().max_by_key(|p| p.reports)?;
-    let predicted = lead.step_time_s(p.gpus, p.nodes, p.local_batch)?;
+    let predicted = if p.micro_steps == lead.micro_steps(p.local_batch) {
+        lead.step_time_s(p.gpus, p.nodes, p.local_batch)?
+    } else {
+        // Run in other micro-steps than the lead, within this type's memory as known, predicts
+        // (its workers sized them without a measured memory, or a peer's memory differs): the
+        // lead as it ran.
+        let step = |one: &dyn ThroughputModel| {
+            accumulated_step_time_s(one, p.gpus, p.nodes, p.local_batch, p.micro_steps)
+        };
+        match lead.accumulated() {
+            Some(one) => step(one.as_ref()),
+            None => step(lead),
+        }?
+    };
     let speedup = predicted / p.step_time_s;
     (speedup.is_finite() && speedup > 0.0).then_some(speedup)
 }

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
-use dlscale_core::throughput::AnalyticModel;
+use dlscale_core::throughput::{accumulated_step_time_s, AnalyticModel};
 use dlscale_core::{GpuPool, Job};
 
 use super::*;
@@ -213,4 +213,35 @@ fn a_types_measured_memory_sizes_its_micro_steps_there_and_nowhere_else() {
         (a100.throughput.micro_steps(256), a100.max_local_batch),
         (1, 256)
     );
+}
+
+#[test]
+fn a_type_measured_in_other_micro_steps_than_its_model_gives_is_scaled_as_it_ran() {
+    let mut m = Measurements::default();
+    measure(&mut m, "t4", 1.0, &[1, 2, 4]);
+    // A100, 3× as fast everywhere; its workers ran 64 per GPU in 4 micro-steps (they sized
+    // them themselves: no memory of A100 was measured).
+    let step_s = accumulated_step_time_s(&truth(), 1, 1, 64, 4).unwrap() / 3.0;
+    m.record(
+        1,
+        1,
+        Measured {
+            batch: 64,
+            micro_steps: 4,
+            samples_per_s: 64.0 / step_s,
+            compute_time_s: None,
+            gpu_type: Some("a100".into()),
+        },
+    );
+    let on = learned(&m, &job());
+    let a100 = &on
+        .iter()
+        .find(|o| &*o.gpu_type == "a100")
+        .unwrap()
+        .throughput;
+    // Its model, run as the point ran, gives what the point measured (the speed ratio was
+    // taken at the same micro-steps on both sides).
+    let one = a100.accumulated().unwrap_or_else(|| a100.clone());
+    let predicted = accumulated_step_time_s(one.as_ref(), 1, 1, 64, 4).unwrap();
+    assert!(close(predicted, step_s), "{predicted} against {step_s}");
 }
