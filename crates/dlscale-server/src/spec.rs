@@ -348,7 +348,8 @@ impl JobSpec {
             None => return Err(ApiError::field("id", "field 'id' is required")),
         };
         validate_id("id", &id)?;
-        if map.contains_key("model") && profile.is_some() {
+        // `"model": null` gives none (as a missing field does).
+        if map.get("model").is_some_and(|m| !m.is_null()) && profile.is_some() {
             return Err(ApiError::field(
                 "profile",
                 "give either 'model' or 'profile', not both",
@@ -524,6 +525,15 @@ mod tests {
         let spec = JobSpec::from_value(v).unwrap();
         assert_eq!(spec.model_source(), ModelSource::Given);
         assert!(spec.build_job(None).is_ok());
+        // A null model is none: a profile may be named beside it, not beside a model.
+        let mut v = base();
+        (v["model"], v["profile"]) = (Value::Null, json!("p"));
+        assert_eq!(
+            JobSpec::from_value(v.clone()).unwrap().profile.as_deref(),
+            Some("p")
+        );
+        v["model"] = json!("cifar10");
+        assert!(JobSpec::from_value(v).is_err());
     }
 
     /// A stored profile reaches the job with every parameter: its overlap of compute and
