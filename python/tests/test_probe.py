@@ -102,3 +102,16 @@ def test_the_probes_passes_are_no_part_of_the_gradient_noise_measured(tmp_path):
     clean = measured(False)
     assert clean[0] > 0 and clean[1] > 0, clean  # the step measured something
     assert measured(True) == pytest.approx(clean)
+
+
+def test_a_probe_made_before_the_resume_is_kept_by_it(tmp_path):
+    first = job(tmp_path)
+    model = torch.nn.Linear(2, 1)
+    first.resume(model)
+    first.step_done()
+    first.checkpoint()  # a checkpoint that holds no probe
+    again = job(tmp_path)
+    calls = []
+    probed = again.probe_max_local_batch(device(100, calls), limit=1024, margin=1.0)
+    assert again.resume(torch.nn.Linear(2, 1)) is True
+    assert again.probed_max_local_batch() == probed

@@ -426,7 +426,10 @@ class Job:
             self._lr_scaling.batch = int(state["lr_batch"])
         self.step = int(state["step"])
         self.samples_seen = int(state["samples_seen"])
+        probed_here = self._probed()  # a probe made before this resume: this run's own
         self.extra = dict(state.get("extra") or {})
+        if probed_here:
+            self.extra[PROBED_KEY] = {**self._probed(), **probed_here}
         if state.get("grad_noise"):
             try:
                 self.grad_noise.load_state_dict(state["grad_noise"])
