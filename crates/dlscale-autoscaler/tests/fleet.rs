@@ -24,6 +24,17 @@ fn fleet() -> Fleet {
     Fleet::new(vec![pool("t4", 16.0), pool("a100", 80.0)]).unwrap()
 }
 
+/// One node of four T4s alone: a cluster of one type, typed.
+fn one_t4_node() -> Fleet {
+    Fleet::new(vec![GpuPool {
+        name: "t4".into(),
+        nodes: 1,
+        gpus_per_node: 4,
+        memory_gib: 16.0,
+    }])
+    .unwrap()
+}
+
 /// A job of up to 4 GPUs at batch 64–256, from the JSON fields `extra`.
 fn job(id: &str, extra: &str) -> Job {
     let text = format!(
@@ -308,13 +319,7 @@ fn one_types_memory_is_not_the_limit_of_a_job_with_one_model_for_every_type() {
     }
     // On a cluster of one type, the same report is the job's limit (its accumulation kept, so
     // that its request of 64 on one GPU still runs).
-    let one_type = Fleet::new(vec![GpuPool {
-        name: "t4".into(),
-        nodes: 1,
-        gpus_per_node: 4,
-        memory_gib: 16.0,
-    }])
-    .unwrap();
+    let one_type = one_t4_node();
     let mut a = Autoscaler::new(config(), one_type.topology());
     run(
         &mut a,
@@ -437,13 +442,7 @@ fn a_memory_refused_as_one_types_on_several_stays_refused_after_a_restore() {
 
 #[test]
 fn a_bundled_jobs_memory_on_a_type_that_would_leave_it_no_batch_there_is_refused() {
-    let one_type = Fleet::new(vec![GpuPool {
-        name: "t4".into(),
-        nodes: 1,
-        gpus_per_node: 4,
-        memory_gib: 16.0,
-    }])
-    .unwrap();
+    let one_type = one_t4_node();
     let text = r#"{"jobs": [{"id": "x", "model": "cifar10", "min_batch": 128, "max_batch": 256,
         "max_accum_steps": 4, "max_gpus": 4, "gpus": 1, "batch_size": 128,
         "work_samples": 1e9}]}"#;

@@ -378,9 +378,19 @@ pub async fn start(
                     error: e.message,
                 };
                 tracing::error!("{event}");
+                let mut record = s.record;
+                record.status = dlscale_autoscaler::Status::Failed;
+                let ended = Batch {
+                    number: batch,
+                    at_s: at,
+                    records: vec![record],
+                    events: vec![event],
+                    ..Batch::default()
+                };
                 store
-                    .end_unrestorable(batch, at, s.record, event)
+                    .commit(ended)
                     .await
+                    .map_err(anyhow::Error::new)
                     .context("cannot write the database")?;
                 continue;
             }

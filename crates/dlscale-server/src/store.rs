@@ -384,46 +384,6 @@ impl Store {
         .await
     }
 
-    /// Ends live job `record` as failed with `event` ([`Event::Unrestorable`]), in batch
-    /// `batch` at `at_s`: a job a start cannot restore. Its id is free again; what it ran stays
-    /// readable under its arrival number.
-    pub async fn end_unrestorable(
-        &self,
-        batch: u64,
-        at_s: f64,
-        mut record: JobRecord,
-        event: Event,
-    ) -> Result<()> {
-        record.status = dlscale_autoscaler::Status::Failed;
-        self.write(move |conn| {
-            let tx = conn.transaction()?;
-            tx.execute(
-                "UPDATE jobs SET record = ?2, status = ?3, updated_at = ?4 WHERE seq = ?1",
-                params![
-                    record.seq as i64,
-                    json(&record)?,
-                    record.status.name(),
-                    at_s
-                ],
-            )?;
-            tx.execute(
-                "INSERT INTO events (batch, at, job_seq, kind, event, detail)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![
-                    batch as i64,
-                    at_s,
-                    record.seq as i64,
-                    event.kind(),
-                    json(&event)?,
-                    event.to_string()
-                ],
-            )?;
-            tx.commit()?;
-            Ok(())
-        })
-        .await
-    }
-
     /// How each id's last submission ended, for the ids whose last submission has ended.
     pub async fn ended(&self) -> Result<Vec<(String, dlscale_autoscaler::Status)>> {
         self.read(|conn| {

@@ -105,9 +105,10 @@ def _prune(directory: str, keep: int, saved_step: int) -> None:
     """Remove all but the newest ``keep`` checkpoints (at least one), and every checkpoint of a
     step beyond ``saved_step``, the one just saved: a later step's is from a run this one did not
     resume (it could not be loaded), which would otherwise outrank every new checkpoint."""
-    beyond = [path for step, path in list_checkpoints(directory) if step > saved_step]
-    kept = [(step, path) for step, path in list_checkpoints(directory) if step <= saved_step]
-    for old in beyond + [path for _, path in kept[max(1, keep):]]:
+    found = list_checkpoints(directory)  # newest first
+    beyond = [path for step, path in found if step > saved_step]
+    kept = [path for step, path in found if step <= saved_step]
+    for old in beyond + kept[max(1, keep):]:
         try:
             if old.endswith(SHARDED):
                 shutil.rmtree(old)

@@ -170,8 +170,6 @@ fn settings() -> impl Strategy<Value = Settings> {
         })
 }
 
-/// Brute force, written independently of `options` and `knapsack`: every allowed GPU count and
-/// every integer batch of every job, every combination of counts.
 /// Whether `g` workers can share some batch of `job` equally (each within its memory and above
 /// its smallest per-GPU batch): a count without one is no option.
 fn has_equal_share(job: &Job, g: u32) -> bool {
@@ -179,6 +177,8 @@ fn has_equal_share(job: &Job, g: u32) -> bool {
         .any(|b| b % g == 0 && job.batch_fits(g, b) && b / g >= job.min_local_batch)
 }
 
+/// Brute force, written independently of `options` and `knapsack`: every allowed GPU count and
+/// every integer batch of every job, every combination of counts.
 struct Brute<'a> {
     cluster: &'a Cluster,
     settings: &'a Settings,

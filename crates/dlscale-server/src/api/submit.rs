@@ -165,14 +165,16 @@ async fn accept(s: &Service, mut spec: JobSpec) -> Result<Received, ApiError> {
     })
 }
 
-/// Removes what was copied for submissions that were not accepted (their `resume_from`
-/// checkpoints): each is under its own new uid, which nothing else names.
-async fn discard_copies<'a>(s: &Service, specs: impl IntoIterator<Item = &'a JobSpec>) {
-    let roots: Vec<std::path::PathBuf> = specs
-        .into_iter()
-        .filter(|spec| spec.resume_from.is_some())
-        .map(|spec| JobFiles::of(&s.config.data_dir, spec).root().to_path_buf())
-        .collect();
+/// Where a submission that resumes from another job's checkpoints has its copy of them (its
+/// own new uid's directory, which nothing else names); `None` for one that copies nothing.
+fn copy_root(s: &Service, spec: &JobSpec) -> Option<std::path::PathBuf> {
+    spec.resume_from
+        .as_ref()
+        .map(|_| JobFiles::of(&s.config.data_dir, spec).root().to_path_buf())
+}
+
+/// Removes the copies of submissions that were not accepted (their roots, [`copy_root`]).
+async fn discard_copies(roots: Vec<std::path::PathBuf>) {
     if roots.is_empty() {
         return;
     }
@@ -272,7 +274,10 @@ pub(super) async fn submit(
             Ok(r) => r,
             Err(e) => {
                 // The jobs before it in this submission are not submitted either.
-                discard_copies(&s, received.iter().map(|r: &Received| &r.spec)).await;
+                let roots = received
+                    .iter()
+                    .filter_map(|r: &Received| copy_root(&s, &r.spec));
+                discard_copies(roots.collect()).await;
                 return Err(named(e));
             }
         };
@@ -281,7 +286,8 @@ pub(super) async fn submit(
         received.push(r);
     }
     let ids: Vec<String> = received.iter().map(|r| r.spec.id.clone()).collect();
-    let specs: Vec<JobSpec> = received.iter().map(|r| r.spec.clone()).collect();
+    let roots: Vec<Option<std::path::PathBuf>> =
+        received.iter().map(|r| copy_root(&s, &r.spec)).collect();
     let inputs = received
         .into_iter()
         .map(|r| Input::Submit { job: Box::new(r) })
@@ -289,15 +295,11 @@ pub(super) async fn submit(
     // An error here may come after the driver took them (a reply that timed out): their copies
     // stay, as they may be accepted yet.
     let refusals = s.request(inputs, Vec::new(), tokens).await?;
-    discard_copies(
-        &s,
-        specs
-            .iter()
-            .zip(&refusals)
-            .filter(|(_, refusal)| refusal.is_some())
-            .map(|(spec, _)| spec),
-    )
-    .await;
+    let refused = roots
+        .into_iter()
+        .zip(&refusals)
+        .filter_map(|(root, refusal)| root.filter(|_| refusal.is_some()));
+    discard_copies(refused.collect()).await;
     if let Some((k, refusal)) = refusals
         .iter()
         .enumerate()
