@@ -1,6 +1,8 @@
 //! `dlscale usage`: the GPU-hours each team, user or job held (`GET /v1/usage`), what Slurm's
 //! `sreport` answers for its accounts.
 
+use std::collections::BTreeMap;
+
 use anyhow::{anyhow, Result};
 use clap::{Args, ValueEnum};
 use dlscale_server::client::{ApiClient, Method};
@@ -77,17 +79,28 @@ pub fn run_usage(args: &UsageArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    let width = rows
+    // A reused id has a row per submission: name which.
+    let mut rows_of: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in &rows {
+        *rows_of.entry(&r.key).or_default() += 1;
+    }
+    let names: Vec<String> = rows
         .iter()
-        .map(|r| r.key.len())
+        .map(|r| match r.submission {
+            Some(seq) if rows_of[r.key.as_str()] > 1 => format!("{} (submission {seq})", r.key),
+            _ => r.key.clone(),
+        })
+        .collect();
+    let width = names
+        .iter()
+        .map(String::len)
         .max()
         .unwrap_or(0)
         .max(by.len());
     println!("{by:<width$}  {:>10}  {:>8}", "GPU-hours", "launches");
-    for r in &rows {
+    for (r, name) in rows.iter().zip(&names) {
         println!(
-            "{:<width$}  {:>10.2}  {:>8}",
-            r.key,
+            "{name:<width$}  {:>10.2}  {:>8}",
             r.gpu_seconds / 3600.0,
             r.launches
         );

@@ -145,6 +145,9 @@ pub struct StoredEvent {
 pub struct JobOwner {
     /// Job id.
     pub id: String,
+    /// Its arrival number: which submission of the id it is (an id is free again once its job
+    /// has ended).
+    pub seq: u64,
     /// Its team (`None`: the default team).
     pub team: Option<String>,
     /// The user who submitted it (`None`: the admin).
@@ -500,6 +503,7 @@ impl Store {
                     .with_context(|| format!("job {id}: its stored submission is unreadable"))?;
                 let owner = JobOwner {
                     id,
+                    seq: u64::try_from(seq).context("a stored arrival number is negative")?,
                     team: spec.entry.team.clone(),
                     user: spec.owner.clone(),
                 };

@@ -30,6 +30,10 @@ pub enum UsageBy {
 pub struct UsageRow {
     /// The team, user or job.
     pub key: String,
+    /// By job: which submission of the id (its arrival number), as an id is free again once
+    /// its job has ended and each submission is its own job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submission: Option<u64>,
     /// GPU-seconds held within the window.
     pub gpu_seconds: f64,
     /// Launches that held GPUs within the window.
@@ -77,31 +81,35 @@ fn holds(events: &[StoredEvent]) -> Vec<Hold> {
     out
 }
 
-/// GPU-seconds per team, user or job (`by`) held between `since_s` and `now_s`, most first
-/// (ties by name).
+/// GPU-seconds per team, user or job (`by`; a job is one submission, so a reused id has a row
+/// per submission) held between `since_s` and `now_s`, most first (ties by name, then
+/// submission).
 pub fn usage(
     jobs: &[(JobOwner, Vec<StoredEvent>)],
     by: UsageBy,
     since_s: f64,
     now_s: f64,
 ) -> Vec<UsageRow> {
-    let mut rows: BTreeMap<String, UsageRow> = BTreeMap::new();
+    let mut rows: BTreeMap<(String, Option<u64>), UsageRow> = BTreeMap::new();
     for (owner, events) in jobs {
-        let key = match by {
-            UsageBy::Team => owner.team.as_deref().unwrap_or(DEFAULT_TEAM).to_string(),
-            UsageBy::User => owner.user.as_deref().unwrap_or("admin").to_string(),
-            UsageBy::Job => owner.id.clone(),
+        let (key, submission) = match by {
+            UsageBy::Team => (owner.team.as_deref().unwrap_or(DEFAULT_TEAM), None),
+            UsageBy::User => (owner.user.as_deref().unwrap_or("admin"), None),
+            UsageBy::Job => (owner.id.as_str(), Some(owner.seq)),
         };
         for hold in holds(events) {
             let (from_s, until_s) = (hold.from_s.max(since_s), hold.until_s.unwrap_or(now_s));
             if until_s <= from_s {
                 continue;
             }
-            let row = rows.entry(key.clone()).or_insert_with(|| UsageRow {
-                key: key.clone(),
-                gpu_seconds: 0.0,
-                launches: 0,
-            });
+            let row = rows
+                .entry((key.to_string(), submission))
+                .or_insert_with(|| UsageRow {
+                    key: key.to_string(),
+                    submission,
+                    gpu_seconds: 0.0,
+                    launches: 0,
+                });
             row.gpu_seconds += f64::from(hold.gpus) * (until_s - from_s);
             row.launches += 1;
         }
@@ -111,6 +119,7 @@ pub fn usage(
         b.gpu_seconds
             .total_cmp(&a.gpu_seconds)
             .then(a.key.cmp(&b.key))
+            .then(a.submission.cmp(&b.submission))
     });
     rows
 }
@@ -180,17 +189,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_launch_holds_its_gpus_from_its_start_to_its_end_within_the_window() {
-        let owner = |id: &str, team: Option<&str>| JobOwner {
+    fn owner(id: &str, seq: u64, team: Option<&str>) -> JobOwner {
+        JobOwner {
             id: id.into(),
+            seq,
             team: team.map(str::to_string),
             user: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_launch_holds_its_gpus_from_its_start_to_its_end_within_the_window() {
         let jobs = vec![
             // 2 GPUs from 10 to 110, then 4 GPUs from 120, still running at 200.
             (
-                owner("a", Some("vision")),
+                owner("a", 1, Some("vision")),
                 vec![
                     launch(5.0, 1, 2),
                     started(10.0, 1),
@@ -200,7 +213,7 @@ mod tests {
                 ],
             ),
             // Launched but never started: nothing held.
-            (owner("b", None), vec![launch(50.0, 1, 8)]),
+            (owner("b", 2, None), vec![launch(50.0, 1, 8)]),
         ];
         let by_job = usage(&jobs, UsageBy::Job, 0.0, 200.0);
         assert_eq!(by_job.len(), 1, "{by_job:?}");
@@ -213,5 +226,35 @@ mod tests {
         assert_eq!(by_team[0].key, "vision");
         assert_eq!(by_team[0].gpu_seconds, 20.0 + 320.0);
         assert_eq!(usage(&jobs, UsageBy::User, 0.0, 200.0)[0].key, "admin");
+    }
+
+    #[test]
+    fn each_submission_of_a_reused_id_is_its_own_job() {
+        // `a` ran for team vision, ended, and was submitted again by team nlp: two jobs.
+        let jobs = vec![
+            (
+                owner("a", 1, Some("vision")),
+                vec![launch(0.0, 1, 2), started(0.0, 1), ended(100.0, 1)],
+            ),
+            (
+                owner("a", 7, Some("nlp")),
+                vec![launch(100.0, 1, 8), started(110.0, 1)],
+            ),
+        ];
+        let by_job = usage(&jobs, UsageBy::Job, 0.0, 200.0);
+        let rows: Vec<(&str, Option<u64>, f64, u32)> = by_job
+            .iter()
+            .map(|r| (r.key.as_str(), r.submission, r.gpu_seconds, r.launches))
+            .collect();
+        assert_eq!(
+            rows,
+            [("a", Some(7), 8.0 * 90.0, 1), ("a", Some(1), 200.0, 1)]
+        );
+        let by_team = usage(&jobs, UsageBy::Team, 0.0, 200.0);
+        let teams: Vec<(&str, Option<u64>, f64)> = by_team
+            .iter()
+            .map(|r| (r.key.as_str(), r.submission, r.gpu_seconds))
+            .collect();
+        assert_eq!(teams, [("nlp", None, 720.0), ("vision", None, 200.0)]);
     }
 }

@@ -245,48 +245,71 @@ async fn an_idle_teams_gpus_are_lent_and_come_back_when_it_submits() {
 }
 
 /// `GET /v1/usage` adds up what the launches held: on the manual clock, a job on two GPUs for
-/// 100 s then on four for 50 s (still running) held exactly 400 GPU-seconds.
+/// 100 s, then the same id submitted again on one GPU and another job on four, both for 50 s
+/// (still running), held exactly 200 + 50 + 200 GPU-seconds, the reused id's two submissions
+/// each as its own job.
 #[tokio::test(flavor = "multi_thread")]
 async fn usage_is_the_gpu_seconds_the_launches_held() {
     let (_dir, h) = harness(ConfigFile {
-        slots: Some(4),
+        slots: Some(5),
         ..ConfigFile::default()
     })
     .await;
-    let mut two = job("u");
-    two["min_gpus"] = json!(2);
-    two["max_gpus"] = json!(2);
-    submit(&h, two).await;
+    let fixed = |id: &str, gpus: u32| {
+        let mut spec = job(id);
+        spec["min_gpus"] = json!(gpus);
+        spec["max_gpus"] = json!(gpus);
+        spec
+    };
+    submit(&h, fixed("u", 2)).await;
     wait_job(&h, "u", running).await;
     let t0 = dlscale_server::clock::Clock::now_s(&*h.clock);
     h.advance(100.0).await;
     assert!(h.executor.end("u", 1, Outcome::Exited(0)));
     wait_job(&h, "u", |j| j["state"] == "succeeded").await;
-    let mut four = job("w");
-    four["min_gpus"] = json!(4);
-    submit(&h, four).await;
+    submit(&h, fixed("u", 1)).await;
+    wait_job(&h, "u", running).await;
+    submit(&h, fixed("w", 4)).await;
     wait_job(&h, "w", running).await;
     h.advance(50.0).await;
 
     let (status, rows) = call(&h.app, "GET", "/v1/usage?by=job", Vec::new()).await;
     assert_eq!(status, StatusCode::OK, "{rows}");
-    let held = |key: &str| {
+    let held = |key: &str| -> Vec<(f64, u64)> {
         rows.as_array()
             .unwrap()
             .iter()
-            .find(|r| r["key"] == key)
-            .map(|r| r["gpu_seconds"].as_f64().unwrap())
+            .filter(|r| r["key"] == key)
+            .map(|r| {
+                let seconds = r["gpu_seconds"].as_f64().unwrap();
+                (
+                    (seconds * 1e3).round() / 1e3,
+                    r["submission"].as_u64().unwrap(),
+                )
+            })
+            .collect()
     };
-    assert!((held("u").unwrap() - 200.0).abs() < 1e-3, "{rows}");
-    assert!((held("w").unwrap() - 200.0).abs() < 1e-3, "{rows}");
+    let u = held("u");
+    assert_eq!(
+        u.iter().map(|h| h.0).collect::<Vec<_>>(),
+        [200.0, 50.0],
+        "{rows}"
+    );
+    assert!(u[0].1 < u[1].1, "the first submission came first: {rows}");
+    assert_eq!(
+        held("w").iter().map(|h| h.0).collect::<Vec<_>>(),
+        [200.0],
+        "{rows}"
+    );
     let (_, by_team) = call(&h.app, "GET", "/v1/usage", Vec::new()).await;
     assert_eq!(by_team[0]["key"], "default", "{by_team}");
-    assert!((by_team[0]["gpu_seconds"].as_f64().unwrap() - 400.0).abs() < 1e-3);
-    // From t0 + 100 on: only w's 50 s.
+    assert!((by_team[0]["gpu_seconds"].as_f64().unwrap() - 450.0).abs() < 1e-3);
+    assert!(by_team[0].get("submission").is_none(), "{by_team}");
+    // From t0 + 100 on: only the last 50 s.
     let since = format!("/v1/usage?since={}", t0 + 100.0);
     let (_, later) = call(&h.app, "GET", &since, Vec::new()).await;
     assert!(
-        (later[0]["gpu_seconds"].as_f64().unwrap() - 200.0).abs() < 1e-3,
+        (later[0]["gpu_seconds"].as_f64().unwrap() - 250.0).abs() < 1e-3,
         "{later}"
     );
     let (status, bad) = call(&h.app, "GET", "/v1/usage?by=colour", Vec::new()).await;

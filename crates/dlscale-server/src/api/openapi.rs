@@ -361,6 +361,8 @@ pub fn schemas() -> Value {
             "quality": nullable(schema_ref("FitQuality"))})),
         "UsageRow": object(&["key", "gpu_seconds", "launches"], json!({"key": {"type": "string",
             "description": "the team (`default`: jobs of no team), user (`admin`: the admin's jobs) or job"},
+            "submission": {"type": "integer", "minimum": 0, "description":
+                "by job: which submission of the id (its arrival number; a reused id has a row per submission)"},
             "gpu_seconds": num, "launches": int})),
         "Team": object(&["team", "guaranteed_gpus", "gpus", "borrowed_gpus", "lent_gpus", "jobs_waiting"], json!({
             "team": {"type": "string", "description": "its name (`default`: jobs of no team)"},
