@@ -42,6 +42,8 @@ def worker(rank, world, out_dir, phase):
             scheduler.step()
             job.step_done()
         job.checkpoint()
+    with open(f"{out_dir}/draw{phase}-rank{rank}.json", "w") as f:
+        json.dump(float(torch.rand(1)), f)  # what this rank's generator gives next
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     momentum = sorted(float(v["momentum_buffer"].full_tensor().abs().sum())  # collectives: every rank
                       for v in optimizer.state.values())
@@ -51,6 +53,9 @@ def worker(rank, world, out_dir, phase):
                        "last_epoch": scheduler.last_epoch, "lr": optimizer.param_groups[0]["lr"],
                        "momentum": momentum,
                        "weights": {k: v.flatten().tolist() for k, v in full.items()}}, f)
+    # Every rank done with the group before any tears it down: gloo aborts a process (SIGABRT,
+    # "terminate called without an active exception") torn down while a peer still talks to it.
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -66,3 +71,8 @@ def test_a_sharded_model_resumes_from_its_shards_at_another_world_size(tmp_path)
         assert (resumed["step"], resumed["samples_seen"], resumed["last_epoch"], resumed["lr"]) == (
             5, 40, 5, saved["lr"])
         assert resumed["momentum"] == saved["momentum"]
+    # Each rank's generator is its own, resumed: rank r draws what it would have drawn.
+    drawn = {(p, r): json.loads((tmp_path / f"draw{p}-rank{r}.json").read_text())
+             for p, world in ((0, 2), (1, 2), (2, 1)) for r in range(world)}
+    assert drawn[(1, 0)] == drawn[(0, 0)] and drawn[(1, 1)] == drawn[(0, 1)] != drawn[(0, 0)]
+    assert drawn[(2, 0)] == drawn[(0, 0)]

@@ -195,23 +195,60 @@ def capture_rng_state() -> Dict[str, Any]:
     return state
 
 
+def plain_rng_state(state: Dict[str, Any]) -> Dict[str, Any]:
+    """``state`` (``capture_rng_state``'s) without tensors: lists of byte values instead. One
+    object to a sharded checkpoint, whatever the world size that wrote it."""
+    plain = dict(state)
+    if "torch" in plain:
+        plain["torch"] = plain["torch"].tolist()
+    if "cuda" in plain:
+        plain["cuda"] = [t.tolist() for t in plain["cuda"]]
+    return plain
+
+
 def restore_rng_state(state: Dict[str, Any]) -> None:
     import torch
+
+    def tensor(value: Any) -> Any:
+        return value if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=torch.uint8)
 
     if "python" in state:
         version, internal, gauss = state["python"]
         random.setstate((version, tuple(internal), gauss))
     if "torch" in state:
-        torch.set_rng_state(state["torch"])
+        torch.set_rng_state(tensor(state["torch"]))
     np = sys.modules.get("numpy")
     if np is not None and "numpy" in state:
         name, keys, pos, has_gauss, cached = state["numpy"]
         np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
     if "cuda" in state and torch.cuda.is_available():
         try:
-            torch.cuda.set_rng_state_all(state["cuda"])
+            torch.cuda.set_rng_state_all([tensor(t) for t in state["cuda"]])
         except Exception:
             pass
+
+
+def restore_rank_rng_state(by_rank: List[Dict[str, Any]], rank: int) -> None:
+    """Restore rank ``rank``'s generators from a checkpoint's states of every rank that wrote it
+    (``by_rank``, rank 0's first): its own where that run had the rank; else, a rank the run
+    did not have, streams of its own seeded from rank 0's state and the rank, so that no two
+    ranks draw alike (dropout, augmentation) and a resume draws as the one before it did."""
+    if rank < len(by_rank):
+        restore_rng_state(by_rank[rank])
+        return
+    import torch
+
+    internal = by_rank[0].get("python")
+    source = random.Random()
+    if internal is not None:
+        version, state, gauss = internal
+        source.setstate((version, tuple(state), gauss))
+    seed = source.getrandbits(64) ^ (rank * 0x9E3779B97F4A7C15 % 2**64)
+    random.seed(seed)
+    torch.manual_seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed % 2**32)
 
 
 class DirectoryStore:

@@ -31,7 +31,8 @@ from .checkpoint import (
     DirectoryStore,
     capture_rng_state,
     load_sharded_checkpoint,
-    restore_rng_state,
+    plain_rng_state,
+    restore_rank_rng_state,
 )
 from .collective import collective_device
 from .env import Allocation, EnvError
@@ -153,6 +154,7 @@ class Job:
         self.last_loss: Optional[float] = None
         self._model: Any = None
         self._optimizer: Any = None
+        self._rng_by_rank: Optional[List[Any]] = None  # every rank's generators, while saving
         self._sharded = False  # the model's parameters are DTensors (FSDP2): sharded checkpoints
         self._warned_no_ckpt = False
         self._last_ckpt_step: Optional[int] = None
@@ -437,8 +439,9 @@ class Job:
             except (ValueError, KeyError, TypeError) as exc:
                 print(f"dlscale: warning: gradient-noise state not restored: {exc}",
                       file=sys.stderr, flush=True)
-        if state.get("rng"):
-            restore_rng_state(state["rng"])
+        by_rank = json.loads(state.get("rng_by_rank") or "[]") or ([state["rng"]] if state.get("rng") else [])
+        if by_rank:
+            restore_rank_rng_state(by_rank, self.rank)
         self.resumed_from = path
         self._last_ckpt_step = self.step
         self.log(
@@ -460,6 +463,7 @@ class Job:
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
         state = self.state_dict()  # the template: its tensors are filled, its other values replaced
+        state["rng_by_rank"] = ""  # stays empty from a checkpoint written without it
         load_sharded_checkpoint(path, state)
         if state.get("format") != FORMAT_VERSION:
             raise RuntimeError(f"{path} is not a dlscale checkpoint")
@@ -490,6 +494,9 @@ class Job:
             "objects": {name: obj.state_dict() for name, obj in self._objects.items()},
             "lr_batch": self._lr_scaling.batch if self._lr_scaling is not None else None,
             "rng": capture_rng_state(),
+            # Every rank's generators (a rank restores its own): `checkpoint()` gathers them. As
+            # one string: a sharded checkpoint then holds one value whatever the world size.
+            "rng_by_rank": json.dumps(self._rng_by_rank or [plain_rng_state(capture_rng_state())]),
             "extra": dict(self.extra),
             "grad_noise": self.grad_noise.state_dict(),
             "world_size": self.world_size,
@@ -516,8 +523,15 @@ class Job:
                       file=sys.stderr, flush=True)
         else:
             self._sync_grad_noise()  # collective, on every rank: rank 0 saves the job's estimate
+            dist = _dist()
+            if dist is not None:  # collective: every rank's generators, to rank 0's file
+                self._rng_by_rank = [None] * dist.get_world_size()
+                dist.all_gather_object(self._rng_by_rank, plain_rng_state(capture_rng_state()))
             # Rank 0 writes an unsharded checkpoint, every rank its shards of a sharded one.
-            path = store.save(self.step, self.state_dict, chief=self.is_chief, sharded=self._sharded)
+            try:
+                path = store.save(self.step, self.state_dict, chief=self.is_chief, sharded=self._sharded)
+            finally:
+                self._rng_by_rank = None
             self.log(f"checkpoint step={self.step}")
         self._last_ckpt_step = self.step
         dist = _dist()
