@@ -447,7 +447,10 @@ impl OptionTable {
             let in_grid = grid.candidates[row.range.clone()]
                 .iter()
                 .any(|cand| cand.batch == c.batch);
-            if self.choice == BatchChoice::Fixed || in_grid {
+            // A fixed batch's job keeps its batch as it runs now, shared unequally by an earlier
+            // launch; not another.
+            let other = self.choice == BatchChoice::Fixed && c.batch != job.requested.batch;
+            if in_grid || other {
                 return None;
             }
             let (throughput, _) = eval.metric(c.gpus, row.nodes, c.batch)?;
@@ -464,10 +467,8 @@ impl OptionTable {
             let mut best_raw = f64::MIN_POSITIVE;
             if current.is_some_and(|c| c.gpus == gpus) {
                 // Keeping the current batch and changing it are valued differently: scan.
-                for cand in grid.candidates[row.range.clone()]
-                    .iter()
-                    .chain(extra.iter())
-                {
+                let on_grid = grid.candidates[row.range.clone()].iter().map(|c| (c, true));
+                for (cand, of_grid) in on_grid.chain(extra.iter().map(|c| (c, false))) {
                     // A batch changed in place is no restart: it is kept too.
                     let kept = current.is_some_and(|c| c.batch_in_place || c.batch == cand.batch);
                     let metric = cand.metric(terms);
@@ -475,7 +476,12 @@ impl OptionTable {
                     if best.is_none_or(|(a, _)| adjusted > a) {
                         best = Some((adjusted, cand));
                     }
-                    best_raw = best_raw.max(metric);
+                    // The reference is the grid's, not a current batch off it (one a launch
+                    // would not choose again), as on every other count and type; but for a
+                    // count where the current batch is all there is.
+                    if of_grid || row.range.is_empty() {
+                        best_raw = best_raw.max(metric);
+                    }
                 }
             } else if let Some(b) = row_best {
                 // Every candidate is a change (or there is no current one): one factor for all,
@@ -635,23 +641,27 @@ impl CandidateGrid {
         // Workers train equal shares (a launch rounds its batch to a multiple of its workers):
         // a count with no multiple of itself within the job's batches and memory has no batch
         // it can launch.
-        let even = lower.div_ceil(gpus.max(1)).saturating_mul(gpus) <= upper;
         match choice {
             BatchChoice::Fixed => {
                 self.key = None;
                 self.shares.clear();
-                if even && job.batch_fits(gpus, job.requested.batch) {
-                    self.batches.push(job.requested.batch);
-                    self.shares.push(job.requested.batch.div_ceil(gpus));
+                // The requested batch as it launches on `gpus` workers.
+                if let Some(batch) = equal_batch(job.requested.batch, gpus, lower, upper)
+                    .filter(|&b| job.batch_fits(gpus, b))
+                {
+                    self.batches.push(batch);
+                    self.shares.push(batch / gpus);
                 }
             }
             BatchChoice::Free { max_candidates } => {
-                if lower > upper || !even {
+                // Shares up to ⌈upper/g⌉: the largest candidate is `upper` itself, which a
+                // launch runs as the multiple of `gpus` below it where `gpus` does not divide it.
+                let (lo, hi) = (lower.div_ceil(gpus.max(1)), upper.div_ceil(gpus.max(1)));
+                if lo.saturating_mul(gpus) > upper {
                     self.key = None;
                     self.shares.clear();
                     return;
                 }
-                let (lo, hi) = (lower.div_ceil(gpus), upper.div_ceil(gpus));
                 let key = (lo, hi, max_candidates);
                 if self.key != Some(key) {
                     self.key = Some(key);
@@ -674,6 +684,28 @@ impl CandidateGrid {
                 );
             }
         }
+    }
+}
+
+/// The batch that `batch` launches as on `gpus` workers, each training the same share: `batch`
+/// where `gpus` divides it, else the multiple of `gpus` below it, else the one above it, within
+/// `lower..=upper` (`None`: neither is).
+pub fn equal_batch(
+    batch: BatchSize,
+    gpus: GpuCount,
+    lower: BatchSize,
+    upper: BatchSize,
+) -> Option<BatchSize> {
+    let gpus = gpus.max(1);
+    if batch.is_multiple_of(gpus) {
+        return Some(batch);
+    }
+    let down = (batch / gpus) * gpus;
+    let up = batch.div_ceil(gpus).saturating_mul(gpus);
+    if down >= lower.max(gpus) {
+        Some(down)
+    } else {
+        (up <= upper).then_some(up)
     }
 }
 

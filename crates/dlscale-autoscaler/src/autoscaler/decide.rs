@@ -541,17 +541,11 @@ fn spread(
 /// worker gets the same share), as close to `b` as the job's range allows; and the share.
 pub fn equal_batch(b: BatchSize, g: GpuCount, range: BatchRange) -> (BatchSize, BatchSize) {
     let g = g.max(1);
-    if b.is_multiple_of(g) {
-        return (b, b / g);
-    }
-    let down = (b / g) * g;
-    let up = b.div_ceil(g) * g;
-    if down >= range.min.max(g) {
-        (down, down / g)
-    } else if up <= range.max {
-        (up, up / g)
-    } else {
-        (b, b.div_ceil(g))
+    match dlscale_core::options::equal_batch(b, g, range.min, range.max) {
+        Some(batch) => (batch, batch / g),
+        // No multiple of its count in range (a policy that decides without the rule): the
+        // shares it gives, unequal.
+        None => (b, b.div_ceil(g)),
     }
 }
 

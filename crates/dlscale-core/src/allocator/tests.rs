@@ -206,7 +206,19 @@ impl Brute<'_> {
             .filter(|&b| job.batch_fits(g, b) && b / g >= job.min_local_batch)
             .collect();
         if self.fixed_batch {
-            all.retain(|&b| b == job.requested.batch);
+            // The requested batch as it launches: the multiple of g below it where that is
+            // within the job's batches, else the one above.
+            let requested = job.requested.batch;
+            let below = requested / g * g;
+            let lowest = job.batch.min.max(g * job.min_local_batch.max(1));
+            let launched = if requested % g == 0 {
+                requested
+            } else if below >= lowest {
+                below
+            } else {
+                below + g
+            };
+            all.retain(|&b| b == launched);
         }
         all
     }
@@ -257,8 +269,14 @@ impl Brute<'_> {
         for g in counts {
             let mut best = f64::NEG_INFINITY;
             let mut batches = self.batches(job, g);
-            if let Some(c) = job.current.filter(|c| c.gpus == g && !self.fixed_batch) {
-                batches.push(c.batch);
+            // Its current batch, as it runs (a fixed batch's job: only the requested one).
+            if let Some(c) = job
+                .current
+                .filter(|c| c.gpus == g && (!self.fixed_batch || c.batch == job.requested.batch))
+            {
+                if !batches.contains(&c.batch) {
+                    batches.push(c.batch);
+                }
             }
             for b in batches {
                 let Some(m) = self.metric(job, g, b) else {
@@ -332,7 +350,14 @@ fn check_decision(cluster: &Cluster, jobs: &[Job], decision: &Decision, fixed_ba
             assert!(d.batch_size / d.gpus >= job.min_local_batch, "{d:?}");
             assert_eq!(d.local_batch_size, d.batch_size.div_ceil(d.gpus));
             if fixed_batch {
-                assert_eq!(d.batch_size, job.requested.batch);
+                // The requested batch as its launch runs it: a multiple of the count, the nearest
+                // below or above (or the batch a running job runs now, kept).
+                let requested = job.requested.batch;
+                let kept = job
+                    .current
+                    .is_some_and(|c| (c.gpus, c.batch) == (d.gpus, d.batch_size));
+                assert!(kept || d.batch_size % d.gpus == 0, "{d:?}");
+                assert!(d.batch_size.abs_diff(requested) < d.gpus, "{d:?}");
             }
         } else {
             assert_eq!((d.gpus, d.batch_size), (0, 0));
