@@ -439,7 +439,10 @@ class Job:
             except (ValueError, KeyError, TypeError) as exc:
                 print(f"dlscale: warning: gradient-noise state not restored: {exc}",
                       file=sys.stderr, flush=True)
-        by_rank = json.loads(state.get("rng_by_rank") or "[]") or ([state["rng"]] if state.get("rng") else [])
+        # Every rank's generators; from a checkpoint written before they were kept, rank 0's.
+        by_rank = json.loads(state.get("rng_by_rank") or "[]")
+        if not by_rank and state.get("rng"):
+            by_rank = [state["rng"]]
         if by_rank:
             restore_rank_rng_state(by_rank, self.rank)
         self.resumed_from = path
@@ -485,6 +488,7 @@ class Job:
 
     def state_dict(self) -> Dict[str, Any]:
         model, optimizer = self._model_state()
+        rng = capture_rng_state()
         return {
             "format": FORMAT_VERSION,
             "step": self.step,
@@ -493,10 +497,10 @@ class Job:
             "optimizer": optimizer,
             "objects": {name: obj.state_dict() for name, obj in self._objects.items()},
             "lr_batch": self._lr_scaling.batch if self._lr_scaling is not None else None,
-            "rng": capture_rng_state(),
+            "rng": rng,
             # Every rank's generators (a rank restores its own): `checkpoint()` gathers them. As
             # one string: a sharded checkpoint then holds one value whatever the world size.
-            "rng_by_rank": json.dumps(self._rng_by_rank or [plain_rng_state(capture_rng_state())]),
+            "rng_by_rank": json.dumps(self._rng_by_rank or [plain_rng_state(rng)]),
             "extra": dict(self.extra),
             "grad_noise": self.grad_noise.state_dict(),
             "world_size": self.world_size,
@@ -515,7 +519,7 @@ class Job:
         if self._last_ckpt_step == self.step:
             return None  # this step is already on disk (e.g. periodic checkpoint, then stop)
         path = None
-        store = self.store
+        store, dist = self.store, _dist()
         if store is None:
             if not self._warned_no_ckpt and self.is_chief:
                 self._warned_no_ckpt = True
@@ -523,7 +527,6 @@ class Job:
                       file=sys.stderr, flush=True)
         else:
             self._sync_grad_noise()  # collective, on every rank: rank 0 saves the job's estimate
-            dist = _dist()
             if dist is not None:  # collective: every rank's generators, to rank 0's file
                 self._rng_by_rank = [None] * dist.get_world_size()
                 dist.all_gather_object(self._rng_by_rank, plain_rng_state(capture_rng_state()))
@@ -534,7 +537,6 @@ class Job:
                 self._rng_by_rank = None
             self.log(f"checkpoint step={self.step}")
         self._last_ckpt_step = self.step
-        dist = _dist()
         if dist is not None:
             dist.barrier()
         return path

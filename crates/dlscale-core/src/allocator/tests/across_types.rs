@@ -1,0 +1,214 @@
+//! The knapsack policies across GPU types against a brute force over types, counts and integer
+//! batches, and on one type whose jobs run alike against the plain path.
+
+use super::*;
+
+/// A fleet of two types, `slow` and `fast`, of `nodes × per_node` GPUs each.
+fn two_types(slow: (u32, u32), fast: (u32, u32)) -> Fleet {
+    let pool = |name: &str, (nodes, gpus_per_node): (u32, u32)| crate::GpuPool {
+        name: name.into(),
+        nodes,
+        gpus_per_node,
+        memory_gib: 16.0,
+    };
+    Fleet::new(vec![pool("slow", slow), pool("fast", fast)]).unwrap()
+}
+
+/// A job's values per type: (type, its (count, value) pairs).
+type TypedValues = Vec<(usize, Vec<(u32, f64)>)>;
+
+/// Brute force across GPU types, written independently of `options`, the typed knapsack and the
+/// policy: per job and type, [`Brute`]'s values on that type's cluster with the job's model
+/// there, one reference per job (its best smallest-count metric over its types), every option on
+/// a type it does not run on a change from where it runs; admission in service order, each job
+/// on the type where its smallest option is worth most among those with room (ties: the
+/// first); then every combination of (type, count).
+fn typed_brute(fleet: &Fleet, settings: &Settings, jobs: &[Job]) -> (Vec<JobState>, f64) {
+    let pools = fleet.pools();
+    let clusters: Vec<Cluster> = pools.iter().map(|p| p.cluster()).collect();
+    let brute = |t: usize| Brute {
+        cluster: &clusters[t],
+        settings,
+        fixed_batch: false,
+    };
+    let values: Vec<TypedValues> = jobs
+        .iter()
+        .map(|job| {
+            let here = job
+                .current
+                .and(job.types.current.as_deref())
+                .and_then(|name| fleet.index_of(name));
+            let views: Vec<(usize, Job)> = pools
+                .iter()
+                .enumerate()
+                .filter_map(|(t, pool)| {
+                    let (model, limit) = job.on_type(&pool.name)?;
+                    let mut view = job.clone();
+                    view.throughput = model;
+                    view.max_local_batch = limit;
+                    if here != Some(t) {
+                        view.current = None;
+                    }
+                    Some((t, view))
+                })
+                .collect();
+            let reference = views
+                .iter()
+                .filter_map(|(t, view)| brute(*t).smallest_metric(view))
+                .reduce(f64::max);
+            views
+                .iter()
+                .map(|(t, view)| {
+                    let moving_from = if here == Some(*t) { None } else { job.current };
+                    (*t, brute(*t).values_across(view, reference, moving_from))
+                })
+                .filter(|(_, v)| !v.is_empty())
+                .collect()
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..jobs.len())
+        .filter(|&i| jobs[i].current.is_some())
+        .collect();
+    order.extend((0..jobs.len()).filter(|&i| jobs[i].current.is_none()));
+    let mut free = fleet.capacities();
+    let mut states = vec![JobState::Dropped; jobs.len()];
+    let mut blocked = false;
+    for i in order {
+        if values[i].is_empty() {
+            continue;
+        }
+        let new = jobs[i].current.is_none();
+        let mut fit: Option<(usize, u32, f64)> = None;
+        for (t, v) in &values[i] {
+            let (g, value) = v[0];
+            if g <= free[*t] && fit.is_none_or(|(_, _, best)| value > best) {
+                fit = Some((*t, g, value));
+            }
+        }
+        match fit {
+            Some((t, g, _)) if !(blocked && new) => {
+                free[t] -= g;
+                states[i] = JobState::Running;
+            }
+            _ if settings.admission == Admission::Queue || !new => {
+                states[i] = JobState::Queued;
+                blocked |= new && !settings.backfill;
+            }
+            _ => {}
+        }
+    }
+    let admitted: Vec<&TypedValues> = (0..jobs.len())
+        .filter(|&i| states[i] == JobState::Running)
+        .map(|i| &values[i])
+        .collect();
+    fn best(rest: &[&TypedValues], left: &mut Vec<u32>) -> f64 {
+        let Some((first, tail)) = rest.split_first() else {
+            return 0.0;
+        };
+        let mut top = f64::NEG_INFINITY;
+        for (t, options) in first.iter() {
+            for &(g, v) in options {
+                if g <= left[*t] {
+                    left[*t] -= g;
+                    top = top.max(v + best(tail, left));
+                    left[*t] += g;
+                }
+            }
+        }
+        top
+    }
+    (states, best(&admitted, &mut fleet.capacities()))
+}
+
+/// `raw`'s job, able to run on both of [`two_types`]: on `fast` its compute `speed` times
+/// faster (synchronisation alike); running, if it does, on the type `on` names, when its count
+/// fits there.
+fn typed_job(index: usize, raw: &RawJob, speed: f64, on: usize, fleet: &Fleet) -> Option<Job> {
+    let mut job = build(index, raw)?;
+    let fast = AnalyticModel {
+        compute_base_s: raw.model.compute_base_s / speed,
+        compute_per_sample_s: raw.model.compute_per_sample_s / speed,
+        ..raw.model
+    };
+    let on_type = |name: &str, model: AnalyticModel| crate::job::JobOnType {
+        gpu_type: name.into(),
+        throughput: Arc::new(model),
+        max_local_batch: job.max_local_batch,
+    };
+    job.types.on = Arc::from([on_type("slow", raw.model), on_type("fast", fast)]);
+    let pool = &fleet.pools()[on];
+    if job.current.is_some_and(|c| c.gpus > pool.gpus()) {
+        job.current = None;
+    }
+    job.types.current = job.current.map(|_| pool.name.clone());
+    Some(job)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn elastic_batch_across_types_matches_brute_force(
+        raws in prop::collection::vec((raw_job(), 0usize..2), 2..=6),
+        slow in (1u32..=2, 1u32..=3),
+        fast in (1u32..=2, 1u32..=2),
+        speed in 1.0..4.0f64,
+        settings in settings(),
+    ) {
+        let fleet = two_types(slow, fast);
+        let jobs: Vec<Job> = raws
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (raw, on))| typed_job(i, raw, speed, *on, &fleet))
+            .collect();
+        prop_assume!(!jobs.is_empty());
+        let cluster = fleet.pools()[0].cluster();
+        let request = DecisionRequest {
+            fleet: Some(&fleet),
+            ..DecisionRequest::new(&cluster, &jobs, &settings)
+        };
+        let mut policy = build_policy("elastic-batch", &PolicyOptions::default()).unwrap();
+        let decision = policy.decide(&request);
+        let mut used = vec![0; 2];
+        for (job, d) in jobs.iter().zip(&decision.jobs) {
+            prop_assert_eq!(&job.id, &d.id);
+            if d.state == JobState::Running {
+                let t = fleet.index_of(d.gpu_type.as_deref().unwrap_or("none")).unwrap();
+                used[t] += d.gpus;
+                prop_assert!(job.gpus.allows(d.gpus) && job.batch_fits(d.gpus, d.batch_size), "{:?}", d);
+            } else {
+                prop_assert_eq!((d.gpus, &d.gpu_type), (0, &None));
+            }
+        }
+        prop_assert!(used.iter().zip(fleet.capacities()).all(|(&u, c)| u <= c), "{:?}", used);
+        let (states, best) = typed_brute(&fleet, &settings, &jobs);
+        let got: Vec<JobState> = decision.jobs.iter().map(|d| d.state).collect();
+        prop_assert_eq!(&got, &states);
+        prop_assert!(close(decision.objective, best), "dp {} vs brute {}", decision.objective, best);
+        prop_assert_eq!(decision.gap, 0.0);
+        // Same input, same output, from the same instance (its kept tables) too.
+        prop_assert_eq!(&policy.decide(&request), &decision);
+    }
+
+    #[test]
+    fn one_type_whose_jobs_run_alike_decides_as_the_cluster(
+        raws in prop::collection::vec(raw_job(), 1..=6),
+        nodes in 1u32..=4,
+        per_node in 1u32..=4,
+        settings in settings(),
+    ) {
+        let cluster = Cluster::new(nodes, per_node).unwrap();
+        let jobs: Vec<Job> = raws.iter().enumerate().filter_map(|(i, r)| build(i, r)).collect();
+        prop_assume!(!jobs.is_empty());
+        let fleet = Fleet::uniform(cluster);
+        for policy in ["elastic-batch", "elastic-gpu"] {
+            let plain = decide(policy, &cluster, &jobs, &settings);
+            let typed = build_policy(policy, &PolicyOptions::default()).unwrap().decide(
+                &DecisionRequest { fleet: Some(&fleet), ..DecisionRequest::new(&cluster, &jobs, &settings) },
+            );
+            let states = |d: &Decision| d.jobs.iter().map(|j| j.state).collect::<Vec<_>>();
+            prop_assert_eq!(states(&typed), states(&plain), "{}", policy);
+            prop_assert!(close(typed.objective, plain.objective), "{}: {} vs {}", policy, typed.objective, plain.objective);
+        }
+    }
+}
