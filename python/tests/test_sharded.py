@@ -32,7 +32,20 @@ def worker(rank, world, out_dir, phase):
     alloc = Allocation(job_id="s", rank=rank, local_rank=rank, world_size=world, local_batch_size=4,
                        batch_size=4 * world, checkpoint_dir=f"{out_dir}/ck", api=None, token=None)
     job = Job(alloc, install_signals=False, report_interval=0)
+    calls = []
+
+    def step(batch):  # a device whose per-rank state shrinks as more ranks share the model
+        calls.append(batch)
+        if batch > 64 * world:
+            raise torch.OutOfMemoryError(f"out of memory: {batch} samples on {world} ranks")
+
+    if phase == 0:
+        job.probe_max_local_batch(step, margin=1.0)  # before the model is known to be sharded
     resumed = job.resume(model, optimizer, scheduler=scheduler)
+    known = job.probed_max_local_batch()
+    probing_before = len(calls)
+    probed = job.probe_max_local_batch(step, margin=1.0)
+    probe = {"known": known, "probed": probed, "probed_again": len(calls) > probing_before}
     if phase == 0:
         torch.manual_seed(100 + rank)
         for _ in range(5):
@@ -41,6 +54,7 @@ def worker(rank, world, out_dir, phase):
             optimizer.step()
             scheduler.step()
             job.step_done()
+        job.extra["note"] = {"epoch": 3, "seen": torch.arange(3)}  # the user's own state
         job.checkpoint()
     with open(f"{out_dir}/draw{phase}-rank{rank}.json", "w") as f:
         json.dump(float(torch.rand(1)), f)  # what this rank's generator gives next
@@ -49,7 +63,9 @@ def worker(rank, world, out_dir, phase):
                       for v in optimizer.state.values())
     if rank == 0:
         with open(f"{out_dir}/phase{phase}.json", "w") as f:
-            json.dump({"resumed": resumed, "step": job.step, "samples_seen": job.samples_seen,
+            note = job.extra.get("note")
+            json.dump({"resumed": resumed, "probe": probe,
+                       "note": note and [note["epoch"], note["seen"].tolist()], "step": job.step, "samples_seen": job.samples_seen,
                        "last_epoch": scheduler.last_epoch, "lr": optimizer.param_groups[0]["lr"],
                        "momentum": momentum,
                        "weights": {k: v.flatten().tolist() for k, v in full.items()}}, f)
@@ -76,3 +92,45 @@ def test_a_sharded_model_resumes_from_its_shards_at_another_world_size(tmp_path)
              for p, world in ((0, 2), (1, 2), (2, 1)) for r in range(world)}
     assert drawn[(1, 0)] == drawn[(0, 0)] and drawn[(1, 1)] == drawn[(0, 1)] != drawn[(0, 0)]
     assert drawn[(2, 0)] == drawn[(0, 0)]
+    # A sharded model's memory limit is its world size's: kept across a relaunch at the same
+    # size (and across the resume of a run that probed first), probed again at another.
+    assert saved["probe"] == {"known": 128, "probed": 128, "probed_again": False}
+    assert same["probe"] == {"known": 128, "probed": 128, "probed_again": False}
+    assert resharded["probe"] == {"known": None, "probed": 64, "probed_again": True}
+    # The user's own `extra` comes back whatever its keys (the loader fills known keys only).
+    assert same["note"] == resharded["note"] == [3, [0, 1, 2]]
+
+
+def old_format_worker(rank, world, out_dir):
+    from torch.distributed.fsdp import fully_shard
+
+    from dlscale.checkpoint import save_sharded_checkpoint
+
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous-old", rank=rank,
+                            world_size=world)
+    model = torch.nn.Linear(3, 1)
+    fully_shard(model)
+    alloc = Allocation(job_id="s", rank=rank, local_rank=rank, world_size=world, local_batch_size=4,
+                       batch_size=4 * world, checkpoint_dir=f"{out_dir}/ck", api=None, token=None)
+    job = Job(alloc, install_signals=False, report_interval=0)
+    job.resume(model)
+    job.step, job.samples_seen = 7, 28
+    # What the version before per-rank generators and packed `extra` wrote: no `rng_by_rank`,
+    # `extra` a dict (of no keys, as its loader could restore no other).
+    old = job.state_dict()
+    del old["rng_by_rank"]
+    old["extra"] = {}
+    save_sharded_checkpoint(f"{out_dir}/ck", 7, old)
+    again = Job(alloc, install_signals=False, report_interval=0)
+    resumed = again.resume(model)
+    if rank == 0:
+        with open(f"{out_dir}/old.json", "w") as f:
+            json.dump({"resumed": resumed, "step": again.step, "extra": again.extra}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_a_sharded_checkpoint_of_the_older_format_resumes(tmp_path):
+    mp.start_processes(old_format_worker, args=(2, str(tmp_path)), nprocs=2, join=True,
+                       start_method="spawn")
+    assert json.loads((tmp_path / "old.json").read_text()) == {"resumed": True, "step": 7, "extra": {}}

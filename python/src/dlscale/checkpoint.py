@@ -144,12 +144,48 @@ def save_sharded_checkpoint(directory: str, step: int, state: Dict[str, Any], ke
     return final
 
 
-def load_sharded_checkpoint(path: str, state: Dict[str, Any]) -> None:
+def load_sharded_checkpoint(path: str, state: Dict[str, Any], optional: Tuple[str, ...] = ()) -> None:
     """Load the sharded checkpoint at ``path`` into ``state`` (in place: its tensors are filled,
-    its other values replaced), resharded to this group. Collective."""
+    its other values replaced), resharded to this group. Keys of ``optional`` the checkpoint does
+    not hold (one written by an older version) are left out of ``state`` rather than refused;
+    every other key must be there. Collective."""
     import torch.distributed.checkpoint as dcp
 
+    saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+    for key in optional:
+        if key not in saved:
+            state.pop(key, None)
     dcp.load(state, checkpoint_id=path)
+
+
+def pack_state(value: Any) -> bytes:
+    """``value`` (tensors, numbers, strings and containers of them) as one bytes value: what a
+    sharded checkpoint holds for a dict whose keys a resume cannot know in advance (its loader
+    fills a template's keys only). Raises ``UnloadableCheckpoint`` for what a resume could not
+    load back."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    packed = buffer.getvalue()
+    try:
+        unpack_state(packed)
+    except Exception as exc:
+        raise UnloadableCheckpoint(
+            "dlscale: job.extra could not be loaded back by a resume (it must hold tensors, "
+            f"numbers, strings, lists, tuples and dicts of them): {exc}") from exc
+    return packed
+
+
+def unpack_state(packed: bytes) -> Any:
+    """What ``pack_state`` packed (loaded as a resume loads a checkpoint: ``weights_only``)."""
+    import io
+
+    import torch
+
+    return torch.load(io.BytesIO(packed), map_location="cpu", weights_only=True)
 
 
 def load_latest_checkpoint(directory: Optional[str]) -> Optional[Tuple[str, Dict[str, Any]]]:

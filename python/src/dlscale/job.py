@@ -31,8 +31,10 @@ from .checkpoint import (
     DirectoryStore,
     capture_rng_state,
     load_sharded_checkpoint,
+    pack_state,
     plain_rng_state,
     restore_rank_rng_state,
+    unpack_state,
 )
 from .collective import collective_device
 from .env import Allocation, EnvError
@@ -289,7 +291,9 @@ class Job:
         to the server with every report (``max_local_batch``): the job's limit from then on, its
         batches and accumulation decided within it. It is kept in checkpoints (``extra``) by
         device name, so a relaunch on the same kind of GPU reports it without probing again, and
-        one on another kind (a fleet's other type) probes that; returns it. Only an
+        one on another kind (a fleet's other type) probes that; a sharded model's (FSDP2: each
+        rank holds its share of the parameters and optimizer state, so what fits depends on how
+        many share them) by device name and world size. Returns it. Only an
         accelerator's out-of-memory error can be caught: on a CPU the search ends at ``limit``."""
         known = self.probed_max_local_batch()
         if known is not None:
@@ -303,25 +307,34 @@ class Job:
         value = max(1, int(fits * margin))
         if _dist() is not None:
             value = -_all_reduce_max([-value])[0]  # the smallest GPU's
-        self.extra[PROBED_KEY] = {**self._probed(), _device_name(): value}
+        self.extra[PROBED_KEY] = {**self._probed(), self._probe_key(): value}
         self.log(f"probe max_local_batch={value} (the largest that fit: {fits}, margin {margin})")
         return value
 
     def probed_max_local_batch(self) -> Optional[int]:
-        """What ``probe_max_local_batch`` measured on this kind of device, if it did (in this
-        run or one its checkpoint comes from); what the reports carry."""
-        value = self._probed().get(_device_name())
+        """What ``probe_max_local_batch`` measured on this kind of device (a sharded model: at
+        this world size), if it did (in this run or one its checkpoint comes from); what the
+        reports carry."""
+        value = self._probed().get(self._probe_key())
         return None if value is None else int(value)
 
+    def _probe_key(self) -> str:
+        """What a probed limit holds for: this kind of device, and for a sharded model the
+        world size too (its per-GPU state shrinks as more ranks share it)."""
+        device = _device_name()
+        return f"{device} x{self.world_size} sharded" if self._sharded else device
+
     def _probed(self) -> Dict[str, int]:
-        """The probed limits by device name. A checkpoint written before they were kept by
-        device holds one number, taken as this device's (its job never moved between types)."""
+        """The probed limits by device name (and world size, for a sharded model). A checkpoint
+        written before they were kept by device holds one number, taken as this device's (its
+        job never moved between types) unless the model is sharded: then whose world size it
+        was is unknown, and the probe runs again."""
         kept = self.extra.get(PROBED_KEY)
         if kept is None:
             return {}
         if isinstance(kept, dict):
             return {str(k): int(v) for k, v in kept.items()}
-        return {_device_name(): int(kept)}
+        return {} if self._sharded else {_device_name(): int(kept)}
 
     # -- resume / checkpoint ------------------------------------------------------------
     @property
@@ -364,6 +377,10 @@ class Job:
                                 f"load_state_dict(): it cannot be saved in a checkpoint")
         self._model, self._optimizer, self._objects = model, optimizer, objects
         self._sharded = _is_sharded(model)
+        probed = self.extra.get(PROBED_KEY)
+        if self._sharded and isinstance(probed, dict) and _device_name() in probed:
+            # Probed in this run before the model was known sharded: at this world size.
+            probed[self._probe_key()] = probed.pop(_device_name())
         if self._sharded and self.store is not None and not getattr(self.store, "sharded", False):
             raise NotImplementedError(f"a sharded model (DTensor parameters) cannot be checkpointed in "
                                       f"{type(self.store).__name__} yet")
@@ -466,10 +483,11 @@ class Job:
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
         state = self.state_dict()  # the template: its tensors are filled, its other values replaced
-        state["rng_by_rank"] = ""  # stays empty from a checkpoint written without it
-        load_sharded_checkpoint(path, state)
+        # Left out where an older version wrote none (its `extra`, a dict, was then not restored).
+        load_sharded_checkpoint(path, state, optional=("rng_by_rank", "extra"))
         if state.get("format") != FORMAT_VERSION:
             raise RuntimeError(f"{path} is not a dlscale checkpoint")
+        state["extra"] = unpack_state(state["extra"]) if state.get("extra") else {}
         set_state_dict(self._model, self._optimizer if self._optimizer is not None else [],
                        model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"] if self._optimizer is not None else {})
@@ -501,7 +519,8 @@ class Job:
             # Every rank's generators (a rank restores its own): `checkpoint()` gathers them. As
             # one string: a sharded checkpoint then holds one value whatever the world size.
             "rng_by_rank": json.dumps(self._rng_by_rank or [plain_rng_state(rng)]),
-            "extra": dict(self.extra),
+            # A sharded checkpoint's loader fills its template's keys only: one value there.
+            "extra": pack_state(dict(self.extra)) if self._sharded else dict(self.extra),
             "grad_noise": self.grad_noise.state_dict(),
             "world_size": self.world_size,
             "batch_size": self.batch_size,
