@@ -14,6 +14,20 @@ import torch.multiprocessing as mp  # noqa: E402
 from dlscale import Allocation, Job, list_checkpoints  # noqa: E402
 
 
+class History:
+    """The user's own state, a dict of keys that grow: a loader of a template's keys would fill
+    only the keys a fresh one has (none)."""
+
+    def __init__(self):
+        self.losses = {}  # by step
+
+    def state_dict(self):
+        return {"losses": dict(self.losses)}
+
+    def load_state_dict(self, state):
+        self.losses = dict(state["losses"])
+
+
 def worker(rank, world, out_dir, phase):
     torch.set_num_threads(1)
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -41,7 +55,9 @@ def worker(rank, world, out_dir, phase):
 
     if phase == 0:
         job.probe_max_local_batch(step, margin=1.0)  # before the model is known to be sharded
-    resumed = job.resume(model, optimizer, scheduler=scheduler)
+    history = History()
+    added = {"added": History()} if phase > 0 else {}  # an object the checkpoint has no state for
+    resumed = job.resume(model, optimizer, scheduler=scheduler, history=history, **added)
     known = job.probed_max_local_batch()
     probing_before = len(calls)
     probed = job.probe_max_local_batch(step, margin=1.0)
@@ -53,6 +69,7 @@ def worker(rank, world, out_dir, phase):
             model(torch.randn(4, 6)).pow(2).mean().backward()
             optimizer.step()
             scheduler.step()
+            history.losses[str(job.step)] = float(job.step)
             job.step_done()
         job.extra["note"] = {"epoch": 3, "seen": torch.arange(3)}  # the user's own state
         job.checkpoint()
@@ -65,7 +82,8 @@ def worker(rank, world, out_dir, phase):
         with open(f"{out_dir}/phase{phase}.json", "w") as f:
             note = job.extra.get("note")
             json.dump({"resumed": resumed, "probe": probe,
-                       "note": note and [note["epoch"], note["seen"].tolist()], "step": job.step, "samples_seen": job.samples_seen,
+                       "note": note and [note["epoch"], note["seen"].tolist()],
+                       "history": history.losses, "step": job.step, "samples_seen": job.samples_seen,
                        "last_epoch": scheduler.last_epoch, "lr": optimizer.param_groups[0]["lr"],
                        "momentum": momentum,
                        "weights": {k: v.flatten().tolist() for k, v in full.items()}}, f)
@@ -99,6 +117,9 @@ def test_a_sharded_model_resumes_from_its_shards_at_another_world_size(tmp_path)
     assert resharded["probe"] == {"known": None, "probed": 64, "probed_again": True}
     # The user's own `extra` comes back whatever its keys (the loader fills known keys only).
     assert same["note"] == resharded["note"] == [3, [0, 1, 2]]
+    # And so does an object's state of any length; one added since starts afresh.
+    assert saved["history"] == same["history"] == resharded["history"] == {
+        str(k): float(k) for k in range(5)}
 
 
 def old_format_worker(rank, world, out_dir):
@@ -113,19 +134,25 @@ def old_format_worker(rank, world, out_dir):
     alloc = Allocation(job_id="s", rank=rank, local_rank=rank, world_size=world, local_batch_size=4,
                        batch_size=4 * world, checkpoint_dir=f"{out_dir}/ck", api=None, token=None)
     job = Job(alloc, install_signals=False, report_interval=0)
-    job.resume(model)
+    history = History()
+    job.resume(model, history=history)
     job.step, job.samples_seen = 7, 28
+    history.losses = {"5": 5.0, "6": 6.0}
     # What the version before per-rank generators and packed `extra` wrote: no `rng_by_rank`,
     # `extra` a dict (of no keys, as its loader could restore no other).
     old = job.state_dict()
     del old["rng_by_rank"]
     old["extra"] = {}
+    old["objects"] = {"history": history.state_dict()}  # its values one by one
     save_sharded_checkpoint(f"{out_dir}/ck", 7, old)
     again = Job(alloc, install_signals=False, report_interval=0)
-    resumed = again.resume(model)
+    restored = History()
+    restored.losses = {"5": 0.0, "6": 0.0}  # the saved keys: what the older version needed
+    resumed = again.resume(model, history=restored)
     if rank == 0:
         with open(f"{out_dir}/old.json", "w") as f:
-            json.dump({"resumed": resumed, "step": again.step, "extra": again.extra}, f)
+            json.dump({"resumed": resumed, "step": again.step, "extra": again.extra,
+                       "history": restored.losses}, f)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -133,4 +160,5 @@ def old_format_worker(rank, world, out_dir):
 def test_a_sharded_checkpoint_of_the_older_format_resumes(tmp_path):
     mp.start_processes(old_format_worker, args=(2, str(tmp_path)), nprocs=2, join=True,
                        start_method="spawn")
-    assert json.loads((tmp_path / "old.json").read_text()) == {"resumed": True, "step": 7, "extra": {}}
+    assert json.loads((tmp_path / "old.json").read_text()) == {
+        "resumed": True, "step": 7, "extra": {}, "history": {"5": 5.0, "6": 6.0}}

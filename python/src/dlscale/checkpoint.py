@@ -17,7 +17,7 @@ import random
 import re
 import shutil
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 _NAME = re.compile(r"^step-(\d{10})\.(pt|dcp)$")
 FORMAT_VERSION = 1
@@ -144,25 +144,28 @@ def save_sharded_checkpoint(directory: str, step: int, state: Dict[str, Any], ke
     return final
 
 
-def load_sharded_checkpoint(path: str, state: Dict[str, Any], optional: Tuple[str, ...] = ()) -> None:
-    """Load the sharded checkpoint at ``path`` into ``state`` (in place: its tensors are filled,
-    its other values replaced), resharded to this group. Keys of ``optional`` the checkpoint does
-    not hold (one written by an older version) are left out of ``state`` rather than refused;
-    every other key must be there. Collective."""
+def sharded_checkpoint_keys(path: str) -> Set[str]:
+    """The names of the values the sharded checkpoint at ``path`` holds: a state's keys joined by
+    dots (``objects.scheduler``; a dict's values each under its own: ``model.0.weight``)."""
     import torch.distributed.checkpoint as dcp
 
-    saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
-    for key in optional:
-        if key not in saved:
-            state.pop(key, None)
+    return set(dcp.FileSystemReader(path).read_metadata().state_dict_metadata)
+
+
+def load_sharded_checkpoint(path: str, state: Dict[str, Any]) -> None:
+    """Load the sharded checkpoint at ``path`` into ``state`` (in place: its tensors are filled,
+    its other values replaced), resharded to this group: every value ``state`` names must be
+    there (``sharded_checkpoint_keys``). Collective."""
+    import torch.distributed.checkpoint as dcp
+
     dcp.load(state, checkpoint_id=path)
 
 
-def pack_state(value: Any) -> bytes:
+def pack_state(value: Any, what: str = "job.extra") -> bytes:
     """``value`` (tensors, numbers, strings and containers of them) as one bytes value: what a
-    sharded checkpoint holds for a dict whose keys a resume cannot know in advance (its loader
-    fills a template's keys only). Raises ``UnloadableCheckpoint`` for what a resume could not
-    load back."""
+    sharded checkpoint holds for a state whose keys a resume cannot know in advance (its loader
+    fills a template's keys only: a dict of the user's keys, a list that grew). Raises
+    ``UnloadableCheckpoint`` for what a resume could not load back (``what`` names it)."""
     import io
 
     import torch
@@ -174,9 +177,21 @@ def pack_state(value: Any) -> bytes:
         unpack_state(packed)
     except Exception as exc:
         raise UnloadableCheckpoint(
-            "dlscale: job.extra could not be loaded back by a resume (it must hold tensors, "
+            f"dlscale: {what} could not be loaded back by a resume (it must hold tensors, "
             f"numbers, strings, lists, tuples and dicts of them): {exc}") from exc
     return packed
+
+
+def holds_dtensor(value: Any) -> bool:
+    """Whether ``value`` (a state dict) holds a DTensor anywhere: a sharded state, which a
+    sharded checkpoint keeps as shards rather than packed."""
+    if type(value).__name__ == "DTensor":
+        return True
+    if isinstance(value, dict):
+        return any(holds_dtensor(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(holds_dtensor(v) for v in value)
+    return False
 
 
 def unpack_state(packed: bytes) -> Any:

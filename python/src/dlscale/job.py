@@ -30,10 +30,12 @@ from .checkpoint import (
     SHARDED,
     DirectoryStore,
     capture_rng_state,
+    holds_dtensor,
     load_sharded_checkpoint,
     pack_state,
     plain_rng_state,
     restore_rank_rng_state,
+    sharded_checkpoint_keys,
     unpack_state,
 )
 from .collective import collective_device
@@ -483,11 +485,27 @@ class Job:
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
         state = self.state_dict()  # the template: its tensors are filled, its other values replaced
-        # Left out where an older version wrote none (its `extra`, a dict, was then not restored).
-        load_sharded_checkpoint(path, state, optional=("rng_by_rank", "extra"))
+        # The template names what this checkpoint holds, as it holds it: an older version wrote
+        # no `rng_by_rank` and its `extra` and objects as dicts (an `extra` it could not
+        # restore), and an object added since has no state there (it starts afresh).
+        saved = sharded_checkpoint_keys(path)
+        for key in ("rng_by_rank", "extra"):
+            if key not in saved:
+                del state[key]
+        objects = state["objects"]
+        for name, obj in self._objects.items():
+            if f"objects.{name}" in saved:
+                continue  # packed, as now
+            if any(k.startswith(f"objects.{name}.") for k in saved):
+                objects[name] = obj.state_dict()  # its values one by one, as before
+            else:
+                del objects[name]
+        load_sharded_checkpoint(path, state)
         if state.get("format") != FORMAT_VERSION:
             raise RuntimeError(f"{path} is not a dlscale checkpoint")
         state["extra"] = unpack_state(state["extra"]) if state.get("extra") else {}
+        state["objects"] = {name: unpack_state(value) if isinstance(value, bytes) else value
+                            for name, value in (state.get("objects") or {}).items()}
         set_state_dict(self._model, self._optimizer if self._optimizer is not None else [],
                        model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"] if self._optimizer is not None else {})
@@ -513,7 +531,7 @@ class Job:
             "samples_seen": self.samples_seen,
             "model": model,
             "optimizer": optimizer,
-            "objects": {name: obj.state_dict() for name, obj in self._objects.items()},
+            "objects": {name: self._object_state(name, obj) for name, obj in self._objects.items()},
             "lr_batch": self._lr_scaling.batch if self._lr_scaling is not None else None,
             "rng": rng,
             # Every rank's generators (a rank restores its own): `checkpoint()` gathers them. As
@@ -528,6 +546,15 @@ class Job:
             "job_id": self.alloc.job_id,
             "time": time.time(),
         }
+
+    def _object_state(self, name: str, obj: Any) -> Any:
+        """``obj``'s state as a checkpoint holds it: for a sharded model's checkpoint packed into
+        one value (its loader fills only the keys a template names, and an object's keys or
+        lists may differ at a resume), unless the state is sharded itself (DTensors)."""
+        state = obj.state_dict()
+        if not self._sharded or holds_dtensor(state):
+            return state
+        return pack_state(state, f"the state of {name!r}")
 
     def checkpoint(self) -> Optional[str]:
         """Rank 0 writes the checkpoint atomically (every rank its shards of a sharded model) to
