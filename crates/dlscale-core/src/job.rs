@@ -223,6 +223,11 @@ pub enum Hold {
     Keep,
 }
 
+/// The largest priority weight a job may have: a weight scales the job's every value in the
+/// knapsack, and far larger ones would leave the others' values below its rounding (at 1e308
+/// the objective is infinite and GPUs sit idle).
+pub const MAX_WEIGHT: f64 = 1e6;
+
 /// A job as allocators see it. Build with [`Job::validate`] checked.
 #[derive(Debug, Clone)]
 pub struct Job {
@@ -580,11 +585,14 @@ impl Job {
                 ),
             ));
         }
-        if !(self.weight.is_finite() && self.weight > 0.0) {
+        if !(self.weight > 0.0 && self.weight <= MAX_WEIGHT) {
             return Err(CoreError::job(
                 id,
                 "weight",
-                format!("must be a positive number, got {}", self.weight),
+                format!(
+                    "must be a positive number at most {MAX_WEIGHT:e}, got {}",
+                    self.weight
+                ),
             ));
         }
         if let Some(work) = self.remaining_samples {

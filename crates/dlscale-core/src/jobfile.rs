@@ -103,7 +103,7 @@ pub struct JobEntry {
     /// Samples per epoch (default: the bundled model's data-set size).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dataset_samples: Option<f64>,
-    /// Priority weight (default 1).
+    /// Priority weight (default 1; at most [`crate::job::MAX_WEIGHT`]).
     #[serde(default = "unit_weight")]
     pub weight: f64,
     /// Epoch the job is in (0-based), for its gradient statistics (default 0).

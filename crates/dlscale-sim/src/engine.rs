@@ -39,6 +39,7 @@ use crate::config::{Knowledge, Reporting, SimConfig};
 use crate::error::{Result, SimError};
 use crate::metrics::{percentile, JobRecord, Outcome, SimObserver, Summary, Timeline};
 use crate::teams::TeamLedger;
+use crate::workload::HORIZON_S;
 use crate::workload::{SimJob, Workload};
 use crate::world::{self, JobTruth, RunShape, World};
 
@@ -289,6 +290,21 @@ impl<'w, 'o> Engine<'w, 'o> {
                 .fold(f64::INFINITY, f64::min);
             if !t.is_finite() {
                 break;
+            }
+            if t > HORIZON_S {
+                let left: Vec<&str> = self
+                    .active
+                    .iter()
+                    .take(3)
+                    .map(|&i| &*self.jobs[i].spec.job.id)
+                    .collect();
+                return Err(SimError::Config(format!(
+                    "the simulated clock reached {t:.3e} s, beyond the {HORIZON_S:e} s a \
+                     simulation keeps time for, with {} job(s) unfinished (first: {}): a job's \
+                     work too large to finish",
+                    self.active.len(),
+                    left.join(", ")
+                )));
             }
             self.account_until(t);
             let mut inputs = self.completions_due(t);

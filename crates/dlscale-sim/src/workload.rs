@@ -50,6 +50,25 @@ use dlscale_core::{BatchRange, BatchSize, GpuCount, GpuRange, Job, Requested};
 
 use crate::error::{Result, SimError};
 
+/// The latest simulated time, in seconds from the start (about 317 years): a clock far beyond
+/// it has no sub-millisecond steps left (an f64 near 1e18 s steps by 128 s, so a 60 s round
+/// would never advance it). Arrivals and durations beyond it are refused where they are read,
+/// and a simulation whose clock passes it stops with an error.
+pub const HORIZON_S: f64 = 1e10;
+
+/// Checks a time column or field: a finite number of seconds in `0..=HORIZON_S` (`positive`:
+/// above 0); the message names `what`.
+fn check_time_s(what: &str, value: f64, positive: bool) -> std::result::Result<f64, String> {
+    let low_ok = if positive { value > 0.0 } else { value >= 0.0 };
+    if value.is_finite() && low_ok && value <= HORIZON_S {
+        return Ok(value);
+    }
+    let low = if positive { "> 0" } else { "≥ 0" };
+    Err(format!(
+        "{what}: must be a number of seconds {low} and at most {HORIZON_S:e}, got {value}"
+    ))
+}
+
 /// Most GPUs any bundled profile predicts.
 pub const MAX_PROFILE_GPUS: GpuCount = 64;
 
@@ -349,12 +368,7 @@ pub fn read_pollux(
         if row.name.is_empty() {
             return Err("column 'name': must not be empty".into());
         }
-        if !(row.time.is_finite() && row.time >= 0.0) {
-            return Err(format!(
-                "column 'time': must be a number ≥ 0, got {}",
-                row.time
-            ));
-        }
+        check_time_s("column 'time'", row.time, false)?;
         let profile = profiles::bundled(&row.application)
             .map_err(|e| format!("column 'application': {e}"))?;
         let most = profile
@@ -460,12 +474,7 @@ pub fn read_itp(reader: impl Read, source_name: &str, options: &ReadOptions) -> 
         if row.job_id.is_empty() {
             return Err("column 'job_id': must not be empty".into());
         }
-        if !(row.submission_time.is_finite() && row.submission_time >= 0.0) {
-            return Err(format!(
-                "column 'submission_time': must be a number ≥ 0, got {}",
-                row.submission_time
-            ));
-        }
+        check_time_s("column 'submission_time'", row.submission_time, false)?;
         if row.num_gpu == 0 {
             return Err("column 'num_gpu': must be at least 1".into());
         }
@@ -508,11 +517,9 @@ pub fn read_native(text: &str, source_name: &str, options: &ReadOptions) -> Resu
             let arrival_s = match object.remove("arrival_s") {
                 Some(v) => v
                     .as_f64()
-                    .filter(|t| t.is_finite() && *t >= 0.0)
-                    .ok_or_else(|| {
-                        let why = format!("field 'arrival_s': must be a number ≥ 0, got {v}");
-                        (Some("arrival_s".to_string()), why)
-                    })?,
+                    .ok_or_else(|| format!("field 'arrival_s': must be a number, got {v}"))
+                    .and_then(|t| check_time_s("field 'arrival_s'", t, false))
+                    .map_err(|why| (Some("arrival_s".to_string()), why))?,
                 None => {
                     let why = "field 'arrival_s': missing (seconds from the start, ≥ 0)";
                     return Err((None, why.into()));
@@ -659,11 +666,7 @@ fn trace_job(
     gpus: GpuCount,
     rng: &mut ChaCha8Rng,
 ) -> std::result::Result<SimJob, String> {
-    if !(duration_s.is_finite() && duration_s > 0.0) {
-        return Err(format!(
-            "column 'duration': must be a positive number, got {duration_s}"
-        ));
-    }
+    check_time_s("column 'duration'", duration_s, true)?;
     if gpus == 0 {
         return Err("the GPU count must be at least 1".into());
     }

@@ -61,7 +61,7 @@ fn malformed_rows_name_file_and_line_or_are_skipped_and_counted() {
     let err = read_philly(philly.as_bytes(), "philly.csv", &ReadOptions::default()).unwrap_err();
     assert!(
         err.to_string()
-            .starts_with("philly.csv:3: column 'duration': must be a positive number"),
+            .starts_with("philly.csv:3: column 'duration': must be a number of seconds > 0"),
         "{err}"
     );
     let short = "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0\n";
@@ -73,6 +73,67 @@ fn malformed_rows_name_file_and_line_or_are_skipped_and_counted() {
             .skipped_rows,
         1
     );
+}
+
+/// A time so far out that the simulated clock could not step past it (an f64 near 1e18 s steps
+/// by 128 s) is refused where it is read, naming the file, line and column; a trace whose
+/// arrivals span more than the horizon stops the simulation with an error.
+#[test]
+fn times_beyond_the_horizon_are_refused() {
+    let at = |text: &str, read: &dyn Fn(&[u8]) -> dlscale_sim::Result<_>| {
+        let err: SimError = read(text.as_bytes()).unwrap_err();
+        err.to_string()
+    };
+    let pollux = "name,time,application,num_replicas,batch_size
+a,1e18,cifar10,2,128
+";
+    let err = at(pollux, &|b| {
+        read_pollux(b, "w.csv", &ReadOptions::default())
+    });
+    assert!(
+        err.starts_with("w.csv:2: column 'time': must be a number of seconds ≥ 0 and at most 1e10"),
+        "{err}"
+    );
+    let itp = "job_id,submission_time,duration,num_gpu
+j,0,1e18,1
+k,1e11,5,1
+";
+    let err = at(itp, &|b| read_itp(b, "i.csv", &ReadOptions::default()));
+    assert!(err.starts_with("i.csv:2: column 'duration'"), "{err}");
+    let itp = "job_id,submission_time,duration,num_gpu
+k,1e11,5,1
+";
+    let err = at(itp, &|b| read_itp(b, "i.csv", &ReadOptions::default()));
+    assert!(
+        err.starts_with("i.csv:2: column 'submission_time'"),
+        "{err}"
+    );
+    let native = r#"{"jobs": [{"id": "x", "model": "cifar10", "min_batch": 128, "max_batch": 1024, "arrival_s": 1e18}]}"#;
+    let err = read_native(native, "n.json", &ReadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("n.json:1") && err.contains("'arrival_s'"),
+        "{err}"
+    );
+    // At the horizon itself a time is still read.
+    let edge = "name,time,application,num_replicas,batch_size
+a,1e10,cifar10,2,128
+";
+    assert!(read_pollux(edge.as_bytes(), "w.csv", &ReadOptions::default()).is_ok());
+
+    // Philly's arrivals come from timestamps: one four centuries after the other.
+    let philly = "timestamp,duration,num_gpus,gpu_time,cluster
+\
+                  2017-10-09 07:01:55,60,1,60,a
+\
+                  2417-10-09 07:01:55,60,1,60,a
+";
+    let w = read_philly(philly.as_bytes(), "p.csv", &ReadOptions::default()).unwrap();
+    let config = dlscale_sim::SimConfig::default();
+    let err = dlscale_sim::simulate(&w, &config, dlscale_core::allocator::ELASTIC_BATCH, &mut ())
+        .unwrap_err();
+    assert!(err.to_string().contains("beyond the 1e10 s"), "{err}");
 }
 
 #[test]

@@ -318,6 +318,10 @@ fn errors_name_file_line_job_and_field() {
             "jobs.json:1: job 'a': field 'weight'",
         ),
         (
+            r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "weight": 1e308}]}"#,
+            "jobs.json:1: job 'a': field 'weight': must be a positive number at most 1e6",
+        ),
+        (
             r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 400, "min_gpus": 3, "max_gpus": 3, "powers_of_two": true}]}"#,
             "jobs.json:1: job 'a': field 'powers_of_two'",
         ),

@@ -219,7 +219,7 @@ pub fn schemas() -> Value {
                 "batch_size": {"type": "integer"}, "gpus": {"type": "integer"},
                 "work_samples": num, "epochs": num, "dataset_samples": num,
                 "steps": {"type": "integer", "minimum": 1, "description": "length in steps at `batch_size` (required with it): the work is steps × batch_size samples"},
-                "weight": {"type": "number", "default": 1}, "epoch": {"type": "integer", "default": 0},
+                "weight": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e6, "default": 1}, "epoch": {"type": "integer", "default": 0},
                 "attained_gpu_s": {"type": "number", "minimum": 0, "default": 0},
                 "team": {"type": "string", "description": "the team whose quota it shares (one of the server's `[teams]`; default: the default team)"},
                 "types": {"type": "object", "description": "the GPU types it may run on (default: every type of the cluster), each with its model there (default: a bundled model's table on that type, else the job's `model`) and its largest per-GPU batch there; a type name has lower-case letters, digits, '-', '_', '.'",
