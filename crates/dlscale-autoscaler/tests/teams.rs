@@ -279,6 +279,22 @@ fn new_quotas_take_effect_in_the_next_decision_and_bad_ones_are_refused() {
         "{refused:?}"
     );
     assert!(s.actions.is_empty(), "{:?}", s.actions);
+    // Team b left out while its job b1 runs: refused, naming the team and the job (b1 would be
+    // counted under the default team while it says b).
+    let without_b = Input::Teams {
+        teams: vec![("a".into(), quota(4, 8))],
+        fair_share: None,
+    };
+    let s = step(&mut a, 15.0, vec![without_b]);
+    let refused = s.refusals[0].as_ref().map(ToString::to_string);
+    assert!(
+        refused
+            .as_deref()
+            .is_some_and(|r| r.contains("team 'b' is not configured") && r.contains("(b1)")),
+        "{refused:?}"
+    );
+    assert!(s.actions.is_empty(), "{:?}", s.actions);
+    assert!(a.config().teams.as_ref().unwrap().find("b").is_some());
     // Team a may now hold two GPUs at most: a1 is shrunk in the decision the change makes, and
     // b1 grows into what a1 gives up.
     let tighter = Input::Teams {

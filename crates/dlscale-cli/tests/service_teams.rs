@@ -224,6 +224,16 @@ async fn a_reloaded_configuration_changes_users_and_quotas_without_a_restart() {
         "{teams}"
     );
     assert_eq!(status(&bob).await, 200);
+    // Team a gone while a1 still runs in it: refused, naming the team and its job.
+    server.reload(&config(4, &bob_in_b).replace("[teams.a]", "[teams.c]"));
+    service_support::wait_until(10.0, "the refusal of team a's removal", || async {
+        server
+            .log()
+            .contains("team 'a' is not configured, and 1 live job(s) of it remain (a1)")
+    })
+    .await;
+    let (_, teams) = server.json(Method::GET, "/v1/teams", None).await;
+    assert_eq!(teams[0]["team"], "a", "{teams}");
     server.cancel("a1").await;
     service_support::assert_replays(&server);
 }

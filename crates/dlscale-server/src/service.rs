@@ -341,6 +341,11 @@ pub async fn start(
         crate::teams::ensure_guarantees_fit(teams, capacity.topology.total(), &offered_by)?;
     }
     let (stored, next_seq) = store.live_jobs().await?;
+    let live = stored
+        .iter()
+        .map(|s| (s.spec.entry.id.as_str(), s.spec.entry.team.as_deref()));
+    Teams::keep_teams_of_live_jobs(config.teams.as_ref(), live)
+        .map_err(|why| anyhow::anyhow!("teams: {why}"))?;
     let clock = Arc::clone(&executor.ctx().clock);
     let at = clock.now_s();
     let mut described = config.describe();

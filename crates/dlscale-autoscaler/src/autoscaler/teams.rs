@@ -68,6 +68,8 @@ impl Autoscaler {
         if teams == self.config.teams && fair_share == self.config.fair_share {
             return Ok(());
         }
+        let live = self.jobs.iter().map(|j| (&*j.id, j.team.as_deref()));
+        Teams::keep_teams_of_live_jobs(teams.as_ref(), live).map_err(Refusal::InvalidTeams)?;
         self.account_team_usage(now);
         let before = self.team_usage.take().zip(self.config.teams.take());
         self.config.teams = teams;

@@ -177,6 +177,37 @@ impl Teams {
             .expect("the default team always exists")
     }
 
+    /// Checks that `teams` still names every team a live job names (`jobs`: each job's id and
+    /// team): removing a team its jobs still run in would leave them counted under the default
+    /// team while they say another. `Err` names the team and up to five of its jobs.
+    pub fn keep_teams_of_live_jobs<'a>(
+        teams: Option<&Teams>,
+        jobs: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) -> Result<(), String> {
+        let kept = |name: &str| {
+            name == DEFAULT_TEAM || teams.is_some_and(|teams| teams.find(name).is_some())
+        };
+        let mut missing: Option<(&str, Vec<&str>)> = None;
+        for (id, team) in jobs {
+            match (team.filter(|t| !kept(t)), &mut missing) {
+                (Some(team), None) => missing = Some((team, vec![id])),
+                (Some(team), Some((first, ids))) if team == *first => ids.push(id),
+                _ => {}
+            }
+        }
+        let Some((team, ids)) = missing else {
+            return Ok(());
+        };
+        let shown: Vec<&str> = ids.iter().take(5).copied().collect();
+        let more = if ids.len() > 5 { ", …" } else { "" };
+        Err(format!(
+            "team '{team}' is not configured, and {} live job(s) of it remain ({}{more}): keep \
+             the team until they end, or cancel them first",
+            ids.len(),
+            shown.join(", ")
+        ))
+    }
+
     /// The quotas on `capacity` GPUs: when fewer GPUs are usable than the guarantees add up to
     /// (nodes down), each guarantee and lend limit shrinks in proportion (rounded down), so that
     /// they still fit.
@@ -669,6 +700,35 @@ mod tests {
                 (best, solved) => prop_assert!(false, "enumeration {best:?}, split {solved:?}"),
             }
         }
+    }
+
+    #[test]
+    fn teams_of_live_jobs_are_kept() {
+        let quota = TeamQuota {
+            guaranteed_gpus: 1,
+            max_gpus: 4,
+            lend_limit: None,
+        };
+        let teams = Teams::new(vec![("a".into(), quota)], 8).unwrap();
+        let ok = |teams: Option<&Teams>, jobs: &[(&'static str, Option<&'static str>)]| {
+            Teams::keep_teams_of_live_jobs(teams, jobs.iter().copied())
+        };
+        // Configured teams, the default team and jobs that name none are kept.
+        assert_eq!(ok(Some(&teams), &[("x", Some("a")), ("y", None)]), Ok(()));
+        assert_eq!(ok(None, &[("y", None), ("z", Some(DEFAULT_TEAM))]), Ok(()));
+        // A team that is gone: named with its jobs (the first such team), five at most.
+        let jobs: Vec<(&str, Option<&str>)> = ["j1", "j2", "j3", "j4", "j5", "j6"]
+            .into_iter()
+            .map(|id| (id, Some("b")))
+            .chain([("k", Some("c")), ("x", Some("a"))])
+            .collect();
+        let err = ok(Some(&teams), &jobs).unwrap_err();
+        assert!(
+            err.starts_with("team 'b' is not configured, and 6 live job(s) of it remain (j1, j2, j3, j4, j5, …)"),
+            "{err}"
+        );
+        let err = ok(None, &[("x", Some("a"))]).unwrap_err();
+        assert!(err.starts_with("team 'a' is not configured"), "{err}");
     }
 
     #[test]
