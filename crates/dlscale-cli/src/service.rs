@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
-use dlscale_core::fieldline::job_field_line;
+use dlscale_core::fieldline::{field_line, job_field_line};
 use dlscale_core::jobfile::{check_fields, job_objects, FileFormat};
 use dlscale_core::CoreError;
 use dlscale_server::api::dto::JobView;
@@ -110,7 +110,7 @@ pub struct TokenArgs {
     /// The user the token is for (letters, digits, '-' and '.').
     #[arg(long)]
     pub user: String,
-    /// Their team, written into the configuration lines.
+    /// Their team (letters, digits, '-', '_' and '.'), written into the configuration lines.
     #[arg(long)]
     pub team: Option<String>,
 }
@@ -118,6 +118,14 @@ pub struct TokenArgs {
 /// `dlscale token`: a new token for a user, and the `[users.NAME]` table (with only the
 /// token's hash) for the server's configuration.
 pub fn run_token(args: &TokenArgs) -> Result<()> {
+    // Checked as the server checks `[teams.NAME]`: a table it would refuse at start is no use.
+    if let Some(team) = args.team.as_deref() {
+        if !dlscale_core::allocator::is_team_name(team) {
+            return Err(input_error(anyhow!(
+                "--team {team:?}: a team name has letters, digits, '-', '_' and '.' only"
+            )));
+        }
+    }
     let (token, hash) = dlscale_server::users::new_token(&args.user).map_err(input_error)?;
     println!("# Give the user this token (DLSCALE_TOKEN); the server keeps only its hash:");
     println!("# {token}");
@@ -185,18 +193,56 @@ pub fn run_serve(args: &ServeArgs) -> Result<()> {
     let config = read_server_config(args)?;
     dlscale_server::init_logging();
     // SIGHUP reads the same file, with the same overrides, again.
-    let args = args.clone();
-    let reread: dlscale_server::Reread = Box::new(move || read_server_config(&args));
-    runtime()?.block_on(dlscale_server::serve(config, Some(reread)))
+    let reread_args = args.clone();
+    let reread: dlscale_server::Reread = Box::new(move || read_server_config(&reread_args));
+    runtime()?
+        .block_on(dlscale_server::serve(config, Some(reread)))
+        .map_err(|e| teams_misfit(e, args.config.as_deref()))
+}
+
+/// A start refused because the configured teams' guarantees exceed the GPUs the executor found
+/// (known only then) is the configuration's error: it names the file and the teams' line, as
+/// errors found on reading it do, and is bad input. Other errors are left as they are.
+fn teams_misfit(e: anyhow::Error, config: Option<&Path>) -> anyhow::Error {
+    // Teams come from a configuration file only, and the check's message starts with the key.
+    let Some(path) = config else { return e };
+    if e.chain().count() > 1 || !e.to_string().starts_with("teams: ") {
+        return e;
+    }
+    // Read again only to find the line: the start read it a moment ago.
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    input_error(e.context(config_at(path, &text, "teams")))
+}
+
+/// `path` with the line where `key` (`slots`, `teams.a.max_gpus`) is written, when it is.
+fn config_at(path: &Path, text: &str, key: &str) -> String {
+    match field_line(text, FileFormat::Toml, key) {
+        Some(line) => format!("{}:{line}", path.display()),
+        None => path.display().to_string(),
+    }
+}
+
+/// The key a configuration error starts with (`slots must be…`, `teams.a.max_gpus: …`): the
+/// errors of [`ServerConfig::resolve`] name the key first.
+fn config_key(message: &str) -> &str {
+    let end = message.find([':', ' ']).unwrap_or(message.len());
+    &message[..end]
 }
 
 /// The configuration `args` give: the file (if one), the options that override it and
 /// `DLSCALE_TOKEN`. A bad value is in the file, or in an option that overrides it: the error
-/// says which.
+/// says which, and where in the file.
 fn read_server_config(args: &ServeArgs) -> Result<ServerConfig> {
-    let mut file = match &args.config {
-        Some(path) => ConfigFile::load(path).map_err(input_error)?,
-        None => ConfigFile::default(),
+    let (mut file, text) = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read config {}", path.display()))
+                .map_err(input_error)?;
+            let file =
+                ConfigFile::parse(&text, &path.display().to_string()).map_err(input_error)?;
+            (file, text)
+        }
+        None => (ConfigFile::default(), String::new()),
     };
     if args.listen.is_some() {
         file.listen = args.listen;
@@ -224,7 +270,7 @@ fn read_server_config(args: &ServeArgs) -> Result<ServerConfig> {
             .map(|(key, _)| key.replace('_', "-"));
         input_error(match (&args.config, option) {
             (_, Some(option)) => e.context(format!("--{option}")),
-            (Some(path), None) => e.context(path.display().to_string()),
+            (Some(path), None) => e.context(config_at(path, &text, config_key(&message))),
             (None, None) => e,
         })
     })

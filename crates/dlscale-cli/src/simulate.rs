@@ -123,7 +123,8 @@ pub struct SimulateArgs {
     pub report_compute_time: bool,
     /// Teams sharing the cluster, jobs in the team they name (Philly's virtual cluster):
     /// `workload` (each guaranteed its share of the workload's GPU time, allowed the whole
-    /// cluster) or a JSON file `{"NAME": {"guaranteed_gpus": G, "max_gpus": M}}`.
+    /// cluster) or a JSON file `{"NAME": {"guaranteed_gpus": G, "max_gpus": M, "lend_limit": L}}`,
+    /// each key optional as in the server's `[teams.NAME]` (default 0, no limit, all of it).
     #[arg(long)]
     pub teams: Option<String>,
     /// With teams: the half-life of past usage in the teams' fair share, seconds, or `off`

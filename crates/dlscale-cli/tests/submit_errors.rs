@@ -150,8 +150,9 @@ async fn server_refusals_name_the_line_of_the_field() {
 }
 
 /// `dlscale serve --config` on a bad file: the file, the line of a misspelt key with the key it
-/// probably means, and the file for a value out of range; a torchrun that does not exist, named
-/// by the key or the option that gave it.
+/// probably means, the file and the line for a value out of range (found when the file is read,
+/// or, for the teams' guarantees, at the start); a torchrun that does not exist, named by the key
+/// or the option that gave it.
 #[test]
 fn serve_config_errors_name_the_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -181,7 +182,36 @@ fn serve_config_errors_name_the_file() {
     let (path, err) = serve("range.toml", "slots = 2\nmin_gain = -1.0\n", &[]);
     assert!(
         err.contains(&format!(
-            "{}: min_gain must be a finite number ≥ 0",
+            "{}:2: min_gain must be a finite number ≥ 0",
+            path.display()
+        )),
+        "{err}"
+    );
+    // As many slots as `dlscale optimize` takes GPUs, no more: refused at once, not after
+    // seconds and gigabytes spent building them.
+    let (path, err) = serve(
+        "huge.toml",
+        "listen = \"127.0.0.1:0\"\nslots = 100000000\n",
+        &[],
+    );
+    assert!(
+        err.contains(&format!(
+            "error: {}:2: slots must be at most 1048576 (GPUs in one cluster), got 100000000",
+            path.display()
+        )),
+        "{err}"
+    );
+    // Guarantees beyond the slots, found only when the executor says what it offers: still the
+    // file's error, at the teams' line.
+    let (path, err) = serve(
+        "teams.toml",
+        "listen = \"127.0.0.1:0\"\nslots = 4\n\n[teams.a]\nguaranteed_gpus = 5\n",
+        &[],
+    );
+    assert!(
+        err.contains(&format!(
+            "error: {}:4: teams: the guarantees add up to 5 GPUs, more than the 4 the local \
+             executor offers",
             path.display()
         )),
         "{err}"
@@ -200,7 +230,7 @@ fn serve_config_errors_name_the_file() {
         &[],
     );
     assert!(
-        err.contains(&format!("error: {}: torchrun: {missing}", path.display())),
+        err.contains(&format!("error: {}:2: torchrun: {missing}", path.display())),
         "{err}"
     );
     let (_, err) = serve(

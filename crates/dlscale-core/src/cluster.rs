@@ -5,6 +5,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::{CoreError, Result};
 use crate::GpuCount;
 
+/// The most GPUs a cluster may have in total (1,048,576): the allocator's tables are sized by
+/// the GPU count.
+pub const MAX_TOTAL_GPUS: GpuCount = 1 << 20;
+
 /// A homogeneous GPU cluster: `nodes` × `gpus_per_node`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -40,7 +44,7 @@ impl Cluster {
                 reason: "must be at least 1".into(),
             });
         }
-        if u64::from(self.nodes) * u64::from(self.gpus_per_node) > 1 << 20 {
+        if u64::from(self.nodes) * u64::from(self.gpus_per_node) > u64::from(MAX_TOTAL_GPUS) {
             return Err(CoreError::InvalidCluster {
                 field: "nodes".into(),
                 reason: "more than 1,048,576 GPUs in total is not supported".into(),

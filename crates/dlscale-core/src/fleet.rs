@@ -124,7 +124,7 @@ impl Fleet {
             }
             total += u64::from(pool.gpus());
         }
-        if total > 1 << 20 {
+        if total > u64::from(crate::cluster::MAX_TOTAL_GPUS) {
             return Err(invalid(
                 "types".into(),
                 "more than 1,048,576 GPUs in total is not supported".into(),

@@ -59,6 +59,20 @@ impl std::fmt::Debug for ApiClient {
 impl ApiClient {
     /// A client of `base` (`http://host:port`), sending `token` as bearer token when given.
     pub fn new(base: &str, token: Option<String>) -> Result<Self> {
+        Self::with_token_from(base, token, "the token")
+    }
+
+    /// From `DLSCALE_API` (default [`DEFAULT_API`]) and `DLSCALE_TOKEN`.
+    pub fn from_env() -> Result<Self> {
+        let base = std::env::var("DLSCALE_API").unwrap_or_else(|_| DEFAULT_API.to_string());
+        Self::with_token_from(&base, std::env::var("DLSCALE_TOKEN").ok(), "DLSCALE_TOKEN")
+    }
+
+    /// [`ApiClient::new`], a bad token's error naming where it came from (`source`).
+    fn with_token_from(base: &str, token: Option<String>, source: &str) -> Result<Self> {
+        if let Some(t) = &token {
+            check_token(t, source)?;
+        }
         let base = base.trim_end_matches('/').to_string();
         if !base.starts_with("http://") {
             bail!("DLSCALE_API must be an http:// URL, got '{base}'");
@@ -75,12 +89,6 @@ impl ApiClient {
             timeout: DEFAULT_TIMEOUT,
             http: Client::builder(TokioExecutor::new()).build(connector),
         })
-    }
-
-    /// From `DLSCALE_API` (default [`DEFAULT_API`]) and `DLSCALE_TOKEN`.
-    pub fn from_env() -> Result<Self> {
-        let base = std::env::var("DLSCALE_API").unwrap_or_else(|_| DEFAULT_API.to_string());
-        Self::new(&base, std::env::var("DLSCALE_TOKEN").ok())
     }
 
     /// The same client, its errors calling the server `peer` (`the Ray dashboard`): it speaks
@@ -172,6 +180,22 @@ impl ApiClient {
         check(status, &bytes)?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
+}
+
+/// Refuses a token that cannot be sent in the `Authorization` header (a newline, another
+/// control character, a non-ASCII one), naming `source` and not the secret itself; otherwise
+/// every request would fail with the HTTP library's `failed to parse header value`.
+fn check_token(token: &str, source: &str) -> Result<()> {
+    if let Some((i, c)) = token
+        .char_indices()
+        .find(|&(_, c)| !(c == ' ' || c == '\t' || c.is_ascii_graphic()))
+    {
+        bail!(
+            "{source} holds a character not allowed in an HTTP header ({c:?} at byte {i}); \
+             it is sent as `Authorization: Bearer TOKEN`"
+        );
+    }
+    Ok(())
 }
 
 /// `Ok` for a success status; otherwise the server's error as [`ApiFailure`].

@@ -616,6 +616,10 @@ mod tests {
             ("policy = \"x\"", "policy: unknown policy"),
             ("min_gain = -1.0", "min_gain must be"),
             ("slots = 0", "slots must be at least 1"),
+            (
+                "slots = 1048577",
+                "slots must be at most 1048576 (GPUs in one cluster), got 1048577",
+            ),
             ("interval_s = 0.0", "interval_s must be at least"),
             ("interval_s = 1e20", "interval_s must be at most"),
             ("grace_s = 1e20", "grace_s must be at most"),

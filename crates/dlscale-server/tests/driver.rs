@@ -314,6 +314,21 @@ async fn usage_is_the_gpu_seconds_the_launches_held() {
     );
     let (status, bad) = call(&h.app, "GET", "/v1/usage?by=colour", Vec::new()).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    // A time that is no time (NaN would count everything, an infinity nothing), or a time ago
+    // as the CLI takes it: refused, saying what the API wants.
+    for since in ["NaN", "1e400", "-inf", "7d", ""] {
+        let path = format!("/v1/usage?since={since}");
+        let (status, bad) = call(&h.app, "GET", &path, Vec::new()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{since}: {bad}");
+        assert_eq!(bad["field"], "since", "{bad}");
+        assert!(
+            bad["error"]
+                .as_str()
+                .unwrap()
+                .contains("'since' must be a time in seconds since the Unix epoch"),
+            "{bad}"
+        );
+    }
 }
 
 /// Fair share counts what the accounting counts: the usage the driver accumulates is what a

@@ -22,13 +22,13 @@ pub enum SimError {
         reason: String,
     },
     /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The file or directory.
         path: String,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        /// The underlying error: in the message, so not also its source (printed with its
+        /// causes, the message would repeat it).
+        error: std::io::Error,
     },
     /// An invalid setting or combination of settings.
     #[error("{0}")]
@@ -48,7 +48,7 @@ impl SimError {
     pub fn io(path: impl AsRef<std::path::Path>, source: std::io::Error) -> Self {
         SimError::Io {
             path: path.as_ref().display().to_string(),
-            source,
+            error: source,
         }
     }
 

@@ -13,6 +13,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use dlscale_core::allocator::{largest_reachable, TeamQuota, Teams};
+use dlscale_core::jobfile::{parse_document, FileFormat};
 use dlscale_core::{Cluster, CoreError, GpuCount, Job, Policy};
 
 use crate::error::{Result, SimError};
@@ -53,23 +54,73 @@ pub fn guarantees_from_shares(workload: &Workload, gpus: GpuCount) -> Result<Tea
     teams(named, gpus, "teams from the workload")
 }
 
-/// Teams from a JSON file `{"NAME": {"guaranteed_gpus": G, "max_gpus": M, "lend_limit": L}}`
-/// (`lend_limit` optional), checked against `gpus`.
+/// One team of a teams file, as the server's `[teams.NAME]` table has it: every key optional,
+/// with the server's defaults, so that one team's spec means the same in both.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TeamSpec {
+    /// What it holds whenever its jobs can use it (default 0).
+    guaranteed_gpus: Option<GpuCount>,
+    /// The most its jobs hold together (default: no limit).
+    max_gpus: Option<GpuCount>,
+    /// The most of its idle guarantee lent out (default: all of it).
+    lend_limit: Option<GpuCount>,
+}
+
+impl From<TeamSpec> for TeamQuota {
+    fn from(spec: TeamSpec) -> Self {
+        TeamQuota {
+            guaranteed_gpus: spec.guaranteed_gpus.unwrap_or(0),
+            max_gpus: spec.max_gpus.unwrap_or(GpuCount::MAX),
+            lend_limit: spec.lend_limit,
+        }
+    }
+}
+
+/// The teams of a file in its order, a team given twice refused (a map would keep the last
+/// silently, where the server's TOML refuses it).
+struct TeamSpecs(Vec<(String, TeamSpec)>);
+
+impl<'de> Deserialize<'de> for TeamSpecs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Specs;
+        impl<'de> serde::de::Visitor<'de> for Specs {
+            type Value = TeamSpecs;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of teams by name")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<TeamSpecs, A::Error> {
+                let mut specs: Vec<(String, TeamSpec)> = Vec::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    if specs.iter().any(|(n, _)| *n == name) {
+                        return Err(serde::de::Error::custom(format!(
+                            "team {name:?} is given twice"
+                        )));
+                    }
+                    let spec = map.next_value()?;
+                    specs.push((name, spec));
+                }
+                Ok(TeamSpecs(specs))
+            }
+        }
+        d.deserialize_map(Specs)
+    }
+}
+
+/// Teams from a JSON file `{"NAME": {"guaranteed_gpus": G, "max_gpus": M, "lend_limit": L}}`,
+/// each key optional with the server's defaults (0, no limit, all of it), checked against
+/// `gpus`. Errors name the file, the line, the team and the key.
 pub fn read_teams_file(path: &Path, gpus: GpuCount) -> Result<Teams> {
     let text = std::fs::read_to_string(path).map_err(|e| SimError::io(path, e))?;
-    let named: BTreeMap<String, TeamQuota> = serde_json::from_str(&text).map_err(|e| {
-        SimError::Config(format!(
-            "{}:{}:{}: {e}",
-            path.display(),
-            e.line(),
-            e.column()
-        ))
-    })?;
-    teams(
-        named.into_iter().collect(),
-        gpus,
-        &path.display().to_string(),
-    )
+    let source = path.display().to_string();
+    let TeamSpecs(mut named) = parse_document(&text, FileFormat::Json, &source)?;
+    // In name order, as the server's `[teams]` tables are.
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    let named = named.into_iter().map(|(n, s)| (n, s.into())).collect();
+    teams(named, gpus, &source)
 }
 
 fn teams(named: Vec<(String, TeamQuota)>, gpus: GpuCount, source: &str) -> Result<Teams> {
@@ -252,6 +303,73 @@ mod tests {
         job.team = Some(team.into());
         job.requested.gpus = gpus;
         job
+    }
+
+    /// Reads `text` as the teams file `name` on a 16-GPU cluster.
+    fn teams_file(name: &str, text: &str) -> Result<Teams> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        read_teams_file(&path, 16).map_err(|e| {
+            let message = e.to_string();
+            let at = dir.path().display().to_string();
+            SimError::Config(message.replace(&format!("{at}/"), ""))
+        })
+    }
+
+    #[test]
+    fn a_teams_file_means_what_the_servers_teams_tables_mean() {
+        // Every key optional, with the server's defaults; teams in name order.
+        let teams = teams_file(
+            "t.json",
+            r#"{"b": {"guaranteed_gpus": 4, "lend_limit": 1}, "a": {"max_gpus": 8}, "c": {}}"#,
+        )
+        .unwrap();
+        let named: Vec<(String, TeamQuota)> = teams.named();
+        let quota = |g, m, l| TeamQuota {
+            guaranteed_gpus: g,
+            max_gpus: m,
+            lend_limit: l,
+        };
+        assert_eq!(
+            named,
+            [
+                ("a".to_string(), quota(0, 8, None)),
+                ("b".to_string(), quota(4, GpuCount::MAX, Some(1))),
+                ("c".to_string(), quota(0, GpuCount::MAX, None)),
+                ("default".to_string(), quota(0, GpuCount::MAX, None)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_teams_file_refuses_a_team_twice_and_unknown_keys_naming_them() {
+        let err = |text: &str| teams_file("t.json", text).unwrap_err().to_string();
+        assert_eq!(
+            err("{\"a\": {\"guaranteed_gpus\": 2},\n \"a\": {\"guaranteed_gpus\": 3}}"),
+            "t.json:2: team \"a\" is given twice"
+        );
+        assert_eq!(
+            err("{\"a\": {\"guaranteed_gpus\": 2,\n  \"guaranteed\": 1}}"),
+            "t.json:2: field 'a.guaranteed': unknown field `guaranteed`, expected one of \
+             `guaranteed_gpus`, `max_gpus`, `lend_limit`"
+        );
+        // The position once, the team and the key named.
+        assert_eq!(
+            err("{\"a\": {\"max_gpus\": \"x\"}}"),
+            "t.json:1: field 'a.max_gpus': invalid type: string \"x\", expected u32"
+        );
+        assert_eq!(
+            err("{\"a\": {\"guaranteed_gpus\": 4, \"max_gpus\": 2}}"),
+            "t.json: teams.a.max_gpus: 2 is below the team's guaranteed_gpus, 4"
+        );
+        // A file that is not there: the OS's reason once, not again as the error's source.
+        let missing = read_teams_file(Path::new("/nonexistent/t.json"), 16).unwrap_err();
+        assert_eq!(
+            missing.to_string(),
+            "/nonexistent/t.json: No such file or directory (os error 2)"
+        );
+        assert!(std::error::Error::source(&missing).is_none());
     }
 
     #[test]

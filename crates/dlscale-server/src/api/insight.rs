@@ -34,9 +34,10 @@ pub struct DecisionsQuery {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UsageQuery {
-    /// From this time (seconds since the epoch; default: from the start).
+    /// From this time (seconds since the epoch; default: from the start). Read as text and
+    /// checked by the handler, so that a wrong one is refused saying what is wanted.
     #[serde(default)]
-    pub since: Option<f64>,
+    pub since: Option<String>,
     /// Per `team` (default), `user` or `job`.
     #[serde(default)]
     pub by: Option<UsageBy>,
@@ -47,14 +48,33 @@ pub(super) async fn usage(
     q: Result<Query<UsageQuery>, QueryRejection>,
 ) -> Result<Json<Vec<UsageRow>>, ApiError> {
     let q = query(q)?;
+    let since_s = match q.since.as_deref() {
+        Some(since) => epoch_s("since", since)?,
+        None => f64::NEG_INFINITY,
+    };
     let jobs = s.store.usage_events().await.map_err(ApiError::internal)?;
     let now_s = s.clock.now_s();
     Ok(Json(crate::usage::usage(
         &jobs,
         q.by.unwrap_or_default(),
-        q.since.unwrap_or(f64::NEG_INFINITY),
+        since_s,
         now_s,
     )))
+}
+
+/// Query parameter `name`, a time in seconds since the Unix epoch: a finite number (NaN would
+/// compare false with every time, infinities hold no time).
+fn epoch_s(name: &str, value: &str) -> Result<f64, ApiError> {
+    match value.parse::<f64>() {
+        Ok(s) if s.is_finite() => Ok(s),
+        _ => Err(ApiError::field(
+            name,
+            format!(
+                "invalid query: '{name}' must be a time in seconds since the Unix epoch (a \
+                 finite number such as 1700000000), got {value:?}"
+            ),
+        )),
+    }
 }
 
 /// `GET /v1/teams`: where each team stands now (none without teams).

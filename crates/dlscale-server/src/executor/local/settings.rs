@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
+use dlscale_core::cluster::MAX_TOTAL_GPUS;
 use dlscale_core::placement::ShapeRule;
 
 use super::LocalExecutor;
@@ -45,8 +46,14 @@ pub struct LocalConfig {
 impl LocalConfig {
     /// The settings `file` gives the local executor, checked.
     pub fn resolve(file: &ConfigFile) -> Result<LocalConfig> {
-        if file.slots == Some(0) {
-            bail!("slots must be at least 1");
+        match file.slots {
+            Some(0) => bail!("slots must be at least 1"),
+            // As `dlscale optimize` bounds a cluster: past it, building the executor's slots and
+            // the allocator's tables would take minutes and gigabytes.
+            Some(n) if n > MAX_TOTAL_GPUS => {
+                bail!("slots must be at most {MAX_TOTAL_GPUS} (GPUs in one cluster), got {n}")
+            }
+            _ => {}
         }
         Ok(LocalConfig {
             slots: file.slots,
