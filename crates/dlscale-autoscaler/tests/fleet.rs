@@ -563,3 +563,53 @@ fn micro_steps_its_workers_chose_are_no_reason_to_restart_a_launch() {
         (attempt, 2)
     );
 }
+
+/// Teams on a fleet: their quotas count a GPU of any type as one. Team b's two jobs take the
+/// eight GPUs (b borrowing a's idle guarantee), each on one type; team a's job, when it comes,
+/// gets a's guarantee back in the decision that sees it, on one type, and b keeps its own.
+#[test]
+fn teams_keep_their_quotas_across_types() {
+    use dlscale_core::allocator::{TeamQuota, Teams};
+    let quota = TeamQuota {
+        guaranteed_gpus: 4,
+        max_gpus: 8,
+        lend_limit: None,
+    };
+    let teams = Teams::new(vec![("a".into(), quota), ("b".into(), quota)], 8).unwrap();
+    let mut a = autoscaler(|c| c.teams = Some(teams));
+    let of_team = |id: &str, team: &str| {
+        job(
+            id,
+            &format!(
+                r#", "team": "{team}", "types": {{"t4": {{}}, "a100": {{"model":
+                {{"compute_per_sample_s": 0.001, "sync_intra_base_s": 0.0025}}}}}}"#
+            ),
+        )
+    };
+    run(
+        &mut a,
+        0.0,
+        vec![submit(of_team("b1", "b")), submit(of_team("b2", "b"))],
+    );
+    let held = |a: &Autoscaler, id: &str| {
+        let (record, _) = a.job(id).unwrap();
+        record.shape().map(|s| {
+            let nodes: Vec<String> = s.shares.iter().map(|x| x.node.to_string()).collect();
+            assert!(
+                on(&nodes, "t4-") || on(&nodes, "a100-"),
+                "{id} on {nodes:?}"
+            );
+            s.gpus
+        })
+    };
+    assert_eq!((held(&a, "b1"), held(&a, "b2")), (Some(4), Some(4)));
+    run(&mut a, 10.0, vec![submit(of_team("a1", "a"))]);
+    assert_eq!(held(&a, "a1"), Some(4), "a's guarantee back");
+    let b: u32 = ["b1", "b2"].iter().filter_map(|id| held(&a, id)).sum();
+    assert_eq!(b, 4, "b keeps its own guarantee");
+    let decided = a.last_decision().unwrap();
+    assert!(decided
+        .jobs
+        .iter()
+        .all(|j| j.gpus == 0 || j.gpu_type.is_some()));
+}

@@ -19,6 +19,7 @@ mod support;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use dlscale_core::allocator::knapsack::{DpChoice, KnapsackSolver, BAND_CELL_BUDGET};
+use dlscale_core::allocator::teams_across_types::TeamTypedKnapsack;
 use dlscale_core::allocator::typed::TypedKnapsack;
 use dlscale_core::allocator::{SolverPath, TeamQuota, Teams};
 use dlscale_core::synthetic::{analytic_jobs, measured_jobs, KINDS};
@@ -213,6 +214,31 @@ fn gpu_types(c: &mut Criterion) {
             BenchmarkId::new("typed/measured", &size),
             &items,
             |b, items| b.iter(|| solver.solve(items, &capacities)),
+        );
+        if jobs > 100 {
+            continue;
+        }
+        // The same jobs in four teams, each guaranteed a quarter of the GPUs and allowed all.
+        let quota = TeamQuota {
+            guaranteed_gpus: gpus / 4,
+            max_gpus: gpus,
+            lend_limit: None,
+        };
+        let team_of: Vec<usize> = (0..jobs).map(|j| j % 4).collect();
+        let mut teams = TeamTypedKnapsack::default();
+        let solution = teams
+            .solve(&items, &team_of, &[quota; 4], &capacities)
+            .expect("feasible");
+        eprintln!(
+            "gpu-types: 4 teams, {} types, {jobs} jobs, {gpus} GPUs: {}, certified gap {:.3e}",
+            types.len(),
+            solution.solution.path.name(),
+            solution.solution.gap()
+        );
+        group.bench_with_input(
+            BenchmarkId::new("teams-typed/measured", &size),
+            &items,
+            |b, items| b.iter(|| teams.solve(items, &team_of, &[quota; 4], &capacities)),
         );
     }
     // Whole decisions: measured jobs (bundled models, each with its tables on every bundled

@@ -388,15 +388,8 @@ impl SimConfig {
         if self.settings.batch_candidates == 0 {
             return bad("batch_candidates must be at least 1".into());
         }
-        if self.fleet.is_some() {
-            if self.world != World::Dlscale {
-                return bad("a fleet of GPU types runs in dlscale's world only".into());
-            }
-            if self.teams.is_some() {
-                return bad(
-                    "teams are not kept across GPU types yet: give a fleet or teams".into(),
-                );
-            }
+        if self.fleet.is_some() && self.world != World::Dlscale {
+            return bad("a fleet of GPU types runs in dlscale's world only".into());
         }
         Ok(())
     }

@@ -261,7 +261,11 @@ impl<'w, 'o> Engine<'w, 'o> {
                 // The reclaim bound: one decision interval (events decide at once).
                 let bound_s = config.interval_s.unwrap_or(0.0);
                 let policy = info.instance(&config.policy_options);
-                TeamLedger::new(teams, policy, config.cluster, bound_s)
+                let clusters = match &config.fleet {
+                    Some(fleet) => fleet.pools().iter().map(|p| p.cluster()).collect(),
+                    None => vec![config.cluster],
+                };
+                TeamLedger::new(teams, policy, clusters, bound_s)
             }),
         })
     }

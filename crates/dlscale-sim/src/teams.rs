@@ -3,7 +3,8 @@
 //!
 //! **Guarantee violations.** A team is owed, at each instant, the most GPUs up to its guarantee
 //! that its live jobs (arrived, not finished) can hold together: each job none or one of the GPU
-//! counts the policy could give it (a subset sum; rigid jobs only their requested count). The
+//! counts the policy could give it (on a fleet, on any one of its types: a job runs on one type
+//! at a time), a subset sum (rigid jobs only their requested count). The
 //! time it holds less counts as a violation beyond the reclaim bound, one decision interval:
 //! of each spell below what it is owed, what lasts longer than the bound.
 
@@ -176,18 +177,21 @@ pub(crate) struct TeamLedger {
     /// Per workload job once arrived: its team and the GPU counts the policy could give it.
     jobs: BTreeMap<usize, (usize, Vec<GpuCount>)>,
     policy: Box<dyn Policy>,
-    cluster: Cluster,
+    /// The clusters a job may run on: the one cluster, or each GPU type's of a fleet (a job
+    /// runs on one type at a time).
+    clusters: Vec<Cluster>,
     bound_s: f64,
     reach: Vec<u64>,
 }
 
 impl TeamLedger {
     /// Accounts for `teams`; `policy` (an instance of the simulated one) gives each job's
-    /// counts; a spell below what a team is owed counts beyond `bound_s`.
+    /// counts on each of `clusters` (the cluster, or each GPU type's); a spell below what a
+    /// team is owed counts beyond `bound_s`.
     pub(crate) fn new(
         teams: Teams,
         policy: Box<dyn Policy>,
-        cluster: Cluster,
+        clusters: Vec<Cluster>,
         bound_s: f64,
     ) -> Self {
         let accounts = teams.names().iter().map(|_| Account::default()).collect();
@@ -196,7 +200,7 @@ impl TeamLedger {
             accounts,
             jobs: BTreeMap::new(),
             policy,
-            cluster,
+            clusters,
             bound_s,
             reach: Vec::new(),
         }
@@ -205,7 +209,14 @@ impl TeamLedger {
     /// Job `index` (`job`) arrived.
     pub(crate) fn arrive(&mut self, index: usize, job: &Job) {
         let team = self.teams.of(job);
-        let counts = self.policy.feasible_counts(job, &self.cluster);
+        // The counts it could run at on any one of the clusters.
+        let mut counts: Vec<GpuCount> = self
+            .clusters
+            .iter()
+            .flat_map(|cluster| self.policy.feasible_counts(job, cluster))
+            .collect();
+        counts.sort_unstable();
+        counts.dedup();
         self.jobs.insert(index, (team, counts));
         let account = &mut self.accounts[team];
         account.live.push(index);
@@ -382,7 +393,7 @@ mod tests {
         let teams = Teams::new(vec![("a".into(), quota)], 8).unwrap();
         let cluster = Cluster::new(1, 8).unwrap();
         let policy = STATIC.instance(&Default::default());
-        let mut ledger = TeamLedger::new(teams, policy, cluster, 10.0);
+        let mut ledger = TeamLedger::new(teams, policy, vec![cluster], 10.0);
         let a = job("a1", "a", 2);
         let counts = STATIC
             .instance(&Default::default())

@@ -68,6 +68,40 @@ fn the_virtual_clusters_are_teams_that_lend_or_keep_their_guarantees() {
     );
 }
 
+/// The same teams on a fleet (four T4s and four A100s): quotas count a GPU of any type as
+/// one; `busy` borrows `late`'s idle half and gives it back when `late`'s job comes, every job
+/// on one type.
+#[test]
+fn teams_lend_and_keep_their_guarantees_on_a_fleet() {
+    use dlscale_core::{Fleet, GpuPool};
+    let workload = read_philly(TRACE.as_bytes(), "trace", &ReadOptions::default()).unwrap();
+    let pool = |name: &str, memory_gib| GpuPool {
+        name: name.into(),
+        nodes: 1,
+        gpus_per_node: 4,
+        memory_gib,
+    };
+    let fleet = Fleet::new(vec![pool("t4", 16.0), pool("a100", 80.0)]).unwrap();
+    let teams = guarantees_from_shares(&workload, 8).unwrap();
+    let config = SimConfig {
+        teams: Some(teams),
+        settings: Settings {
+            admission: Admission::Queue,
+            ..Settings::default()
+        },
+        ..SimConfig::default()
+    }
+    .on_fleet(fleet);
+    let summary = simulate(&workload, &config, ELASTIC_BATCH, &mut ())
+        .unwrap()
+        .summary;
+    let (busy, late) = (&summary.teams[0], &summary.teams[1]);
+    assert_eq!((busy.jobs, late.jobs), (3, 1));
+    assert!(busy.borrowed_gpu_h > 0.0, "{busy:?}");
+    assert_eq!(late.violation_s, 0.0, "{late:?}");
+    assert_eq!(summary.completed, 4);
+}
+
 #[test]
 fn reproduce_teams_reports_each_run_and_the_targets_from_its_own_figures() {
     let workload = read_philly(TRACE.as_bytes(), "trace", &ReadOptions::default()).unwrap();

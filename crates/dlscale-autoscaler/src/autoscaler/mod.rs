@@ -484,11 +484,9 @@ impl Autoscaler {
 
     fn set_topology(&mut self, topology: Topology) {
         self.model_cluster = topology.model_cluster();
-        // Teams are not kept across types: a cluster with teams decides as one pool.
         let fleet = Fleet::of_topology(&topology);
-        let kept = self.config.policy.keeps_types && self.config.teams.is_none();
         self.several_types = fleet.as_ref().is_some_and(|(f, _)| f.pools().len() > 1);
-        self.fleet = fleet.filter(|_| kept);
+        self.fleet = fleet.filter(|_| self.config.policy.keeps_types);
         self.node_index = topology
             .nodes
             .iter()

@@ -15,6 +15,12 @@
 //!   smallest option is worth most among those with room for it; that assignment is feasible,
 //!   and is solved type by type if the knapsack's priced split (at scale) finds no room.
 //!
+//! - **Teams** ([`DecisionRequest::teams`]): their quotas count a GPU of any type as one; the
+//!   teams' admission runs over the GPUs of every type together, and the knapsack with teams
+//!   across types ([`TeamTypedKnapsack`]) keeps every floor, cap and lend limit. Where the types
+//!   cannot meet every team's floor at once (two teams' guarantees on the one type their jobs
+//!   can use), the caps and lend limits hold and the floors do not.
+//!
 //! Shortest remaining first counts a job's seconds left at the rate of its reference.
 //!
 //! The valuation ([`Fleet::job_on_types`], [`Fleet::options_on_type`]) is public so that what
@@ -22,6 +28,8 @@
 
 use super::elastic::TableCache;
 use super::knapsack::KnapsackSolution;
+use super::teams::{admit_with_teams, TeamQuota};
+use super::teams_across_types::TeamTypedKnapsack;
 use super::typed::{TypedItem, TypedKnapsack};
 use super::{admission_order, Admission, Decision, DecisionRequest, JobDecision, JobState};
 use crate::fleet::Fleet;
@@ -34,6 +42,7 @@ use crate::options::{AcrossTypes, BatchChoice, ConfigOption, OptionTable};
 pub(super) struct Typed {
     tables: Vec<TableCache>,
     solver: TypedKnapsack,
+    team_solver: TeamTypedKnapsack,
 }
 
 impl Typed {
@@ -96,7 +105,14 @@ impl Typed {
                     .collect()
             })
             .collect();
-        let (states, assignment) = admit(request, fleet, &options, &remaining);
+        // With teams, their quotas over the GPUs of every type together.
+        let capacities = fleet.capacities();
+        let total: u32 = capacities.iter().sum();
+        let teams = request.teams.map(|teams| {
+            let team_of: Vec<usize> = jobs.iter().map(|j| teams.of(j)).collect();
+            (team_of, teams.quotas_on(total))
+        });
+        let (states, assignment) = admit(request, fleet, &options, &remaining, teams.as_ref());
         let admitted: Vec<usize> = (0..jobs.len())
             .filter(|&i| states[i] == JobState::Running)
             .collect();
@@ -118,10 +134,26 @@ impl Typed {
             items.push(job_items);
             origins.push(job_origins);
         }
-        let capacities = fleet.capacities();
-        let solution: KnapsackSolution = self
-            .solver
-            .solve(&items, &capacities)
+        let with_teams = teams.as_ref().and_then(|(team_of, quotas)| {
+            let of: Vec<usize> = admitted.iter().map(|&i| team_of[i]).collect();
+            self.team_solver
+                .solve(&items, &of, quotas, &capacities)
+                .or_else(|| {
+                    // Floors the types cannot all meet (two teams' guarantees on the one type
+                    // their jobs can use): the caps and keeps still hold, the floors do not.
+                    let capped: Vec<TeamQuota> = quotas
+                        .iter()
+                        .map(|q| TeamQuota {
+                            guaranteed_gpus: q.kept_gpus(),
+                            ..*q
+                        })
+                        .collect();
+                    self.team_solver.solve(&items, &of, &capped, &capacities)
+                })
+                .map(|s| s.solution)
+        });
+        let solution: KnapsackSolution = with_teams
+            .or_else(|| self.solver.solve(&items, &capacities))
             .or_else(|| {
                 // The admission's assignment fits: each job on its type alone.
                 let assigned: Vec<Vec<TypedItem>> = admitted
@@ -302,23 +334,49 @@ impl AcrossTypes {
 
 /// Admission across types, in the knapsack policies' order: each job on the type, among those
 /// with room for its smallest option there, where that option is worth most (ties: the first
-/// type). Every job's state, and the type each admitted one was admitted on.
+/// type). With `teams` (each job's team and the quotas), only the jobs the teams' admission
+/// lets in over the GPUs of every type together ([`admit_with_teams`]) are placed so; the
+/// others keep the state it gave them. Every job's state, and the type each admitted one was
+/// admitted on.
 fn admit(
     request: &DecisionRequest<'_>,
     fleet: &Fleet,
     options: &[Vec<(usize, Vec<ConfigOption>)>],
     remaining: &[Option<f64>],
+    teams: Option<&(Vec<usize>, Vec<TeamQuota>)>,
 ) -> (Vec<JobState>, Vec<Option<usize>>) {
     let jobs = request.jobs;
     let settings = request.settings;
     let order = admission_order(jobs, remaining, &settings.weighing);
     let mut free = fleet.capacities();
     let mut states = vec![JobState::Dropped; jobs.len()];
+    let by_team = teams.map(|(team_of, quotas)| {
+        // A job's fewest and most GPUs over the types it may use.
+        let counts = |i: usize| {
+            let fewest = options[i].iter().map(|(_, list)| list[0].gpus).min()?;
+            let most = options[i]
+                .iter()
+                .filter_map(|(_, l)| l.last())
+                .map(|o| o.gpus)
+                .max()?;
+            Some((fewest, most))
+        };
+        let total = free.iter().sum();
+        admit_with_teams(&order, counts, jobs, team_of, quotas, total, settings)
+    });
     let mut assignment = vec![None; jobs.len()];
     let mut blocked = false;
     for i in order {
         if options[i].is_empty() {
             continue; // it can run on no type of this fleet
+        }
+        if let Some(state) = by_team
+            .as_ref()
+            .map(|s| s[i])
+            .filter(|&s| s != JobState::Running)
+        {
+            states[i] = state; // its team's quota holds it back (and, in order, the new jobs after it)
+            continue;
         }
         let is_new = jobs[i].current.is_none();
         let fits = options[i]

@@ -64,6 +64,13 @@ pub enum SolverPath {
     /// GPU types at scale: a price per type's GPUs sends each job to a type, each type is
     /// solved exactly; the prices' Lagrangian bound certifies the gap.
     TypePricing,
+    /// Teams on GPU types, exactly: the DP over the GPUs of each type, idle keeps and each
+    /// team's usage.
+    TeamTypedDp,
+    /// Teams on GPU types: a price per type's GPUs, the team knapsack exact over each job's best
+    /// priced option per count, its plans made to fit the types; the prices' bound certifies
+    /// the gap.
+    TeamTypePricing,
     /// No optimisation: the static policy runs requests first come first served.
     Fifo,
     /// No optimisation: a policy's own priority rule (Tiresias' queues, Optimus' greedy).
@@ -72,13 +79,15 @@ pub enum SolverPath {
 
 impl SolverPath {
     /// Every path.
-    pub const ALL: [SolverPath; 8] = [
+    pub const ALL: [SolverPath; 10] = [
         SolverPath::AllFit,
         SolverPath::ExactDp,
         SolverPath::LagrangianDp,
         SolverPath::TeamSplit,
         SolverPath::TypedDp,
         SolverPath::TypePricing,
+        SolverPath::TeamTypedDp,
+        SolverPath::TeamTypePricing,
         SolverPath::Fifo,
         SolverPath::Priority,
     ];
@@ -92,6 +101,8 @@ impl SolverPath {
             SolverPath::TeamSplit => "team-split",
             SolverPath::TypedDp => "typed-dp",
             SolverPath::TypePricing => "type-pricing",
+            SolverPath::TeamTypedDp => "team-typed-dp",
+            SolverPath::TeamTypePricing => "team-type-pricing",
             SolverPath::Fifo => "fifo",
             SolverPath::Priority => "priority",
         }

@@ -14,6 +14,7 @@ mod sia;
 mod static_fifo;
 mod team_split;
 mod teams;
+pub mod teams_across_types;
 mod tiresias;
 pub mod typed;
 
@@ -398,8 +399,8 @@ pub struct DecisionRequest<'a> {
     pub teams: Option<&'a Teams>,
     /// The GPU types, for policies that keep them ([`PolicyInfo::keeps_types`]; `None`: the
     /// cluster's GPUs are alike). Each job runs on one type, as its [`Job::types`] say; the
-    /// cluster, the capacity and `allowed_counts` are then not used, nor teams (callers refuse
-    /// teams and types together).
+    /// cluster, the capacity and `allowed_counts` are then not used, and teams' quotas count a
+    /// GPU of any type as one.
     pub fleet: Option<&'a Fleet>,
 }
 
