@@ -678,14 +678,6 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn item(gpu_type: usize, gpus: u32, value: f64) -> TypedItem {
-        TypedItem {
-            gpu_type,
-            gpus,
-            value,
-        }
-    }
-
     fn quota(guaranteed_gpus: u32, max_gpus: u32, lend_limit: Option<u32>) -> TeamQuota {
         TeamQuota {
             guaranteed_gpus,
@@ -791,8 +783,8 @@ mod tests {
     /// limits); capacities of 0–5 GPUs per type; values on a coarse grid.
     fn instance() -> impl Strategy<Value = Instance> {
         (2usize..4, 1usize..4).prop_flat_map(|(types, teams)| {
-            let option =
-                (0..types, 1u32..4, 0u32..16).prop_map(|(t, g, v)| item(t, g, f64::from(v) * 0.5));
+            let option = (0..types, 1u32..4, 0u32..16)
+                .prop_map(|(t, g, v)| TypedItem::new(t, g, f64::from(v) * 0.5));
             let job = (prop::collection::vec(option, 1..6), 0..teams);
             let team = (0u32..4, 0u32..6, prop::option::of(0u32..3))
                 .prop_map(|(g, extra, lend)| quota(g, g + extra, lend.map(|l| l.min(g))));
@@ -854,8 +846,12 @@ mod tests {
         // Team 0 is guaranteed 2 GPUs and its job runs on type 1 only; team 1's job is worth
         // more everywhere, and takes the rest. Type 0 has 2 GPUs, type 1 has 2.
         let items = vec![
-            vec![item(1, 1, 1.0), item(1, 2, 1.5)],
-            vec![item(0, 2, 4.0), item(1, 2, 5.0), item(1, 1, 3.0)],
+            vec![TypedItem::new(1, 1, 1.0), TypedItem::new(1, 2, 1.5)],
+            vec![
+                TypedItem::new(0, 2, 4.0),
+                TypedItem::new(1, 2, 5.0),
+                TypedItem::new(1, 1, 3.0),
+            ],
         ];
         let quotas = [quota(2, 4, None), quota(0, 4, None)];
         let s = TeamTypedKnapsack::default()

@@ -48,6 +48,17 @@ pub struct TypedItem {
     pub value: f64,
 }
 
+impl TypedItem {
+    /// `gpus` GPUs of type `gpu_type`, worth `value`.
+    pub const fn new(gpu_type: usize, gpus: u32, value: f64) -> Self {
+        TypedItem {
+            gpu_type,
+            gpus,
+            value,
+        }
+    }
+}
+
 /// An option worth its GPUs: its index in the job's options, and what it is.
 #[derive(Debug, Clone, Copy)]
 struct Kept {
@@ -694,14 +705,6 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn item(gpu_type: usize, gpus: u32, value: f64) -> TypedItem {
-        TypedItem {
-            gpu_type,
-            gpus,
-            value,
-        }
-    }
-
     /// Every combination of options, written independently of the solver.
     fn brute(items: &[Vec<TypedItem>], free: &mut Vec<u32>) -> Option<f64> {
         let Some((first, rest)) = items.split_first() else {
@@ -741,8 +744,8 @@ mod tests {
     /// repeated verbatim; capacities of 0–6 GPUs per type.
     fn instance() -> impl Strategy<Value = (Vec<Vec<TypedItem>>, Vec<u32>)> {
         (2usize..4).prop_flat_map(|types| {
-            let option =
-                (0..types, 1u32..5, 0u32..24).prop_map(|(t, g, v)| item(t, g, f64::from(v) * 0.25));
+            let option = (0..types, 1u32..5, 0u32..24)
+                .prop_map(|(t, g, v)| TypedItem::new(t, g, f64::from(v) * 0.25));
             let job = prop::collection::vec(option, 1..7);
             (
                 prop::collection::vec((job, 1usize..3), 1..5),
@@ -796,8 +799,8 @@ mod tests {
     fn a_job_goes_to_the_type_where_it_is_worth_most() {
         // Job 0 is worth far more on type 1 (fast GPUs); job 1 nearly the same on both.
         let items = vec![
-            vec![item(0, 4, 1.0), item(1, 2, 3.0)],
-            vec![item(0, 4, 1.0), item(1, 2, 1.1)],
+            vec![TypedItem::new(0, 4, 1.0), TypedItem::new(1, 2, 3.0)],
+            vec![TypedItem::new(0, 4, 1.0), TypedItem::new(1, 2, 1.1)],
         ];
         for dp in [DpChoice::Full, DpChoice::Banded] {
             let s = TypedKnapsack::new(dp).solve(&items, &[4, 2]).unwrap();
@@ -808,14 +811,21 @@ mod tests {
 
     #[test]
     fn options_beyond_their_type_or_the_capacities_are_never_chosen() {
-        let items = vec![vec![item(2, 1, 9.0), item(0, 9, 8.0), item(1, 1, 1.0)]];
+        let items = vec![vec![
+            TypedItem::new(2, 1, 9.0),
+            TypedItem::new(0, 9, 8.0),
+            TypedItem::new(1, 1, 1.0),
+        ]];
         let s = TypedKnapsack::default().solve(&items, &[8, 1]).unwrap();
         assert_eq!((s.choice[0], s.path), (2, SolverPath::AllFit));
         assert!(TypedKnapsack::default()
-            .solve(&[vec![item(0, 9, 1.0)]], &[8])
+            .solve(&[vec![TypedItem::new(0, 9, 1.0)]], &[8])
             .is_none());
         // Two jobs whose smallest options need the one GPU of the only type they run on.
-        let both = vec![vec![item(0, 1, 1.0)], vec![item(0, 1, 1.0)]];
+        let both = vec![
+            vec![TypedItem::new(0, 1, 1.0)],
+            vec![TypedItem::new(0, 1, 1.0)],
+        ];
         assert!(TypedKnapsack::default().solve(&both, &[1, 4]).is_none());
     }
 }
