@@ -601,6 +601,37 @@ impl Prices {
         per_type: &mut KnapsackSolver,
     ) -> Option<(Vec<usize>, f64)> {
         let assignment = assign(kept, &self.hulls, &self.prices, capacities)?;
+        let plain = self.split_by(kept, capacities, per_type, &assignment);
+        let close = 1e-4 * self.bound.abs().max(1.0);
+        if plain
+            .as_ref()
+            .is_some_and(|(_, v)| *v >= self.bound - close)
+        {
+            return plain;
+        }
+        // The same with the demands balanced: better where many jobs are nearly indifferent,
+        // worse elsewhere; the better of the two stands.
+        let mut balanced = assignment.clone();
+        rebalance(kept, &self.hulls, &self.prices, capacities, &mut balanced);
+        if balanced == assignment {
+            return plain;
+        }
+        let other = self.split_by(kept, capacities, per_type, &balanced);
+        match (plain, other) {
+            (Some(a), Some(b)) => Some(if b.1 > a.1 { b } else { a }),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Each type's jobs in `assignment` solved exactly among themselves: each job's choice as a
+    /// position in its kept options, and the total value; `None` when a type's find no room.
+    fn split_by(
+        &self,
+        kept: &[Vec<Kept>],
+        capacities: &[u32],
+        per_type: &mut KnapsackSolver,
+        assignment: &[usize],
+    ) -> Option<(Vec<usize>, f64)> {
         let mut choice = vec![0; kept.len()];
         let mut value = 0.0;
         let mut members: Vec<usize> = Vec::new();
@@ -630,6 +661,70 @@ impl Prices {
             }
         }
         Some((choice, value))
+    }
+}
+
+/// Moves jobs from types whose demand at `prices` (each job's best priced option there)
+/// exceeds their GPUs to types with room for theirs, those that lose least first, while a move
+/// fits: at the prices that minimise the bound many jobs are nearly indifferent between types
+/// (that is what makes the demands meet the capacities), and ties all sent to one type leave
+/// its knapsack too little room and another's idle. Never below a type's smallest options'
+/// room: a job moves only where its smallest option fits beside the others'.
+fn rebalance(
+    kept: &[Vec<Kept>],
+    hulls: &Hulls,
+    prices: &[f64],
+    capacities: &[u32],
+    assignment: &mut [usize],
+) {
+    let types = capacities.len();
+    let best = |j: usize, t: usize| hulls.best(&kept[j], j, t, prices[t]);
+    let gpus = |j: usize, t: usize| best(j, t).map_or(0, |(_, p)| u64::from(kept[j][p].gpus));
+    let smallest = |j: usize, t: usize| {
+        kept[j]
+            .iter()
+            .find(|k| k.gpu_type == t)
+            .map(|k| u64::from(k.gpus))
+    };
+    let mut demand = vec![0u64; types];
+    let mut floor = vec![0u64; types];
+    for (j, &t) in assignment.iter().enumerate() {
+        demand[t] += gpus(j, t);
+        floor[t] += smallest(j, t).unwrap_or(0);
+    }
+    for t in 0..types {
+        if demand[t] <= u64::from(capacities[t]) {
+            continue;
+        }
+        let mut movable: Vec<(f64, usize)> = (0..kept.len())
+            .filter(|&j| assignment[j] == t)
+            .filter_map(|j| {
+                let here = best(j, t)?.0;
+                Some((here - hulls.best_elsewhere(&kept[j], j, t, prices), j))
+            })
+            .collect();
+        movable.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (_, j) in movable {
+            if demand[t] <= u64::from(capacities[t]) {
+                break;
+            }
+            let to = (0..types)
+                .filter(|&u| u != t)
+                .filter_map(|u| {
+                    let (value, _) = best(j, u)?;
+                    let fits = demand[u] + gpus(j, u) <= u64::from(capacities[u])
+                        && floor[u] + smallest(j, u)? <= u64::from(capacities[u]);
+                    fits.then_some((value, u))
+                })
+                .reduce(|a, c| if c.0 > a.0 { c } else { a });
+            if let Some((_, u)) = to {
+                demand[t] -= gpus(j, t);
+                floor[t] -= smallest(j, t).unwrap_or(0);
+                demand[u] += gpus(j, u);
+                floor[u] += smallest(j, u).unwrap_or(0);
+                assignment[j] = u;
+            }
+        }
     }
 }
 
@@ -793,6 +888,25 @@ mod tests {
                 prop_assert!(priced.bound >= best - 1e-9, "bound {} < optimum {}", priced.bound, best);
             }
         }
+    }
+
+    #[test]
+    fn jobs_indifferent_between_types_are_split_between_them() {
+        // Four jobs alike on two types of 4 GPUs, worth most at 2 GPUs: at the prices every job
+        // is indifferent, and sending all to the first type (its ties) leaves each 1 GPU there
+        // and the other type idle. The priced split balances the demands: 2 jobs on each.
+        let job = vec![
+            TypedItem::new(0, 1, 0.5),
+            TypedItem::new(0, 2, 1.0),
+            TypedItem::new(1, 1, 0.5),
+            TypedItem::new(1, 2, 1.0),
+        ];
+        let items = vec![job; 4];
+        let priced = TypedKnapsack::new(DpChoice::Banded)
+            .solve(&items, &[4, 4])
+            .unwrap();
+        assert_eq!(priced.value, 4.0, "{priced:?}");
+        assert_eq!(priced.gap(), 0.0);
     }
 
     #[test]
