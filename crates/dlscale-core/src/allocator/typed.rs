@@ -664,6 +664,52 @@ impl Prices {
     }
 }
 
+/// The GPUs of job `options`' smallest option on type `t` (`None`: it has none there).
+fn smallest_on(options: &[Kept], t: usize) -> Option<u64> {
+    options
+        .iter()
+        .find(|k| k.gpu_type == t)
+        .map(|k| u64::from(k.gpus))
+}
+
+/// The jobs `assignment` puts on type `t`, those that lose least by moving first (their priced
+/// value there less their best elsewhere; ties: the earlier job).
+fn by_loss_of_moving(
+    kept: &[Vec<Kept>],
+    hulls: &Hulls,
+    prices: &[f64],
+    assignment: &[usize],
+    t: usize,
+) -> Vec<usize> {
+    let mut movable: Vec<(f64, usize)> = (0..kept.len())
+        .filter(|&j| assignment[j] == t)
+        .map(|j| {
+            let here = hulls
+                .best(&kept[j], j, t, prices[t])
+                .map_or(f64::NEG_INFINITY, |(v, _)| v);
+            (here - hulls.best_elsewhere(&kept[j], j, t, prices), j)
+        })
+        .collect();
+    movable.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    movable.into_iter().map(|(_, j)| j).collect()
+}
+
+/// Where job `j` on type `t` moves: the other type, among those `fits` allows, where its best
+/// priced option is worth most (ties: the first).
+fn best_room(
+    kept: &[Vec<Kept>],
+    hulls: &Hulls,
+    prices: &[f64],
+    (j, t): (usize, usize),
+    mut fits: impl FnMut(usize) -> bool,
+) -> Option<usize> {
+    (0..prices.len())
+        .filter(|&u| u != t && fits(u))
+        .filter_map(|u| Some((hulls.best(&kept[j], j, u, prices[u])?.0, u)))
+        .reduce(|best, c| if c.0 > best.0 { c } else { best })
+        .map(|(_, u)| u)
+}
+
 /// Moves jobs from types whose demand at `prices` (each job's best priced option there)
 /// exceeds their GPUs to types with room for theirs, those that lose least first, while a move
 /// fits: at the prices that minimise the bound many jobs are nearly indifferent between types
@@ -678,50 +724,35 @@ fn rebalance(
     assignment: &mut [usize],
 ) {
     let types = capacities.len();
-    let best = |j: usize, t: usize| hulls.best(&kept[j], j, t, prices[t]);
-    let gpus = |j: usize, t: usize| best(j, t).map_or(0, |(_, p)| u64::from(kept[j][p].gpus));
-    let smallest = |j: usize, t: usize| {
-        kept[j]
-            .iter()
-            .find(|k| k.gpu_type == t)
-            .map(|k| u64::from(k.gpus))
+    let gpus = |j: usize, t: usize| {
+        hulls
+            .best(&kept[j], j, t, prices[t])
+            .map_or(0, |(_, p)| u64::from(kept[j][p].gpus))
     };
     let mut demand = vec![0u64; types];
     let mut floor = vec![0u64; types];
     for (j, &t) in assignment.iter().enumerate() {
         demand[t] += gpus(j, t);
-        floor[t] += smallest(j, t).unwrap_or(0);
+        floor[t] += smallest_on(&kept[j], t).unwrap_or(0);
     }
     for t in 0..types {
         if demand[t] <= u64::from(capacities[t]) {
             continue;
         }
-        let mut movable: Vec<(f64, usize)> = (0..kept.len())
-            .filter(|&j| assignment[j] == t)
-            .filter_map(|j| {
-                let here = best(j, t)?.0;
-                Some((here - hulls.best_elsewhere(&kept[j], j, t, prices), j))
-            })
-            .collect();
-        movable.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        for (_, j) in movable {
+        for j in by_loss_of_moving(kept, hulls, prices, assignment, t) {
             if demand[t] <= u64::from(capacities[t]) {
                 break;
             }
-            let to = (0..types)
-                .filter(|&u| u != t)
-                .filter_map(|u| {
-                    let (value, _) = best(j, u)?;
-                    let fits = demand[u] + gpus(j, u) <= u64::from(capacities[u])
-                        && floor[u] + smallest(j, u)? <= u64::from(capacities[u]);
-                    fits.then_some((value, u))
-                })
-                .reduce(|a, c| if c.0 > a.0 { c } else { a });
-            if let Some((_, u)) = to {
+            let fits = |u: usize| {
+                let cap = u64::from(capacities[u]);
+                demand[u] + gpus(j, u) <= cap
+                    && smallest_on(&kept[j], u).is_some_and(|s| floor[u] + s <= cap)
+            };
+            if let Some(u) = best_room(kept, hulls, prices, (j, t), fits) {
                 demand[t] -= gpus(j, t);
-                floor[t] -= smallest(j, t).unwrap_or(0);
+                floor[t] -= smallest_on(&kept[j], t).unwrap_or(0);
                 demand[u] += gpus(j, u);
-                floor[u] += smallest(j, u).unwrap_or(0);
+                floor[u] += smallest_on(&kept[j], u).unwrap_or(0);
                 assignment[j] = u;
             }
         }
@@ -739,12 +770,6 @@ fn assign(
 ) -> Option<Vec<usize>> {
     let types = capacities.len();
     let priced = |j: usize, t: usize| hulls.best(&kept[j], j, t, prices[t]).map(|(v, _)| v);
-    let smallest = |j: usize, t: usize| {
-        kept[j]
-            .iter()
-            .find(|k| k.gpu_type == t)
-            .map(|k| u64::from(k.gpus))
-    };
     let mut assignment: Vec<usize> = (0..kept.len())
         .map(|j| {
             (0..types)
@@ -755,36 +780,22 @@ fn assign(
         .collect();
     let mut floor = vec![0u64; types];
     for (j, &t) in assignment.iter().enumerate() {
-        floor[t] += smallest(j, t).unwrap_or(0);
+        floor[t] += smallest_on(&kept[j], t).unwrap_or(0);
     }
     for t in 0..types {
         if floor[t] <= u64::from(capacities[t]) {
             continue;
         }
-        // Jobs on `t` by what moving costs them (their best elsewhere falls shortest).
-        let mut movable: Vec<(f64, usize)> = (0..kept.len())
-            .filter(|&j| assignment[j] == t)
-            .map(|j| {
-                let here = priced(j, t).unwrap_or(f64::NEG_INFINITY);
-                let there = hulls.best_elsewhere(&kept[j], j, t, prices);
-                (here - there, j)
-            })
-            .collect();
-        movable.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        for (_, j) in movable {
+        for j in by_loss_of_moving(kept, hulls, prices, &assignment, t) {
             if floor[t] <= u64::from(capacities[t]) {
                 break;
             }
-            let room = (0..types)
-                .filter(|&u| u != t)
-                .filter_map(|u| {
-                    let need = smallest(j, u)?;
-                    (floor[u] + need <= u64::from(capacities[u])).then_some((priced(j, u)?, u))
-                })
-                .reduce(|best, c| if c.0 > best.0 { c } else { best });
-            if let Some((_, u)) = room {
-                floor[t] -= smallest(j, t).unwrap_or(0);
-                floor[u] += smallest(j, u).unwrap_or(0);
+            let fits = |u: usize| {
+                smallest_on(&kept[j], u).is_some_and(|s| floor[u] + s <= u64::from(capacities[u]))
+            };
+            if let Some(u) = best_room(kept, hulls, prices, (j, t), fits) {
+                floor[t] -= smallest_on(&kept[j], t).unwrap_or(0);
+                floor[u] += smallest_on(&kept[j], u).unwrap_or(0);
                 assignment[j] = u;
             }
         }
