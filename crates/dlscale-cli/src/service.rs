@@ -200,13 +200,16 @@ pub fn run_serve(args: &ServeArgs) -> Result<()> {
         .map_err(|e| teams_misfit(e, args.config.as_deref()))
 }
 
-/// A start refused because the configured teams' guarantees exceed the GPUs the executor found
-/// (known only then) is the configuration's error: it names the file and the teams' line, as
-/// errors found on reading it do, and is bad input. Other errors are left as they are.
+/// A start refused because the configured teams do not fit what the service found (known only
+/// then: guarantees beyond the executor's GPUs, a team its live jobs name left out) is the
+/// configuration's error: it names the file and the teams' line, as errors found on reading it
+/// do, and is bad input. Other errors are left as they are.
 fn teams_misfit(e: anyhow::Error, config: Option<&Path>) -> anyhow::Error {
-    // Teams come from a configuration file only, and the check's message starts with the key.
+    // Teams come from a configuration file only.
     let Some(path) = config else { return e };
-    if e.chain().count() > 1 || !e.to_string().starts_with("teams: ") {
+    if e.downcast_ref::<dlscale_server::teams::TeamsMisfit>()
+        .is_none()
+    {
         return e;
     }
     // Read again only to find the line: the start read it a moment ago.

@@ -345,7 +345,7 @@ pub async fn start(
         .iter()
         .map(|s| (s.spec.entry.id.as_str(), s.spec.entry.team.as_deref()));
     Teams::keep_teams_of_live_jobs(config.teams.as_ref(), live)
-        .map_err(|why| anyhow::anyhow!("teams: {why}"))?;
+        .map_err(crate::teams::TeamsMisfit)?;
     let clock = Arc::clone(&executor.ctx().clock);
     let at = clock.now_s();
     let mut described = config.describe();

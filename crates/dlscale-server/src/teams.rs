@@ -10,22 +10,29 @@ use dlscale_core::GpuCount;
 
 use crate::service::View;
 
+/// Configured teams that do not fit what the service found (guarantees beyond its GPUs, a team
+/// its live jobs name left out): the configuration's error, found only at the start or a reload.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("teams: {0}")]
+pub struct TeamsMisfit(pub String);
+
 /// Refuses teams whose guarantees add up to more than `gpus`, the GPUs the cluster has
 /// (`offered_by` says whose they are, and what follows).
 pub fn ensure_guarantees_fit(
     teams: &Teams,
     gpus: GpuCount,
     offered_by: &str,
-) -> anyhow::Result<()> {
+) -> Result<(), TeamsMisfit> {
     let guaranteed: u64 = teams
         .quotas()
         .iter()
         .map(|q| u64::from(q.guaranteed_gpus))
         .sum();
-    anyhow::ensure!(
-        guaranteed <= u64::from(gpus),
-        "teams: the guarantees add up to {guaranteed} GPUs, more than the {gpus} {offered_by}"
-    );
+    if guaranteed > u64::from(gpus) {
+        return Err(TeamsMisfit(format!(
+            "the guarantees add up to {guaranteed} GPUs, more than the {gpus} {offered_by}"
+        )));
+    }
     Ok(())
 }
 

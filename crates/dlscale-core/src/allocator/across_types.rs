@@ -19,7 +19,7 @@
 //!   teams' admission runs over the GPUs of every type together, and the knapsack with teams
 //!   across types ([`TeamTypedKnapsack`]) keeps every floor, cap and lend limit. Where the types
 //!   cannot meet every team's floor at once (two teams' guarantees on the one type their jobs
-//!   can use), the caps and lend limits hold and the floors do not.
+//!   can use), the caps and what lend limits keep hold, each guarantee lowered to that keep.
 //!
 //! Shortest remaining first counts a job's seconds left at the rate of its reference.
 //!
@@ -140,11 +140,13 @@ impl Typed {
                 .solve(&items, &of, quotas, &capacities)
                 .or_else(|| {
                     // Floors the types cannot all meet (two teams' guarantees on the one type
-                    // their jobs can use): the caps and keeps still hold, the floors do not.
+                    // their jobs can use): each guarantee lowered to what its lend limit keeps
+                    // (none lent of it, so the keep stays), the caps as they are.
                     let capped: Vec<TeamQuota> = quotas
                         .iter()
                         .map(|q| TeamQuota {
                             guaranteed_gpus: q.kept_gpus(),
+                            lend_limit: q.lend_limit.map(|_| 0),
                             ..*q
                         })
                         .collect();
