@@ -337,9 +337,10 @@ impl AcrossTypes {
 /// Admission across types, in the knapsack policies' order: each job on the type, among those
 /// with room for its smallest option there, where that option is worth most (ties: the first
 /// type). With `teams` (each job's team and the quotas), only the jobs the teams' admission
-/// lets in over the GPUs of every type together ([`admit_with_teams`]) are placed so; the
-/// others keep the state it gave them. Every job's state, and the type each admitted one was
-/// admitted on.
+/// lets in over the GPUs of every type together ([`admit_with_teams`]) are placed so (those
+/// within their team's guarantee first, then those that borrow; those that may use fewest
+/// types first in each); the others keep the state it gave them. Every job's state, and the
+/// type each admitted one was admitted on.
 fn admit(
     request: &DecisionRequest<'_>,
     fleet: &Fleet,
@@ -366,19 +367,30 @@ fn admit(
         let total = free.iter().sum();
         admit_with_teams(&order, counts, jobs, team_of, quotas, total, settings)
     });
+    // With teams, their admission chose who runs: its jobs are placed onto types those within
+    // their team's guarantee first, and within each, those that may use fewest types first (a
+    // job held to its type would otherwise find it taken by one that could go elsewhere).
+    let placing = match by_team {
+        None => order,
+        Some(admission) => {
+            for i in order {
+                if admission.states[i] != JobState::Running {
+                    states[i] = admission.states[i]; // its team's quota holds it back
+                }
+            }
+            let mut within = admission.admitted;
+            let mut borrowing = within.split_off(admission.within_guarantees);
+            within.sort_by_key(|&i| options[i].len());
+            borrowing.sort_by_key(|&i| options[i].len());
+            within.append(&mut borrowing);
+            within
+        }
+    };
     let mut assignment = vec![None; jobs.len()];
     let mut blocked = false;
-    for i in order {
+    for i in placing {
         if options[i].is_empty() {
             continue; // it can run on no type of this fleet
-        }
-        if let Some(state) = by_team
-            .as_ref()
-            .map(|s| s[i])
-            .filter(|&s| s != JobState::Running)
-        {
-            states[i] = state; // its team's quota holds it back (and, in order, the new jobs after it)
-            continue;
         }
         let is_new = jobs[i].current.is_none();
         let fits = options[i]

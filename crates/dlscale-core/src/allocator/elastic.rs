@@ -442,7 +442,7 @@ pub(super) fn decide_knapsack(
         None => admit_in_order(order, jobs, need, capacity, settings),
         Some(quotas) => {
             let counts = |i: usize| Some((tables[i].first()?.gpus, tables[i].last()?.gpus));
-            admit_with_teams(&order, counts, jobs, &team_of, quotas, capacity, settings)
+            admit_with_teams(&order, counts, jobs, &team_of, quotas, capacity, settings).states
         }
     };
     let admitted: Vec<usize> = (0..jobs.len())

@@ -89,6 +89,7 @@ impl Policy for StaticFifo {
                     request.capacity,
                     settings,
                 )
+                .states
             }
         };
         let mut objective = 0.0;

@@ -314,7 +314,7 @@ pub(super) fn partitions(
 /// with a lend limit the guarantee it does not lend. So a
 /// team's own work within its guarantee is admitted before any team borrows, and a running job
 /// that borrowed what its owner now needs is queued again: the reclaim happens in the decision
-/// that sees the owner's work. Returns the state of every job (`Running`: admitted).
+/// that sees the owner's work.
 pub(super) fn admit_with_teams(
     order: &[usize],
     counts: impl Fn(usize) -> Option<(GpuCount, GpuCount)>,
@@ -323,8 +323,9 @@ pub(super) fn admit_with_teams(
     quotas: &[TeamQuota],
     capacity: GpuCount,
     settings: &Settings,
-) -> Vec<JobState> {
+) -> TeamAdmission {
     let mut states = vec![JobState::Dropped; jobs.len()];
+    let mut admitted = Vec::new();
     let mut used = vec![0u32; quotas.len()];
     let mut room = vec![0u32; quotas.len()];
     let mut total: u32 = 0;
@@ -337,8 +338,10 @@ pub(super) fn admit_with_teams(
             room[t] += most - gpus;
             total += gpus;
             states[i] = JobState::Running;
+            admitted.push(i);
         }
     }
+    let within_guarantees = admitted.len();
     let mut reserve: Vec<u32> = quotas
         .iter()
         .enumerate()
@@ -367,12 +370,29 @@ pub(super) fn admit_with_teams(
             reserve[t] -= from_own;
             reserved -= from_own;
             states[i] = JobState::Running;
+            admitted.push(i);
         } else if settings.admission == Admission::Queue || !is_new {
             states[i] = JobState::Queued;
             blocked |= is_new && !settings.backfill;
         }
     }
-    states
+    TeamAdmission {
+        states,
+        admitted,
+        within_guarantees,
+    }
+}
+
+/// What admission with teams decided ([`admit_with_teams`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct TeamAdmission {
+    /// Every job's state (`Running`: admitted).
+    pub states: Vec<JobState>,
+    /// The admitted jobs in the order admitted: those within their team's guarantee, then
+    /// those that borrow.
+    pub admitted: Vec<usize>,
+    /// How many of `admitted` are within their team's guarantee.
+    pub within_guarantees: usize,
 }
 
 /// The solution with teams: the jobs' choices and each team's GPUs.

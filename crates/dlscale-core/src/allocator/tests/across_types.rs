@@ -212,3 +212,89 @@ proptest! {
         }
     }
 }
+
+/// With teams on a fleet, the jobs the teams' admission lets in are placed onto types those
+/// within their team's guarantee first: team a's job, which runs only on `fast`, arrives while
+/// team b's four jobs borrow every `fast` GPU; b's jobs, which may run on either type, make
+/// room (placed in service order, b's running jobs would keep `fast` and a's job would wait).
+#[test]
+fn a_teams_guaranteed_job_is_placed_before_borrowers_that_could_go_elsewhere() {
+    use super::{TeamQuota, Teams};
+    let fleet = two_types((1, 4), (1, 4));
+    let quota = |guaranteed_gpus| TeamQuota {
+        guaranteed_gpus,
+        max_gpus: 8,
+        lend_limit: None,
+    };
+    let teams = Teams::new(vec![("a".into(), quota(4)), ("b".into(), quota(0))], 8).unwrap();
+    let on_type = |job: &Job, name: &str, speed: f64| crate::job::JobOnType {
+        gpu_type: name.into(),
+        throughput: Arc::new(AnalyticModel {
+            compute_base_s: 0.01 / speed,
+            compute_per_sample_s: 0.001 / speed,
+            sync_intra_base_s: 0.05,
+            sync_intra_per_gpu_s: 0.0,
+            sync_inter_base_s: 0.1,
+            sync_inter_per_gpu_s: 0.0,
+            overlap_gamma: 1.0,
+            max_local_batch: None,
+        }),
+        max_local_batch: job.max_local_batch,
+    };
+    let job = |id: &str, team: &str, gpus: u32, types: &[&str], running: bool| {
+        let mut job = analytic_job(id, 0.001, 0.05);
+        job.team = Some(team.into());
+        job.gpus = GpuRange {
+            min: gpus,
+            max: gpus,
+            powers_of_two: false,
+        };
+        job.requested = Requested { gpus, batch: 128 };
+        job.types.on = types
+            .iter()
+            .map(|&t| on_type(&job, t, if t == "fast" { 2.0 } else { 1.0 }))
+            .collect();
+        job.current = running.then_some(CurrentAllocation {
+            gpus,
+            batch: 128,
+            age_s: 600.0,
+            restarts: 0,
+            batch_in_place: false,
+        });
+        job.types.current = running.then(|| "fast".into());
+        job
+    };
+    let jobs: Vec<Job> = (1..=4)
+        .map(|i| job(&format!("b{i}"), "b", 1, &["slow", "fast"], true))
+        .chain([job("a1", "a", 4, &["fast"], false)])
+        .collect();
+    let settings = Settings {
+        admission: Admission::Queue,
+        ..Settings::default()
+    };
+    let cluster = fleet.pools()[0].cluster();
+    let request = DecisionRequest {
+        fleet: Some(&fleet),
+        teams: Some(&teams),
+        ..DecisionRequest::new(&cluster, &jobs, &settings)
+    };
+    let decision = build_policy("elastic-batch", &PolicyOptions::default())
+        .unwrap()
+        .decide(&request);
+    let placed: Vec<(&str, JobState, u32, Option<&str>)> = decision
+        .jobs
+        .iter()
+        .map(|d| (d.id.as_str(), d.state, d.gpus, d.gpu_type.as_deref()))
+        .collect();
+    let running = JobState::Running;
+    assert_eq!(
+        placed,
+        [
+            ("b1", running, 1, Some("slow")),
+            ("b2", running, 1, Some("slow")),
+            ("b3", running, 1, Some("slow")),
+            ("b4", running, 1, Some("slow")),
+            ("a1", running, 4, Some("fast")),
+        ]
+    );
+}
