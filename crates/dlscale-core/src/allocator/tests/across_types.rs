@@ -213,6 +213,83 @@ proptest! {
     }
 }
 
+/// A job of `team` for the team tests on [`two_types`]: `gpus` GPUs (from `min`), on the
+/// `types` named (twice as fast on `fast`), running on `fast` when `running`.
+fn team_job(id: &str, team: &str, (min, gpus): (u32, u32), types: &[&str], running: bool) -> Job {
+    let mut job = analytic_job(id, 0.001, 0.05);
+    job.team = Some(team.into());
+    job.gpus = GpuRange {
+        min,
+        max: gpus,
+        powers_of_two: false,
+    };
+    job.requested = Requested {
+        gpus: min,
+        batch: 128,
+    };
+    let on_type = |name: &str| {
+        let speed = if name == "fast" { 2.0 } else { 1.0 };
+        crate::job::JobOnType {
+            gpu_type: name.into(),
+            throughput: Arc::new(AnalyticModel {
+                compute_base_s: 0.01 / speed,
+                compute_per_sample_s: 0.001 / speed,
+                sync_intra_base_s: 0.05,
+                sync_intra_per_gpu_s: 0.0,
+                sync_inter_base_s: 0.1,
+                sync_inter_per_gpu_s: 0.0,
+                overlap_gamma: 1.0,
+                max_local_batch: None,
+            }),
+            max_local_batch: job.max_local_batch,
+        }
+    };
+    job.types.on = types.iter().map(|&t| on_type(t)).collect();
+    job.current = running.then_some(CurrentAllocation {
+        gpus,
+        batch: 128,
+        age_s: 600.0,
+        restarts: 0,
+        batch_in_place: false,
+    });
+    job.types.current = running.then(|| "fast".into());
+    job
+}
+
+/// `jobs`' decision by elastic-batch on `fleet`, with `teams` when given: each job's id,
+/// state, GPUs and type.
+fn decide_on_fleet(
+    fleet: &Fleet,
+    teams: Option<&super::Teams>,
+    jobs: &[Job],
+) -> Vec<(String, JobState, u32, Option<String>)> {
+    let settings = Settings {
+        admission: Admission::Queue,
+        ..Settings::default()
+    };
+    let cluster = fleet.pools()[0].cluster();
+    let request = DecisionRequest {
+        fleet: Some(fleet),
+        teams,
+        ..DecisionRequest::new(&cluster, jobs, &settings)
+    };
+    let decision = build_policy("elastic-batch", &PolicyOptions::default())
+        .unwrap()
+        .decide(&request);
+    decision
+        .jobs
+        .iter()
+        .map(|d| {
+            (
+                d.id.clone(),
+                d.state,
+                d.gpus,
+                d.gpu_type.as_deref().map(String::from),
+            )
+        })
+        .collect()
+}
+
 /// With teams on a fleet, the jobs the teams' admission lets in are placed onto types those
 /// within their team's guarantee first: team a's job, which runs only on `fast`, arrives while
 /// team b's four jobs borrow every `fast` GPU; b's jobs, which may run on either type, make
@@ -227,74 +304,69 @@ fn a_teams_guaranteed_job_is_placed_before_borrowers_that_could_go_elsewhere() {
         lend_limit: None,
     };
     let teams = Teams::new(vec![("a".into(), quota(4)), ("b".into(), quota(0))], 8).unwrap();
-    let on_type = |job: &Job, name: &str, speed: f64| crate::job::JobOnType {
-        gpu_type: name.into(),
-        throughput: Arc::new(AnalyticModel {
-            compute_base_s: 0.01 / speed,
-            compute_per_sample_s: 0.001 / speed,
-            sync_intra_base_s: 0.05,
-            sync_intra_per_gpu_s: 0.0,
-            sync_inter_base_s: 0.1,
-            sync_inter_per_gpu_s: 0.0,
-            overlap_gamma: 1.0,
-            max_local_batch: None,
-        }),
-        max_local_batch: job.max_local_batch,
-    };
-    let job = |id: &str, team: &str, gpus: u32, types: &[&str], running: bool| {
-        let mut job = analytic_job(id, 0.001, 0.05);
-        job.team = Some(team.into());
-        job.gpus = GpuRange {
-            min: gpus,
-            max: gpus,
-            powers_of_two: false,
-        };
-        job.requested = Requested { gpus, batch: 128 };
-        job.types.on = types
-            .iter()
-            .map(|&t| on_type(&job, t, if t == "fast" { 2.0 } else { 1.0 }))
-            .collect();
-        job.current = running.then_some(CurrentAllocation {
-            gpus,
-            batch: 128,
-            age_s: 600.0,
-            restarts: 0,
-            batch_in_place: false,
-        });
-        job.types.current = running.then(|| "fast".into());
-        job
-    };
     let jobs: Vec<Job> = (1..=4)
-        .map(|i| job(&format!("b{i}"), "b", 1, &["slow", "fast"], true))
-        .chain([job("a1", "a", 4, &["fast"], false)])
+        .map(|i| team_job(&format!("b{i}"), "b", (1, 1), &["slow", "fast"], true))
+        .chain([team_job("a1", "a", (4, 4), &["fast"], false)])
         .collect();
-    let settings = Settings {
-        admission: Admission::Queue,
-        ..Settings::default()
-    };
-    let cluster = fleet.pools()[0].cluster();
-    let request = DecisionRequest {
-        fleet: Some(&fleet),
-        teams: Some(&teams),
-        ..DecisionRequest::new(&cluster, &jobs, &settings)
-    };
-    let decision = build_policy("elastic-batch", &PolicyOptions::default())
-        .unwrap()
-        .decide(&request);
-    let placed: Vec<(&str, JobState, u32, Option<&str>)> = decision
-        .jobs
-        .iter()
-        .map(|d| (d.id.as_str(), d.state, d.gpus, d.gpu_type.as_deref()))
-        .collect();
-    let running = JobState::Running;
+    let running = |id: &str, gpus, on: &str| (id.into(), JobState::Running, gpus, Some(on.into()));
     assert_eq!(
-        placed,
+        decide_on_fleet(&fleet, Some(&teams), &jobs),
         [
-            ("b1", running, 1, Some("slow")),
-            ("b2", running, 1, Some("slow")),
-            ("b3", running, 1, Some("slow")),
-            ("b4", running, 1, Some("slow")),
-            ("a1", running, 4, Some("fast")),
+            running("b1", 1, "slow"),
+            running("b2", 1, "slow"),
+            running("b3", 1, "slow"),
+            running("b4", 1, "slow"),
+            running("a1", 4, "fast"),
         ]
+    );
+}
+
+/// Floors the types cannot all meet: teams a and b are each guaranteed 4 GPUs and their jobs
+/// run only on `fast`, which has 4. The guarantees give way (a and b share `fast`), while the
+/// lend limit of team d, which has no jobs, still keeps its 2 GPUs idle: team c's job, which
+/// without teams would take every `slow` GPU, gets what is left of `slow`.
+#[test]
+fn floors_the_types_cannot_meet_give_way_and_lend_limits_still_keep() {
+    use super::{TeamQuota, Teams};
+    let fleet = two_types((1, 8), (1, 4));
+    let quota = |guaranteed_gpus, lend_limit| TeamQuota {
+        guaranteed_gpus,
+        max_gpus: 12,
+        lend_limit,
+    };
+    let teams = Teams::new(
+        vec![
+            ("a".into(), quota(4, None)),
+            ("b".into(), quota(4, None)),
+            ("c".into(), quota(0, None)),
+            ("d".into(), quota(2, Some(0))),
+        ],
+        12,
+    )
+    .unwrap();
+    let jobs = [
+        team_job("a1", "a", (1, 4), &["fast"], false),
+        team_job("b1", "b", (1, 4), &["fast"], false),
+        team_job("c1", "c", (1, 8), &["slow", "fast"], false),
+    ];
+    let c1 = |decided: &[(String, JobState, u32, Option<String>)]| decided[2].clone();
+    // Without teams c's job takes all of `slow`.
+    let plain = decide_on_fleet(&fleet, None, &jobs);
+    assert_eq!(
+        c1(&plain),
+        ("c1".into(), JobState::Running, 8, Some("slow".into()))
+    );
+    let decided = decide_on_fleet(&fleet, Some(&teams), &jobs);
+    let on_fast: u32 = decided[..2]
+        .iter()
+        .map(|(_, state, gpus, on)| {
+            assert_eq!((*state, on.as_deref()), (JobState::Running, Some("fast")));
+            gpus
+        })
+        .sum();
+    assert_eq!(on_fast, 4, "{decided:?}");
+    assert_eq!(
+        c1(&decided),
+        ("c1".into(), JobState::Running, 6, Some("slow".into()))
     );
 }
