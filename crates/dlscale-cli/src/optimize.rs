@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use dlscale_autoscaler::{decide_placed, PlacedDecision};
 use dlscale_core::allocator::knapsack::SolverPath;
@@ -13,6 +13,7 @@ use dlscale_core::{
     policy_info, Admission, Cluster, CountRule, Decision, DecisionRequest, Fleet, Job, JobState,
     PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility, Weighing, REGISTRY,
 };
+use dlscale_server::input_file::read_input_file;
 use serde::Serialize;
 
 use crate::input_error;
@@ -248,16 +249,15 @@ struct Report<'a> {
     jobs: &'a [dlscale_core::JobDecision],
 }
 
-/// Reads a file, naming it on failure (a missing file is bad input).
-pub fn read_input(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read {}", path.display()))
-        .map_err(input_error)
+/// Reads the file `what` (`job file`, `cluster file`) at `path`, bounded, naming it on failure
+/// (bad input, as a missing file is).
+pub fn read_input(path: &Path, what: &str) -> Result<String> {
+    read_input_file(path, what).map_err(input_error)
 }
 
 /// Reads and validates a job file.
 pub fn load_jobs(path: &Path) -> Result<Vec<Job>> {
-    let text = read_input(path)?;
+    let text = read_input(path, "job file")?;
     let name = path.display().to_string();
     let jobs = parse_jobs(&text, FileFormat::for_path(&name), &name).map_err(input_error)?;
     if jobs.is_empty() {
@@ -270,7 +270,7 @@ pub fn load_jobs(path: &Path) -> Result<Vec<Job>> {
 
 /// Reads and validates a cluster file.
 pub fn load_cluster(path: &Path) -> Result<Cluster> {
-    let text = read_input(path)?;
+    let text = read_input(path, "cluster file")?;
     let name = path.display().to_string();
     let cluster: Cluster =
         parse_document(&text, FileFormat::for_path(&name), &name).map_err(input_error)?;
@@ -361,7 +361,7 @@ fn print(
 
 /// Reads and validates a fleet file.
 pub fn load_fleet(path: &Path) -> Result<Fleet> {
-    let text = read_input(path)?;
+    let text = read_input(path, "fleet file")?;
     let name = path.display().to_string();
     parse_document(&text, FileFormat::for_path(&name), &name).map_err(input_error)
 }

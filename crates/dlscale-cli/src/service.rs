@@ -13,6 +13,7 @@ use dlscale_core::CoreError;
 use dlscale_server::api::dto::JobView;
 use dlscale_server::api::LOG_OFFSET_HEADER;
 use dlscale_server::client::{segment, ApiClient, ApiFailure, Method};
+use dlscale_server::input_file::read_input_file;
 use dlscale_server::profile::{run_profile, ProfileOptions, ProfilePoint};
 use dlscale_server::spec::JobSpec;
 use dlscale_server::{ConfigFile, ServerConfig};
@@ -213,7 +214,7 @@ fn teams_misfit(e: anyhow::Error, config: Option<&Path>) -> anyhow::Error {
         return e;
     }
     // Read again only to find the line: the start read it a moment ago.
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let text = read_input_file(path, "config").unwrap_or_default();
     input_error(e.context(config_at(path, &text, "teams")))
 }
 
@@ -238,9 +239,7 @@ fn config_key(message: &str) -> &str {
 fn read_server_config(args: &ServeArgs) -> Result<ServerConfig> {
     let (mut file, text) = match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read config {}", path.display()))
-                .map_err(input_error)?;
+            let text = read_input_file(path, "config").map_err(input_error)?;
             let file =
                 ConfigFile::parse(&text, &path.display().to_string()).map_err(input_error)?;
             (file, text)
@@ -314,8 +313,7 @@ impl SubmitFile {
 /// Reads a job file (TOML or JSON: one job, or `jobs = [...]`) into submission objects with
 /// absolute workdirs. Errors name the file and the line.
 fn read_job_file(path: &Path) -> Result<SubmitFile> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = read_input_file(path, "job file")?;
     let name = path.display().to_string();
     let format = FileFormat::for_path(&name);
     let objects = job_objects(&text, format, &name)?;

@@ -466,7 +466,8 @@ pub fn run_reproduce(args: &ReproduceArgs) -> Result<()> {
             out
         }
     };
-    println!("{}", std::fs::read_to_string(out.join("report.md"))?);
+    let report = dlscale_server::input_file::read_input_file(&out.join("report.md"), "report")?;
+    println!("{report}");
     Ok(())
 }
 

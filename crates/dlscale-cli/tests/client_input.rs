@@ -1,7 +1,9 @@
 //! Input of the client commands that is wrong before any server is asked: `dlscale token`'s
-//! team, and a `DLSCALE_TOKEN` that cannot be sent. Exit code 2, the error naming the option or
-//! variable at fault.
+//! team, a `DLSCALE_TOKEN` that cannot be sent, and a file that never ends. Exit code 2, the
+//! error naming the option, variable or file at fault.
 
+use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn dlscale(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -62,6 +64,98 @@ fn a_token_that_cannot_be_a_header_names_dlscale_token() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("cannot reach the dlscale server"),
+        "{stderr}"
+    );
+}
+
+/// A FIFO at `path` that a thread keeps writing zeros into once a reader opens it: a file that
+/// never ends. The thread ends when the reader closes it.
+fn endless_fifo(path: &Path) {
+    let made = Command::new("mkfifo")
+        .args(["-m", "600"])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo {}", path.display());
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        if let Ok(mut fifo) = std::fs::OpenOptions::new().write(true).open(&path) {
+            let zeros = vec![0u8; 1 << 16];
+            while fifo.write_all(&zeros).is_ok() {}
+        }
+    });
+}
+
+/// Every file a command reads whole — a job, cluster, fleet or configuration file, the server's
+/// token file — is read up to a bound: one that never ends (`/dev/zero`, a FIFO written
+/// forever) is refused naming the file and the limit, instead of taking all memory.
+#[test]
+fn a_file_that_never_ends_is_refused_naming_it_and_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("jobs.toml");
+    endless_fifo(&fifo);
+    let fifo = fifo.display().to_string();
+    let api = ("DLSCALE_API", "http://127.0.0.1:9");
+    let limit = "it holds more than 67108864 bytes (64 MiB), the most dlscale reads from one \
+                 input file";
+    let cases: [(&[&str], &str); 7] = [
+        (&["submit", "/dev/zero"], "job file /dev/zero"),
+        (&["submit", &fifo], &format!("job file {fifo}")),
+        (&["profile", "/dev/zero"], "job file /dev/zero"),
+        (
+            &[
+                "optimize",
+                "--jobs",
+                "/dev/zero",
+                "--nodes",
+                "1",
+                "--gpus-per-node",
+                "1",
+            ],
+            "job file /dev/zero",
+        ),
+        (
+            &["optimize", "--jobs", "jobs.json", "--cluster", "/dev/zero"],
+            "cluster file /dev/zero",
+        ),
+        (
+            &["optimize", "--jobs", "jobs.json", "--fleet", "/dev/zero"],
+            "fleet file /dev/zero",
+        ),
+        (&["serve", "--config", "/dev/zero"], "config /dev/zero"),
+    ];
+    for (args, file) in cases {
+        let out = dlscale(args, &[api, ("DLSCALE_TOKEN", "t")]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("error: cannot read {file}: {limit}")),
+            "{args:?}: {stderr}"
+        );
+    }
+    // The server's token file, in its data directory (private, as it must be).
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    endless_fifo(&data.join("token"));
+    let data = data.display().to_string();
+    let serve = [
+        "serve",
+        "--data-dir",
+        &data,
+        "--slots",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let out = Command::new(env!("CARGO_BIN_EXE_dlscale"))
+        .args(serve)
+        .env_remove("DLSCALE_TOKEN")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot read token file {data}/token: {limit}")),
         "{stderr}"
     );
 }

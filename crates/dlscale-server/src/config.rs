@@ -173,8 +173,7 @@ pub enum MetricsAccess {
 impl ConfigFile {
     /// Reads a TOML configuration file; errors name the file and the line.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read config {}", path.display()))?;
+        let text = crate::input_file::read_input_file(path, "config")?;
         Self::parse(&text, &path.display().to_string())
     }
 

@@ -77,12 +77,6 @@ impl ApiError {
     }
 }
 
-/// Turns a serde error (its path and message) into an error naming the field.
-pub(crate) fn serde_field_error(path: &str, message: &str) -> ApiError {
-    let (field, message) = dlscale_core::error::serde_field(path, message);
-    ApiError::field(field.clone(), format!("field '{field}': {message}"))
-}
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody {

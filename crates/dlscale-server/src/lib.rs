@@ -9,7 +9,7 @@
 //! inputs. [`metrics`] renders `/metrics`; [`client`] talks to a running server; [`replay`] feeds
 //! a data directory's recorded inputs through the autoscaler again; [`profile`] measures a job at
 //! a few (workers, batch) points and fits its throughput model; [`fault`] is the crash injection
-//! of the fault soak.
+//! of the fault soak; [`input_file`] reads a file whole, bounded (the CLI's files too).
 //!
 //! No lock is held across an external command or an fsync: API reads answer from the last
 //! committed view, SQLite calls run on the blocking pool, executor commands in tasks of their own.
@@ -24,6 +24,7 @@ pub mod config;
 pub mod error;
 pub mod executor;
 pub mod fault;
+pub mod input_file;
 pub mod metrics;
 pub mod profile;
 pub mod reload;
@@ -71,8 +72,7 @@ pub fn load_or_create_token(config: &ServerConfig) -> Result<String> {
     let path = config.data_dir.join("token");
     if let Ok(meta) = std::fs::metadata(&path) {
         check_private(&path, meta.permissions().mode())?;
-        let t = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        let t = input_file::read_input_file(&path, "token file")?;
         let t = t.trim().to_string();
         if !t.is_empty() {
             return Ok(t);

@@ -202,8 +202,7 @@ impl JobSpec {
     /// Parses a submission body (JSON). Checks syntax, types, the id and the run fields; the
     /// job-file fields are checked by [`JobSpec::build_job`].
     pub fn parse(body: &[u8]) -> Result<JobSpec, ApiError> {
-        let jobfile::UniqueKeys(value) = serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
+        let jobfile::UniqueKeys(value) = crate::api::parse_json(body)?;
         Self::from_value(value)
     }
 

@@ -5,13 +5,13 @@
 //! GPU-seconds each team, user or job held (`GET /v1/usage`, [`crate::usage`]); and where each
 //! team stands now (`GET /v1/teams`, [`crate::teams`]).
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 
 use super::dto::{DecisionEntry, DecisionsView, ExplainView};
-use super::{find_job, query, AppState};
+use super::extract::{ApiQuery, PathParam};
+use super::{find_job, AppState};
 use crate::error::ApiError;
 use crate::service::{Service, RECENT_DECISIONS};
 use crate::teams::{team_views, TeamView};
@@ -25,9 +25,10 @@ pub struct DecisionsQuery {
     #[serde(default)]
     pub limit: Option<usize>,
     /// Only the decisions made before this time (seconds since the epoch): the `older` of the
-    /// page before.
+    /// page before. Read as text and checked by the handler as `since` of `GET /v1/usage` is
+    /// (`epoch_s`), so that a wrong one is refused saying what is wanted.
     #[serde(default)]
-    pub before: Option<f64>,
+    pub before: Option<String>,
 }
 
 /// Query of `GET /v1/usage`.
@@ -45,9 +46,8 @@ pub struct UsageQuery {
 
 pub(super) async fn usage(
     State(s): State<AppState>,
-    q: Result<Query<UsageQuery>, QueryRejection>,
+    ApiQuery(q): ApiQuery<UsageQuery>,
 ) -> Result<Json<Vec<UsageRow>>, ApiError> {
-    let q = query(q)?;
     let since_s = match q.since.as_deref() {
         Some(since) => epoch_s("since", since)?,
         None => f64::NEG_INFINITY,
@@ -92,13 +92,15 @@ pub const DEFAULT_DECISIONS: usize = 20;
 
 pub(super) async fn decisions(
     State(s): State<AppState>,
-    q: Result<Query<DecisionsQuery>, QueryRejection>,
+    ApiQuery(q): ApiQuery<DecisionsQuery>,
 ) -> Result<Json<DecisionsView>, ApiError> {
-    let q = query(q)?;
     let limit = q.limit.unwrap_or(DEFAULT_DECISIONS).min(RECENT_DECISIONS);
     let view = s.view();
     let recent = &view.decisions;
-    let before = q.before.unwrap_or(f64::INFINITY);
+    let before = match q.before.as_deref() {
+        Some(before) => epoch_s("before", before)?,
+        None => f64::INFINITY,
+    };
     let mut older = (0..recent.len())
         .rev()
         .filter(|&k| recent[k].record.at_s < before);
@@ -124,7 +126,7 @@ pub(super) async fn decisions(
 
 pub(super) async fn explain(
     State(s): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
 ) -> Result<Json<ExplainView>, ApiError> {
     let job = find_job(&s, &id).await?;
     let status = job.record.status;

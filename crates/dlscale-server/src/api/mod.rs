@@ -8,7 +8,10 @@
 //! for it: [`session`]), or for the routes a job's own workers call (read the job, report
 //! metrics, report completion) that job's token; `/v1/session` itself takes the admin token in
 //! its body. Errors are JSON
-//! (`{"error", "field"}`); a 500 never carries its cause (it is logged).
+//! (`{"error", "field"}`); a 500 never carries its cause (it is logged). A request that cannot
+//! even be read (a body over [`MAX_BODY`], a path parameter that is not UTF-8, a query or JSON
+//! body that does not parse) is refused in that shape too: handlers take the body, path and
+//! query through the extractors of `extract`, the one place such a refusal is worded.
 //!
 //! Handlers read from the service's last committed [`View`](crate::service::View) or the
 //! database and hand state changes to the driver ([`Service::request`]); none waits on an
@@ -17,6 +20,7 @@
 mod access;
 mod dashboard;
 pub mod dto;
+mod extract;
 pub mod insight;
 pub mod openapi;
 mod report;
@@ -27,19 +31,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Extension, MatchedPath, Path, Query, Request, State};
+use axum::extract::{Extension, MatchedPath, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::{Json, Router};
-use bytes::Bytes;
 use dlscale_autoscaler::{Input, JobRecord, MetricsReport, Refusal, Status, Target, Waiting};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
+pub(crate) use extract::parse_json;
+use extract::{ApiQuery, Body, PathParam};
 pub use report::{validate_report, GRAD_FIELDS, METRICS_FIELDS};
 
 use crate::error::ApiError;
@@ -335,19 +339,6 @@ async fn time_request(State(s): State<AppState>, request: Request, next: Next) -
     response
 }
 
-fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let message = inner.to_string();
-        if inner.is_syntax() || inner.is_eof() {
-            return ApiError::bad_request(format!("request body is not valid JSON: {message}"));
-        }
-        crate::error::serde_field_error(&path, &message)
-    })
-}
-
 impl From<Unavailable> for ApiError {
     fn from(u: Unavailable) -> Self {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, u.to_string())
@@ -587,16 +578,10 @@ pub struct JobsQuery {
 /// the `before` of the next page.
 pub const NEXT_BEFORE_HEADER: &str = "x-next-before";
 
-fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
-    q.map(|Query(q)| q)
-        .map_err(|e| ApiError::bad_request(format!("invalid query: {}", e.body_text())))
-}
-
 async fn list_jobs(
     State(s): State<AppState>,
-    q: Result<Query<JobsQuery>, QueryRejection>,
+    ApiQuery(q): ApiQuery<JobsQuery>,
 ) -> Result<Response, ApiError> {
-    let q = query(q)?;
     if q.all && q.ended {
         return Err(ApiError::bad_request(
             "invalid query: 'all' (every job) and 'ended' (the ended ones) exclude each other",
@@ -645,7 +630,7 @@ async fn list_jobs(
 
 async fn get_job(
     State(s): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
 ) -> Result<Json<JobView>, ApiError> {
     let job = find_job(&s, &id).await?;
     let mut view = job_view(&s, &job, &s.executor.handles());
@@ -663,7 +648,7 @@ async fn get_job(
 async fn cancel(
     State(s): State<AppState>,
     principal: Option<Extension<Principal>>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
 ) -> Result<Response, ApiError> {
     let by = owns(&s, principal.as_deref(), &id).await?;
     let refusals = s
@@ -725,10 +710,9 @@ pub const LOG_OFFSET_HEADER: &str = "x-log-offset";
 async fn logs(
     State(s): State<AppState>,
     principal: Option<Extension<Principal>>,
-    Path(id): Path<String>,
-    q: Result<Query<LogsQuery>, QueryRejection>,
+    PathParam(id): PathParam,
+    ApiQuery(q): ApiQuery<LogsQuery>,
 ) -> Result<Response, ApiError> {
-    let q = query(q)?;
     owns(&s, principal.as_deref(), &id).await?;
     let job = find_job(&s, &id).await?;
     let path = JobFiles::of(&s.config.data_dir, &job.spec).log();
@@ -763,7 +747,7 @@ async fn logs(
 
 async fn allocations(
     State(s): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
 ) -> Result<Json<Vec<AllocationView>>, ApiError> {
     let job = find_job(&s, &id).await?;
     let events = s
@@ -839,8 +823,8 @@ pub struct BatchAnswer {
 
 async fn report_metrics(
     State(s): State<AppState>,
-    Path(id): Path<String>,
-    body: Bytes,
+    PathParam(id): PathParam,
+    Body(body): Body,
 ) -> Result<Response, ApiError> {
     check_fields_of(&body, &METRICS_FIELDS, &[("grad", &GRAD_FIELDS)])?;
     let report: MetricsReport = parse_json(&body)?;
@@ -879,6 +863,14 @@ async fn report_metrics(
                 "job '{id}': {r}; report ignored"
             )))
         }
+        Some(Refusal::NotCurrent { .. }) => ReportAnswer {
+            accepted: false,
+            reason: Some(format!(
+                "not from the job's current launch: job '{id}' {}",
+                launch_standing(&s, &id).await?
+            )),
+            batch: None,
+        },
         Some(other) => ReportAnswer {
             accepted: false,
             reason: Some(other.to_string()),
@@ -886,6 +878,24 @@ async fn report_metrics(
         },
     };
     Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
+}
+
+/// Where job `id` stands in its launches, as the answer to a report of another launch says it:
+/// the launch it is at, or that it has not been launched (yet, or at all: it ended first).
+async fn launch_standing(s: &Service, id: &str) -> Result<String, ApiError> {
+    Ok(standing(&find_job(s, id).await?.record))
+}
+
+/// [`launch_standing`] of a record. A job that was never launched has no launch to name (its
+/// `attempt` is the count of launches before it, 0 for a new id): it says so instead.
+fn standing(r: &JobRecord) -> String {
+    match (r.status.is_terminal(), r.launch.is_some()) {
+        (false, true) if r.status.holds_gpus() => format!("is at launch {}", r.attempt),
+        (false, true) => format!("waits to be launched again after launch {}", r.attempt),
+        (false, false) => "has not been launched yet".to_string(),
+        (true, true) => format!("ended ({}) after launch {}", r.status, r.attempt),
+        (true, false) => format!("ended ({}) before it was launched", r.status),
+    }
 }
 
 /// A worker's report that training completed (`POST /v1/jobs/{id}/complete`, sent by the worker
@@ -903,8 +913,8 @@ pub struct CompletionReport {
 
 async fn report_completion(
     State(s): State<AppState>,
-    Path(id): Path<String>,
-    body: Bytes,
+    PathParam(id): PathParam,
+    Body(body): Body,
 ) -> Result<Response, ApiError> {
     let c: CompletionReport = parse_json(&body)?;
     report::validate_progress(c.step, c.samples_seen)?;
@@ -931,11 +941,17 @@ async fn report_completion(
         )
             .into_response()),
         Some(Refusal::UnknownJob) => Err(ApiError::not_found(format!("no job '{id}'"))),
-        Some(Refusal::NotCurrent { attempt }) => Err(ApiError::conflict(format!(
-            "job '{id}' is at launch {attempt}; a completion of launch {} is ignored",
-            c.attempt
-        ))
-        .with_field("attempt")),
+        Some(refusal @ (Refusal::NotCurrent { .. } | Refusal::Ended { .. })) => {
+            let e = ApiError::conflict(format!(
+                "job '{id}' {}; a completion of launch {} is ignored",
+                launch_standing(&s, &id).await?,
+                c.attempt
+            ));
+            Err(match refusal {
+                Refusal::NotCurrent { .. } => e.with_field("attempt"),
+                _ => e,
+            })
+        }
         Some(other) => Err(ApiError::conflict(format!("job '{id}': {other}"))),
     }
 }
@@ -957,8 +973,8 @@ pub struct ProfileUpload {
 
 async fn put_profile(
     State(s): State<AppState>,
-    Path(name): Path<String>,
-    body: Bytes,
+    PathParam(name): PathParam,
+    Body(body): Body,
 ) -> Result<Json<Profile>, ApiError> {
     validate_id("name", &name)?;
     let upload: ProfileUpload = parse_json(&body)?;

@@ -25,10 +25,10 @@ use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::access::constant_time_eq;
+use super::extract::Body;
 use super::{parse_json, AppState};
 use crate::error::ApiError;
 use crate::executor::random_hex;
@@ -188,7 +188,7 @@ pub(super) async fn log_in(
     State(s): State<AppState>,
     Extension(sessions): Extension<Arc<Sessions>>,
     headers: HeaderMap,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Response, ApiError> {
     same_origin(&headers)?;
     let login: Login = parse_json(&body)?;

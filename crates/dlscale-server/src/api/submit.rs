@@ -8,14 +8,14 @@ use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use bytes::Bytes;
 use dlscale_autoscaler::{Input, Refusal};
 use dlscale_core::allocator::DEFAULT_TEAM;
 use dlscale_core::jobfile::UniqueKeys;
 use dlscale_core::placement::{Node, Topology};
 use serde_json::Value;
 
-use super::{find_job, job_view, AppState, MAX_JOBS_PER_SUBMISSION};
+use super::extract::Body;
+use super::{find_job, job_view, parse_json, AppState, MAX_JOBS_PER_SUBMISSION};
 use crate::error::ApiError;
 use crate::executor::{random_hex, JobFiles};
 use crate::service::Service;
@@ -231,10 +231,9 @@ fn in_job(k: usize, e: ApiError) -> ApiError {
 pub(super) async fn submit(
     State(s): State<AppState>,
     principal: Option<Extension<Principal>>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Response, ApiError> {
-    let UniqueKeys(value) = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
+    let UniqueKeys(value) = parse_json(&body)?;
     let (values, many) = match value {
         Value::Array(items) => (items, true),
         other => (vec![other], false),

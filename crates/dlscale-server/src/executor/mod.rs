@@ -182,7 +182,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The exit code a launch's wrapper recorded in its run directory, if it did.
 pub fn read_exit(run_dir: &Path) -> Option<i32> {
-    std::fs::read_to_string(run_dir.join("exit"))
+    crate::input_file::read_input_file(&run_dir.join("exit"), "exit file")
         .ok()?
         .trim()
         .parse()
@@ -358,7 +358,7 @@ fn append_to_log(files: &JobFiles, id: &str, line: &str) {
 /// The server instance id in `<data_dir>/instance`, created (8 random hex digits) if missing.
 pub fn load_or_create_instance(data_dir: &Path) -> Result<String> {
     let path = data_dir.join("instance");
-    if let Ok(text) = std::fs::read_to_string(&path) {
+    if let Ok(text) = crate::input_file::read_input_file(&path, "instance file") {
         let id = text.trim().to_string();
         if !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric()) {
             return Ok(id);

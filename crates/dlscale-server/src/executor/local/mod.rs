@@ -177,6 +177,63 @@ pub fn nodes_of(slots: &[Slot]) -> Vec<LocalNode> {
     nodes
 }
 
+/// The nodes in one short line, for the log at the start: each node's name, type, number of
+/// slots and their ids as ranges ([`slot_ranges`]), never every id of a machine that may have
+/// up to 1,048,576 slots (`local (1048576 slots: 0-1048575)`).
+pub fn nodes_summary(nodes: &[LocalNode]) -> String {
+    let nodes: Vec<String> = nodes
+        .iter()
+        .map(|n| {
+            let count = match n.slots.len() {
+                1 => "1 slot".to_string(),
+                k => format!("{k} slots"),
+            };
+            let slots = format!("{count}: {}", slot_ranges(&n.slots));
+            match &n.gpu_type {
+                Some(t) => format!("{} ({t}: {slots})", n.name),
+                None => format!("{} ({slots})", n.name),
+            }
+        })
+        .collect();
+    nodes.join(", ")
+}
+
+/// Slot ids as their runs of consecutive ids (`0-3, 8, 10-11`): the first
+/// [`SLOT_RUNS_SHOWN`], then how many more there are and the last id.
+fn slot_ranges(ids: &[u32]) -> String {
+    let mut shown: Vec<(u32, u32)> = Vec::new();
+    let mut more = 0usize;
+    let mut previous: Option<u32> = None;
+    for &id in ids {
+        let continues = previous.and_then(|p| p.checked_add(1)) == Some(id);
+        previous = Some(id);
+        if !continues {
+            // A run past those shown is only counted.
+            if shown.len() < SLOT_RUNS_SHOWN {
+                shown.push((id, id));
+            } else {
+                more += 1;
+            }
+        } else if let Some((_, end)) = shown.last_mut().filter(|_| more == 0) {
+            *end = id;
+        }
+    }
+    let mut text: Vec<String> = shown
+        .iter()
+        .map(|&(start, end)| match end - start {
+            0 => start.to_string(),
+            _ => format!("{start}-{end}"),
+        })
+        .collect();
+    if let (true, Some(last)) = (more > 0, previous) {
+        text.push(format!("… and {more} more run(s), up to {last}"));
+    }
+    text.join(", ")
+}
+
+/// How many runs of slot ids [`nodes_summary`] shows before it counts the rest.
+const SLOT_RUNS_SHOWN: usize = 4;
+
 /// `slots` with the types of `types` (`slot_types`, one per slot), where given; `counted_by`
 /// says where the slots came from, for the error when the counts differ.
 fn with_types(slots: Vec<Slot>, types: Option<&[String]>, counted_by: &str) -> Result<Vec<Slot>> {
@@ -250,14 +307,7 @@ impl LocalExecutor {
             },
         };
         let slots = with_types(slots, config.slot_types.as_deref(), counted_by)?;
-        let nodes: Vec<String> = nodes_of(&slots)
-            .iter()
-            .map(|n| match &n.gpu_type {
-                Some(t) => format!("{} ({t}: slots {:?})", n.name, n.slots),
-                None => format!("{} (slots {:?})", n.name, n.slots),
-            })
-            .collect();
-        tracing::info!("local executor: {}", nodes.join(", "));
+        tracing::info!("local executor: {}", nodes_summary(&nodes_of(&slots)));
         Ok(LocalExecutor::new(ctx, slots, gpus_detected, reports))
     }
 

@@ -375,3 +375,88 @@ async fn a_launch_its_waiter_still_reaps_is_left_to_the_waiter() {
         ]
     );
 }
+
+/// The start's log line of the nodes says how many slots and their ranges, never every id: the
+/// largest machine (1,048,576 slots) logs one short line, as does one of interleaved types.
+#[test]
+fn the_nodes_are_logged_as_counts_and_ranges() {
+    let line = |slots: &[Slot]| nodes_summary(&nodes_of(slots));
+    assert_eq!(line(&Slot::untyped(1)), "local (1 slot: 0)");
+    assert_eq!(line(&Slot::untyped(4)), "local (4 slots: 0-3)");
+    assert_eq!(
+        line(&typed(&["a100", "t4", "a100", "a100", "t4"])),
+        "local-a100 (a100: 3 slots: 0, 2-3), local-t4 (t4: 2 slots: 1, 4)"
+    );
+    let gaps: Vec<Slot> = [0, 1, 3, 5, 6, 7, 9, 11, 12]
+        .map(|id| Slot { id, gpu_type: None })
+        .to_vec();
+    assert_eq!(
+        line(&gaps),
+        "local (9 slots: 0-1, 3, 5-7, 9, … and 1 more run(s), up to 12)"
+    );
+    let most = dlscale_core::cluster::MAX_TOTAL_GPUS;
+    assert_eq!(
+        line(&Slot::untyped(most)),
+        format!("local ({most} slots: 0-{})", most - 1)
+    );
+    let alternating: Vec<String> = (0..most)
+        .map(|k| if k % 2 == 0 { "a100" } else { "t4" }.to_string())
+        .collect();
+    let slots = with_types(Slot::untyped(most), Some(&alternating), "slots is").unwrap();
+    let logged = line(&slots);
+    assert!(logged.len() < 200, "{} bytes: {logged:.300}", logged.len());
+    assert!(
+        logged.starts_with(
+            "local-a100 (a100: 524288 slots: 0, 2, 4, 6, … and 524284 more run(s), up to 1048574)"
+        ),
+        "{logged:.300}"
+    );
+}
+
+/// The executor logs its nodes once at the start, in that one short line, with the most slots
+/// a configuration may give.
+#[test]
+fn the_start_logs_one_short_line_of_the_most_slots() {
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            lock(&self.0).extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let dir = tempfile::tempdir().unwrap();
+    let most = dlscale_core::cluster::MAX_TOTAL_GPUS;
+    let config = LocalConfig {
+        slots: Some(most),
+        ..LocalConfig::default()
+    };
+    let (reports, _) = tokio::sync::mpsc::unbounded_channel();
+    let e = tracing::subscriber::with_default(subscriber, || {
+        LocalExecutor::from_config(&config, ctx(dir.path()), reports)
+    })
+    .unwrap();
+    assert_eq!(e.slots.len(), most as usize);
+    let log = String::from_utf8(lock(&captured.0).clone()).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("local executor:"))
+        .unwrap_or_else(|| panic!("no line of the nodes in {log:.500}"));
+    assert!(line.len() < 200, "{} bytes: {line:.300}", line.len());
+    assert!(
+        line.ends_with(&format!(
+            "local executor: local ({most} slots: 0-{})",
+            most - 1
+        )),
+        "{line}"
+    );
+}

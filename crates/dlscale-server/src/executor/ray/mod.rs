@@ -355,7 +355,7 @@ impl RayExecutor {
 fn append_new(log: &Path, run_dir: &Path, logs: &str) -> Result<()> {
     use std::io::Write;
     let mark = run_dir.join("log-copied");
-    let done: usize = std::fs::read_to_string(&mark)
+    let done: usize = crate::input_file::read_input_file(&mark, "log mark")
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(0);
