@@ -1,7 +1,7 @@
 //! `dlscale simulate` and `dlscale reproduce`.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -10,10 +10,11 @@ use dlscale_autoscaler::OnEvents;
 use dlscale_core::allocator::FairShare;
 use dlscale_core::placement::ShapeRule;
 use dlscale_core::PolicyInfo;
+use dlscale_server::input_file::read_input_file;
 use dlscale_sim::reproduce::Load;
 use dlscale_sim::workload::bundled_pollux_workload;
 use dlscale_sim::{
-    read_workload, reproduce_paper, reproduce_pollux, run_to_dir, Knowledge, PaperOptions,
+    parse_workload, reproduce_paper, reproduce_pollux, run_to_dir, Knowledge, PaperOptions,
     PolluxOptions, Preset, ProgressMode, ReadOptions, Reporting, SimConfig, SimError,
     WorkloadFormat,
 };
@@ -289,8 +290,11 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
             })?;
             bundled_pollux_workload(n).map_err(sim_error)?
         }
-        None => read_workload(args.workload.as_ref(), args.workload_format, &options)
-            .map_err(sim_error)?,
+        None => {
+            let path: &Path = args.workload.as_ref();
+            let text = read_input_file(path, "workload").map_err(input_error)?;
+            parse_workload(path, &text, args.workload_format, &options).map_err(sim_error)?
+        }
     };
     let config = SimConfig {
         cluster,
@@ -329,10 +333,14 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
                 dlscale_sim::teams::guarantees_from_shares(&workload, cluster.total_gpus())
                     .map_err(sim_error)?,
             ),
-            Some(path) => Some(
-                dlscale_sim::teams::read_teams_file(path.as_ref(), cluster.total_gpus())
-                    .map_err(sim_error)?,
-            ),
+            Some(path) => {
+                let path: &Path = path.as_ref();
+                let text = read_input_file(path, "teams file").map_err(input_error)?;
+                Some(
+                    dlscale_sim::teams::parse_teams_file(path, &text, cluster.total_gpus())
+                        .map_err(sim_error)?,
+                )
+            }
         },
         fair_share: match args.fair_share_half_life {
             None => base.fair_share,
@@ -449,8 +457,9 @@ pub fn run_reproduce(args: &ReproduceArgs) -> Result<()> {
             gpus_per_node,
             oracle,
         } => {
-            let workload =
-                read_workload(workload, None, &ReadOptions::default()).map_err(sim_error)?;
+            let text = read_input_file(workload, "workload").map_err(input_error)?;
+            let workload = parse_workload(workload, &text, None, &ReadOptions::default())
+                .map_err(sim_error)?;
             let config = SimConfig {
                 cluster: dlscale_core::Cluster::new(*nodes, *gpus_per_node).map_err(input_error)?,
                 knowledge: if *oracle {
@@ -466,7 +475,7 @@ pub fn run_reproduce(args: &ReproduceArgs) -> Result<()> {
             out
         }
     };
-    let report = dlscale_server::input_file::read_input_file(&out.join("report.md"), "report")?;
+    let report = read_input_file(&out.join("report.md"), "report")?;
     println!("{report}");
     Ok(())
 }

@@ -95,10 +95,11 @@ fn a_file_that_never_ends_is_refused_naming_it_and_the_limit() {
     let fifo = dir.path().join("jobs.toml");
     endless_fifo(&fifo);
     let fifo = fifo.display().to_string();
+    let out = dir.path().join("out").display().to_string();
     let api = ("DLSCALE_API", "http://127.0.0.1:9");
     let limit = "it holds more than 67108864 bytes (64 MiB), the most dlscale reads from one \
                  input file";
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["submit", "/dev/zero"], "job file /dev/zero"),
         (&["submit", &fifo], &format!("job file {fifo}")),
         (&["profile", "/dev/zero"], "job file /dev/zero"),
@@ -123,6 +124,32 @@ fn a_file_that_never_ends_is_refused_naming_it_and_the_limit() {
             "fleet file /dev/zero",
         ),
         (&["serve", "--config", "/dev/zero"], "config /dev/zero"),
+        (
+            &[
+                "simulate",
+                "--workload",
+                "/dev/zero",
+                "--policy",
+                "static",
+                "--out",
+                &out,
+            ],
+            "workload /dev/zero",
+        ),
+        (
+            &[
+                "simulate",
+                "--workload",
+                "pollux:1",
+                "--policy",
+                "static",
+                "--teams",
+                "/dev/zero",
+                "--out",
+                &out,
+            ],
+            "teams file /dev/zero",
+        ),
     ];
     for (args, file) in cases {
         let out = dlscale(args, &[api, ("DLSCALE_TOKEN", "t")]);

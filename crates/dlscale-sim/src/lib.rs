@@ -36,4 +36,4 @@ pub use reproduce::{
     reproduce_hetero, reproduce_paper, reproduce_pollux, reproduce_teams, HeteroOptions,
     PaperOptions, PolluxOptions,
 };
-pub use workload::{read_workload, ReadOptions, Workload, WorkloadFormat};
+pub use workload::{parse_workload, ReadOptions, Workload, WorkloadFormat};

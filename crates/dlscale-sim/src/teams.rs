@@ -113,11 +113,11 @@ impl<'de> Deserialize<'de> for TeamSpecs {
 
 /// Teams from a JSON file `{"NAME": {"guaranteed_gpus": G, "max_gpus": M, "lend_limit": L}}`,
 /// each key optional with the server's defaults (0, no limit, all of it), checked against
-/// `gpus`. Errors name the file, the line, the team and the key.
-pub fn read_teams_file(path: &Path, gpus: GpuCount) -> Result<Teams> {
-    let text = std::fs::read_to_string(path).map_err(|e| SimError::io(path, e))?;
+/// `gpus`, as `text`, which the caller read from `path`. Errors name the file, the line, the
+/// team and the key.
+pub fn parse_teams_file(path: &Path, text: &str, gpus: GpuCount) -> Result<Teams> {
     let source = path.display().to_string();
-    let TeamSpecs(mut named) = parse_document(&text, FileFormat::Json, &source)?;
+    let TeamSpecs(mut named) = parse_document(text, FileFormat::Json, &source)?;
     // In name order, as the server's `[teams]` tables are.
     named.sort_by(|a, b| a.0.cmp(&b.0));
     let named = named.into_iter().map(|(n, s)| (n, s.into())).collect();
@@ -318,14 +318,7 @@ mod tests {
 
     /// Reads `text` as the teams file `name` on a 16-GPU cluster.
     fn teams_file(name: &str, text: &str) -> Result<Teams> {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(name);
-        std::fs::write(&path, text).unwrap();
-        read_teams_file(&path, 16).map_err(|e| {
-            let message = e.to_string();
-            let at = dir.path().display().to_string();
-            SimError::Config(message.replace(&format!("{at}/"), ""))
-        })
+        parse_teams_file(Path::new(name), text, 16)
     }
 
     #[test]
@@ -374,8 +367,8 @@ mod tests {
             err("{\"a\": {\"guaranteed_gpus\": 4, \"max_gpus\": 2}}"),
             "t.json: teams.a.max_gpus: 2 is below the team's guaranteed_gpus, 4"
         );
-        // A file that is not there: the OS's reason once, not again as the error's source.
-        let missing = read_teams_file(Path::new("/nonexistent/t.json"), 16).unwrap_err();
+        // An I/O error prints the OS's reason once, not again as the error's source.
+        let missing = SimError::io("/nonexistent/t.json", std::io::Error::from_raw_os_error(2));
         assert_eq!(
             missing.to_string(),
             "/nonexistent/t.json: No such file or directory (os error 2)"

@@ -122,7 +122,7 @@ impl Workload {
     }
 }
 
-/// Input formats of [`read_workload`].
+/// Input formats of [`parse_workload`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkloadFormat {
     /// Pollux OSDI'21 workload CSV.
@@ -195,13 +195,15 @@ pub struct ReadOptions {
     pub seed: u64,
 }
 
-/// Reads a workload file; the format is detected from its first line when not given.
-pub fn read_workload(
+/// The workload of the file at `path` whose text the caller read (the shell reads files, within
+/// its bound on an input's size); the format is detected from its first line when not given,
+/// and the workload is named by the file's stem.
+pub fn parse_workload(
     path: &Path,
+    text: &str,
     format: Option<WorkloadFormat>,
     options: &ReadOptions,
 ) -> Result<Workload> {
-    let text = std::fs::read_to_string(path).map_err(|e| SimError::io(path, e))?;
     let source_name = path.display().to_string();
     let format = match format {
         Some(f) => f,
@@ -217,7 +219,7 @@ pub fn read_workload(
         WorkloadFormat::Pollux => read_pollux(text.as_bytes(), &source_name, options),
         WorkloadFormat::Philly => read_philly(text.as_bytes(), &source_name, options),
         WorkloadFormat::Itp => read_itp(text.as_bytes(), &source_name, options),
-        WorkloadFormat::Native => read_native(&text, &source_name, options),
+        WorkloadFormat::Native => read_native(text, &source_name, options),
     }?;
     if let Some(stem) = path.file_stem() {
         workload.name = stem.to_string_lossy().into_owned();

@@ -4,7 +4,7 @@ use dlscale_sim::workload::{
     bundled_pollux_workload, generate, parse_timestamp, read_itp, read_native, read_philly,
     read_pollux, GeneratorSpec, Work,
 };
-use dlscale_sim::{read_workload, ReadOptions, SimError, WorkloadFormat};
+use dlscale_sim::{parse_workload, ReadOptions, SimError, WorkloadFormat};
 
 fn skip() -> ReadOptions {
     ReadOptions {
@@ -217,13 +217,11 @@ fn formats_are_detected_from_the_header() {
         Some(WorkloadFormat::Native)
     );
     assert_eq!(WorkloadFormat::detect("a,b"), None);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("mine.csv");
-    std::fs::write(&path, "job_id,submission_time,duration,num_gpu\nj,0,60,1\n").unwrap();
-    let w = read_workload(&path, None, &ReadOptions::default()).unwrap();
+    let path = std::path::Path::new("/data/mine.csv");
+    let itp = "job_id,submission_time,duration,num_gpu\nj,0,60,1\n";
+    let w = parse_workload(path, itp, None, &ReadOptions::default()).unwrap();
     assert_eq!((w.name.as_str(), w.jobs.len()), ("mine", 1));
-    std::fs::write(&path, "what,ever\n1,2\n").unwrap();
-    let err = read_workload(&path, None, &ReadOptions::default()).unwrap_err();
+    let err = parse_workload(path, "what,ever\n1,2\n", None, &ReadOptions::default()).unwrap_err();
     assert!(
         err.to_string().contains("mine.csv:1: unknown header"),
         "{err}"
