@@ -19,10 +19,15 @@
 //! feasible plan is worth at most its priced value plus what its GPUs cost, at most
 //! `Σ λ_t C_t`). `U` is convex in `λ`; it is minimised one type at a time, exactly (the price at
 //! which the type's demand, each job on its best priced type at its best priced count, falls to
-//! its capacity), sweeping the types until no price moves. Each job then goes to its best type
-//! at those prices (where a type's smallest options do not fit, the jobs that lose least move),
-//! and each type's jobs are solved exactly among themselves by the 1-D knapsack: a feasible
-//! plan, the incumbent, worth `L`.
+//! its capacity), sweeping the types until no price moves; where that stalls at a kink of `U`
+//! (no price alone lowers it, some together do), cutting planes (each point's value and
+//! subgradient, the least of their envelope a small LP over the prices) finish the descent to
+//! the minimum. Each job then goes to its best type at those prices; the jobs tied between types
+//! (jobs alike are, at the minimum) fill the types by room, not all the first; where a type's
+//! smallest options do not fit, the jobs that lose least move. Each type's jobs are solved
+//! exactly among themselves by the 1-D knapsack: a feasible plan, the incumbent, worth `L`; a
+//! second assignment, with the demands of types that cannot hold their jobs moved elsewhere,
+//! gives another, and the better stands.
 //!
 //! **Exact by fixing.** A plan worth `V` has reduced costs `h_j(λ) − (v_o − λ_t g_o)` adding up
 //! to at most `U − V`, so no plan better than one worth `V` takes an option whose reduced cost
@@ -33,6 +38,10 @@
 //! ([`TYPED_DP_CELLS`], [`TYPED_DP_WORK`]) does the incumbent stand, with `U(λ)` certifying how
 //! far from the optimum it can be ([`KnapsackSolution::bound`]): with many jobs per type only
 //! the few that are nearly indifferent between types at the prices can be misplaced.
+
+use good_lp::{
+    constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel, Variable,
+};
 
 use super::knapsack::{DpChoice, KnapsackItem, KnapsackSolution, KnapsackSolver, SolverPath};
 
@@ -74,6 +83,20 @@ pub const TYPED_DP_CELLS: usize = 1 << 22;
 
 /// Most cell updates (options × GPU-total vectors) a DP of [`DpChoice::Auto`] may take.
 pub const TYPED_DP_WORK: usize = 1 << 24;
+
+/// Priced values within this fraction (of one plus their size) of a job's best tie with it.
+const TIE: f64 = 1e-9;
+
+/// The gap (relative to the bound) from which an incumbent that stands has its prices
+/// polished ([`Prices::polish`]); closer, the sweeps' bound is kept (the cutting planes and a
+/// second split cost more than the little they could gain).
+const POLISH_FROM: f64 = 1e-5;
+
+/// Points at most that [`Prices::polish`] evaluates.
+const POLISH_CUTS: usize = 200;
+
+/// How close (relative) the cutting planes' least must come to the best bound found.
+const POLISH_TOLERANCE: f64 = 1e-9;
 
 /// Sweeps over the types' prices at most (each moves the bound down or stops the search).
 const PRICE_SWEEPS: usize = 50;
@@ -140,8 +163,8 @@ impl TypedKnapsack {
             let choice = Table::shape(kept, capacities).solve(kept, &mut self.cells)?;
             return Some(exact(items, choice));
         }
-        let prices = Prices::of(kept, capacities);
-        let incumbent = prices.split(kept, capacities, &mut self.per_type);
+        let mut prices = Prices::of(kept, capacities);
+        let mut incumbent = prices.split(kept, capacities, &mut self.per_type);
         if self.dp == DpChoice::Auto {
             // A plan worth `V` has reduced costs adding up to at most `U − V` (U the bound).
             // First the DP among options of reduced cost at most a quarter of the incumbent's
@@ -170,6 +193,21 @@ impl TypedKnapsack {
             {
                 return Some(exact(items, choice));
             }
+        }
+        // The incumbent stands: where it is not within [`POLISH_FROM`] of the sweeps' bound,
+        // the bound may be loose (the sweeps stalled at a kink of `U`): its minimum gives a
+        // tighter bound, and a split at its prices may give a better plan.
+        let close = POLISH_FROM * prices.bound.abs().max(1.0);
+        if incumbent
+            .as_ref()
+            .is_none_or(|(_, value)| prices.bound - value > close)
+            && prices.polish(kept, capacities)
+        {
+            let other = prices.split(kept, capacities, &mut self.per_type);
+            incumbent = match (incumbent, other) {
+                (Some(a), Some(b)) => Some(if b.1 > a.1 { b } else { a }),
+                (a, b) => a.or(b),
+            };
         }
         let (positions, _) = incumbent?;
         let choice: Vec<usize> = kept
@@ -580,6 +618,81 @@ impl Prices {
         }
     }
 
+    /// Lowers the bound from where the sweeps stopped to `U`'s minimum, by cutting planes:
+    /// moving one price at a time can stall at a kink of `U` (each price alone raises it, some
+    /// together lower it). `U` is convex and piecewise linear, so each point's value and
+    /// subgradient (the capacities less the demand of one best choice per job) give a plane
+    /// below it; the least of the planes' upper envelope, a small LP over the prices, is the
+    /// next point, until it is within [`POLISH_TOLERANCE`] of the best value found (so `U`'s
+    /// minimum is too) or after [`POLISH_CUTS`] points. The best point found stands; whether
+    /// it is better than where the sweeps stopped.
+    fn polish(&mut self, kept: &[Vec<Kept>], capacities: &[u32]) -> bool {
+        let swept = self.bound;
+        // A price above every option's value per GPU makes every GPU of its type cost more than
+        // it is worth: the minimum lies below it.
+        let ceiling = kept
+            .iter()
+            .flatten()
+            .filter(|o| o.gpus > 0)
+            .map(|o| o.value / f64::from(o.gpus))
+            .fold(0.0, f64::max)
+            .max(self.prices.iter().copied().fold(0.0, f64::max));
+        let mut cuts: Vec<(f64, Vec<f64>, Vec<f64>)> = Vec::new();
+        let mut at = self.prices.clone();
+        for _ in 0..POLISH_CUTS {
+            let (value, slope) = self.dual_with_slope(kept, &at, capacities);
+            if value < self.bound {
+                self.bound = value;
+                self.prices.clone_from(&at);
+            }
+            cuts.push((value, slope, at));
+            let mut vars = ProblemVariables::new();
+            let lowest = vars.add(variable());
+            let prices: Vec<Variable> = capacities
+                .iter()
+                .map(|_| vars.add(variable().min(0.0).max(ceiling)))
+                .collect();
+            let mut lp = vars.minimise(lowest).using(microlp);
+            for (value, slope, at) in &cuts {
+                let mut plane = Expression::from(*value);
+                for ((&p, &s), &a) in prices.iter().zip(slope).zip(at) {
+                    plane += s * (p - a);
+                }
+                lp = lp.with(constraint!(lowest >= plane));
+            }
+            let Ok(solved) = lp.solve() else {
+                break;
+            };
+            if self.bound - solved.value(lowest) <= POLISH_TOLERANCE * self.bound.abs().max(1.0) {
+                break;
+            }
+            at = prices.iter().map(|&p| solved.value(p)).collect();
+        }
+        self.bound < swept
+    }
+
+    /// `U` at `prices` and a subgradient there: each type's capacity less the GPUs the jobs'
+    /// best priced options (one each, ties to the first) take of it.
+    fn dual_with_slope(
+        &self,
+        kept: &[Vec<Kept>],
+        prices: &[f64],
+        capacities: &[u32],
+    ) -> (f64, Vec<f64>) {
+        let mut slope: Vec<f64> = capacities.iter().map(|&c| f64::from(c)).collect();
+        let mut value: f64 = prices.iter().zip(&slope).map(|(p, c)| p * c).sum();
+        for (j, options) in kept.iter().enumerate() {
+            let best = (0..capacities.len())
+                .filter_map(|t| self.hulls.best(options, j, t, prices[t]))
+                .reduce(|best, c| if c.0 > best.0 { c } else { best });
+            if let Some((priced, p)) = best {
+                value += priced;
+                slope[options[p].gpu_type] -= f64::from(options[p].gpus);
+            }
+        }
+        (value, slope)
+    }
+
     /// Job `job`'s best priced value.
     fn best(&self, kept: &[Kept], job: usize) -> f64 {
         self.hulls
@@ -710,11 +823,13 @@ fn best_room(
         .map(|(_, u)| u)
 }
 
-/// Moves jobs from types whose demand at `prices` (each job's best priced option there)
-/// exceeds their GPUs to types with room for theirs, those that lose least first, while a move
-/// fits: at the prices that minimise the bound many jobs are nearly indifferent between types
-/// (that is what makes the demands meet the capacities), and ties all sent to one type leave
-/// its knapsack too little room and another's idle. Never below a type's smallest options'
+/// Moves jobs from types whose demand at `prices` exceeds their GPUs to types with room for
+/// theirs, those that lose least first, while a move fits: at the prices that minimise the
+/// bound many jobs are nearly indifferent between types (that is what makes the demands meet
+/// the capacities), and too many on one type leave its knapsack too little room and another's
+/// idle. A job's demand is the fewest GPUs that reach its best priced value there
+/// ([`fewest_at_best`]): a job at a slope of its hull may run smaller at no loss, so a type is
+/// crowded only when it cannot hold its jobs even so. Never below a type's smallest options'
 /// room: a job moves only where its smallest option fits beside the others'.
 fn rebalance(
     kept: &[Vec<Kept>],
@@ -724,11 +839,7 @@ fn rebalance(
     assignment: &mut [usize],
 ) {
     let types = capacities.len();
-    let gpus = |j: usize, t: usize| {
-        hulls
-            .best(&kept[j], j, t, prices[t])
-            .map_or(0, |(_, p)| u64::from(kept[j][p].gpus))
-    };
+    let gpus = |j: usize, t: usize| fewest_at_best(kept, hulls, prices, j, t).unwrap_or(0);
     let mut demand = vec![0u64; types];
     let mut floor = vec![0u64; types];
     for (j, &t) in assignment.iter().enumerate() {
@@ -759,9 +870,36 @@ fn rebalance(
     }
 }
 
-/// Each job's type: its best at `prices` (ties: the first type); where the jobs' smallest
-/// options on a type exceed its capacity, the jobs that lose least by moving go to a type with
-/// room for theirs. `None` when some job finds no room.
+/// Whether a priced value `v` ties with the best, `top`: within [`TIE`] of it, relative to one
+/// plus its size (jobs alike give values alike to the last bits, not always to the last).
+fn is_tied(v: f64, top: f64) -> bool {
+    v >= top - TIE * (1.0 + top.abs())
+}
+
+/// The fewest GPUs with which job `j` reaches its best priced value on type `t` at `prices`:
+/// a price at a slope of its hull ties two counts. `None` when it has no option there.
+fn fewest_at_best(
+    kept: &[Vec<Kept>],
+    hulls: &Hulls,
+    prices: &[f64],
+    j: usize,
+    t: usize,
+) -> Option<u64> {
+    let (top, _) = hulls.best(&kept[j], j, t, prices[t])?;
+    hulls.vertices[hulls.ranges[j * hulls.types + t].clone()]
+        .iter()
+        .map(|&p| kept[j][p])
+        .filter(|o| is_tied(o.value - prices[t] * f64::from(o.gpus), top))
+        .map(|o| u64::from(o.gpus))
+        .min()
+}
+
+/// Each job's type: its best at `prices`; a job tied between types (the jobs alike are, at the
+/// prices that minimise the bound) goes, after the others and most GPUs first, to the one of
+/// its tied types with the most room left for its best priced option (sent to the first, the
+/// ties crowd it while another idles). Where the jobs' smallest options on a type exceed its
+/// capacity, the jobs that lose least by moving go to a type with room for theirs. `None` when
+/// some job finds no room.
 fn assign(
     kept: &[Vec<Kept>],
     hulls: &Hulls,
@@ -769,15 +907,46 @@ fn assign(
     capacities: &[u32],
 ) -> Option<Vec<usize>> {
     let types = capacities.len();
-    let priced = |j: usize, t: usize| hulls.best(&kept[j], j, t, prices[t]).map(|(v, _)| v);
-    let mut assignment: Vec<usize> = (0..kept.len())
-        .map(|j| {
-            (0..types)
-                .filter_map(|t| Some((priced(j, t)?, t)))
-                .reduce(|best, c| if c.0 > best.0 { c } else { best })
-                .map_or(0, |(_, t)| t)
-        })
-        .collect();
+    let priced = |j: usize, t: usize| {
+        hulls
+            .best(&kept[j], j, t, prices[t])
+            .map(|(v, p)| (v, u64::from(kept[j][p].gpus)))
+    };
+    let mut assignment = vec![0; kept.len()];
+    let mut demand = vec![0u64; types];
+    // (GPUs, job, its tied types)
+    let mut tied: Vec<(u64, usize, Vec<usize>)> = Vec::new();
+    for (j, slot) in assignment.iter_mut().enumerate() {
+        let top = (0..types)
+            .filter_map(|t| priced(j, t))
+            .map(|(v, _)| v)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let near: Vec<usize> = (0..types)
+            .filter(|&t| priced(j, t).is_some_and(|(v, _)| is_tied(v, top)))
+            .collect();
+        match near[..] {
+            [] => {}
+            [t] => {
+                *slot = t;
+                demand[t] += priced(j, t).map_or(0, |(_, g)| g);
+            }
+            _ => {
+                let gpus = near.iter().filter_map(|&t| priced(j, t)).map(|(_, g)| g);
+                tied.push((gpus.max().unwrap_or(0), j, near));
+            }
+        }
+    }
+    tied.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for (_, j, near) in tied {
+        let need = |t: usize| priced(j, t).map_or(0, |(_, g)| g);
+        let room = |t: usize| i128::from(capacities[t]) - i128::from(demand[t] + need(t));
+        let t = near
+            .into_iter()
+            .reduce(|best, t| if room(t) > room(best) { t } else { best })
+            .expect("a tied job has two types or more");
+        assignment[j] = t;
+        demand[t] += need(t);
+    }
     let mut floor = vec![0u64; types];
     for (j, &t) in assignment.iter().enumerate() {
         floor[t] += smallest_on(&kept[j], t).unwrap_or(0);
@@ -918,6 +1087,35 @@ mod tests {
             .unwrap();
         assert_eq!(priced.value, 4.0, "{priced:?}");
         assert_eq!(priced.gap(), 0.0);
+    }
+
+    #[test]
+    fn many_jobs_alike_fill_every_type_on_the_priced_path() {
+        // Three kinds of job, 80 alike of each, on three types of 128 GPUs, each kind faster on
+        // the later types by its own factors: at the prices that minimise the bound, the jobs of
+        // a kind tie between types and between counts. Sent to one type by their ties, or
+        // moved off a type until their largest tied counts fit, they leave GPUs idle and the
+        // plan far below the bound; filled by room, within a thousandth of it.
+        let speeds = [[1.0, 1.7, 2.6], [1.0, 1.3, 3.1], [1.0, 2.2, 2.4]];
+        let scales = [6.0, 14.0, 30.0];
+        let items: Vec<Vec<TypedItem>> = (0..240)
+            .map(|j| {
+                let kind = j % 3;
+                (0..3)
+                    .flat_map(|t| {
+                        [1, 2, 4, 8, 16, 32, 64].map(|g: u32| {
+                            let value = 1.0 - (-f64::from(g) / scales[kind]).exp();
+                            TypedItem::new(t, g, speeds[kind][t] * value)
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        let priced = TypedKnapsack::new(DpChoice::Banded)
+            .solve(&items, &[128, 128, 128])
+            .unwrap();
+        assert_eq!(priced.path, SolverPath::TypePricing);
+        assert!(priced.gap() <= 1e-3, "{}", priced.gap());
     }
 
     #[test]
