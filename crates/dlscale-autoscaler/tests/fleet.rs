@@ -613,3 +613,57 @@ fn teams_keep_their_quotas_across_types() {
         .iter()
         .all(|j| j.gpus == 0 || j.gpu_type.is_some()));
 }
+
+/// `explain` on a fleet with teams: a job its team's maximum holds back is told so, the
+/// team's GPUs counted over every type (team a may hold 3 GPUs; its two jobs, one on each
+/// type, hold them all between them).
+#[test]
+fn explain_names_a_teams_maximum_on_a_fleet() {
+    use dlscale_autoscaler::explain::Limit;
+    use dlscale_core::allocator::{TeamQuota, Teams};
+    let quota = TeamQuota {
+        guaranteed_gpus: 2,
+        max_gpus: 3,
+        lend_limit: None,
+    };
+    let teams = Teams::new(vec![("a".into(), quota)], 8).unwrap();
+    let mut a = autoscaler(|c| c.teams = Some(teams));
+    a.keep_inputs(true);
+    let of_a =
+        |id: &str, on: &str| job(id, &format!(r#", "team": "a", "types": {{"{on}": {{}}}}"#));
+    run(
+        &mut a,
+        0.0,
+        vec![submit(of_a("t", "t4")), submit(of_a("f", "a100"))],
+    );
+    let decided = a.last_decision().unwrap();
+    let held: Vec<(String, u32, Option<String>)> = decided
+        .jobs
+        .iter()
+        .map(|j| {
+            (
+                j.id.clone(),
+                j.gpus,
+                j.gpu_type.as_deref().map(String::from),
+            )
+        })
+        .collect();
+    let total: u32 = held.iter().map(|(_, g, _)| g).sum();
+    assert_eq!(total, 3, "{held:?}");
+    for (id, _, on) in &held {
+        assert_eq!(on.as_deref(), Some(if id == "t" { "t4" } else { "a100" }));
+    }
+    // The one of them that could take one more GPU of its type is held by the team's maximum.
+    let inputs = a.last_inputs().unwrap();
+    let limits: Vec<Limit> = ["t", "f"]
+        .iter()
+        .map(|id| inputs.explain(id).unwrap().limit)
+        .collect();
+    assert!(
+        limits.contains(&Limit::TeamMax {
+            team: "a".into(),
+            max: 3
+        }),
+        "{limits:?}"
+    );
+}
