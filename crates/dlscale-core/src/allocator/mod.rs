@@ -4,6 +4,7 @@
 //! optimize`, in the simulator and in the service.
 
 mod across_types;
+mod cutting_planes;
 mod elastic;
 mod fair_share;
 mod gavel;

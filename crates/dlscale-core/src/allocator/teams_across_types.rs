@@ -16,15 +16,18 @@
 //! those priced counts gives `P(λ)`. Any plan that keeps the types' capacities and the quotas is
 //! worth at most `U(λ) = P(λ) + Σ λ_t C_t` (its GPUs of type `t` cost at most `λ_t C_t`, and its
 //! counts are a plan of the team knapsack). `U` is convex in `λ`; each type's price is raised
-//! by bisection, a type at a time, while its demand exceeds its GPUs, and every plan the search
-//! meets is made to fit the types ([`repair`]): the best of them is the decision, and the least
-//! `U` met certifies how far from the optimum it can be ([`KnapsackSolution::bound`]). At prices
-//! 0 the team knapsack's plan often fits every type already: it is then optimal.
+//! by bisection, a type at a time, while its demand exceeds its GPUs, then (where the best plan
+//! is not close to the least `U` yet) cutting planes go on from there (one price at a time
+//! stalls at kinks of `U`), and every plan the search meets is made to fit the types
+//! ([`repair`]): the best of them is the decision, and the least `U` met certifies how far from
+//! the optimum it can be ([`KnapsackSolution::bound`]). At prices 0 the team knapsack's plan
+//! often fits every type already: it is then optimal.
 //!
 //! Floors are the team knapsack's (a team's guarantee, up to what its jobs can use), counted
 //! over GPU counts whatever their types; the plans the repair makes keep a team's usage at its
 //! floor where a move that keeps it exists.
 
+use super::cutting_planes;
 use super::knapsack::{DpChoice, KnapsackItem, KnapsackSolution, SolverPath};
 use super::teams::{largest_reachable, TeamKnapsack, TeamQuota, TeamSolution};
 use super::typed::{TypedItem, TypedKnapsack};
@@ -40,6 +43,13 @@ const BISECTION_STEPS: usize = 16;
 
 /// Sweeps over the types' prices at most.
 const SWEEPS: usize = 4;
+
+/// The gap (relative to the bound) from which the sweeps' prices are polished by cutting
+/// planes; closer, they stand.
+const POLISH_FROM: f64 = 1e-5;
+
+/// Points at most the cutting planes evaluate (each a team knapsack).
+const POLISH_CUTS: usize = 100;
 
 /// The team knapsack across GPU types, with reusable buffers.
 #[derive(Debug, Default)]
@@ -177,6 +187,28 @@ impl TeamTypedKnapsack {
                 if !moved {
                     break;
                 }
+            }
+            // The sweeps move one price at a time and can stall at a kink of `U`: where the
+            // best plan is not within [`POLISH_FROM`] of the bound, cutting planes go on from
+            // the prices reached, every plan they meet considered too.
+            let found = best
+                .as_ref()
+                .map_or(f64::NEG_INFINITY, |(_, value, _)| *value);
+            if bound - found > POLISH_FROM * bound.abs().max(1.0) {
+                cutting_planes::minimise(&prices, &ceiling, POLISH_CUTS, 1e-9, |at| {
+                    let p = self.relax(items, team_of, quotas, capacities, total, at)?;
+                    bound = bound.min(p.bound);
+                    consider(&p, &mut best);
+                    let slope = capacities
+                        .iter()
+                        .zip(&p.used)
+                        .map(|(&c, &u)| f64::from(c) - u as f64)
+                        .collect();
+                    Some(cutting_planes::Point {
+                        value: p.bound,
+                        slope,
+                    })
+                });
             }
         }
         let (_, _, mut choice) = best?;

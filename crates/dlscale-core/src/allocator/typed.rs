@@ -39,10 +39,7 @@
 //! far from the optimum it can be ([`KnapsackSolution::bound`]): with many jobs per type only
 //! the few that are nearly indifferent between types at the prices can be misplaced.
 
-use good_lp::{
-    constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel, Variable,
-};
-
+use super::cutting_planes;
 use super::knapsack::{DpChoice, KnapsackItem, KnapsackSolution, KnapsackSolver, SolverPath};
 
 /// One option of one job: a GPU type (an index into the capacities), its GPUs and the value of
@@ -514,6 +511,28 @@ fn dual(kept: &[Vec<Kept>], hulls: &Hulls, prices: &[f64], capacities: &[u32]) -
         .sum::<f64>()
 }
 
+/// `U` at `prices` and a subgradient there: each type's capacity less the GPUs the jobs' best
+/// priced options (one each, ties to the first) take of it.
+fn dual_with_slope(
+    kept: &[Vec<Kept>],
+    hulls: &Hulls,
+    prices: &[f64],
+    capacities: &[u32],
+) -> cutting_planes::Point {
+    let mut slope: Vec<f64> = capacities.iter().map(|&c| f64::from(c)).collect();
+    let mut value: f64 = prices.iter().zip(&slope).map(|(p, c)| p * c).sum();
+    for (j, options) in kept.iter().enumerate() {
+        let best = (0..capacities.len())
+            .filter_map(|t| hulls.best(options, j, t, prices[t]))
+            .reduce(|best, c| if c.0 > best.0 { c } else { best });
+        if let Some((priced, p)) = best {
+            value += priced;
+            slope[options[p].gpu_type] -= f64::from(options[p].gpus);
+        }
+    }
+    cutting_planes::Point { value, slope }
+}
+
 /// The price on type `t` that minimises `U` with the other prices fixed: the smallest at which
 /// the type's demand (each job on its best priced type, at its best priced count) is within its
 /// capacity. Demand falls in steps: at the slopes of each job's hull on `t` (it steps down to
@@ -618,16 +637,11 @@ impl Prices {
         }
     }
 
-    /// Lowers the bound from where the sweeps stopped to `U`'s minimum, by cutting planes:
-    /// moving one price at a time can stall at a kink of `U` (each price alone raises it, some
-    /// together lower it). `U` is convex and piecewise linear, so each point's value and
-    /// subgradient (the capacities less the demand of one best choice per job) give a plane
-    /// below it; the least of the planes' upper envelope, a small LP over the prices, is the
-    /// next point, until it is within [`POLISH_TOLERANCE`] of the best value found (so `U`'s
-    /// minimum is too) or after [`POLISH_CUTS`] points. The best point found stands; whether
-    /// it is better than where the sweeps stopped.
+    /// Lowers the bound from where the sweeps stopped towards `U`'s minimum by cutting planes
+    /// ([`cutting_planes::minimise`]: the sweeps can stall at a kink of `U`), each point's
+    /// subgradient the capacities less the demand of one best choice per job. Whether the
+    /// bound moved.
     fn polish(&mut self, kept: &[Vec<Kept>], capacities: &[u32]) -> bool {
-        let swept = self.bound;
         // A price above every option's value per GPU makes every GPU of its type cost more than
         // it is worth: the minimum lies below it.
         let ceiling = kept
@@ -635,62 +649,24 @@ impl Prices {
             .flatten()
             .filter(|o| o.gpus > 0)
             .map(|o| o.value / f64::from(o.gpus))
-            .fold(0.0, f64::max)
-            .max(self.prices.iter().copied().fold(0.0, f64::max));
-        let mut cuts: Vec<(f64, Vec<f64>, Vec<f64>)> = Vec::new();
-        let mut at = self.prices.clone();
-        for _ in 0..POLISH_CUTS {
-            let (value, slope) = self.dual_with_slope(kept, &at, capacities);
-            if value < self.bound {
-                self.bound = value;
-                self.prices.clone_from(&at);
+            .chain(self.prices.iter().copied())
+            .fold(0.0, f64::max);
+        let hulls = &self.hulls;
+        let found = cutting_planes::minimise(
+            &self.prices,
+            &vec![ceiling; capacities.len()],
+            POLISH_CUTS,
+            POLISH_TOLERANCE,
+            |prices| Some(dual_with_slope(kept, hulls, prices, capacities)),
+        );
+        match found {
+            Some((bound, prices)) if bound < self.bound => {
+                self.bound = bound;
+                self.prices = prices;
+                true
             }
-            cuts.push((value, slope, at));
-            let mut vars = ProblemVariables::new();
-            let lowest = vars.add(variable());
-            let prices: Vec<Variable> = capacities
-                .iter()
-                .map(|_| vars.add(variable().min(0.0).max(ceiling)))
-                .collect();
-            let mut lp = vars.minimise(lowest).using(microlp);
-            for (value, slope, at) in &cuts {
-                let mut plane = Expression::from(*value);
-                for ((&p, &s), &a) in prices.iter().zip(slope).zip(at) {
-                    plane += s * (p - a);
-                }
-                lp = lp.with(constraint!(lowest >= plane));
-            }
-            let Ok(solved) = lp.solve() else {
-                break;
-            };
-            if self.bound - solved.value(lowest) <= POLISH_TOLERANCE * self.bound.abs().max(1.0) {
-                break;
-            }
-            at = prices.iter().map(|&p| solved.value(p)).collect();
+            _ => false,
         }
-        self.bound < swept
-    }
-
-    /// `U` at `prices` and a subgradient there: each type's capacity less the GPUs the jobs'
-    /// best priced options (one each, ties to the first) take of it.
-    fn dual_with_slope(
-        &self,
-        kept: &[Vec<Kept>],
-        prices: &[f64],
-        capacities: &[u32],
-    ) -> (f64, Vec<f64>) {
-        let mut slope: Vec<f64> = capacities.iter().map(|&c| f64::from(c)).collect();
-        let mut value: f64 = prices.iter().zip(&slope).map(|(p, c)| p * c).sum();
-        for (j, options) in kept.iter().enumerate() {
-            let best = (0..capacities.len())
-                .filter_map(|t| self.hulls.best(options, j, t, prices[t]))
-                .reduce(|best, c| if c.0 > best.0 { c } else { best });
-            if let Some((priced, p)) = best {
-                value += priced;
-                slope[options[p].gpu_type] -= f64::from(options[p].gpus);
-            }
-        }
-        (value, slope)
     }
 
     /// Job `job`'s best priced value.
