@@ -191,31 +191,28 @@ pub(crate) fn classify(e: anyhow::Error) -> anyhow::Error {
 
 /// `dlscale serve`.
 pub fn run_serve(args: &ServeArgs) -> Result<()> {
-    let config = read_server_config(args)?;
+    let (config, teams_at) = read_server_config(args)?;
     dlscale_server::init_logging();
     // SIGHUP reads the same file, with the same overrides, again.
     let reread_args = args.clone();
-    let reread: dlscale_server::Reread = Box::new(move || read_server_config(&reread_args));
+    let reread: dlscale_server::Reread =
+        Box::new(move || read_server_config(&reread_args).map(|(config, _)| config));
     runtime()?
         .block_on(dlscale_server::serve(config, Some(reread)))
-        .map_err(|e| teams_misfit(e, args.config.as_deref()))
+        .map_err(|e| teams_misfit(e, teams_at))
 }
 
 /// A start refused because the configured teams do not fit what the service found (known only
 /// then: guarantees beyond the executor's GPUs, a team its live jobs name left out) is the
-/// configuration's error: it names the file and the teams' line, as errors found on reading it
-/// do, and is bad input. Other errors are left as they are.
-fn teams_misfit(e: anyhow::Error, config: Option<&Path>) -> anyhow::Error {
-    // Teams come from a configuration file only.
-    let Some(path) = config else { return e };
-    if e.downcast_ref::<dlscale_server::teams::TeamsMisfit>()
-        .is_none()
-    {
-        return e;
+/// configuration's error: it names the file and the teams' line (`teams_at`, as the file was
+/// read), as errors found on reading it do, and is bad input. Other errors are left as they
+/// are.
+fn teams_misfit(e: anyhow::Error, teams_at: Option<String>) -> anyhow::Error {
+    match teams_at {
+        // Teams come from a configuration file only.
+        Some(at) if e.is::<dlscale_server::teams::TeamsMisfit>() => input_error(e.context(at)),
+        _ => e,
     }
-    // Read again only to find the line: the start read it a moment ago.
-    let text = read_input_file(path, "config").unwrap_or_default();
-    input_error(e.context(config_at(path, &text, "teams")))
 }
 
 /// `path` with the line where `key` (`slots`, `teams.a.max_gpus`) is written, when it is.
@@ -234,9 +231,10 @@ fn config_key(message: &str) -> &str {
 }
 
 /// The configuration `args` give: the file (if one), the options that override it and
-/// `DLSCALE_TOKEN`. A bad value is in the file, or in an option that overrides it: the error
-/// says which, and where in the file.
-fn read_server_config(args: &ServeArgs) -> Result<ServerConfig> {
+/// `DLSCALE_TOKEN`; with the file, where in it the teams are (for errors found only at the
+/// start). A bad value is in the file, or in an option that overrides it: the error says which,
+/// and where in the file.
+fn read_server_config(args: &ServeArgs) -> Result<(ServerConfig, Option<String>)> {
     let (mut file, text) = match &args.config {
         Some(path) => {
             let text = read_input_file(path, "config").map_err(input_error)?;
@@ -264,7 +262,11 @@ fn read_server_config(args: &ServeArgs) -> Result<ServerConfig> {
         ("data_dir", args.data_dir.is_some()),
         ("torchrun", args.torchrun.is_some()),
     ];
-    ServerConfig::resolve(file, std::env::var("DLSCALE_TOKEN").ok()).map_err(|e| {
+    let teams_at = args
+        .config
+        .as_deref()
+        .map(|path| config_at(path, &text, "teams"));
+    let config = ServerConfig::resolve(file, std::env::var("DLSCALE_TOKEN").ok()).map_err(|e| {
         let message = e.to_string();
         let option = overridden
             .iter()
@@ -275,7 +277,8 @@ fn read_server_config(args: &ServeArgs) -> Result<ServerConfig> {
             (Some(path), None) => e.context(config_at(path, &text, config_key(&message))),
             (None, None) => e,
         })
-    })
+    })?;
+    Ok((config, teams_at))
 }
 
 /// A job file read for `dlscale submit`.
