@@ -7,6 +7,7 @@ use anyhow::Result;
 use clap::Args;
 use dlscale_autoscaler::{decide_placed, PlacedDecision};
 use dlscale_core::allocator::knapsack::SolverPath;
+use dlscale_core::allocator::{team_policy_names, Teams};
 use dlscale_core::jobfile::{parse_document, parse_jobs, FileFormat};
 use dlscale_core::placement::{ShapeRule, Topology};
 use dlscale_core::{
@@ -14,6 +15,7 @@ use dlscale_core::{
     PolicyInfo, PolicyOptions, RestartAwareness, Settings, Utility, Weighing, REGISTRY,
 };
 use dlscale_server::input_file::read_input_file;
+use dlscale_sim::teams::parse_teams_file;
 use serde::Serialize;
 
 use crate::input_error;
@@ -212,6 +214,11 @@ pub struct OptimizeArgs {
     /// GPUs per node.
     #[arg(long, requires = "nodes")]
     pub gpus_per_node: Option<u32>,
+    /// Teams file: {"NAME": {"guaranteed_gpus": G, "max_gpus": M, "lend_limit": L}} (JSON,
+    /// each key optional, as the server's `[teams]` tables): each job's `team` keeps its team's
+    /// quota (the policies that keep quotas; a job of no team is in the default team).
+    #[arg(long)]
+    pub teams: Option<PathBuf>,
     /// The policy.
     #[arg(long, default_value = "elastic-batch", value_parser = policy_parser())]
     pub policy: PolicyInfo,
@@ -247,6 +254,67 @@ struct Report<'a> {
     fleet: Option<&'a Fleet>,
     gpus_used: u32,
     jobs: &'a [dlscale_core::JobDecision],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    teams: Option<Vec<TeamHeld>>,
+}
+
+/// A team's quota and what its jobs hold in a decision.
+#[derive(Debug, Serialize)]
+struct TeamHeld {
+    team: String,
+    guaranteed_gpus: u32,
+    /// The most its jobs hold together (`None`: no limit).
+    max_gpus: Option<u32>,
+    /// GPUs its running jobs hold.
+    gpus: u32,
+}
+
+/// Each team's quota on `on` and what its jobs hold in `decision`.
+fn teams_held(teams: &Teams, on: Machines<'_>, jobs: &[Job], decision: &Decision) -> Vec<TeamHeld> {
+    let quotas = teams.quotas_on(on.total_gpus());
+    let mut held = vec![0; quotas.len()];
+    for d in &decision.jobs {
+        if let Some(job) = jobs.iter().find(|j| j.id == d.id) {
+            held[teams.of(job)] += d.gpus;
+        }
+    }
+    teams
+        .names()
+        .iter()
+        .zip(quotas)
+        .zip(held)
+        .map(|((name, q), gpus)| TeamHeld {
+            team: name.to_string(),
+            guaranteed_gpus: q.guaranteed_gpus,
+            max_gpus: Some(q.max_gpus).filter(|&m| m != u32::MAX),
+            gpus,
+        })
+        .collect()
+}
+
+/// Reads a teams file for `jobs` on `gpus` GPUs, refusing a policy that keeps no quotas and a
+/// job whose team the file does not configure.
+fn load_teams(path: &Path, policy: PolicyInfo, gpus: u32, jobs: &[Job]) -> Result<Teams> {
+    if !policy.keeps_teams {
+        return Err(input_error(anyhow::anyhow!(
+            "--teams: quotas are kept by the policies {}, not {policy}",
+            team_policy_names().join(", ")
+        )));
+    }
+    let text = read_input(path, "teams file")?;
+    let teams = parse_teams_file(path, &text, gpus).map_err(input_error)?;
+    let unknown = jobs.iter().find_map(|job| {
+        let team = job.team.as_deref()?;
+        teams.find(team).is_none().then_some((&job.id, team))
+    });
+    if let Some((id, team)) = unknown {
+        return Err(input_error(anyhow::anyhow!(
+            "job '{id}' names team '{team}', which {} does not configure (teams: {})",
+            path.display(),
+            teams.names().join(", ")
+        )));
+    }
+    Ok(teams)
 }
 
 /// Reads the file `what` (`job file`, `cluster file`) at `path`, bounded, naming it on failure
@@ -284,29 +352,31 @@ pub fn load_cluster(path: &Path) -> Result<Cluster> {
 pub fn run_optimize(args: &OptimizeArgs) -> Result<()> {
     let settings = args.policy_args.settings()?;
     let options = args.policy_args.policy_options();
-    if let Some(path) = &args.fleet {
-        let fleet = load_fleet(path)?;
-        if !args.policy.keeps_types {
-            let typed: Vec<&str> = REGISTRY
-                .iter()
-                .filter(|p| p.keeps_types)
-                .map(|p| p.name)
-                .collect();
-            return Err(input_error(anyhow::anyhow!(
-                "policy '{}' does not decide across GPU types (those that do: {})",
-                args.policy,
-                typed.join(", ")
-            )));
+    let (fleet, cluster);
+    let on = match (&args.fleet, &args.cluster, args.nodes, args.gpus_per_node) {
+        (Some(path), _, _, _) => {
+            fleet = load_fleet(path)?;
+            if !args.policy.keeps_types {
+                let typed: Vec<&str> = REGISTRY
+                    .iter()
+                    .filter(|p| p.keeps_types)
+                    .map(|p| p.name)
+                    .collect();
+                return Err(input_error(anyhow::anyhow!(
+                    "policy '{}' does not decide across GPU types (those that do: {})",
+                    args.policy,
+                    typed.join(", ")
+                )));
+            }
+            Machines::Fleet(&fleet)
         }
-        let jobs = load_jobs(&args.jobs)?;
-        let on = Machines::Fleet(&fleet);
-        let (decision, solve_ms) = solve(args.policy, &options, on, &jobs, &settings);
-        return print(args, &settings, on, &jobs, &decision, solve_ms);
-    }
-    let cluster = match (&args.cluster, args.nodes, args.gpus_per_node) {
-        (Some(path), _, _) => load_cluster(path)?,
-        (None, Some(nodes), Some(per_node)) => {
-            Cluster::new(nodes, per_node).map_err(input_error)?
+        (None, Some(path), _, _) => {
+            cluster = load_cluster(path)?;
+            Machines::Cluster(&cluster)
+        }
+        (None, None, Some(nodes), Some(per_node)) => {
+            cluster = Cluster::new(nodes, per_node).map_err(input_error)?;
+            Machines::Cluster(&cluster)
         }
         _ => {
             return Err(input_error(anyhow::anyhow!(
@@ -315,16 +385,13 @@ pub fn run_optimize(args: &OptimizeArgs) -> Result<()> {
         }
     };
     let jobs = load_jobs(&args.jobs)?;
-    let on = Machines::Cluster(&cluster);
-    let (decision, solve_ms) = solve(args.policy, &options, on, &jobs, &settings);
-    print(
-        args,
-        &settings,
-        Machines::Cluster(&cluster),
-        &jobs,
-        &decision,
-        solve_ms,
-    )
+    let teams = match &args.teams {
+        Some(path) => Some(load_teams(path, args.policy, on.total_gpus(), &jobs)?),
+        None => None,
+    };
+    let decided = solve(args.policy, &options, on, &jobs, teams.as_ref(), &settings);
+    let teams = teams.map(|t| teams_held(&t, on, &jobs, &decided.0));
+    print(args, &settings, on, &jobs, &decided, teams)
 }
 
 /// What a decision ran on: a cluster of alike GPUs, or a fleet of types.
@@ -343,18 +410,30 @@ impl Machines<'_> {
     }
 }
 
-/// Prints `decision` in the format `args` ask for.
+/// Prints `decided` (the decision and its milliseconds), with each team's GPUs where teams
+/// keep quotas, in the format `args` ask for.
 fn print(
     args: &OptimizeArgs,
     settings: &Settings,
     on: Machines<'_>,
     jobs: &[Job],
-    decision: &Decision,
-    solve_ms: f64,
+    (decision, solve_ms): &(Decision, f64),
+    teams: Option<Vec<TeamHeld>>,
 ) -> Result<()> {
     match args.format {
-        OutputFormat::Json => print_json(args.policy, settings, on, decision, solve_ms)?,
-        OutputFormat::Table => print_table(args.policy, settings, on, jobs, decision, solve_ms),
+        OutputFormat::Json => print_json(args.policy, settings, on, decision, *solve_ms, teams)?,
+        OutputFormat::Table => {
+            print_table(args.policy, settings, on, jobs, decision, *solve_ms);
+            for t in teams.iter().flatten() {
+                let max = t
+                    .max_gpus
+                    .map_or(String::new(), |m| format!(", at most {m}"));
+                println!(
+                    "team {}: holds {} GPUs (guaranteed {}{max})",
+                    t.team, t.gpus, t.guaranteed_gpus
+                );
+            }
+        }
     }
     Ok(())
 }
@@ -383,9 +462,9 @@ pub fn run_demo(args: &DemoArgs) -> Result<()> {
     for &policy in REGISTRY {
         let options = PolicyOptions::default();
         let on = Machines::Cluster(&cluster);
-        let (decision, solve_ms) = solve(policy, &options, on, &jobs, &settings);
+        let (decision, solve_ms) = solve(policy, &options, on, &jobs, None, &settings);
         match args.format {
-            OutputFormat::Json => print_json(policy, &settings, on, &decision, solve_ms)?,
+            OutputFormat::Json => print_json(policy, &settings, on, &decision, solve_ms, None)?,
             OutputFormat::Table => {
                 print_table(policy, &settings, on, &jobs, &decision, solve_ms);
                 println!();
@@ -395,14 +474,16 @@ pub fn run_demo(args: &DemoArgs) -> Result<()> {
     Ok(())
 }
 
-/// Decides as the autoscaler does: the policy, then the placement on the nodes (a fleet's
-/// jobs each on their type's), after which consolidation (`--consolidate`) may make the policy
-/// decide again. Each running job's `nodes` are those the placement put it on.
+/// Decides as the autoscaler does: the policy (with `teams`' quotas, when given), then the
+/// placement on the nodes (a fleet's jobs each on their type's), after which consolidation
+/// (`--consolidate`) may make the policy decide again. Each running job's `nodes` are those the
+/// placement put it on.
 fn solve(
     policy: PolicyInfo,
     options: &PolicyOptions,
     on: Machines<'_>,
     jobs: &[Job],
+    teams: Option<&Teams>,
     settings: &Settings,
 ) -> (Decision, f64) {
     let start = Instant::now();
@@ -422,6 +503,7 @@ fn solve(
         policy.instance(options).as_mut(),
         &DecisionRequest {
             fleet,
+            teams,
             ..DecisionRequest::new(&cluster, jobs, settings)
         },
         &topologies,
@@ -443,6 +525,7 @@ fn print_json(
     on: Machines<'_>,
     decision: &Decision,
     solve_ms: f64,
+    teams: Option<Vec<TeamHeld>>,
 ) -> Result<()> {
     let (cluster, fleet) = match on {
         Machines::Cluster(c) => (Some(*c), None),
@@ -459,6 +542,7 @@ fn print_json(
         fleet,
         gpus_used: decision.gpus_used(),
         jobs: &decision.jobs,
+        teams,
     };
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())

@@ -499,3 +499,76 @@ fn optimize_decides_across_the_gpu_types_of_a_fleet() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+/// `--teams`: each team's quota holds in the decision, and the JSON says what each team holds.
+/// Without teams, team b's two BERT jobs take 13 of the 16 GPUs; capped at 6 they take 6, and
+/// team a's job gets at least its guarantee of 8. A job of a team the file does not configure,
+/// and a policy that keeps no quotas, are refused.
+#[test]
+fn optimize_keeps_the_teams_quotas() {
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = write(
+        &dir,
+        "jobs.json",
+        r#"{"jobs": [
+            {"id": "a1", "model": "cifar10", "team": "a", "min_batch": 128, "max_batch": 1024, "max_gpus": 16},
+            {"id": "b1", "model": "bert", "team": "b", "min_batch": 12, "max_batch": 384, "max_gpus": 16},
+            {"id": "b2", "model": "bert", "team": "b", "min_batch": 12, "max_batch": 384, "max_gpus": 16}
+        ]}"#,
+    );
+    let teams = write(
+        &dir,
+        "teams.json",
+        r#"{"a": {"guaranteed_gpus": 8}, "b": {"guaranteed_gpus": 2, "max_gpus": 6}}"#,
+    );
+    let cluster = ["--nodes", "2", "--gpus-per-node", "8", "--format", "json"];
+    let held = |doc: &serde_json::Value, prefix: &str| -> u64 {
+        doc["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| j["id"].as_str().unwrap().starts_with(prefix))
+            .map(|j| j["gpus"].as_u64().unwrap())
+            .sum()
+    };
+    let mut args = vec!["optimize", "--jobs", &jobs];
+    args.extend(cluster);
+    let free = dlscale_json(&args);
+    assert!(held(&free, "b") > 6 && held(&free, "a") < 8, "{free}");
+    assert!(free.get("teams").is_none());
+    args.extend(["--teams", &teams]);
+    let kept = dlscale_json(&args);
+    assert!(held(&kept, "b") <= 6 && held(&kept, "a") >= 8, "{kept}");
+    let team = |name: &str| {
+        kept["teams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["team"] == name)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(team("b")["max_gpus"], 6);
+    assert_eq!(team("b")["gpus"].as_u64(), Some(held(&kept, "b")));
+    assert_eq!(team("a")["max_gpus"], serde_json::Value::Null);
+    let refused = |extra: &[&str], file: &str| {
+        let mut args = vec!["optimize", "--jobs", file, "--teams", &teams];
+        args.extend(cluster);
+        args.extend(extra);
+        let out = dlscale(&args);
+        assert_eq!(out.status.code(), Some(2));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stranger = write(
+        &dir,
+        "stranger.json",
+        r#"{"id": "c1", "model": "cifar10", "team": "c", "min_batch": 128, "max_batch": 1024}"#,
+    );
+    let e = refused(&[], &stranger);
+    assert!(e.contains("job 'c1' names team 'c', which "), "{e}");
+    let e = refused(&["--policy", "tiresias"], &jobs);
+    assert!(
+        e.contains("--teams: quotas are kept by the policies"),
+        "{e}"
+    );
+}
