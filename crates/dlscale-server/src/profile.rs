@@ -116,6 +116,89 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
+/// Follows a log as it grows: each read takes only what was appended since the last (a job's
+/// log may grow large while it is profiled; reading it whole every tick would cost its size
+/// each time), and gives whole lines only, so that a line still being written is not read
+/// half-way (`samples_per_s=12` of `samples_per_s=1234`).
+#[derive(Debug)]
+struct LogFollower {
+    path: PathBuf,
+    offset: u64,
+    /// What follows the last newline read.
+    partial: Vec<u8>,
+}
+
+/// The longest unfinished line [`LogFollower`] keeps: beyond, it is no progress line.
+const MAX_PARTIAL_LINE: usize = 1 << 20;
+
+impl LogFollower {
+    fn new(path: PathBuf) -> Self {
+        LogFollower {
+            path,
+            offset: 0,
+            partial: Vec::new(),
+        }
+    }
+
+    /// The lines completed since the last call (with `end`, the unfinished one too: the
+    /// writer is gone). A log not there yet has none.
+    async fn new_lines(&mut self, end: bool) -> Vec<String> {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt};
+        if let Ok(mut file) = tokio::fs::File::open(&self.path).await {
+            let mut appended = Vec::new();
+            if file
+                .seek(std::io::SeekFrom::Start(self.offset))
+                .await
+                .is_ok()
+                && file.read_to_end(&mut appended).await.is_ok()
+            {
+                self.offset += appended.len() as u64;
+                self.partial.extend_from_slice(&appended);
+            }
+        }
+        let done = if end {
+            self.partial.len()
+        } else {
+            match self.partial.iter().rposition(|&b| b == b'\n') {
+                Some(newline) => newline + 1,
+                None => {
+                    if self.partial.len() > MAX_PARTIAL_LINE {
+                        self.partial.clear();
+                    }
+                    return Vec::new();
+                }
+            }
+        };
+        let rest = self.partial.split_off(done);
+        let lines = String::from_utf8_lossy(&self.partial)
+            .lines()
+            .map(String::from)
+            .collect();
+        self.partial = rest;
+        lines
+    }
+}
+
+/// The last `n` lines of the log at `path`, from its last 64 KiB at most.
+async fn last_lines(path: &std::path::Path, n: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let Ok(mut file) = tokio::fs::File::open(path).await else {
+        return String::new();
+    };
+    let len = file.metadata().await.map_or(0, |m| m.len());
+    let mut tail = Vec::new();
+    if file
+        .seek(std::io::SeekFrom::Start(len.saturating_sub(64 << 10)))
+        .await
+        .is_ok()
+    {
+        let _ = file.read_to_end(&mut tail).await;
+    }
+    let text = String::from_utf8_lossy(&tail);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 /// Measures one point: launches the job like the executor does (own process group, same
 /// environment, no metrics reports), reads its log, then stops it.
 pub async fn measure(
@@ -151,18 +234,21 @@ pub async fn measure(
     let started = Instant::now();
     let mut first_line_at = None;
     let mut exited = None;
-    let mut values: Vec<f64>;
+    let mut values: Vec<f64> = Vec::new();
+    let mut follower = LogFollower::new(log.clone());
     loop {
         tokio::select! {
             status = child.wait() => { exited = Some(status?); }
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
         }
-        let text = tokio::fs::read_to_string(&log).await.unwrap_or_default();
-        values = text
-            .lines()
-            .filter_map(parse_progress_line)
-            .map(|(_, v)| v)
-            .collect();
+        // Once it has exited, its last line counts even without its newline.
+        let lines = follower.new_lines(exited.is_some()).await;
+        values.extend(
+            lines
+                .iter()
+                .filter_map(|l| parse_progress_line(l))
+                .map(|(_, v)| v),
+        );
         if !values.is_empty() && first_line_at.is_none() {
             first_line_at = Some(Instant::now());
         }
@@ -188,17 +274,7 @@ pub async fn measure(
     // Workers that left the group (torchrun gives each a session) end with it.
     tokio::task::spawn_blocking(move || local::kill_launch(&marker)).await?;
     if values.is_empty() {
-        let tail: String = tokio::fs::read_to_string(&log)
-            .await
-            .unwrap_or_default()
-            .lines()
-            .rev()
-            .take(15)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n");
+        let tail = last_lines(&log, 15).await;
         bail!(
             "point {}x{}: no 'dlscale: step=.. samples_per_s=..' line within {:.0} s; last log lines:\n{tail}",
             point.workers, point.batch_size, opts.startup_timeout_s
@@ -290,6 +366,29 @@ mod tests {
             None
         );
         assert_eq!(parse_progress_line("train_digits: step=1"), None);
+    }
+
+    #[tokio::test]
+    async fn the_log_is_followed_by_whole_lines_as_it_grows() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let mut follower = LogFollower::new(path.clone());
+        assert!(follower.new_lines(false).await.is_empty(), "no log yet");
+        let mut log = std::fs::File::create(&path).unwrap();
+        write!(log, "a\ndlscale: step=1 samples_per_s=12").unwrap();
+        // The second line is still being written: not read half-way.
+        assert_eq!(follower.new_lines(false).await, ["a"]);
+        write!(log, "34 world_size=1\nb").unwrap();
+        let lines = follower.new_lines(false).await;
+        assert_eq!(lines, ["dlscale: step=1 samples_per_s=1234 world_size=1"]);
+        assert_eq!(parse_progress_line(&lines[0]), Some((1, 1234.0)));
+        // The writer gone, its unfinished last line counts.
+        assert_eq!(follower.new_lines(true).await, ["b"]);
+        assert!(follower.new_lines(true).await.is_empty());
+        let many: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        write!(log, "{many}").unwrap();
+        assert_eq!(last_lines(&path, 2).await, "line 98\nline 99");
     }
 
     #[tokio::test]
