@@ -20,6 +20,7 @@ use dlscale_server::{ConfigFile, ServerConfig};
 use serde_json::Value;
 
 use crate::input_error;
+use crate::optimize::read_input;
 
 /// `dlscale serve`.
 #[derive(Debug, Clone, Args)]
@@ -237,7 +238,7 @@ fn config_key(message: &str) -> &str {
 fn read_server_config(args: &ServeArgs) -> Result<(ServerConfig, Option<String>)> {
     let (mut file, text) = match &args.config {
         Some(path) => {
-            let text = read_input_file(path, "config").map_err(input_error)?;
+            let text = read_input(path, "config")?;
             let file =
                 ConfigFile::parse(&text, &path.display().to_string()).map_err(input_error)?;
             (file, text)

@@ -21,7 +21,7 @@ use dlscale_sim::{
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::input_error;
-use crate::optimize::{policy_parser, PolicyArgs};
+use crate::optimize::{policy_parser, read_input, PolicyArgs};
 
 /// Arguments of `dlscale simulate`.
 #[derive(Debug, Args)]
@@ -292,7 +292,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
         }
         None => {
             let path: &Path = args.workload.as_ref();
-            let text = read_input_file(path, "workload").map_err(input_error)?;
+            let text = read_input(path, "workload")?;
             parse_workload(path, &text, args.workload_format, &options).map_err(sim_error)?
         }
     };
@@ -335,7 +335,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
             ),
             Some(path) => {
                 let path: &Path = path.as_ref();
-                let text = read_input_file(path, "teams file").map_err(input_error)?;
+                let text = read_input(path, "teams file")?;
                 Some(
                     dlscale_sim::teams::parse_teams_file(path, &text, cluster.total_gpus())
                         .map_err(sim_error)?,
@@ -457,7 +457,7 @@ pub fn run_reproduce(args: &ReproduceArgs) -> Result<()> {
             gpus_per_node,
             oracle,
         } => {
-            let text = read_input_file(workload, "workload").map_err(input_error)?;
+            let text = read_input(workload, "workload")?;
             let workload = parse_workload(workload, &text, None, &ReadOptions::default())
                 .map_err(sim_error)?;
             let config = SimConfig {

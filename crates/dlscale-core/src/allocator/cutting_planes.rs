@@ -10,6 +10,15 @@ use good_lp::{
     constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel, Variable,
 };
 
+/// The gap (relative to the bound, at least 1) from which a knapsack across types goes on from
+/// its own price search with cutting planes; closer, its prices stand (the planes, and the plans
+/// they make it try, cost more than the little they could gain).
+pub(super) const GO_ON_FROM: f64 = 1e-5;
+
+/// How close (relative to the best value found, at least 1) the planes' least must come to it
+/// for the search to stop.
+pub(super) const TOLERANCE: f64 = 1e-9;
+
 /// A point of `U`: its value and a subgradient there, one slope per price.
 pub(super) struct Point {
     /// `U` at the point.

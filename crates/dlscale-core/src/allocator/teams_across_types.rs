@@ -44,10 +44,6 @@ const BISECTION_STEPS: usize = 16;
 /// Sweeps over the types' prices at most.
 const SWEEPS: usize = 4;
 
-/// The gap (relative to the bound) from which the sweeps' prices are polished by cutting
-/// planes; closer, they stand.
-const POLISH_FROM: f64 = 1e-5;
-
 /// Points at most the cutting planes evaluate (each a team knapsack).
 const POLISH_CUTS: usize = 100;
 
@@ -189,13 +185,14 @@ impl TeamTypedKnapsack {
                 }
             }
             // The sweeps move one price at a time and can stall at a kink of `U`: where the
-            // best plan is not within [`POLISH_FROM`] of the bound, cutting planes go on from
-            // the prices reached, every plan they meet considered too.
+            // best plan is not within [`cutting_planes::GO_ON_FROM`] of the bound, cutting
+            // planes go on from the prices reached, every plan they meet considered too.
             let found = best
                 .as_ref()
                 .map_or(f64::NEG_INFINITY, |(_, value, _)| *value);
-            if bound - found > POLISH_FROM * bound.abs().max(1.0) {
-                cutting_planes::minimise(&prices, &ceiling, POLISH_CUTS, 1e-9, |at| {
+            if bound - found > cutting_planes::GO_ON_FROM * bound.abs().max(1.0) {
+                let tolerance = cutting_planes::TOLERANCE;
+                cutting_planes::minimise(&prices, &ceiling, POLISH_CUTS, tolerance, |at| {
                     let p = self.relax(items, team_of, quotas, capacities, total, at)?;
                     bound = bound.min(p.bound);
                     consider(&p, &mut best);

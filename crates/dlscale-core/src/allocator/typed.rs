@@ -84,16 +84,8 @@ pub const TYPED_DP_WORK: usize = 1 << 24;
 /// Priced values within this fraction (of one plus their size) of a job's best tie with it.
 const TIE: f64 = 1e-9;
 
-/// The gap (relative to the bound) from which an incumbent that stands has its prices
-/// polished ([`Prices::polish`]); closer, the sweeps' bound is kept (the cutting planes and a
-/// second split cost more than the little they could gain).
-const POLISH_FROM: f64 = 1e-5;
-
 /// Points at most that [`Prices::polish`] evaluates.
 const POLISH_CUTS: usize = 200;
-
-/// How close (relative) the cutting planes' least must come to the best bound found.
-const POLISH_TOLERANCE: f64 = 1e-9;
 
 /// Sweeps over the types' prices at most (each moves the bound down or stops the search).
 const PRICE_SWEEPS: usize = 50;
@@ -191,20 +183,17 @@ impl TypedKnapsack {
                 return Some(exact(items, choice));
             }
         }
-        // The incumbent stands: where it is not within [`POLISH_FROM`] of the sweeps' bound,
-        // the bound may be loose (the sweeps stalled at a kink of `U`): its minimum gives a
-        // tighter bound, and a split at its prices may give a better plan.
-        let close = POLISH_FROM * prices.bound.abs().max(1.0);
+        // The incumbent stands: where it is not within [`cutting_planes::GO_ON_FROM`] of the
+        // sweeps' bound, the bound may be loose (the sweeps stalled at a kink of `U`): its
+        // minimum gives a tighter bound, and a split at its prices may give a better plan.
+        let close = cutting_planes::GO_ON_FROM * prices.bound.abs().max(1.0);
         if incumbent
             .as_ref()
             .is_none_or(|(_, value)| prices.bound - value > close)
             && prices.polish(kept, capacities)
         {
             let other = prices.split(kept, capacities, &mut self.per_type);
-            incumbent = match (incumbent, other) {
-                (Some(a), Some(b)) => Some(if b.1 > a.1 { b } else { a }),
-                (a, b) => a.or(b),
-            };
+            incumbent = better(incumbent, other);
         }
         let (positions, _) = incumbent?;
         let choice: Vec<usize> = kept
@@ -499,21 +488,10 @@ impl Hulls {
     }
 }
 
-/// `U(λ)`: every job at its best priced option, plus what the capacities cost.
-fn dual(kept: &[Vec<Kept>], hulls: &Hulls, prices: &[f64], capacities: &[u32]) -> f64 {
-    let jobs: f64 = (0..kept.len())
-        .map(|j| hulls.best_elsewhere(&kept[j], j, usize::MAX, prices))
-        .sum();
-    jobs + prices
-        .iter()
-        .zip(capacities)
-        .map(|(p, &c)| p * f64::from(c))
-        .sum::<f64>()
-}
-
-/// `U` at `prices` and a subgradient there: each type's capacity less the GPUs the jobs' best
-/// priced options (one each, ties to the first) take of it.
-fn dual_with_slope(
+/// `U(λ)` at `prices` (every job at its best priced option, plus what the capacities cost) and
+/// a subgradient there: each type's capacity less the GPUs the jobs' best priced options (one
+/// each, ties to the first) take of it.
+fn dual(
     kept: &[Vec<Kept>],
     hulls: &Hulls,
     prices: &[f64],
@@ -611,14 +589,14 @@ impl Prices {
         let types = capacities.len();
         let hulls = Hulls::of(kept, types);
         let mut prices = vec![0.0; types];
-        let mut bound = dual(kept, &hulls, &prices, capacities);
+        let mut bound = dual(kept, &hulls, &prices, capacities).value;
         let mut steps = Vec::new();
         for _ in 0..PRICE_SWEEPS {
             let mut moved = false;
             for t in 0..types {
                 let old = prices[t];
                 prices[t] = price_type(kept, &hulls, &prices, t, capacities[t], &mut steps);
-                let priced = dual(kept, &hulls, &prices, capacities);
+                let priced = dual(kept, &hulls, &prices, capacities).value;
                 if priced < bound - 1e-12 * bound.abs().max(1.0) {
                     bound = priced;
                     moved = true;
@@ -656,8 +634,8 @@ impl Prices {
             &self.prices,
             &vec![ceiling; capacities.len()],
             POLISH_CUTS,
-            POLISH_TOLERANCE,
-            |prices| Some(dual_with_slope(kept, hulls, prices, capacities)),
+            cutting_planes::TOLERANCE,
+            |prices| Some(dual(kept, hulls, prices, capacities)),
         );
         match found {
             Some((bound, prices)) if bound < self.bound => {
@@ -705,11 +683,7 @@ impl Prices {
         if balanced == assignment {
             return plain;
         }
-        let other = self.split_by(kept, capacities, per_type, &balanced);
-        match (plain, other) {
-            (Some(a), Some(b)) => Some(if b.1 > a.1 { b } else { a }),
-            (a, b) => a.or(b),
-        }
+        better(plain, self.split_by(kept, capacities, per_type, &balanced))
     }
 
     /// Each type's jobs in `assignment` solved exactly among themselves: each job's choice as a
@@ -750,6 +724,14 @@ impl Prices {
             }
         }
         Some((choice, value))
+    }
+}
+
+/// The better of two plans (position choices and value); either where the other is none.
+fn better(a: Option<(Vec<usize>, f64)>, b: Option<(Vec<usize>, f64)>) -> Option<(Vec<usize>, f64)> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b.1 > a.1 { b } else { a }),
+        (a, b) => a.or(b),
     }
 }
 
@@ -890,38 +872,40 @@ fn assign(
     };
     let mut assignment = vec![0; kept.len()];
     let mut demand = vec![0u64; types];
-    // (GPUs, job, its tied types)
-    let mut tied: Vec<(u64, usize, Vec<usize>)> = Vec::new();
+    // (job, its tied types with the GPUs of its best priced option on each)
+    let mut tied: Vec<(usize, Vec<(usize, u64)>)> = Vec::new();
     for (j, slot) in assignment.iter_mut().enumerate() {
-        let top = (0..types)
-            .filter_map(|t| priced(j, t))
-            .map(|(v, _)| v)
+        let on: Vec<(usize, f64, u64)> = (0..types)
+            .filter_map(|t| priced(j, t).map(|(v, g)| (t, v, g)))
+            .collect();
+        let top = on
+            .iter()
+            .map(|&(_, v, _)| v)
             .fold(f64::NEG_INFINITY, f64::max);
-        let near: Vec<usize> = (0..types)
-            .filter(|&t| priced(j, t).is_some_and(|(v, _)| is_tied(v, top)))
+        let near: Vec<(usize, u64)> = on
+            .into_iter()
+            .filter(|&(_, v, _)| is_tied(v, top))
+            .map(|(t, _, g)| (t, g))
             .collect();
         match near[..] {
             [] => {}
-            [t] => {
+            [(t, g)] => {
                 *slot = t;
-                demand[t] += priced(j, t).map_or(0, |(_, g)| g);
+                demand[t] += g;
             }
-            _ => {
-                let gpus = near.iter().filter_map(|&t| priced(j, t)).map(|(_, g)| g);
-                tied.push((gpus.max().unwrap_or(0), j, near));
-            }
+            _ => tied.push((j, near)),
         }
     }
-    tied.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    for (_, j, near) in tied {
-        let need = |t: usize| priced(j, t).map_or(0, |(_, g)| g);
-        let room = |t: usize| i128::from(capacities[t]) - i128::from(demand[t] + need(t));
-        let t = near
+    let most = |near: &[(usize, u64)]| near.iter().map(|&(_, g)| g).max().unwrap_or(0);
+    tied.sort_by(|a, b| most(&b.1).cmp(&most(&a.1)).then(a.0.cmp(&b.0)));
+    for (j, near) in tied {
+        let room = |&(t, g): &(usize, u64)| i128::from(capacities[t]) - i128::from(demand[t] + g);
+        let (t, g) = near
             .into_iter()
-            .reduce(|best, t| if room(t) > room(best) { t } else { best })
+            .reduce(|best, c| if room(&c) > room(&best) { c } else { best })
             .expect("a tied job has two types or more");
         assignment[j] = t;
-        demand[t] += need(t);
+        demand[t] += g;
     }
     let mut floor = vec![0u64; types];
     for (j, &t) in assignment.iter().enumerate() {
