@@ -12,8 +12,11 @@
 //!   configuration ([`Hold::Keep`]) has options on its own type only; one that may only shrink,
 //!   fewer GPUs there.
 //! - **Admission by type.** Jobs are admitted in the policies' order, each on the type where its
-//!   smallest option is worth most among those with room for it; that assignment is feasible,
-//!   and is solved type by type if the knapsack's priced split (at scale) finds no room.
+//!   smallest option is worth most among those with room for it; where none has room, jobs
+//!   admitted before it move to another type with room if that makes it (a job that may run on
+//!   one type does not wait while one that could go elsewhere holds it). That assignment is
+//!   feasible, and is solved type by type if the knapsack's priced split (at scale) finds no
+//!   room.
 //!
 //! - **Teams** ([`DecisionRequest::teams`]): their quotas count a GPU of any type as one; the
 //!   teams' admission runs over the GPUs of every type together, and the knapsack with teams
@@ -336,7 +339,7 @@ impl AcrossTypes {
 
 /// Admission across types, in the knapsack policies' order: each job on the type, among those
 /// with room for its smallest option there, where that option is worth most (ties: the first
-/// type). With `teams` (each job's team and the quotas), only the jobs the teams' admission
+/// type), or where moving jobs admitted before it makes room ([`Placed::place`]). With `teams` (each job's team and the quotas), only the jobs the teams' admission
 /// lets in over the GPUs of every type together ([`admit_with_teams`]) are placed so (those
 /// within their team's guarantee first, then those that borrow; those that may use fewest
 /// types first in each); the others keep the state it gave them. Every job's state, and the
@@ -351,7 +354,7 @@ fn admit(
     let jobs = request.jobs;
     let settings = request.settings;
     let order = admission_order(jobs, remaining, &settings.weighing);
-    let mut free = fleet.capacities();
+    let free = fleet.capacities();
     let mut states = vec![JobState::Dropped; jobs.len()];
     let by_team = teams.map(|(team_of, quotas)| {
         // A job's fewest and most GPUs over the types it may use.
@@ -386,31 +389,125 @@ fn admit(
             within
         }
     };
-    let mut assignment = vec![None; jobs.len()];
+    let mut placed = Placed {
+        assignment: vec![None; jobs.len()],
+        on_type: vec![Vec::new(); free.len()],
+        no_room: vec![None; free.len()],
+        free,
+    };
     let mut blocked = false;
     for i in placing {
         if options[i].is_empty() {
             continue; // it can run on no type of this fleet
         }
         let is_new = jobs[i].current.is_none();
-        let fits = options[i]
-            .iter()
-            .filter(|(t, list)| list[0].gpus <= free[*t])
-            .map(|(t, list)| (*t, list[0]))
-            .reduce(|best, c| if c.1.value > best.1.value { c } else { best });
-        match fits {
-            Some((t, smallest)) if !(blocked && is_new) => {
-                free[t] -= smallest.gpus;
-                states[i] = JobState::Running;
-                assignment[i] = Some(t);
-            }
+        let on = if blocked && is_new {
+            None
+        } else {
+            placed.place(i, options)
+        };
+        match on {
+            Some(_) => states[i] = JobState::Running,
             _ if settings.admission == Admission::Queue || !is_new => {
                 // A running job that no longer fits is preempted back to the queue.
                 states[i] = JobState::Queued;
                 blocked |= is_new && !settings.backfill;
             }
-            _ => {}
+            None => {}
         }
     }
-    (states, assignment)
+    (states, placed.assignment)
+}
+
+/// The admission's placement so far: each admitted job's type, the GPUs left on each type, the
+/// jobs on each (in the order they came), and per type the fewest GPUs a job could not be given
+/// room for by moving others (`None` since its jobs or the other types' room last changed).
+struct Placed {
+    free: Vec<u32>,
+    assignment: Vec<Option<usize>>,
+    on_type: Vec<Vec<usize>>,
+    no_room: Vec<Option<u32>>,
+}
+
+/// Among `choices` (type, the job's smallest option there) with room, the one worth most (ties:
+/// the first).
+fn worth_most(
+    choices: impl Iterator<Item = (usize, ConfigOption)>,
+) -> Option<(usize, ConfigOption)> {
+    choices.reduce(|best, c| if c.1.value > best.1.value { c } else { best })
+}
+
+impl Placed {
+    /// Places job `i` on the type where its smallest option is worth most among those with
+    /// room; where none has, on the type worth most where moving jobs placed there to another
+    /// type with room for their smallest option makes it (each moved once, the latest placed
+    /// first: a job that may run on one type must not wait while one that could go elsewhere
+    /// holds it). The type, or `None`.
+    fn place(&mut self, i: usize, options: &[Vec<(usize, Vec<ConfigOption>)>]) -> Option<usize> {
+        let smallest = |j: usize| options[j].iter().map(|(t, list)| (*t, list[0]));
+        let free = &self.free;
+        let t = match worth_most(smallest(i).filter(|(t, o)| o.gpus <= free[*t])) {
+            Some((t, _)) => t,
+            None => {
+                let mut tried: Vec<(usize, ConfigOption)> = smallest(i).collect();
+                // Worth most first; the first type among equals (a stable sort).
+                tried.sort_by(|a, b| b.1.value.total_cmp(&a.1.value));
+                let t = tried
+                    .into_iter()
+                    .find_map(|(t, o)| self.make_room(t, o.gpus, options).then_some(t))?;
+                self.no_room.iter_mut().for_each(|n| *n = None);
+                t
+            }
+        };
+        self.free[t] -= smallest(i).find(|(u, _)| *u == t)?.1.gpus;
+        self.assignment[i] = Some(t);
+        self.on_type[t].push(i);
+        self.no_room[t] = None;
+        Some(t)
+    }
+
+    /// Makes room for `need` GPUs on type `t` by moving jobs placed there, the latest first,
+    /// each to the other type worth most with room for its smallest option there; moves
+    /// nothing where that does not make it.
+    fn make_room(
+        &mut self,
+        t: usize,
+        need: u32,
+        options: &[Vec<(usize, Vec<ConfigOption>)>],
+    ) -> bool {
+        if self.no_room[t].is_some_and(|n| need >= n) {
+            return false; // a job needing no more found no room here
+        }
+        let mut free = self.free.clone();
+        let mut moves = Vec::new();
+        for &j in self.on_type[t].iter().rev() {
+            if free[t] >= need {
+                break;
+            }
+            let elsewhere = options[j]
+                .iter()
+                .filter(|(u, list)| *u != t && list[0].gpus <= free[*u])
+                .map(|(u, list)| (*u, list[0]));
+            if let Some((u, o)) = worth_most(elsewhere) {
+                let here = options[j]
+                    .iter()
+                    .find(|(v, _)| *v == t)
+                    .map(|(_, l)| l[0].gpus);
+                free[u] -= o.gpus;
+                free[t] += here.unwrap_or(0);
+                moves.push((j, u));
+            }
+        }
+        if free[t] < need {
+            self.no_room[t] = Some(need);
+            return false;
+        }
+        self.free = free;
+        for (j, u) in moves {
+            self.on_type[t].retain(|&k| k != j);
+            self.on_type[u].push(j);
+            self.assignment[j] = Some(u);
+        }
+        true
+    }
 }

@@ -22,7 +22,8 @@ type TypedValues = Vec<(usize, Vec<(u32, f64)>)>;
 /// there, one reference per job (its best smallest-count metric over its types), every option on
 /// a type it does not run on a change from where it runs; admission in service order, each job
 /// on the type where its smallest option is worth most among those with room (ties: the
-/// first); then every combination of (type, count).
+/// first), else on the type worth most where moving jobs placed there to their best other type
+/// with room frees enough; then every combination of (type, count).
 fn typed_brute(fleet: &Fleet, settings: &Settings, jobs: &[Job]) -> (Vec<JobState>, f64) {
     let pools = fleet.pools();
     let clusters: Vec<Cluster> = pools.iter().map(|p| p.cluster()).collect();
@@ -72,22 +73,58 @@ fn typed_brute(fleet: &Fleet, settings: &Settings, jobs: &[Job]) -> (Vec<JobStat
     order.extend((0..jobs.len()).filter(|&i| jobs[i].current.is_none()));
     let mut free = fleet.capacities();
     let mut states = vec![JobState::Dropped; jobs.len()];
+    // Each admitted job's type, in the order they were placed there.
+    let mut placed: Vec<(usize, usize)> = Vec::new();
+    let smallest = |j: usize, t: usize| values[j].iter().find(|(u, _)| *u == t).map(|(_, v)| v[0]);
+    // The type worth most (the first of equals) with room for job j's smallest option, but `not`.
+    let with_room = |free: &[u32], j: usize, not: Option<usize>| {
+        let mut fit: Option<(usize, u32, f64)> = None;
+        for (t, v) in &values[j] {
+            let (g, value) = v[0];
+            if Some(*t) != not && g <= free[*t] && fit.is_none_or(|(_, _, best)| value > best) {
+                fit = Some((*t, g, value));
+            }
+        }
+        fit
+    };
     let mut blocked = false;
     for i in order {
         if values[i].is_empty() {
             continue;
         }
         let new = jobs[i].current.is_none();
-        let mut fit: Option<(usize, u32, f64)> = None;
-        for (t, v) in &values[i] {
-            let (g, value) = v[0];
-            if g <= free[*t] && fit.is_none_or(|(_, _, best)| value > best) {
-                fit = Some((*t, g, value));
+        let mut fit = with_room(&free, i, None).map(|(t, g, _)| (t, g));
+        // No room anywhere: on the type worth most where moving the jobs placed there (the
+        // latest first, each to its best other type with room) frees enough.
+        let mut types: Vec<(usize, (u32, f64))> =
+            values[i].iter().map(|(t, v)| (*t, v[0])).collect();
+        types.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+        for (t, (g, _)) in types
+            .into_iter()
+            .filter(|_| fit.is_none() && !(blocked && new))
+        {
+            let (mut room, mut kept) = (free.clone(), placed.clone());
+            for k in (0..kept.len()).rev() {
+                let (j, on) = kept[k];
+                if on != t || room[t] >= g {
+                    continue;
+                }
+                if let Some((u, gu, _)) = with_room(&room, j, Some(t)) {
+                    room[u] -= gu;
+                    room[t] += smallest(j, t).map_or(0, |(gt, _)| gt);
+                    kept.remove(k);
+                    kept.push((j, u));
+                }
+            }
+            if room[t] >= g {
+                (free, placed, fit) = (room, kept, Some((t, g)));
+                break;
             }
         }
         match fit {
-            Some((t, g, _)) if !(blocked && new) => {
+            Some((t, g)) if !(blocked && new) => {
                 free[t] -= g;
+                placed.push((i, t));
                 states[i] = JobState::Running;
             }
             _ if settings.admission == Admission::Queue || !new => {
@@ -318,6 +355,32 @@ fn a_teams_guaranteed_job_is_placed_before_borrowers_that_could_go_elsewhere() {
             running("b4", 1, "slow"),
             running("a1", 4, "fast"),
         ]
+    );
+}
+
+/// Without teams, admission in service order makes room as it goes: four running jobs that may
+/// run on either type hold every `fast` GPU when a job that runs only on `fast` arrives; they
+/// move to `slow` (admitted first where they were, the new job would wait for one to end).
+#[test]
+fn a_job_held_to_one_type_gets_room_from_jobs_that_can_go_elsewhere() {
+    let fleet = two_types((1, 4), (1, 4));
+    let jobs: Vec<Job> = (1..=4)
+        .map(|i| team_job(&format!("b{i}"), "b", (1, 1), &["slow", "fast"], true))
+        .chain([team_job("a1", "a", (4, 4), &["fast"], false)])
+        .collect();
+    let decided = decide_on_fleet(&fleet, None, &jobs);
+    let states: Vec<(JobState, Option<&str>)> =
+        decided.iter().map(|d| (d.1, d.3.as_deref())).collect();
+    assert_eq!(
+        states,
+        [
+            (JobState::Running, Some("slow")),
+            (JobState::Running, Some("slow")),
+            (JobState::Running, Some("slow")),
+            (JobState::Running, Some("slow")),
+            (JobState::Running, Some("fast")),
+        ],
+        "{decided:?}"
     );
 }
 
