@@ -2,7 +2,7 @@
 
 use dlscale_core::allocator::{FairShare, TeamQuota, Teams, ELASTIC_BATCH};
 use dlscale_core::placement::{ShapeRule, Topology};
-use dlscale_core::{GpuCount, Job, PolicyInfo, PolicyOptions, Settings};
+use dlscale_core::{Fleet, GpuCount, Job, PolicyInfo, PolicyOptions, Settings};
 
 /// What a decision between two periodic ones may change. A periodic decision may change
 /// anything; one on an event (a job arrived or ended, a launch was lost) is decided at once.
@@ -125,18 +125,45 @@ impl Default for AutoscalerConfig {
 impl AutoscalerConfig {
     /// The GPU counts this configuration's policy could ever give `job` on `topology` (all its
     /// GPUs free), allowing for the shape rule: empty means the job can never run here, which a
-    /// shell refuses at submission rather than queue forever.
+    /// shell refuses at submission rather than queue forever. Where the nodes name GPU types and
+    /// the policy decides across them, a job runs on one type's nodes: the counts of each type
+    /// it may run on, as it runs there.
     pub fn runnable_counts(&self, job: &Job, topology: &Topology) -> Vec<GpuCount> {
-        let Some(cluster) = topology.model_cluster() else {
-            return Vec::new();
+        let policy = self.policy.instance(&self.policy_options);
+        let on = |job: &Job, topology: &Topology| {
+            let Some(cluster) = topology.model_cluster() else {
+                return Vec::new();
+            };
+            let allowed = topology.allowed_counts(self.shape);
+            policy
+                .feasible_counts(job, &cluster)
+                .into_iter()
+                .filter(|&g| allowed.get(g as usize).copied().unwrap_or(false))
+                .collect()
         };
-        let allowed = topology.allowed_counts(self.shape);
-        self.policy
-            .instance(&self.policy_options)
-            .feasible_counts(job, &cluster)
-            .into_iter()
-            .filter(|&g| allowed.get(g as usize).copied().unwrap_or(false))
-            .collect()
+        let Some((fleet, topologies)) =
+            Fleet::of_topology(topology).filter(|_| self.policy.keeps_types)
+        else {
+            return on(job, topology);
+        };
+        let mut counts: Vec<GpuCount> = fleet
+            .pools()
+            .iter()
+            .zip(&topologies)
+            .filter_map(|(pool, nodes)| {
+                let (throughput, max_local_batch) = job.on_type(&pool.name)?;
+                let view = Job {
+                    throughput,
+                    max_local_batch,
+                    ..job.clone()
+                };
+                Some(on(&view, nodes))
+            })
+            .flatten()
+            .collect();
+        counts.sort_unstable();
+        counts.dedup();
+        counts
     }
 }
 

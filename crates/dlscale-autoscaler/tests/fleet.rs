@@ -667,3 +667,61 @@ fn explain_names_a_teams_maximum_on_a_fleet() {
         "{limits:?}"
     );
 }
+
+/// On a fleet the shape rule's counts are each type's: with equal GPUs per node (Slurm's
+/// per-node GRES), a job beside a 3-GPU job on two 4-GPU A100 nodes is offered the counts
+/// those nodes can split evenly, and gets 4 in the first round. Offered every count, it was
+/// decided 5, which no even split places, and then capped at what fitted.
+#[test]
+fn the_shape_rule_holds_on_each_type() {
+    let a100 = GpuPool {
+        name: "a100".into(),
+        nodes: 2,
+        gpus_per_node: 4,
+        memory_gib: 80.0,
+    };
+    let t4 = GpuPool {
+        name: "t4".into(),
+        nodes: 1,
+        gpus_per_node: 4,
+        memory_gib: 16.0,
+    };
+    let fleet = Fleet::new(vec![t4, a100]).unwrap();
+    let mut config = config();
+    config.shape = dlscale_core::placement::ShapeRule::EqualPerNode;
+    let mut a = Autoscaler::new(config, fleet.topology());
+    a.keep_inputs(true);
+    // A job of `gpus` GPUs (from `min`), batch 64–256, that runs on A100 only.
+    let on_a100 = |id: &str, min: u32, max: u32| {
+        let text = format!(
+            r#"{{"jobs": [{{"id": "{id}", "model": {{"compute_per_sample_s": 0.004,
+                "sync_intra_base_s": 0.01}}, "min_batch": 64, "max_batch": 256,
+                "max_local_batch": 64, "min_gpus": {min}, "max_gpus": {max}, "gpus": {min},
+                "batch_size": {batch}, "work_samples": 1e9, "types": {{"a100": {{}}}}}}]}}"#,
+            batch = 64 * min
+        );
+        parse_jobs(&text, FileFormat::Json, "test")
+            .unwrap()
+            .remove(0)
+    };
+    let s = a.handle(
+        0.0,
+        vec![submit(on_a100("y", 3, 3)), submit(on_a100("x", 1, 8))],
+    );
+    let decided = |id: &str| {
+        let d = a.last_decision().unwrap();
+        let j = d.jobs.iter().find(|j| j.id == id).unwrap();
+        (j.gpus, j.gpu_type.as_deref().map(String::from))
+    };
+    assert_eq!(decided("y"), (3, Some("a100".into())));
+    assert_eq!(decided("x"), (4, Some("a100".into())));
+    assert!(
+        launch_of(&s, "x").is_some() && launch_of(&s, "y").is_some(),
+        "{s:?}"
+    );
+    assert!(
+        a.last_inputs().unwrap().capped.is_empty(),
+        "{:?}",
+        a.last_inputs().unwrap().capped
+    );
+}

@@ -559,6 +559,20 @@ async fn on_typed_nodes_the_api_shows_each_nodes_and_jobs_type_and_explains_it()
         let (status, answer) = call(app, "POST", "/v1/jobs", Some(body)).await;
         assert_eq!(status, StatusCode::CREATED, "{answer}");
     }
+    // A job runs on one type's nodes: more GPUs than the types it may use have is refused at
+    // submission, naming the field (there are 6 GPUs in all, 4 T4 and 2 A100).
+    for (id, min_gpus, types) in [
+        ("z5", 5, json!({"t4": {}, "a100": a100})),
+        ("z3", 3, json!({"a100": a100})),
+    ] {
+        let mut body = job(id, types);
+        body["min_gpus"] = json!(min_gpus);
+        body["max_gpus"] = json!(min_gpus);
+        body["min_batch"] = json!(240);
+        let (status, answer) = call(app, "POST", "/v1/jobs", Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{id}: {answer}");
+        assert_eq!(answer["field"], json!("min_gpus"), "{id}: {answer}");
+    }
     let (x, y) = (running(app, "x").await, running(app, "y").await);
     assert_eq!(
         (&x["gpu_type"], &y["gpu_type"]),

@@ -31,6 +31,7 @@ impl Autoscaler {
             jobs: &self.jobs,
             settings: &self.config.settings,
             allowed_counts: self.allowed.as_deref().filter(|_| fleet.is_none()),
+            allowed_counts_on_types: self.allowed_on_types.as_deref(),
             teams: self.config.teams.as_ref(),
             fleet,
         };
@@ -234,6 +235,7 @@ impl Autoscaler {
             jobs: owned.as_deref().unwrap_or(&self.jobs),
             settings: &self.config.settings,
             allowed_counts: self.allowed.as_deref().filter(|_| fleet.is_none()),
+            allowed_counts_on_types: self.allowed_on_types.as_deref(),
             teams: self.config.teams.as_ref(),
             fleet,
         };
@@ -360,6 +362,7 @@ impl Autoscaler {
                 capacity,
                 settings: self.config.settings,
                 allowed: self.allowed.clone(),
+                allowed_on_types: self.allowed_on_types.clone(),
                 shape: self.config.shape,
                 teams: self.config.teams.clone(),
                 fleet: self.fleet.as_ref().map(|(f, _)| f.clone()),

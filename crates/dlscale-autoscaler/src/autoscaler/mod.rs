@@ -108,6 +108,8 @@ pub struct Autoscaler {
     several_types: bool,
     /// `allowed[g]` under the shape rule; `None` when every count is (any split).
     allowed: Option<Vec<bool>>,
+    /// On `fleet`, per type, `allowed[t][g]` on that type's nodes; `None` when every count is.
+    allowed_on_types: Option<Vec<Vec<bool>>>,
     /// Jobs that have not ended, in arrival order; `jobs[i]` is what policies see of `live[i]`.
     live: Vec<JobRecord>,
     jobs: Vec<Job>,
@@ -200,6 +202,7 @@ impl Autoscaler {
             fleet: None,
             several_types: false,
             allowed: None,
+            allowed_on_types: None,
             live: Vec::new(),
             jobs: Vec::new(),
             seqs: BTreeMap::new(),
@@ -493,9 +496,14 @@ impl Autoscaler {
             .enumerate()
             .map(|(i, n)| (n.name.clone(), i))
             .collect();
-        self.allowed = match self.config.shape {
-            placement::ShapeRule::Any => None,
-            rule => Some(topology.allowed_counts(rule)),
+        (self.allowed, self.allowed_on_types) = match self.config.shape {
+            placement::ShapeRule::Any => (None, None),
+            rule => (
+                Some(topology.allowed_counts(rule)),
+                self.fleet.as_ref().map(|(_, topologies)| {
+                    topologies.iter().map(|t| t.allowed_counts(rule)).collect()
+                }),
+            ),
         };
         self.topology = topology;
     }

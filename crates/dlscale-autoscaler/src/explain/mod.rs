@@ -69,6 +69,8 @@ pub struct DecisionInputs {
     pub settings: Settings,
     /// The shape rule's `allowed[g]`; `None`: every count.
     pub allowed: Option<Vec<bool>>,
+    /// On `fleet`, the shape rule's `allowed[t][g]` per type; `None`: every count.
+    pub allowed_on_types: Option<Vec<Vec<bool>>>,
     /// The shape rule.
     pub shape: ShapeRule,
     /// The teams and their quotas, if configured.
@@ -467,9 +469,9 @@ impl<'a> Explainer<'a> {
                 capacity: inputs.capacity,
                 jobs: &inputs.jobs,
                 settings: &inputs.settings,
-                // On a fleet the shape rule's counts are not the policy's (as the autoscaler
-                // asks it).
+                // On a fleet the shape rule's counts are each type's (as the autoscaler asks).
                 allowed_counts: inputs.allowed.as_deref().filter(|_| fleet.is_none()),
+                allowed_counts_on_types: inputs.allowed_on_types.as_deref(),
                 teams: inputs.teams.as_ref(),
                 fleet,
             },

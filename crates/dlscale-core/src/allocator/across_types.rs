@@ -313,9 +313,10 @@ impl Fleet {
         let smallest = options.first().map(|o| o.gpus);
         let current = view.current.map(|c| c.gpus);
         options.retain(|o| {
-            Some(o.gpus) == smallest
-                || Some(o.gpus) == current
-                || settings.counts.allows(o.gpus, pool.gpus_per_node)
+            request.allows_on_type(t, view, o.gpus)
+                && (Some(o.gpus) == smallest
+                    || Some(o.gpus) == current
+                    || settings.counts.allows(o.gpus, pool.gpus_per_node))
         });
         options
     }

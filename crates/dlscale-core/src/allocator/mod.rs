@@ -396,11 +396,16 @@ pub struct DecisionRequest<'a> {
     /// GPU counts the placement's shape rule can place: `allowed[g]`; `None`: every count. A
     /// running job's own count is always allowed (it is placed already).
     pub allowed_counts: Option<&'a [bool]>,
+    /// On a fleet, per type (in its order), the GPU counts the shape rule can place on that
+    /// type's nodes: `allowed[t][g]`; `None`: every count. A running job's own count on the type
+    /// it runs on is always allowed.
+    pub allowed_counts_on_types: Option<&'a [Vec<bool>]>,
     /// The teams and their quotas, which the knapsack policies keep to (`None`: no teams).
     pub teams: Option<&'a Teams>,
     /// The GPU types, for policies that keep them ([`PolicyInfo::keeps_types`]; `None`: the
     /// cluster's GPUs are alike). Each job runs on one type, as its [`Job::types`] say; the
-    /// cluster, the capacity and `allowed_counts` are then not used, and teams' quotas count a
+    /// cluster, the capacity and `allowed_counts` are then not used (`allowed_counts_on_types`
+    /// is), and teams' quotas count a
     /// GPU of any type as one.
     pub fleet: Option<&'a Fleet>,
 }
@@ -424,6 +429,7 @@ impl<'a> DecisionRequest<'a> {
             jobs,
             settings,
             allowed_counts: None,
+            allowed_counts_on_types: None,
             teams: None,
             fleet: None,
         }
@@ -434,6 +440,16 @@ impl<'a> DecisionRequest<'a> {
         job.current.is_some_and(|c| c.gpus == gpus)
             || self
                 .allowed_counts
+                .is_none_or(|a| a.get(gpus as usize).copied().unwrap_or(false))
+    }
+
+    /// Whether a job that runs as `view` on type `t` of the fleet ([`Fleet::job_on_types`]) may
+    /// be given `gpus` GPUs there under the shape rule.
+    pub fn allows_on_type(&self, t: usize, view: &Job, gpus: GpuCount) -> bool {
+        view.current.is_some_and(|c| c.gpus == gpus)
+            || self
+                .allowed_counts_on_types
+                .and_then(|on| on.get(t))
                 .is_none_or(|a| a.get(gpus as usize).copied().unwrap_or(false))
     }
 }

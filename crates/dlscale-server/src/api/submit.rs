@@ -104,13 +104,17 @@ async fn accept(s: &Service, mut spec: JobSpec) -> Result<Received, ApiError> {
     };
     spec.accepted_profile = profile_model;
     let job = spec.build_job(profile_model.as_ref())?;
-    // Against every GPU of the cluster (those other jobs hold now may free up later).
+    // Against every GPU of the cluster (those other jobs hold now may free up later), each
+    // node of its type.
     let view = s.view();
     let full = Topology {
         nodes: view
             .nodes
             .iter()
-            .map(|n| Node::untyped(n.name.as_str(), n.total_gpus))
+            .map(|n| Node {
+                gpu_type: n.gpu_type.as_deref().map(Into::into),
+                ..Node::untyped(n.name.as_str(), n.total_gpus)
+            })
             .collect(),
     };
     if s.config
@@ -118,7 +122,19 @@ async fn accept(s: &Service, mut spec: JobSpec) -> Result<Received, ApiError> {
         .runnable_counts(&job, &full)
         .is_empty()
     {
-        let field = if job.gpus.min > full.total() {
+        // The most GPUs it could run on: one type's, where the nodes name types.
+        let most = match dlscale_core::Fleet::of_topology(&full) {
+            Some((fleet, _)) => fleet
+                .pools()
+                .iter()
+                .zip(fleet.capacities())
+                .filter(|(pool, _)| job.on_type(&pool.name).is_some())
+                .map(|(_, gpus)| gpus)
+                .max()
+                .unwrap_or(0),
+            None => full.total(),
+        };
+        let field = if job.gpus.min > most {
             "min_gpus"
         } else if s.config.policy.name == dlscale_core::allocator::ELASTIC_BATCH.name {
             "min_batch"
@@ -130,7 +146,7 @@ async fn accept(s: &Service, mut spec: JobSpec) -> Result<Received, ApiError> {
             format!(
                 "field '{field}': policy {} cannot run the job on this server's {} GPUs on {} node(s) \
                  (min_gpus {}, gpus {}, min_batch {}, batch_size {}, max_local_batch {}; a job on several \
-                 nodes needs the same GPUs on each)",
+                 nodes needs the same GPUs on each, and where nodes name GPU types, runs on one type's)",
                 s.config.policy,
                 full.total(),
                 full.nodes.len(),

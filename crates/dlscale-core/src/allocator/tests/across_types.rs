@@ -20,11 +20,17 @@ type TypedValues = Vec<(usize, Vec<(u32, f64)>)>;
 /// Brute force across GPU types, written independently of `options`, the typed knapsack and the
 /// policy: per job and type, [`Brute`]'s values on that type's cluster with the job's model
 /// there, one reference per job (its best smallest-count metric over its types), every option on
-/// a type it does not run on a change from where it runs; admission in service order, each job
+/// a type it does not run on a change from where it runs, at the counts `allowed` on each type
+/// (the shape rule's) and its own count where it runs; admission in service order, each job
 /// on the type where its smallest option is worth most among those with room (ties: the
 /// first), else on the type worth most where moving jobs placed there to their best other type
 /// with room frees enough; then every combination of (type, count).
-fn typed_brute(fleet: &Fleet, settings: &Settings, jobs: &[Job]) -> (Vec<JobState>, f64) {
+fn typed_brute(
+    fleet: &Fleet,
+    settings: &Settings,
+    allowed: &[Vec<bool>],
+    jobs: &[Job],
+) -> (Vec<JobState>, f64) {
     let pools = fleet.pools();
     let clusters: Vec<Cluster> = pools.iter().map(|p| p.cluster()).collect();
     let brute = |t: usize| Brute {
@@ -61,7 +67,11 @@ fn typed_brute(fleet: &Fleet, settings: &Settings, jobs: &[Job]) -> (Vec<JobStat
                 .iter()
                 .map(|(t, view)| {
                     let moving_from = if here == Some(*t) { None } else { job.current };
-                    (*t, brute(*t).values_across(view, reference, moving_from))
+                    let mut values = brute(*t).values_across(view, reference, moving_from);
+                    // The counts the shape rule places on this type's nodes, and where it runs.
+                    let current = view.current.map(|c| c.gpus);
+                    values.retain(|&(g, _)| allowed[*t][g as usize] || Some(g) == current);
+                    (*t, values)
                 })
                 .filter(|(_, v)| !v.is_empty())
                 .collect()
@@ -191,8 +201,14 @@ proptest! {
         fast in (1u32..=2, 1u32..=2),
         speed in 1.0..4.0f64,
         settings in settings(),
+        masks in (any::<u8>(), any::<u8>(), any::<bool>()),
     ) {
         let fleet = two_types(slow, fast);
+        // The counts each type's shape rule can place (bit g − 1 of its mask), or all.
+        let allowed: Vec<Vec<bool>> = [masks.0, masks.1]
+            .iter()
+            .map(|&m| (0..=6u32).map(|g| g > 0 && (!masks.2 || m & (1 << (g - 1)) != 0)).collect())
+            .collect();
         let jobs: Vec<Job> = raws
             .iter()
             .enumerate()
@@ -202,6 +218,7 @@ proptest! {
         let cluster = fleet.pools()[0].cluster();
         let request = DecisionRequest {
             fleet: Some(&fleet),
+            allowed_counts_on_types: Some(&allowed),
             ..DecisionRequest::new(&cluster, &jobs, &settings)
         };
         let mut policy = build_policy("elastic-batch", &PolicyOptions::default()).unwrap();
@@ -213,12 +230,14 @@ proptest! {
                 let t = fleet.index_of(d.gpu_type.as_deref().unwrap_or("none")).unwrap();
                 used[t] += d.gpus;
                 prop_assert!(job.gpus.allows(d.gpus) && job.batch_fits(d.gpus, d.batch_size), "{:?}", d);
+                let kept = job.current.is_some_and(|c| c.gpus == d.gpus) && job.types.current == d.gpu_type;
+                prop_assert!(allowed[t][d.gpus as usize] || kept, "{:?} not allowed on {}", d, t);
             } else {
                 prop_assert_eq!((d.gpus, &d.gpu_type), (0, &None));
             }
         }
         prop_assert!(used.iter().zip(fleet.capacities()).all(|(&u, c)| u <= c), "{:?}", used);
-        let (states, best) = typed_brute(&fleet, &settings, &jobs);
+        let (states, best) = typed_brute(&fleet, &settings, &allowed, &jobs);
         let got: Vec<JobState> = decision.jobs.iter().map(|d| d.state).collect();
         prop_assert_eq!(&got, &states);
         prop_assert!(close(decision.objective, best), "dp {} vs brute {}", decision.objective, best);
