@@ -4,6 +4,8 @@ sized to fit the GPU), and the update equals the one-pass update; with DDP every
 the last runs in ``no_sync()``."""
 import contextlib
 
+import pytest
+
 from conftest import require
 
 torch = require("torch")
@@ -68,3 +70,40 @@ def test_with_ddp_only_the_last_micro_batch_all_reduces():
     for _ in job_with(8, 4).micro_batches(torch.zeros(8, 1), model):
         model.seen.append(model.inside)  # the backward pass would run here
     assert model.seen == [True, True, True, False]
+
+
+def test_every_sample_of_a_mapping_or_nested_batch_is_trained_once():
+    # A tokenizer's BatchEncoding is a Mapping, not a dict; a first part that is itself a
+    # structure; a named tuple (default_collate keeps them); strings passed through by a
+    # collate_fn; a scalar of the whole batch.
+    import collections
+
+    Pair = collections.namedtuple("Pair", "x y")
+
+    class Encoding(collections.UserDict):
+        pass
+
+    x = torch.arange(6)
+    cases = [
+        (Encoding(input_ids=x, attention_mask=x + 10), lambda m: m["input_ids"]),
+        ({"labels": [x, x + 10], "x": x}, lambda m: m["x"]),
+        (((x, x + 10), x + 20), lambda m: m[1] - 20),
+        (Pair(x, x + 10), lambda m: m.x),
+        ({"x": x, "text": list("abcdef"), "scale": 2.0}, lambda m: m["x"]),
+    ]
+    for batch, samples in cases:
+        parts = list(job_with(6, 2).micro_batches(batch))
+        assert [w for _, w in parts] == [0.5, 0.5], batch
+        assert torch.equal(torch.cat([samples(m) for m, _ in parts]), x), (batch, parts)
+    pair = list(job_with(6, 2).micro_batches(Pair(x, x + 10)))[1][0]
+    assert isinstance(pair, Pair) and torch.equal(pair.y, x[3:] + 10)
+    text = [m for m, _ in job_with(6, 2).micro_batches(cases[-1][0])]
+    assert [m["text"] for m in text] == [list("abc"), list("def")] and text[1]["scale"] == 2.0
+
+
+def test_a_batch_whose_parts_differ_in_length_is_refused_by_name():
+    batch = {"x": torch.zeros(6, 2), "class_weights": torch.ones(10)}
+    with pytest.raises(ValueError, match=r"differ in their first dimension \(\[6, 10\]\)"):
+        list(job_with(6, 2).micro_batches(batch))
+    # One part: nothing is cut, whatever the batch holds.
+    assert list(job_with(6, 1).micro_batches(batch)) == [(batch, 1.0)]

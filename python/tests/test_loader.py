@@ -136,6 +136,18 @@ def test_arguments_the_job_chooses_are_refused(tmp_path):
         job.loader(Indexed(), batch_size=4, drop_last=True)
 
 
+def test_a_dataset_without_samples_to_cut_is_refused_by_name(tmp_path):
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    job = job_with(tmp_path)
+    with pytest.raises(TypeError, match="map-style dataset.*Stream has no length"):
+        job.loader(Stream())
+    with pytest.raises(ValueError, match=r"the dataset \(list\) is empty"):
+        job.loader([])
+
+
 def test_the_sample_log_records_what_each_step_trained(tmp_path):
     log = tmp_path / "samples"
     job = job_with(tmp_path, local=6, sample_log=str(log))

@@ -115,3 +115,50 @@ def test_a_probe_made_before_the_resume_is_kept_by_it(tmp_path):
     probed = again.probe_max_local_batch(device(100, calls), limit=1024, margin=1.0)
     assert again.resume(torch.nn.Linear(2, 1)) is True
     assert again.probed_max_local_batch() == probed
+
+
+class _OutOfMemoryInBackward(torch.autograd.Function):
+    """The identity, whose backward pass runs out of memory above ``capacity`` samples: after
+    the layers behind it have their gradients, as a GPU's backward pass does."""
+
+    @staticmethod
+    def forward(ctx, x, capacity):
+        ctx.fits = x.shape[0] <= capacity
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not ctx.fits:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return grad, None
+
+
+def test_a_probe_that_runs_out_of_memory_in_a_backward_pass_leaves_the_noise_measured(tmp_path):
+    def measured(probe_first):
+        torch.manual_seed(0)
+        job = Job(Allocation(job_id="j", rank=0, local_rank=0, world_size=1, local_batch_size=32,
+                             batch_size=32, checkpoint_dir=None, api=None, token=None),
+                  install_signals=False, report_interval=0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+        x, y = torch.randn(256, 4), torch.randn(256, 1)
+        job.grad_noise.min_updates = 1
+        job.measure_grad_noise(model, init_batch_size=32)
+
+        def forward(b):
+            hidden = _OutOfMemoryInBackward.apply(model[1](model[0](x[:b])), 64)
+            return torch.nn.functional.mse_loss(model[2](hidden), y[:b])
+
+        if probe_first:
+            model.zero_grad(set_to_none=True)
+            assert job.probe_max_local_batch(lambda b: forward(b).backward(), margin=1.0) == 64
+        for _ in range(3):
+            model.zero_grad(set_to_none=True)
+            for micro, weight in job.micro_batches(torch.arange(32), parts=2):
+                hidden = model[1](model[0](x[micro]))
+                (torch.nn.functional.mse_loss(model[2](hidden), y[micro]) * weight).backward()
+            job.step_done()
+        return job.grad_noise.grad_sqr, job.grad_noise.trace_cov, job.grad_noise.updates
+
+    clean = measured(False)
+    assert clean[2] == 3, clean
+    assert measured(True) == pytest.approx(clean)

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import collections
+import collections.abc
 import dataclasses
 import json
 import math
@@ -590,7 +591,9 @@ class Job:
     # -- the loop --------------------------------------------------------------------------
     def micro_batches(self, batch: Any, model: Any = None, parts: Optional[int] = None) -> Iterator[Tuple[Any, float]]:
         """Gradient accumulation done for you: this worker's ``batch`` (a tensor, or a tuple,
-        list or dict of tensors, split along their first dimension) as ``parts`` micro-batches
+        named tuple, list or mapping of them, e.g. a tokenizer's ``BatchEncoding``, split along
+        their first dimension; a list of strings or numbers is a part of its own, a scalar kept
+        whole; with one part the batch as it is) as ``parts`` micro-batches
         (default ``DLSCALE_ACCUM_STEPS``: what the server sized so that each fits the GPU) of
         ``ceil(n / parts)`` samples, the last possibly smaller. Yields ``(micro, weight)``;
         ``weight`` is the micro-batch's share of the batch, so ``(loss(micro) * weight).backward()``
@@ -600,6 +603,10 @@ class Job:
         k = self.alloc.accum_steps if parts is None else int(parts)
         if k < 1:
             raise ValueError("parts must be >= 1")
+        if k == 1:  # nothing to cut: any batch, as it is
+            self._win_micro_steps = max(self._win_micro_steps or 0, 1)
+            yield batch, 1.0
+            return
         n = _batch_len(batch)
         size = max(1, -(-n // k))
         bounds = [(lo, min(lo + size, n)) for lo in range(0, n, size)]
@@ -932,24 +939,57 @@ def _largest_fitting(step: Callable[[int], Any], start: int, limit: int) -> int:
     return fit
 
 
+def _per_sample_list(value: Any) -> bool:
+    """Whether ``value`` is a list or tuple of per-sample values (strings, numbers: what a
+    ``collate_fn`` passes through), sliced as a whole rather than as a structure of parts."""
+    return (isinstance(value, (list, tuple)) and not hasattr(value, "_fields")
+            and all(isinstance(v, (str, bytes, int, float, type(None))) for v in value))
+
+
+def _sample_lengths(batch: Any, out: List[int]) -> List[int]:
+    """The first dimension of every part of ``batch`` that has one, in order (a scalar, a
+    string or a 0-d tensor has none: it is the whole batch's, not per sample)."""
+    if isinstance(batch, collections.abc.Mapping):
+        for value in batch.values():
+            _sample_lengths(value, out)
+    elif isinstance(batch, (tuple, list)) and not _per_sample_list(batch):
+        for value in batch:
+            _sample_lengths(value, out)
+    elif hasattr(batch, "shape"):
+        if len(batch.shape) > 0:
+            out.append(int(batch.shape[0]))
+    elif not isinstance(batch, (str, bytes)) and hasattr(batch, "__len__"):
+        out.append(len(batch))
+    return out
+
+
 def _batch_len(batch: Any) -> int:
-    """Samples in ``batch``: the first dimension of its (first) tensor."""
-    if isinstance(batch, dict):
-        batch = next(iter(batch.values()))
-    elif isinstance(batch, (tuple, list)):
-        batch = batch[0]
-    n = len(batch)
-    if n < 1:
+    """Samples in ``batch``: the first dimension of its parts, which must agree (each is cut
+    along it)."""
+    lengths = _sample_lengths(batch, [])
+    if not lengths:
+        raise ValueError(f"micro_batches: a {type(batch).__name__} batch holds no tensor or list to "
+                         f"split along its first dimension")
+    if len(set(lengths)) > 1:
+        raise ValueError(f"micro_batches: the batch's parts differ in their first dimension "
+                         f"({sorted(set(lengths))}): each is cut along it into the same samples")
+    if lengths[0] < 1:
         raise ValueError("an empty batch has no micro-batches")
-    return n
+    return lengths[0]
 
 
 def _batch_slice(batch: Any, lo: int, hi: int) -> Any:
-    """Samples ``[lo, hi)`` of every tensor in ``batch``, in the same structure."""
-    if isinstance(batch, dict):
+    """Samples ``[lo, hi)`` of every part of ``batch``, in the same structure (a mapping as a
+    dict); a part without a first dimension (a scalar, a string) as it is."""
+    if isinstance(batch, collections.abc.Mapping):
         return {k: _batch_slice(v, lo, hi) for k, v in batch.items()}
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_batch_slice(v, lo, hi) for v in batch)
+    if isinstance(batch, (tuple, list)) and not _per_sample_list(batch):
+        parts = [_batch_slice(v, lo, hi) for v in batch]
+        return type(batch)(*parts) if hasattr(batch, "_fields") else type(batch)(parts)
+    if isinstance(batch, (str, bytes)) or (hasattr(batch, "shape") and len(batch.shape) == 0):
+        return batch
+    if not hasattr(batch, "__getitem__"):
+        return batch
     return batch[lo:hi]
 
 

@@ -89,10 +89,15 @@ class ElasticLoader:
         if chosen:
             raise ValueError(f"job.loader() cuts the batches from the job's allocation: drop "
                              f"{', '.join(chosen)} (the order is the job's too: seed=, shuffle=)")
-        from torch.utils.data import DataLoader
+        from torch.utils.data import DataLoader, IterableDataset
 
+        if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__"):
+            raise TypeError(f"job.loader() needs a map-style dataset (__len__ and __getitem__) to cut "
+                            f"the job's sample stream from; {type(dataset).__name__} has no length")
         self.job = job
         self.num_samples = len(dataset)
+        if self.num_samples < 1:
+            raise ValueError(f"job.loader(): the dataset ({type(dataset).__name__}) is empty")
         self.sampler = ElasticSampler(self.num_samples, seed=seed, shuffle=shuffle)
         self.batches = StreamBatches(self.sampler)
         kwargs["worker_init_fn"] = IgnoreStopSignals(kwargs.get("worker_init_fn"))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, List
 
 RULES = ("linear", "sqrt", "none")
 
@@ -44,7 +44,8 @@ _GROUP_LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
 def rescale_lr(optimizer: Any, factor: float, scheduler: Any = None) -> None:
     """Multiply every learning rate ``optimizer`` and ``scheduler`` hold by ``factor``: each param
     group's (with its schedulers' base LRs, ``initial_lr``, ``max_lr``, ``min_lr``) and the
-    scheduler's ``base_lrs`` and last LRs, so that the schedule goes on, scaled."""
+    scheduler's ``base_lrs``, last LRs and ``max_lrs`` (those of the schedulers a SequentialLR or
+    ChainedScheduler runs too), so that the schedule goes on, scaled."""
     for group in optimizer.param_groups:
         for key in _GROUP_LR_KEYS:
             value = group.get(key)
@@ -54,11 +55,33 @@ def rescale_lr(optimizer: Any, factor: float, scheduler: Any = None) -> None:
                 value.mul_(factor)
             else:
                 group[key] = value * factor
-    if scheduler is not None:
-        for name in ("base_lrs", "_last_lr"):
-            values = getattr(scheduler, name, None)
+    for each in _schedulers_in(scheduler):
+        for name in _SCHEDULER_LR_KEYS:
+            values = getattr(each, name, None)
             if isinstance(values, list):
-                setattr(scheduler, name, [v * factor for v in values])
+                setattr(each, name, [v * factor for v in values])
+
+
+# The learning rates a scheduler keeps: its base and last LRs, CyclicLR's peaks.
+_SCHEDULER_LR_KEYS = ("base_lrs", "_last_lr", "max_lrs")
+
+
+def _schedulers_in(scheduler: Any) -> List[Any]:
+    """``scheduler`` and those it runs (SequentialLR's, ChainedScheduler's: a SequentialLR
+    restarts each at its milestone from that one's own base LRs; the one an accelerate
+    ``AcceleratedScheduler`` wraps, whose ``base_lrs`` it does not show), each once."""
+    found: List[Any] = []
+    pending = [scheduler] if scheduler is not None else []
+    while pending:
+        each = pending.pop()
+        if any(each is seen for seen in found):
+            continue
+        found.append(each)
+        pending.extend(getattr(each, "_schedulers", None) or [])
+        inner = getattr(each, "scheduler", None)
+        if inner is not None and hasattr(inner, "base_lrs"):
+            pending.append(inner)
+    return found
 
 
 class LrScaling:

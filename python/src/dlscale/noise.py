@@ -466,6 +466,7 @@ class MicroBatchProbe:
 
     def step(self) -> None:
         """Close the step: with ``K ≥ 2`` backward passes since the last call, feed the estimator."""
+        self._forget_failed_pass()
         passes, self._passes = self._passes, []
         k = len(passes)
         if k < 2:
@@ -483,6 +484,13 @@ class MicroBatchProbe:
         """Forget the backward passes since the last ``step()``: passes that were no part of a
         training step (a memory probe's)."""
         self._passes, self._incoming = [], []
+        self._forget_failed_pass()
+
+    def _forget_failed_pass(self) -> None:
+        """A backward pass that raised (out of memory) never ran its queued end: its flag would
+        keep every later pass from queueing its own, and nothing would be measured again."""
+        self._queued = False
+        self._incoming = []
 
     def remove(self) -> None:
         """Remove the parameter hooks."""
