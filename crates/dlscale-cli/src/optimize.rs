@@ -273,8 +273,9 @@ struct TeamHeld {
 fn teams_held(teams: &Teams, on: Machines<'_>, jobs: &[Job], decision: &Decision) -> Vec<TeamHeld> {
     let quotas = teams.quotas_on(on.total_gpus());
     let mut held = vec![0; quotas.len()];
+    let by_id = jobs_by_id(jobs);
     for d in &decision.jobs {
-        if let Some(job) = jobs.iter().find(|j| j.id == d.id) {
+        if let Some(job) = by_id.get(d.id.as_str()) {
             held[teams.of(job)] += d.gpus;
         }
     }
@@ -290,6 +291,12 @@ fn teams_held(teams: &Teams, on: Machines<'_>, jobs: &[Job], decision: &Decision
             gpus,
         })
         .collect()
+}
+
+/// `jobs` by id: a decision's rows name their jobs (a job the placement left waiting is not
+/// among them, so rows and jobs need not line up).
+fn jobs_by_id(jobs: &[Job]) -> std::collections::HashMap<&str, &Job> {
+    jobs.iter().map(|j| (j.id.as_str(), j)).collect()
 }
 
 /// Reads a teams file for `jobs` on `gpus` GPUs, refusing a policy that keeps no quotas and a
@@ -575,10 +582,10 @@ fn print_table(
         "{:<16} {:<12} {:<8}{type_column} {:>5} {:>5} {:>7} {:>7} {:>14} {:>9}",
         "job", "model", "state", "gpus", "nodes", "batch", "local", "samples/s", "utility"
     );
+    let by_id = jobs_by_id(jobs);
     for d in &decision.jobs {
-        let model = jobs
-            .iter()
-            .find(|j| j.id == d.id)
+        let model = by_id
+            .get(d.id.as_str())
             .map_or("", |j| j.model_name.as_str());
         let state = match d.state {
             JobState::Running => "running",
