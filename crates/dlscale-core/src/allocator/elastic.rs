@@ -18,9 +18,7 @@ use super::{
 };
 use crate::cluster::Cluster;
 use crate::job::{BatchRange, GpuRange, Hold, Job, JobEfficiency, Requested};
-use crate::options::{
-    job_options, option_metric, BatchChoice, ConfigOption, OptionTable, RestartAwareness,
-};
+use crate::options::{job_options, BatchChoice, ConfigOption, OptionTable, RestartAwareness};
 use crate::throughput::ThroughputModel;
 use crate::utility::Utility;
 use crate::GpuCount;
@@ -285,14 +283,8 @@ pub fn held_options(
         _ => table.options(job, request.cluster, restart),
     };
     let weighing = request.settings.weighing;
-    let mut factor = weighing.service_factor(job.history.attained_gpu_s(request.now_s))
+    let factor = weighing.service_factor(job.history.attained_gpu_s(request.now_s))
         * weighing.remaining_factor(remaining_s);
-    if weighing.fair_share_reference {
-        factor *= match job.hold {
-            Hold::Free => fair_share_factor(job, &options, request),
-            _ => fair_share_factor(job, &table.options(job, request.cluster, restart), request),
-        };
-    }
     if factor != 1.0 {
         for o in &mut options {
             o.value *= factor;
@@ -309,36 +301,6 @@ pub fn held_options(
                 || counts.allows(o.gpus, per_node))
     });
     options
-}
-
-/// The factor that turns `job`'s values, normalised by its smallest option's metric, into values
-/// normalised by its metric at its fair share of the GPUs (the capacity over the jobs, rounded
-/// up; its largest option within that): for `(sᵖ − 1) / p` of a speedup `s`, changing the
-/// reference scales every value by one factor, up to a constant that no choice changes.
-fn fair_share_factor(job: &Job, all: &[ConfigOption], request: &DecisionRequest<'_>) -> f64 {
-    let utility = request.settings.utility;
-    let p = match utility {
-        Utility::Fair { p } => p,
-        Utility::Speedup | Utility::Goodput => 1.0,
-        Utility::Throughput => return 1.0,
-    };
-    let jobs = u32::try_from(request.jobs.len()).unwrap_or(u32::MAX).max(1);
-    let fair = request.capacity.div_ceil(jobs).max(1);
-    let (Some(smallest), Some(at_fair)) = (
-        all.first(),
-        all.iter().take_while(|o| o.gpus <= fair).last(),
-    ) else {
-        return 1.0;
-    };
-    let (m0, mf) = (
-        option_metric(job, utility, smallest),
-        option_metric(job, utility, at_fair),
-    );
-    if m0 > 0.0 && mf > 0.0 {
-        (m0 / mf).powf(p)
-    } else {
-        1.0
-    }
 }
 
 impl TableCache {

@@ -150,11 +150,6 @@ impl FromStr for CountRule {
 /// factor is per job, so the objective stays a separable sum and the knapsack stays exact.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct Weighing {
-    /// Normalise a job's speedup by its metric at its fair share of the GPUs (capacity over the
-    /// jobs, rounded up; Pollux's reference) instead of at its smallest count: jobs that scale
-    /// well then count for more while there are few jobs.
-    #[serde(default)]
-    pub fair_share_reference: bool,
     /// Least attained service: a job that has held `a` GPU-seconds is weighed
     /// `(1 + a / service_scale_gpu_s)^(−service_exponent)`, so that young jobs (most of them
     /// short) get GPUs first. 0 (or a zero scale): off.

@@ -820,68 +820,6 @@ fn shortest_remaining_first_admits_the_shortest_and_preempts_only_for_much_short
 }
 
 #[test]
-fn fair_share_reference_is_a_reweighing_by_the_fair_share_speedup() {
-    let cluster = Cluster::new(4, 4).unwrap();
-    // A job that scales well, one that does not, one in between.
-    let jobs = vec![
-        analytic_job("scales", 0.004, 0.002),
-        analytic_job("flat", 0.0005, 0.05),
-        analytic_job("middle", 0.002, 0.01),
-    ];
-    let mut changed = false;
-    for utility in [
-        Utility::Fair { p: -1.0 },
-        Utility::Fair { p: -2.0 },
-        Utility::Speedup,
-    ] {
-        let plain = Settings {
-            utility,
-            ..Settings::default()
-        };
-        let fair_share = Settings {
-            weighing: Weighing {
-                fair_share_reference: true,
-                ..Weighing::default()
-            },
-            ..plain
-        };
-        // Independently: each job's metric at its fair share (16 / 3 GPUs, rounded up: 6) over
-        // its metric on one GPU, to the power of the utility's exponent.
-        let p = match utility {
-            Utility::Fair { p } => p,
-            _ => 1.0,
-        };
-        let reweighed: Vec<Job> = jobs
-            .iter()
-            .map(|job| {
-                let options = crate::options::job_options(
-                    job,
-                    &cluster,
-                    utility,
-                    BatchChoice::Free { max_candidates: 32 },
-                    &RestartAwareness::default(),
-                );
-                let metric = |g: GpuCount| {
-                    let o = options.iter().find(|o| o.gpus == g).unwrap();
-                    o.throughput_samples_per_s
-                };
-                Job {
-                    weight: (metric(1) / metric(6)).powf(p),
-                    ..job.clone()
-                }
-            })
-            .collect();
-        assert!(reweighed[0].weight != reweighed[1].weight);
-        let got = decide_at(&cluster, &jobs, &fair_share, 0.0);
-        let want = decide_at(&cluster, &reweighed, &plain, 0.0);
-        assert_eq!(gpus_and_batches(&got), gpus_and_batches(&want), "{utility}");
-        changed |=
-            gpus_and_batches(&got) != gpus_and_batches(&decide_at(&cluster, &jobs, &plain, 0.0));
-    }
-    assert!(changed, "the reference changes some decision");
-}
-
-#[test]
 fn count_rules_offer_only_their_counts_besides_the_smallest_and_the_current() {
     let cluster = Cluster::new(4, 4).unwrap();
     let mut running = analytic_job("running", 0.002, 0.001);
