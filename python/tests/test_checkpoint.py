@@ -249,3 +249,20 @@ def test_a_save_after_resuming_an_older_step_drops_the_later_unloadable_ones(tmp
     # Resumed at 20 (100 could not be loaded), trained to 30: 30 is kept, not the dead 100.
     save_checkpoint(d, 30, {"format": FORMAT_VERSION, "step": 30}, keep=1)
     assert [s for s, _ in list_checkpoints(d)] == [30]
+
+
+def test_a_newer_sharded_checkpoint_is_never_passed_over_for_an_older_file(tmp_path):
+    import pytest
+    from dlscale import DirectoryStore
+    from dlscale.checkpoint import UnloadableCheckpoint
+
+    d = str(tmp_path / "ck")
+    save_checkpoint(d, 10, {"format": FORMAT_VERSION, "step": 10})
+    os.makedirs(os.path.join(d, "step-0000000020.dcp"))  # a sharded run's, newer
+    with open(os.path.join(d, "step-0000000030.pt"), "wb") as f:  # damaged, newest
+        f.write(b"garbage")
+    # The store hands the sharded one to Job.resume (only it can fill its objects' state) ...
+    assert DirectoryStore(d).load_latest() == (os.path.join(d, "step-0000000020.dcp"), None)
+    # ... and the plain loader names it rather than falling back to step 10.
+    with pytest.raises(UnloadableCheckpoint, match="step-0000000020.dcp.*step-0000000030.pt"):
+        load_latest_checkpoint(d)

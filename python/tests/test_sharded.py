@@ -162,3 +162,87 @@ def test_a_sharded_checkpoint_of_the_older_format_resumes(tmp_path):
                        start_method="spawn")
     assert json.loads((tmp_path / "old.json").read_text()) == {
         "resumed": True, "step": 7, "extra": {}, "history": {"5": 5.0, "6": 6.0}}
+
+
+def mixed_worker(rank, world, out_dir, phase, steps):
+    """A job sharded only when it has more than one rank (FSDP2 when world_size > 1, the plain
+    model alone): ``steps`` steps from its newest checkpoint, of either kind, then a checkpoint."""
+    torch.set_num_threads(1)
+    from torch.distributed.fsdp import fully_shard
+
+    if world > 1:
+        dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous-{phase}", rank=rank,
+                                world_size=world)
+    torch.manual_seed(phase)  # each phase builds other weights: only a resume makes them equal
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    if world > 1:
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer)
+        fully_shard(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    alloc = Allocation(job_id="m", rank=rank, local_rank=rank, world_size=world, local_batch_size=4,
+                       batch_size=4 * world, checkpoint_dir=f"{out_dir}/ck", api=None, token=None)
+    job = Job(alloc, install_signals=False, report_interval=0)
+
+    def full(value):  # a DTensor's whole value (a collective), a tensor's as it is
+        return (value.full_tensor() if hasattr(value, "full_tensor") else value).flatten().tolist()
+
+    def snapshot():  # the state every rank must resume to, by parameter name
+        names = {p: n for n, p in model.named_parameters()}
+        return {"step": job.step, "samples_seen": job.samples_seen, "extra": job.extra.get("seen"),
+                "last_epoch": scheduler.last_epoch, "lr": optimizer.param_groups[0]["lr"],
+                "weights": {n: full(p.detach()) for n, p in model.named_parameters()},
+                "momentum": {names[p]: full(s["momentum_buffer"]) for p, s in optimizer.state.items()}}
+
+    resumed = job.resume(model, optimizer, scheduler=scheduler)
+    at_resume = snapshot()
+    torch.manual_seed(100 + rank)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        model(torch.randn(4, 6)).pow(2).mean().backward()
+        optimizer.step()
+        scheduler.step()
+        job.step_done()
+    job.extra["seen"] = job.step
+    at_end = snapshot()
+    job.checkpoint()
+    if rank == 0:
+        with open(f"{out_dir}/mixed{phase}.json", "w") as f:
+            json.dump({"resumed": resumed, "at_resume": at_resume, "at_end": at_end}, f)
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def run_mixed(tmp_path, phase, world, steps):
+    mp.start_processes(mixed_worker, args=(world, str(tmp_path), phase, steps), nprocs=world, join=True,
+                       start_method="spawn")
+    return json.loads((tmp_path / f"mixed{phase}.json").read_text())
+
+
+def checkpoint_names(tmp_path):
+    return [path.rsplit("/", 1)[1] for _, path in list_checkpoints(str(tmp_path / "ck"))]
+
+
+def test_a_job_sharded_before_resumes_unsharded_from_its_newer_sharded_checkpoint(tmp_path):
+    # An older unsharded checkpoint beside the sharded one: the newest, of either kind, is taken.
+    run_mixed(tmp_path, 0, 1, 1)
+    sharded = run_mixed(tmp_path, 1, 2, 3)
+    assert checkpoint_names(tmp_path) == ["step-0000000004.dcp", "step-0000000001.pt"]
+    plain = run_mixed(tmp_path, 2, 1, 2)
+    assert plain["resumed"] and plain["at_resume"] == sharded["at_end"]  # no step repeated
+    assert plain["at_resume"]["step"] == 4 and plain["at_resume"]["extra"] == 4
+    # Its checkpoint's pruning keeps the sharded one it resumed from.
+    assert checkpoint_names(tmp_path) == ["step-0000000006.pt", "step-0000000004.dcp"]
+
+
+def test_a_job_unsharded_before_resumes_sharded_from_its_newer_unsharded_checkpoint(tmp_path):
+    run_mixed(tmp_path, 0, 2, 1)
+    plain = run_mixed(tmp_path, 1, 1, 3)
+    assert checkpoint_names(tmp_path) == ["step-0000000004.pt", "step-0000000001.dcp"]
+    sharded = run_mixed(tmp_path, 2, 2, 2)
+    assert sharded["resumed"] and sharded["at_resume"] == plain["at_end"]
+    assert sharded["at_resume"]["step"] == 4 and sharded["at_resume"]["extra"] == 4
+    assert checkpoint_names(tmp_path) == ["step-0000000006.dcp", "step-0000000004.pt"]

@@ -203,11 +203,17 @@ def unpack_state(packed: bytes) -> Any:
     return torch.load(io.BytesIO(packed), map_location="cpu", weights_only=True)
 
 
-def load_latest_checkpoint(directory: Optional[str]) -> Optional[Tuple[str, Dict[str, Any]]]:
+def load_latest_checkpoint(directory: Optional[str], sharded: bool = False
+                           ) -> Optional[Tuple[str, Optional[Dict[str, Any]]]]:
     """(path, state) of the newest loadable checkpoint file in ``directory``, or None when it
     holds none. A damaged file falls back to the one before it; when there are checkpoint files
     and none loads, ``UnloadableCheckpoint`` says why, rather than a silent start from step 0
-    that would train everything again."""
+    that would train everything again.
+
+    A sharded checkpoint (``.dcp``) newer than any file that loads is never passed over (its
+    steps would be trained again, and the next save's pruning would delete it): with ``sharded``
+    it is returned as ``(path, None)``, for ``Job.resume`` to load (only it has the objects its
+    loader fills); without, ``UnloadableCheckpoint`` names it."""
     if not directory:
         return None
     import torch
@@ -215,7 +221,11 @@ def load_latest_checkpoint(directory: Optional[str]) -> Optional[Tuple[str, Dict
     failures = []
     for _, path in list_checkpoints(directory):
         if path.endswith(SHARDED):
-            continue  # a sharded model's: Job.resume loads those
+            if sharded:
+                return path, None
+            raise UnloadableCheckpoint(
+                f"dlscale: the newest checkpoint in {directory} that may load is the sharded "
+                f"{path}: Job.resume loads it" + "".join(f"; {f}" for f in failures))
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # a damaged file: fall back to the previous one
@@ -307,9 +317,10 @@ class DirectoryStore:
     ``directory`` (``DLSCALE_CHECKPOINT_DIR``), the newest ``keep`` kept: ``Job``'s default store.
 
     A store is what ``Job`` needs of checkpoint storage: ``load_latest()`` (every rank, at
-    ``resume``: ``(where, state)`` of the newest checkpoint or None) and ``save(step, state,
-    chief=)`` (every rank at the same step; ``state()`` builds the state where it is needed, rank
-    0 only for an unsharded model). ``sharded``: whether it holds sharded (DCP) checkpoints too."""
+    ``resume``: ``(where, state)`` of the newest checkpoint or None; ``state`` None for a sharded
+    checkpoint at ``where``, which ``Job`` loads) and ``save(step, state, chief=)`` (every rank at
+    the same step; ``state()`` builds the state where it is needed, rank 0 only for an unsharded
+    model). ``sharded``: whether it holds sharded (DCP) checkpoints too."""
 
     sharded = True
 
@@ -320,8 +331,10 @@ class DirectoryStore:
     def __str__(self) -> str:
         return self.directory
 
-    def load_latest(self) -> Optional[Tuple[str, Dict[str, Any]]]:
-        return load_latest_checkpoint(self.directory)
+    def load_latest(self) -> Optional[Tuple[str, Optional[Dict[str, Any]]]]:
+        """(path, state) of the newest checkpoint of either kind; state None for a sharded one
+        (``Job`` loads it: its loader fills the state of the objects it is given)."""
+        return load_latest_checkpoint(self.directory, sharded=True)
 
     def list(self) -> List[Tuple[int, str]]:
         return list_checkpoints(self.directory)

@@ -28,7 +28,6 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, NamedTup
 
 from .checkpoint import (
     FORMAT_VERSION,
-    SHARDED,
     DirectoryStore,
     capture_rng_state,
     holds_dtensor,
@@ -428,11 +427,18 @@ class Job:
         store = self.store
         if store is None:
             return None
-        found = self._load_sharded(store) if self._sharded else store.load_latest()
+        # The newest checkpoint of either kind: a job sharded at one world size and not at
+        # another (FSDP only when world_size > 1) must not resume from an older one of its own
+        # kind (its steps since trained again, the newer one then pruned).
+        found = store.load_latest()
         if found is None:
             return None
         path, state = found
-        if not self._sharded:
+        if state is None:  # a sharded checkpoint: loaded into this run's objects, sharded or not
+            state = self._load_sharded(path)
+        elif self._sharded:
+            self._load_full_into_sharded(path, state)
+        else:
             _unwrap(model).load_state_dict(state["model"])
             if optimizer is not None and state.get("optimizer") is not None:
                 optimizer.load_state_dict(state["optimizer"])
@@ -473,19 +479,15 @@ class Job:
         )
         return path
 
-    def _load_sharded(self, store: Any) -> Optional[Tuple[str, Dict[str, Any]]]:
-        """Loads the newest sharded checkpoint into the model and optimizer (collective: every
-        rank its shards, resharded to this group); its path and the rest of its state."""
-        found = store.list()
-        if not found:
-            return None
-        path = found[0][1]
-        if not path.endswith(SHARDED):
-            raise RuntimeError(f"{path} holds an unsharded model: a sharded model resumes only from "
-                               f"a sharded checkpoint (step-….dcp)")
+    def _load_sharded(self, path: str) -> Dict[str, Any]:
+        """Loads the sharded checkpoint at ``path`` into the model and optimizer (collective:
+        every rank its shards, resharded to this group; an unsharded model takes whole tensors);
+        the rest of its state."""
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        state = self.state_dict()  # the template: its tensors are filled, its other values replaced
+        # The template, as a sharded checkpoint holds it: its tensors are filled, its other
+        # values replaced.
+        state = self._state_dict(sharded=True)
         # The template names what this checkpoint holds, as it holds it: an older version wrote
         # no `rng_by_rank` and its `extra` and objects as dicts (an `extra` it could not
         # restore), and an object added since has no state there (it starts afresh).
@@ -507,24 +509,56 @@ class Job:
         state["extra"] = unpack_state(state["extra"]) if state.get("extra") else {}
         state["objects"] = {name: unpack_state(value) if isinstance(value, bytes) else value
                             for name, value in (state.get("objects") or {}).items()}
-        set_state_dict(self._model, self._optimizer if self._optimizer is not None else [],
+        set_state_dict(_unwrap(self._model), self._optimizer if self._optimizer is not None else [],
                        model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"] if self._optimizer is not None else {})
-        return path, state
+        return state
 
-    def _model_state(self) -> Tuple[Any, Any]:
-        """The model's and optimizer's state dicts: this rank's shards for a sharded model."""
+    def _load_full_into_sharded(self, path: str, state: Dict[str, Any]) -> None:
+        """Loads an unsharded checkpoint's whole model and optimizer state into the sharded model
+        and its optimizer: every rank keeps its shards. The optimizer's state is by parameter
+        index there, matched to this optimizer's parameters (built alike) by position."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        opt, saved = self._optimizer, state.get("optimizer")
+        by_name = None
+        if opt is not None and saved is not None:
+            names = {p: n for n, p in _unwrap(self._model).named_parameters()}
+            groups = saved["param_groups"]
+            if [len(g["params"]) for g in groups] != [len(g["params"]) for g in opt.param_groups]:
+                raise RuntimeError(
+                    f"{path}: its optimizer's parameter groups do not match this optimizer's: build "
+                    f"the optimizer as the run that saved it did, or remove {path} to resume from the "
+                    f"checkpoint before it")
+            by_name = {"state": {}, "param_groups": []}
+            for saved_group, group in zip(groups, opt.param_groups):
+                fqns = [names[p] for p in group["params"]]
+                by_name["param_groups"].append({**saved_group, "params": fqns})
+                for index, fqn in zip(saved_group["params"], fqns):
+                    if index in saved["state"]:
+                        by_name["state"][fqn] = saved["state"][index]
+        set_state_dict(_unwrap(self._model), opt if by_name is not None else [],
+                       model_state_dict=state["model"], optim_state_dict=by_name or {},
+                       options=StateDictOptions(full_state_dict=True))
+
+    def _model_state(self, sharded: bool) -> Tuple[Any, Any]:
+        """The model's and optimizer's state dicts: this rank's shards for a sharded model; as a
+        sharded checkpoint holds them if ``sharded`` (the optimizer's by parameter name)."""
         opt = self._optimizer
-        if self._sharded:
+        if sharded:
             from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
             if opt is None:
-                return get_model_state_dict(self._model), None
-            return get_state_dict(self._model, opt)
+                return get_model_state_dict(_unwrap(self._model)), None
+            return get_state_dict(_unwrap(self._model), opt)
         return _unwrap(self._model).state_dict(), opt.state_dict() if opt is not None else None
 
     def state_dict(self) -> Dict[str, Any]:
-        model, optimizer = self._model_state()
+        """Everything a checkpoint holds, as this run's kind of checkpoint holds it."""
+        return self._state_dict(self._sharded)
+
+    def _state_dict(self, sharded: bool) -> Dict[str, Any]:
+        model, optimizer = self._model_state(sharded)
         rng = capture_rng_state()
         return {
             "format": FORMAT_VERSION,
@@ -532,14 +566,14 @@ class Job:
             "samples_seen": self.samples_seen,
             "model": model,
             "optimizer": optimizer,
-            "objects": {name: self._object_state(name, obj) for name, obj in self._objects.items()},
+            "objects": {name: self._object_state(name, obj, sharded) for name, obj in self._objects.items()},
             "lr_batch": self._lr_scaling.batch if self._lr_scaling is not None else None,
             "rng": rng,
             # Every rank's generators (a rank restores its own): `checkpoint()` gathers them. As
             # one string: a sharded checkpoint then holds one value whatever the world size.
             "rng_by_rank": json.dumps(self._rng_by_rank or [plain_rng_state(rng)]),
             # A sharded checkpoint's loader fills its template's keys only: one value there.
-            "extra": pack_state(dict(self.extra)) if self._sharded else dict(self.extra),
+            "extra": pack_state(dict(self.extra)) if sharded else dict(self.extra),
             "grad_noise": self.grad_noise.state_dict(),
             "world_size": self.world_size,
             "batch_size": self.batch_size,
@@ -548,12 +582,12 @@ class Job:
             "time": time.time(),
         }
 
-    def _object_state(self, name: str, obj: Any) -> Any:
+    def _object_state(self, name: str, obj: Any, sharded: bool) -> Any:
         """``obj``'s state as a checkpoint holds it: for a sharded model's checkpoint packed into
         one value (its loader fills only the keys a template names, and an object's keys or
         lists may differ at a resume), unless the state is sharded itself (DTensors)."""
         state = obj.state_dict()
-        if not self._sharded or holds_dtensor(state):
+        if not sharded or holds_dtensor(state):
             return state
         return pack_state(state, f"the state of {name!r}")
 
