@@ -121,11 +121,14 @@ impl SlurmExecutor {
 
     /// Runs a Slurm command; its stdout, or an error naming the command with its stderr.
     async fn run(&self, program: &str, args: &[String]) -> Result<String> {
+        // `program` runs with the server's environment but its token: `sbatch --export=ALL`
+        // would hand the server's own token to every job's batch shell (readable there by the
+        // job's processes), which then acts as the admin.
         let shown = std::iter::once(program.to_string())
             .chain(args.iter().map(|a| sh_quote(a)))
             .collect::<Vec<_>>()
             .join(" ");
-        let mut cmd = tokio::process::Command::new(program);
+        let mut cmd = slurm_command(program);
         cmd.args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -607,6 +610,14 @@ fn typed_gres(
     }
 }
 
+/// A Slurm client command: the server's environment without `DLSCALE_TOKEN`, the server's own
+/// (admin) token, which `--export=ALL` would otherwise copy into every job.
+fn slurm_command(program: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.env_remove("DLSCALE_TOKEN");
+    cmd
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -751,6 +762,18 @@ mod tests {
             "{}",
             s.task
         );
+    }
+
+    /// The Slurm client commands (sbatch above all, which exports its environment to the job)
+    /// run without the server's own token.
+    #[test]
+    fn slurm_commands_run_without_the_servers_token() {
+        let cmd = slurm_command("sbatch");
+        let token = cmd
+            .as_std()
+            .get_envs()
+            .find(|(key, _)| *key == "DLSCALE_TOKEN");
+        assert_eq!(token, Some((std::ffi::OsStr::new("DLSCALE_TOKEN"), None)));
     }
 
     #[test]
