@@ -4,8 +4,6 @@
 //! advanced, not slept through. The same behaviour with real processes, a server killed with
 //! `kill -9` and real checkpoints is in `dlscale-cli`'s `service_api.rs` and the soak.
 
-use std::time::{Duration, Instant};
-
 use axum::http::StatusCode;
 use dlscale_autoscaler::Outcome;
 use dlscale_server::ConfigFile;
@@ -13,7 +11,7 @@ use serde_json::{json, Value};
 
 mod router;
 
-use router::{call, Harness};
+use router::{call, wait_job, Harness};
 
 fn job(id: &str) -> Value {
     json!({"id": id, "min_batch": 32, "max_batch": 256, "max_local_batch": 64, "max_gpus": 4,
@@ -29,18 +27,6 @@ async fn submit(h: &Harness, job: Value) {
 
 /// Job `id` as the API shows it once `until` holds (within 20 s of real time: the driver's
 /// batches and the executor's polls take milliseconds).
-async fn wait_job(h: &Harness, id: &str, until: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (_, view) = call(&h.app, "GET", &format!("/v1/jobs/{id}"), Vec::new()).await;
-        if until(&view) {
-            return view;
-        }
-        assert!(Instant::now() < deadline, "{id}: {view}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 async fn harness(file: ConfigFile) -> (tempfile::TempDir, Harness) {
     let dir = tempfile::tempdir().unwrap();
     let h = router::harness(dir.path(), file).await;

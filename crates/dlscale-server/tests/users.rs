@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 mod router;
 
-use router::{call, call_as, Harness};
+use router::{call, call_as, wait_job, Harness};
 
 /// Teams a and b; alice is in a, bob in b. Their tokens.
 async fn two_teams(dir: &std::path::Path) -> (Harness, String, String) {
@@ -118,4 +118,21 @@ async fn a_user_changes_only_their_own_teams_jobs_and_the_history_says_who() {
             .any(|e| e.starts_with("j: cancelled") && e.contains("by alice")),
         "{view}"
     );
+
+    // Its checkpoints are team a's: bob starts no job from them, alice does.
+    let ended = wait_job(&h, "j", |v| v["state"] == "cancelled").await;
+    let saved = dir
+        .path()
+        .join("jobs/j")
+        .join(ended["uid"].as_str().unwrap())
+        .join("checkpoints");
+    std::fs::create_dir_all(&saved).unwrap();
+    let mut resuming = job("j2");
+    resuming["resume_from"] = json!("j");
+    let (status, body) = call_as(app, &bob, "POST", "/v1/jobs", resuming.to_string().into()).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["field"], "resume_from", "{body}");
+    let (status, body) =
+        call_as(app, &alice, "POST", "/v1/jobs", resuming.to_string().into()).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
 }

@@ -64,8 +64,13 @@ fn check_team(s: &Service, spec: &JobSpec) -> Result<(), ApiError> {
 
 /// Validates one submission into what the driver is handed: its spec checked against this
 /// machine (workdir, program), the stored profile it names, and this server's cluster and
-/// policy (it must be able to run some day).
-async fn accept(s: &Service, mut spec: JobSpec) -> Result<Received, ApiError> {
+/// policy (it must be able to run some day); `by` submits it (a user may start it only from their
+/// own team's checkpoints).
+async fn accept(
+    s: &Service,
+    mut spec: JobSpec,
+    by: Option<&Principal>,
+) -> Result<Received, ApiError> {
     spec.check_runnable()?;
     if let Some(why) = s.config.executor.refuses(spec.launcher) {
         return Err(ApiError::field(
@@ -83,7 +88,7 @@ async fn accept(s: &Service, mut spec: JobSpec) -> Result<Received, ApiError> {
         .map_err(ApiError::internal)?
         .map_or(0, |before| before.record.attempt);
     if let Some(from) = spec.resume_from.as_mut() {
-        from.uid = resumable(s, &from.id).await?;
+        from.uid = resumable(s, &from.id, by).await?;
     }
     let profile_model = match &spec.profile {
         Some(name) if spec.entry.model.is_none() => {
@@ -204,9 +209,10 @@ async fn discard_copies(roots: Vec<std::path::PathBuf>) {
     .await;
 }
 
-/// The uid of the newest submission of job `id`, which a new one may start from: it has
-/// ended and left a checkpoint directory.
-async fn resumable(s: &Service, id: &str) -> Result<String, ApiError> {
+/// The uid of the newest submission of job `id`, which a new one `by` may start from: it has
+/// ended and left a checkpoint directory, and it is of `by`'s team where `by` is a user (its
+/// checkpoints are that team's data, as its log is).
+async fn resumable(s: &Service, id: &str, by: Option<&Principal>) -> Result<String, ApiError> {
     let field = "resume_from";
     if s.view().jobs.contains_key(id) {
         return Err(ApiError::conflict(format!(
@@ -221,6 +227,12 @@ async fn resumable(s: &Service, id: &str) -> Result<String, ApiError> {
         .await
         .map_err(ApiError::internal)?
         .ok_or_else(|| ApiError::field(field, format!("field '{field}': no job '{id}'")))?;
+    if let Some(why) = by.and_then(|p| p.refuses_team(id, stored.spec.entry.team.as_deref())) {
+        return Err(
+            ApiError::new(StatusCode::FORBIDDEN, format!("field '{field}': {why}"))
+                .with_field(field),
+        );
+    }
     let checkpoints = JobFiles::of(&s.config.data_dir, &stored.spec).checkpoints();
     if !checkpoints.is_dir() {
         return Err(ApiError::field(
@@ -285,7 +297,7 @@ pub(super) async fn submit(
                 .with_field("id"),
             ));
         }
-        let r = match accept(&s, spec).await {
+        let r = match accept(&s, spec, principal.as_ref().map(|Extension(p)| p)).await {
             Ok(r) => r,
             Err(e) => {
                 // The jobs before it in this submission are not submitted either.

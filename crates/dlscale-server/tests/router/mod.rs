@@ -136,6 +136,19 @@ pub async fn call_as(
     )
 }
 
+/// Job `id`'s view once `until` holds for it (polled; at most 20 s of wall time).
+pub async fn wait_job(h: &Harness, id: &str, until: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, view) = call(&h.app, "GET", &format!("/v1/jobs/{id}"), Vec::new()).await;
+        if until(&view) {
+            return view;
+        }
+        assert!(std::time::Instant::now() < deadline, "{id}: {view}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// The text answer to a GET of `path` with the admin token (`/metrics`).
 pub async fn text(app: &axum::Router, path: &str) -> String {
     let request = Request::builder()
