@@ -276,6 +276,27 @@ fn failures_are_retried_up_to_the_limit_after_doubling_back_offs() {
     );
 }
 
+/// A submission of an id numbers its launches after every earlier submission's, also those
+/// that ran and ended after it was checked (its `attempts_before` then lags): launch names,
+/// markers and engine ids are each submission's own.
+#[test]
+fn a_reused_id_numbers_its_launches_after_every_earlier_submissions() {
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 2));
+    let s = a.handle(0.0, vec![submit(job("x", 2))]);
+    assert_eq!(launches(&s).iter().map(|l| l.1).collect::<Vec<_>>(), [1]);
+    a.handle(0.0, started(&s));
+    // It fails once and is relaunched, then succeeds: two launches.
+    a.handle(1.0, vec![exited("x", 1, 2)]);
+    let s = a.handle(3.0, vec![Input::Tick]);
+    assert_eq!(launches(&s).iter().map(|l| l.1).collect::<Vec<_>>(), [2]);
+    a.handle(3.0, started(&s));
+    let s = a.handle(4.0, vec![exited("x", 2, 0)]);
+    assert_eq!(status(&a, &s, "x"), Status::Succeeded);
+    // Submitted again, checked when the id had had no launch.
+    let s = a.handle(5.0, vec![submit(job("x", 2))]);
+    assert_eq!(launches(&s).iter().map(|l| l.1).collect::<Vec<_>>(), [3]);
+}
+
 #[test]
 fn cancels_of_waiting_running_and_ended_jobs() {
     let mut a = Autoscaler::new(config(), Topology::uniform(1, 1));

@@ -301,6 +301,14 @@ impl Store {
                         )?;
                     }
                 }
+                // Changed records first: a job that ended in this batch frees its id before a
+                // new submission of that id is inserted (the live id is unique).
+                for record in &batch.records {
+                    tx.execute(
+                        "UPDATE jobs SET record = ?2, status = ?3, updated_at = ?4 WHERE seq = ?1",
+                        params![record.seq as i64, json(record)?, record.status.name(), at],
+                    )?;
+                }
                 for job in &batch.new_jobs {
                     let record = batch
                         .records
@@ -327,23 +335,32 @@ impl Store {
                         return Err(e.into());
                     }
                 }
-                for record in &batch.records {
-                    tx.execute(
-                        "UPDATE jobs SET record = ?2, status = ?3, updated_at = ?4 WHERE seq = ?1",
-                        params![record.seq as i64, json(record)?, record.status.name(), at],
-                    )?;
-                }
                 for action in &batch.actions {
                     tx.execute(
                         "INSERT INTO intents (batch, at, action) VALUES (?1, ?2, ?3)",
                         params![number, at, json(action)?],
                     )?;
                 }
+                // Each event is its submission's: one of an id submitted again in this batch
+                // goes to the earlier submission until the new one's `submitted` event.
+                let mut submitted_here: BTreeMap<&str, (i64, bool)> = batch
+                    .new_jobs
+                    .iter()
+                    .map(|j| (j.spec.id.as_str(), (j.seq as i64, false)))
+                    .collect();
                 for event in &batch.events {
+                    let id = event.job();
+                    let newest = match id.and_then(|id| submitted_here.get_mut(id)) {
+                        Some((seq, seen)) => {
+                            *seen |= matches!(event, dlscale_autoscaler::Event::Submitted { .. });
+                            if *seen { *seq } else { *seq - 1 }
+                        }
+                        None => i64::MAX,
+                    };
                     tx.execute(
                         "INSERT INTO events (batch, at, job_seq, kind, event, detail)
-                         VALUES (?1, ?2, (SELECT seq FROM jobs WHERE id = ?3 ORDER BY seq DESC LIMIT 1), ?4, ?5, ?6)",
-                        params![number, at, event.job(), event.kind(), json(event)?, event.to_string()],
+                         VALUES (?1, ?2, (SELECT seq FROM jobs WHERE id = ?3 AND seq <= ?7 ORDER BY seq DESC LIMIT 1), ?4, ?5, ?6)",
+                        params![number, at, id, event.kind(), json(event)?, event.to_string(), newest],
                     )?;
                 }
                 for p in &batch.profiles {
@@ -387,19 +404,29 @@ impl Store {
         .await
     }
 
-    /// How each id's last submission ended, for the ids whose last submission has ended.
-    pub async fn ended(&self) -> Result<Vec<(String, dlscale_autoscaler::Status)>> {
+    /// How each id's last submission ended, and its last launch's number, for the ids whose last
+    /// submission has ended.
+    pub async fn ended(&self) -> Result<Vec<(String, dlscale_autoscaler::Status, u32)>> {
         self.read(|conn| {
             let mut stmt = conn.prepare(
-                "SELECT id, status FROM jobs j WHERE seq = (SELECT MAX(seq) FROM jobs WHERE id = j.id)",
+                "SELECT id, status, json_extract(record, '$.attempt') FROM jobs j
+                 WHERE seq = (SELECT MAX(seq) FROM jobs WHERE id = j.id)",
             )?;
-            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+            let rows = stmt.query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<u32>>(2)?,
+                ))
+            })?;
             let mut ended = Vec::new();
             for row in rows {
-                let (id, name) = row?;
-                let status = dlscale_autoscaler::Status::ALL.into_iter().find(|s| s.name() == name);
+                let (id, name, attempt) = row?;
+                let status = dlscale_autoscaler::Status::ALL
+                    .into_iter()
+                    .find(|s| s.name() == name);
                 if let Some(status) = status.filter(|s| s.is_terminal()) {
-                    ended.push((id, status));
+                    ended.push((id, status, attempt.unwrap_or(0)));
                 }
             }
             Ok(ended)
@@ -745,6 +772,88 @@ mod tests {
         let fresh = dir.path().join("fresh");
         Store::open(&fresh).unwrap();
         Store::open(&fresh).unwrap();
+    }
+
+    /// One batch in which a job ends and its id is submitted again (two requests the driver
+    /// took together): both are written, and each event is its own submission's.
+    #[tokio::test]
+    async fn a_batch_that_ends_a_job_and_takes_its_id_again_keeps_both() {
+        use dlscale_autoscaler::{Autoscaler, AutoscalerConfig};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db")).unwrap();
+        let spec = crate::spec::JobSpec::from_value(serde_json::json!({"id": "x",
+            "min_batch": 32, "max_batch": 64, "max_local_batch": 64,
+            "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.001},
+            "command": ["true"], "workdir": "/tmp", "launcher": "plain"}))
+        .unwrap();
+        let submit = || Input::Submit {
+            job: Box::new(spec.submission(None).unwrap()),
+        };
+        let mut a = Autoscaler::new(
+            AutoscalerConfig::default(),
+            dlscale_core::placement::Topology::uniform(1, 2),
+        );
+        // Each step as the driver writes it: the records new to the store are its new jobs.
+        let (mut number, mut known) = (0, 0);
+        let mut batch = |step: &dlscale_autoscaler::Step, at_s| {
+            number += 1;
+            let new_jobs = step
+                .records
+                .iter()
+                .filter(|r| r.seq > known)
+                .map(|r| NewJob {
+                    seq: r.seq,
+                    spec: spec.clone(),
+                    worker_token: format!("t{}", r.seq),
+                })
+                .collect();
+            known = step.records.iter().map(|r| r.seq).fold(known, u64::max);
+            Batch {
+                number,
+                at_s,
+                new_jobs,
+                records: step.records.clone(),
+                events: step.events.clone(),
+                ..Batch::default()
+            }
+        };
+        let launched = a.handle(0.0, vec![submit()]);
+        store.commit(batch(&launched, 0.0)).await.unwrap();
+        let started = Input::LaunchStarted {
+            id: "x".into(),
+            attempt: 1,
+        };
+        store
+            .commit(batch(&a.handle(0.5, vec![started]), 0.5))
+            .await
+            .unwrap();
+        let exited = Input::Exited {
+            id: "x".into(),
+            attempt: 1,
+            outcome: dlscale_autoscaler::Outcome::Exited(0),
+        };
+        let both = a.handle(1.0, vec![exited, submit()]);
+        let seqs: Vec<u64> = both.records.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, [1, 2], "{both:?}");
+        store.commit(batch(&both, 1.0)).await.unwrap();
+        let kinds = |seq| {
+            let store = &store;
+            async move {
+                let events = store.events(seq, 100).await.unwrap();
+                events
+                    .iter()
+                    .map(|e| e.event.kind().to_string())
+                    .collect::<Vec<_>>()
+            }
+        };
+        let (old, new) = (kinds(1).await, kinds(2).await);
+        assert_eq!(old.last().map(String::as_str), Some("ended"), "{old:?}");
+        assert_eq!(
+            new.first().map(String::as_str),
+            Some("submitted"),
+            "{new:?}"
+        );
+        assert!(!new.contains(&"ended".to_string()), "{new:?}");
     }
 
     #[tokio::test]

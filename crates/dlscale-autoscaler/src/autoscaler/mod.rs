@@ -117,8 +117,9 @@ pub struct Autoscaler {
     seqs: BTreeMap<String, u64>,
     /// Full work of each live job in samples, when known (remaining = this − samples seen).
     work: BTreeMap<String, f64>,
-    /// How the jobs that ended did, by id (for refusing late reports).
-    ended: BTreeMap<String, Status>,
+    /// How the jobs that ended did, by id (for refusing late reports), and their last launch's
+    /// number (a later submission of the id numbers its launches after it).
+    ended: BTreeMap<String, (Status, u32)>,
     next_seq: u64,
     /// The plan, by arrival number.
     plan: BTreeMap<u64, Target>,
@@ -638,13 +639,15 @@ impl Autoscaler {
         }
     }
 
-    /// Remembers how jobs that ended before a restore did, by id ([`Autoscaler::restore`] is
-    /// given the live ones only), so that late inputs for them are refused as for any ended
-    /// job ([`Refusal::Ended`]), not as for an unknown one. A live job's id is skipped.
-    pub fn remember_ended(&mut self, ended: impl IntoIterator<Item = (String, Status)>) {
-        for (id, status) in ended {
+    /// Remembers how jobs that ended before a restore did, by id, and their last launch's
+    /// number ([`Autoscaler::restore`] is given the live ones only), so that late inputs for
+    /// them are refused as for any ended job ([`Refusal::Ended`]), not as for an unknown one,
+    /// and a new submission of the id numbers its launches after theirs. A live job's id is
+    /// skipped.
+    pub fn remember_ended(&mut self, ended: impl IntoIterator<Item = (String, Status, u32)>) {
+        for (id, status, attempt) in ended {
             if status.is_terminal() && self.index(&id).is_none() {
-                self.ended.insert(id, status);
+                self.ended.insert(id, (status, attempt));
             }
         }
     }
@@ -652,7 +655,7 @@ impl Autoscaler {
     /// The index of a live job, or why there is none.
     fn live_index(&self, id: &str) -> Result<usize, Refusal> {
         self.index(id).ok_or_else(|| match self.ended.get(id) {
-            Some(status) => Refusal::Ended { status: *status },
+            Some(&(status, _)) => Refusal::Ended { status },
             None => Refusal::UnknownJob,
         })
     }
@@ -680,7 +683,12 @@ impl Autoscaler {
             submitted_s: now,
             status: Status::Queued,
             model: sub.model,
-            attempt: sub.attempts_before,
+            // After every launch of the id's earlier submissions: those the submission was
+            // checked against, and any that ran and ended since (its launches' names, markers
+            // and engine ids must be its own).
+            attempt: sub
+                .attempts_before
+                .max(self.ended.get(&id).map_or(0, |&(_, attempt)| attempt)),
             launch: None,
             restarts: 0,
             failures: 0,
@@ -1066,7 +1074,8 @@ impl Autoscaler {
         self.plan.remove(&record.seq);
         self.work.remove(&record.id);
         self.policy.forget(&record.id);
-        self.ended.insert(record.id.clone(), status);
+        self.ended
+            .insert(record.id.clone(), (status, record.attempt));
         out.touched.remove(&record.id);
         out.finished.push(record);
     }
