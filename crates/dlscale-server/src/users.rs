@@ -144,14 +144,31 @@ impl Users {
         self.by_name.values()
     }
 
-    /// The user `token` belongs to, if it is a user token that matches its user's hash.
-    pub fn authenticate(&self, token: &str) -> Option<&User> {
+    /// The user `token` was verified for already, if any: no hash is computed.
+    pub fn verified(&self, token: &str) -> Option<&User> {
         let name = user_of_token(token)?;
         let user = self.by_name.get(name)?;
-        let verified = |v: &HashMap<String, String>| v.get(token).is_some_and(|n| n == name);
-        if verified(&self.verified.lock().unwrap_or_else(|e| e.into_inner())) {
+        let verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
+        verified
+            .get(token)
+            .is_some_and(|n| n == name)
+            .then_some(user)
+    }
+
+    /// Whether `token` names a configured user (only then is its hash worth computing).
+    pub fn may_be_users(&self, token: &str) -> bool {
+        user_of_token(token).is_some_and(|name| self.by_name.contains_key(name))
+    }
+
+    /// The user `token` belongs to, if it is a user token that matches its user's hash. A
+    /// token not verified before costs an Argon2 verification (CPU-bound: callers on an async
+    /// runtime run it on its blocking threads).
+    pub fn authenticate(&self, token: &str) -> Option<&User> {
+        if let Some(user) = self.verified(token) {
             return Some(user);
         }
+        let name = user_of_token(token)?;
+        let user = self.by_name.get(name)?;
         let hash = PasswordHash::new(&user.token_hash).ok()?;
         Argon2::default()
             .verify_password(token.as_bytes(), &hash)
@@ -216,9 +233,15 @@ mod tests {
             ("bob".into(), None, bob_hash),
         ])
         .unwrap();
+        // Verified once, by its hash; then known without one.
+        assert!(users.verified(&alice).is_none() && users.may_be_users(&alice));
         assert_eq!(users.authenticate(&alice).map(|u| &*u.name), Some("alice"));
+        assert_eq!(users.verified(&alice).map(|u| &*u.name), Some("alice"));
         assert_eq!(users.authenticate(&alice).map(|u| &*u.name), Some("alice"));
         assert_eq!(users.authenticate(&bob).map(|u| &*u.name), Some("bob"));
+        // A token that names no user costs no hash.
+        let nobody = alice.replacen("dls_alice_", "dls_carol_", 1);
+        assert!(!users.may_be_users(&nobody) && !users.may_be_users("admin"));
         // Bob's secret under Alice's name, a changed secret, a foreign form: nobody.
         let swapped = bob.replacen("dls_bob_", "dls_alice_", 1);
         for wrong in [
