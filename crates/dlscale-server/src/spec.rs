@@ -121,6 +121,9 @@ pub struct Source {
     /// submission stored before uids existed).
     #[serde(default)]
     pub uid: String,
+    /// Its [`JobSpec::run_name`], set with `uid`: where in the copied checkpoints its runs are.
+    #[serde(default)]
+    pub run_name: String,
 }
 
 /// Whether `name` can name an environment variable every executor passes on as it is: a
@@ -199,6 +202,17 @@ fn take_string(map: &mut Map<String, Value>, key: &str) -> Result<Option<String>
 }
 
 impl JobSpec {
+    /// The name its launches keep their checkpoints under in its checkpoint directory, for
+    /// launchers that name their runs (Ray Train's run name, `storage_path/<name>/`): its id,
+    /// or, when it starts from another job's checkpoints, the name they were kept under there
+    /// (the copy holds them under it).
+    pub fn run_name(&self) -> String {
+        match &self.resume_from {
+            Some(from) if !from.run_name.is_empty() => from.run_name.clone(),
+            _ => self.id.clone(),
+        }
+    }
+
     /// Parses a submission body (JSON). Checks syntax, types, the id and the run fields; the
     /// job-file fields are checked by [`JobSpec::build_job`].
     pub fn parse(body: &[u8]) -> Result<JobSpec, ApiError> {
@@ -370,6 +384,7 @@ impl JobSpec {
             resume_from: resume_from.map(|id| Source {
                 id,
                 uid: String::new(),
+                run_name: String::new(),
             }),
             uid: String::new(),
             attempts_before: 0,

@@ -532,4 +532,15 @@ async fn a_refused_submission_leaves_no_copy_of_the_checkpoints_it_resumed_from(
     let copied = jobs.join("new").join(new["uid"].as_str().unwrap());
     assert!(copied.join("checkpoints/step-0000000010.pt").is_file());
     assert_eq!(copies("new"), 1);
+    // Launchers that name runs (Ray Train) find the copied checkpoints under the name they were
+    // kept under, down a chain of resumes: old's runs are "old", new's too, newer's too.
+    let _ = call(&h.app, "DELETE", "/v1/jobs/new", Vec::new()).await;
+    wait_job(&h, "new", |v| v["state"] == "cancelled").await;
+    let mut newer = job("newer");
+    newer["resume_from"] = json!("new");
+    submit(&h, newer).await;
+    for id in ["old", "new", "newer"] {
+        let stored = h.service.store.job(id.into()).await.unwrap().unwrap();
+        assert_eq!(stored.spec.run_name(), "old", "{id}");
+    }
 }

@@ -19,7 +19,7 @@ use super::{find_job, job_view, parse_json, AppState, MAX_JOBS_PER_SUBMISSION};
 use crate::error::ApiError;
 use crate::executor::{random_hex, JobFiles};
 use crate::service::Service;
-use crate::spec::JobSpec;
+use crate::spec::{JobSpec, Source};
 use crate::store::Received;
 use crate::users::{Principal, User};
 
@@ -88,7 +88,7 @@ async fn accept(
         .map_err(ApiError::internal)?
         .map_or(0, |before| before.record.attempt);
     if let Some(from) = spec.resume_from.as_mut() {
-        from.uid = resumable(s, &from.id, by).await?;
+        *from = resumable(s, &from.id, by).await?;
     }
     let profile_model = match &spec.profile {
         Some(name) if spec.entry.model.is_none() => {
@@ -209,10 +209,10 @@ async fn discard_copies(roots: Vec<std::path::PathBuf>) {
     .await;
 }
 
-/// The uid of the newest submission of job `id`, which a new one `by` may start from: it has
-/// ended and left a checkpoint directory, and it is of `by`'s team where `by` is a user (its
-/// checkpoints are that team's data, as its log is).
-async fn resumable(s: &Service, id: &str, by: Option<&Principal>) -> Result<String, ApiError> {
+/// The newest submission of job `id`, which a new one `by` may start from: it has ended and
+/// left a checkpoint directory, and it is of `by`'s team where `by` is a user (its checkpoints
+/// are that team's data, as its log is).
+async fn resumable(s: &Service, id: &str, by: Option<&Principal>) -> Result<Source, ApiError> {
     let field = "resume_from";
     if s.view().jobs.contains_key(id) {
         return Err(ApiError::conflict(format!(
@@ -243,7 +243,11 @@ async fn resumable(s: &Service, id: &str, by: Option<&Principal>) -> Result<Stri
             ),
         ));
     }
-    Ok(stored.spec.uid)
+    Ok(Source {
+        id: id.to_string(),
+        run_name: stored.spec.run_name(),
+        uid: stored.spec.uid,
+    })
 }
 
 /// Names the job of a multi-job submission in an error.

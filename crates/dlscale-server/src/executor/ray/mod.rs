@@ -63,11 +63,6 @@ pub fn submission_id(instance: &str, id: &str, attempt: u32) -> String {
     format!("dlscale-{instance}-{id}-{attempt}")
 }
 
-/// The Ray Train run name of a job's launches: the same at each, so each resumes the last.
-pub fn run_name(spec: &JobSpec) -> String {
-    spec.id.clone()
-}
-
 /// One Ray job of this server, from the cluster's job list.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RayJob {
@@ -459,7 +454,8 @@ impl Executor for RayExecutor {
         let token_file = files.run(l.attempt).join(TOKEN_FILE);
         let token = token_to_file(&mut env, &token_file);
         env.insert("DLSCALE_RAY_RESOURCE".into(), self.cfg.resource.clone());
-        env.insert("DLSCALE_RAY_RUN_NAME".into(), run_name(spec));
+        // The same at each launch, so that each resumes the last (`JobSpec::run_name`).
+        env.insert("DLSCALE_RAY_RUN_NAME".into(), spec.run_name());
         // Ray's job supervisor waits this long after its SIGTERM before it kills the entrypoint.
         env.insert(
             "RAY_JOB_STOP_WAIT_TIME_S".into(),
