@@ -70,6 +70,19 @@ fn holds(events: &[StoredEvent]) -> Vec<Hold> {
                     });
                 }
             }
+            // A job a restart could not restore ended there: its launch, if one still ran, is
+            // killed as stale, and no `Ended` of its own follows.
+            Event::Unrestorable { .. } => {
+                out.extend(
+                    std::mem::take(&mut open)
+                        .into_iter()
+                        .map(|(attempt, from_s)| Hold {
+                            gpus: gpus.get(&attempt).copied().unwrap_or(0),
+                            from_s,
+                            until_s: Some(e.at),
+                        }),
+                );
+            }
             _ => {}
         }
     }
@@ -217,6 +230,21 @@ mod tests {
         ];
         let by_job = usage(&jobs, UsageBy::Job, 0.0, 200.0);
         assert_eq!(by_job.len(), 1, "{by_job:?}");
+        // A job a restart could not restore holds nothing from then on (no `Ended` follows).
+        let unrestorable = Event::Unrestorable {
+            id: "c".into(),
+            error: "its spec no longer validates".into(),
+        };
+        let c = vec![
+            launch(5.0, 1, 2),
+            started(10.0, 1),
+            StoredEvent {
+                at: 60.0,
+                event: unrestorable,
+            },
+        ];
+        let held = usage(&[(owner("c", 3, None), c)], UsageBy::Job, 0.0, 200.0);
+        assert_eq!(held[0].gpu_seconds, 2.0 * 50.0, "{held:?}");
         assert_eq!(
             (by_job[0].gpu_seconds, by_job[0].launches),
             (2.0 * 100.0 + 4.0 * 80.0, 2)
