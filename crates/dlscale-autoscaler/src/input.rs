@@ -195,6 +195,10 @@ pub enum Input<S = Submission> {
         /// before it was kept.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         by: Option<String>,
+        /// The submission of `id` it was checked against (its arrival number), when it was: a
+        /// later submission of the id is not cancelled in its stead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seq: Option<u64>,
     },
     /// A worker reported progress.
     Metrics {
@@ -291,7 +295,7 @@ impl<S> Input<S> {
             Input::Submit { job } => Input::Submit {
                 job: Box::new(f(*job)?),
             },
-            Input::Cancel { id, by } => Input::Cancel { id, by },
+            Input::Cancel { id, by, seq } => Input::Cancel { id, by, seq },
             Input::Metrics { id, report } => Input::Metrics { id, report },
             Input::Completed {
                 id,

@@ -192,6 +192,7 @@ fn the_launch_lifecycle_table() {
                 Input::Cancel {
                     id: "a".into(),
                     by: None,
+                    seq: None,
                 },
                 exited("a", 1, 0),
             ],
@@ -209,6 +210,7 @@ fn the_launch_lifecycle_table() {
                 Input::Cancel {
                     id: "a".into(),
                     by: None,
+                    seq: None,
                 },
                 exited("a", 1, 1),
             ],
@@ -308,6 +310,7 @@ fn cancels_of_waiting_running_and_ended_jobs() {
         vec![Input::Cancel {
             id: "b".into(),
             by: None,
+            seq: None,
         }],
     );
     assert_eq!(status(&a, &s, "b"), Status::Cancelled);
@@ -316,6 +319,7 @@ fn cancels_of_waiting_running_and_ended_jobs() {
         vec![Input::Cancel {
             id: "a".into(),
             by: None,
+            seq: None,
         }],
     );
     assert_eq!(stops(&s), [("a".into(), 1, StopReason::Cancel)]);
@@ -325,10 +329,12 @@ fn cancels_of_waiting_running_and_ended_jobs() {
             Input::Cancel {
                 id: "b".into(),
                 by: None,
+                seq: None,
             },
             Input::Cancel {
                 id: "zz".into(),
                 by: None,
+                seq: None,
             },
         ],
     );
@@ -341,6 +347,34 @@ fn cancels_of_waiting_running_and_ended_jobs() {
             Some(Refusal::UnknownJob)
         ]
     );
+}
+
+/// A cancel checked against one submission of an id never cancels a later one: the user was
+/// allowed to cancel the one they saw, and the id may be another team's by now.
+#[test]
+fn a_cancel_meant_for_an_ended_submission_leaves_the_next_one_alone() {
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 1));
+    let s = a.handle(0.0, vec![submit(job("busy", 1)), submit(job("x", 1))]);
+    a.handle(0.0, started(&s));
+    let cancel = |seq| Input::Cancel {
+        id: "x".into(),
+        by: None,
+        seq: Some(seq),
+    };
+    // x (arrival 2) waits; cancelled, it ends; x is submitted again (arrival 3).
+    let s = a.handle(1.0, vec![cancel(2)]);
+    assert_eq!(status(&a, &s, "x"), Status::Cancelled);
+    a.handle(2.0, vec![submit(job("x", 1))]);
+    let s = a.handle(3.0, vec![cancel(2)]);
+    assert_eq!(
+        s.refusals,
+        [Some(Refusal::Ended {
+            status: Status::Cancelled
+        })]
+    );
+    assert_eq!(a.job("x").unwrap().0.status, Status::Queued);
+    let s = a.handle(4.0, vec![cancel(3)]);
+    assert_eq!(status(&a, &s, "x"), Status::Cancelled);
 }
 
 #[test]
@@ -357,6 +391,7 @@ fn a_stop_past_its_grace_period_is_killed() {
         vec![Input::Cancel {
             id: "a".into(),
             by: None,
+            seq: None,
         }],
     );
     assert_eq!(a.next_wakeup_s(), Some(130.0));
@@ -375,6 +410,7 @@ fn an_unconfirmed_stop_is_asked_again_only_after_the_resend_interval() {
     let cancel = Input::Cancel {
         id: "a".into(),
         by: None,
+        seq: None,
     };
     assert_eq!(stops(&a.handle(100.0, vec![cancel])).len(), 1);
     let running = |at_s: f64| {

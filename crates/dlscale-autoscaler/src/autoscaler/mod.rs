@@ -117,8 +117,9 @@ pub struct Autoscaler {
     seqs: BTreeMap<String, u64>,
     /// Full work of each live job in samples, when known (remaining = this − samples seen).
     work: BTreeMap<String, f64>,
-    /// How the jobs that ended did, by id (for refusing late reports), and their last launch's
-    /// number (a later submission of the id numbers its launches after it).
+    /// How the last ended submission of each id did (for refusing late reports, and a cancel
+    /// meant for it once the id runs again), and its last launch's number (a later submission
+    /// of the id numbers its launches after it).
     ended: BTreeMap<String, (Status, u32)>,
     next_seq: u64,
     /// The plan, by arrival number.
@@ -525,7 +526,7 @@ impl Autoscaler {
     fn input(&mut self, now: f64, input: Input, out: &mut Out) -> Option<Refusal> {
         match input {
             Input::Submit { job } => self.submit(now, *job, out),
-            Input::Cancel { id, by } => self.cancel(now, &id, by, out),
+            Input::Cancel { id, by, seq } => self.cancel(now, &id, by, seq, out),
             Input::Metrics { id, report } => match self.live_index(&id) {
                 Ok(i) => self.metrics(now, i, &report, out),
                 Err(refusal) => Some(refusal),
@@ -714,7 +715,8 @@ impl Autoscaler {
         // Its family has been measured: it starts from that, not from the prior.
         self.learning.start(record.family.as_deref(), &mut job);
         self.next_seq += 1;
-        self.ended.remove(&id);
+        // `ended` keeps how its last submission ended: a cancel meant for that one is refused
+        // as for an ended job (a live job is found first everywhere else).
         self.seqs.insert(id.clone(), record.seq);
         self.live.push(record);
         self.jobs.push(job);
@@ -727,11 +729,25 @@ impl Autoscaler {
         None
     }
 
-    fn cancel(&mut self, now: f64, id: &str, by: Option<String>, out: &mut Out) -> Option<Refusal> {
+    fn cancel(
+        &mut self,
+        now: f64,
+        id: &str,
+        by: Option<String>,
+        seq: Option<u64>,
+        out: &mut Out,
+    ) -> Option<Refusal> {
         let i = match self.live_index(id) {
             Ok(i) => i,
             Err(refusal) => return Some(refusal),
         };
+        if seq.is_some_and(|seq| seq != self.live[i].seq) {
+            // The submission it was meant for has ended; this one is another's.
+            return Some(match self.ended.get(id) {
+                Some(&(status, _)) => Refusal::Ended { status },
+                None => Refusal::UnknownJob,
+            });
+        }
         let status = self.live[i].status;
         if matches!(
             status,

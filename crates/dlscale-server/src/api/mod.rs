@@ -650,12 +650,13 @@ async fn cancel(
     principal: Option<Extension<Principal>>,
     PathParam(id): PathParam,
 ) -> Result<Response, ApiError> {
-    let by = owns(&s, principal.as_deref(), &id).await?;
+    let (by, checked) = owns(&s, principal.as_deref(), &id).await?;
     let refusals = s
         .request(
             vec![Input::Cancel {
                 id: id.clone(),
                 by: Some(by),
+                seq: Some(checked.record.seq),
             }],
             Vec::new(),
             BTreeMap::new(),
@@ -675,21 +676,25 @@ async fn cancel(
 }
 
 /// Who `principal` is, by name, once it is clear they may change (or read the log of) job `id`:
-/// the admin any job, a user their own team's only (403 otherwise, saying why).
-async fn owns(s: &Service, principal: Option<&Principal>, id: &str) -> Result<String, ApiError> {
+/// the admin any job, a user their own team's only (403 otherwise, saying why); and the job (the
+/// submission of `id` checked, which is the one to act on: a later one of the id may be
+/// another team's).
+async fn owns(
+    s: &Service,
+    principal: Option<&Principal>,
+    id: &str,
+) -> Result<(String, FoundJob), ApiError> {
     let principal = principal.ok_or_else(|| {
         ApiError::new(
             StatusCode::UNAUTHORIZED,
             "this needs the admin token or a user's",
         )
     })?;
-    if let Principal::User(_) = principal {
-        let job = find_job(s, id).await?;
-        if let Some(why) = principal.refuses_team(id, job.spec.entry.team.as_deref()) {
-            return Err(ApiError::new(StatusCode::FORBIDDEN, why));
-        }
+    let job = find_job(s, id).await?;
+    if let Some(why) = principal.refuses_team(id, job.spec.entry.team.as_deref()) {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, why));
     }
-    Ok(principal.name().to_string())
+    Ok((principal.name().to_string(), job))
 }
 
 /// Query of `GET /v1/jobs/{id}/logs`.
@@ -713,8 +718,7 @@ async fn logs(
     PathParam(id): PathParam,
     ApiQuery(q): ApiQuery<LogsQuery>,
 ) -> Result<Response, ApiError> {
-    owns(&s, principal.as_deref(), &id).await?;
-    let job = find_job(&s, &id).await?;
+    let (_, job) = owns(&s, principal.as_deref(), &id).await?;
     let path = JobFiles::of(&s.config.data_dir, &job.spec).log();
     let (text, end) = match tokio::fs::File::open(&path).await {
         Ok(mut f) => {
