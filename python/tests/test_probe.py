@@ -2,10 +2,18 @@
 doubling and bisecting on the device's out-of-memory error, kept with a margin, reported to the
 server with every report and kept in checkpoints (a relaunch does not probe again). The device
 is simulated: a step that raises torch's OutOfMemoryError above a capacity; no GPU here."""
+import json
+import multiprocessing
+import os
+import time
+
 import pytest
 from conftest import require
 
 torch = require("torch")
+
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
 
 from dlscale import Allocation, Job, metrics_payload  # noqa: E402
 
@@ -162,3 +170,74 @@ def test_a_probe_that_runs_out_of_memory_in_a_backward_pass_leaves_the_noise_mea
     clean = measured(False)
     assert clean[2] == 3, clean
     assert measured(True) == pytest.approx(clean)
+
+
+# -- under DDP: the probe's passes go through the communication hook --------------------------
+
+COMPUTE_S, DDP_STEPS = 0.04, 6
+
+
+class _SlowBackward(torch.autograd.Function):
+    """The identity, whose backward pass takes ``COMPUTE_S``: a training step's compute."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(COMPUTE_S)
+        return grad
+
+
+def _ddp_worker(rank, world, url, out_dir):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank,
+                            world_size=world)
+    results = {}
+    for name in ("clean", "probed"):
+        torch.manual_seed(0)
+        alloc = Allocation(job_id=name, rank=rank, local_rank=rank, world_size=world,
+                           local_batch_size=8, batch_size=8 * world, checkpoint_dir=None, api=url,
+                           token=None)
+        j = Job(alloc, log_every=DDP_STEPS, report_interval=0, install_signals=False)
+        model = torch.nn.Linear(4, 1)
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        j.resume(model)
+        j.grad_noise.min_updates = 1
+        j.measure_grad_noise(ddp, init_batch_size=8)
+        gen = torch.Generator().manual_seed(rank)
+        x, y = torch.randn(64, 4, generator=gen), torch.randn(64, 1, generator=gen)
+
+        def one_pass(b):  # fast: none of its time is a training step's compute
+            ddp.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(ddp(x[:b]), y[:b]).backward()
+
+        if name == "probed":
+            assert j.probe_max_local_batch(one_pass, start=16, limit=64, margin=1.0) == 64
+        for _ in range(DDP_STEPS):
+            ddp.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(_SlowBackward.apply(ddp(x[:8])), y[:8]).backward()
+            j.step_done()
+        j.finish()  # the last window has averaged the estimates over the workers
+        results[name] = [j.grad_noise.grad_sqr, j.grad_noise.trace_cov, j.grad_noise.updates]
+    if rank == 0:
+        with open(os.path.join(out_dir, "result.json"), "w") as f:
+            json.dump(results, f)
+    dist.destroy_process_group()
+
+
+def test_under_ddp_the_probes_passes_are_neither_noise_nor_compute_measured(tmp_path, metrics_server):
+    multiprocessing.set_forkserver_preload(["torch._dynamo", __name__])
+    mp.start_processes(_ddp_worker, args=(2, metrics_server.url, str(tmp_path)), nprocs=2,
+                       join=True, start_method="forkserver")
+    with open(tmp_path / "result.json") as f:
+        results = json.load(f)
+    clean, probed = results["clean"], results["probed"]
+    assert clean[2] == DDP_STEPS, clean  # one measurement per training step, at its batch
+    assert probed == pytest.approx(clean)
+    compute = {path.split("/")[3]: body["compute_time_s"] for path, _, body in metrics_server.requests
+               if body and body.get("compute_time_s") is not None}
+    # Each training step's backward pass sleeps COMPUTE_S; the probe's quick passes are not steps.
+    assert set(compute) == {"clean", "probed"}, metrics_server.requests
+    assert compute["probed"] >= COMPUTE_S, compute

@@ -302,10 +302,18 @@ class Job:
             return known
         if not 0 < margin <= 1:
             raise ValueError("margin must be in (0, 1]")
-        fits = _largest_fitting(step, max(1, start or self.local_batch_size), limit)
         discard = getattr(self._grad_probe, "discard", None)
-        if discard is not None:  # its passes were no training step's micro-batches
-            discard()
+
+        def probe_step(batch: int) -> Any:
+            try:
+                return step(batch)
+            finally:
+                # Its passes were no training step's micro-batches; forgotten after each, since
+                # under DDP the next pass's first bucket would close it as a step.
+                if discard is not None:
+                    discard()
+
+        fits = _largest_fitting(probe_step, max(1, start or self.local_batch_size), limit)
         value = max(1, int(fits * margin))
         if _dist() is not None:
             value = -_all_reduce_max([-value])[0]  # the smallest GPU's
@@ -734,6 +742,9 @@ class Job:
             self._sync(window)
         elif self.stop_flag.is_set() and _dist() is None:
             self.stop()  # alone, a job needs no sync point to stop
+        start_timing = getattr(self._grad_probe, "start_timing", None)
+        if start_timing is not None:  # the next step's compute starts here, after this call's work
+            start_timing()
         return self._rebatched
 
     def _sync(self, window: bool) -> None:

@@ -282,12 +282,12 @@ class DDPNoiseProbe:
     hook (made by ``register_ddp_hook``). One step's measurement goes to the estimator when the
     next step's first bucket arrives, or at ``step()``, whichever is first.
 
-    It also times each step's compute alone: from one ``step()`` to the moment the step's last
-    bucket is handed to the all-reduce (its backward pass is then done; what follows is the
-    all-reduce that did not overlap it, and the optimizer step), per micro-step of
-    ``micro_steps`` (``no_sync`` accumulation: the hook sees the last one only). On CUDA it times
-    with events on the current stream (the hook runs as the GPU work is queued, not done);
-    ``take_compute_time_s()`` gives the mean since it was last called."""
+    It also times each step's compute alone: from one ``step()`` (or the ``start_timing()``
+    after it) to the moment the step's last bucket is handed to the all-reduce (its backward
+    pass is then done; what follows is the all-reduce that did not overlap it, and the optimizer
+    step), per micro-step of ``micro_steps`` (``no_sync`` accumulation: the hook sees the last one
+    only). On CUDA it times with events on the current stream (the hook runs as the GPU work is
+    queued, not done); ``take_compute_time_s()`` gives the mean since it was last called."""
 
     def __init__(self, estimator: GradNoiseEstimator, local_batch_size: int, world_size: int,
                  hook: Optional[Callable] = None, state: Any = None, micro_steps: int = 1) -> None:
@@ -335,6 +335,12 @@ class DDPNoiseProbe:
             self._compute_s += seconds / self.micro_steps
             self._computes += 1
 
+    def start_timing(self) -> None:
+        """Start timing the current step now rather than at its ``step()``: what ran in between
+        (``Job.step_done``'s report, checkpoint and sync point) was no step's compute."""
+        if self._start is not None:  # None: the first step, or after discard(): not timed
+            self._start = self._now(not isinstance(self._start, float))
+
     def take_compute_time_s(self) -> Optional[float]:
         """Mean seconds of one micro-step's compute over the steps timed since the last call;
         None if none was."""
@@ -359,6 +365,15 @@ class DDPNoiseProbe:
         b = self.local_batch_size
         self.estimator.update(torch.stack(local).square().sum(), b,
                               torch.stack(total).square().sum(), b * self.world_size)
+
+    def discard(self) -> None:
+        """Forget what the backward passes since the last ``step()`` left: passes that were no
+        part of a training step (a memory probe's). Call it after each such pass: the next pass's
+        first bucket would otherwise close it as a step, measured at ``local_batch_size`` and
+        timed. The next step is not timed either (it began at no ``step()``)."""
+        self._local, self._total = [], []  # a late callback appends to the lists dropped here
+        self._ended = False
+        self._start = self._handed = None
 
     def hook(self, _state: Any, bucket: Any) -> Any:
         import torch
@@ -400,7 +415,9 @@ def register_ddp_hook(ddp_model: Any, estimator: GradNoiseEstimator, local_batch
 
     Call the returned probe's ``step()`` after each optimizer step (``Job.step_done`` does), or
     rely on the next step's first bucket to close the step (the compute time then includes the
-    wait). ``micro_steps``: the micro-batches of each step (``no_sync`` accumulation)."""
+    wait); its ``start_timing()``, once the loop's own work after ``step()`` is done, leaves that
+    work out of the next step's compute time (``Job.step_done`` calls it last). ``micro_steps``:
+    the micro-batches of each step (``no_sync`` accumulation)."""
     import torch.distributed as dist
 
     world = dist.get_world_size(getattr(ddp_model, "process_group", None))
