@@ -180,3 +180,21 @@ def require(module, flag="DLSCALE_REQUIRE_TORCH"):
     if os.environ.get(flag) == "1":
         return __import__(module)
     return pytest.importorskip(module)
+
+
+def slow_backward(seconds):
+    """An autograd identity whose backward pass sleeps ``seconds``: a training step's compute,
+    known (the DDP compute-time tests time it)."""
+    import torch
+
+    class SlowBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            time.sleep(seconds)
+            return grad
+
+    return SlowBackward

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import require
+from conftest import require, slow_backward
 
 torch = require("torch")
 
@@ -27,17 +27,7 @@ COMPUTE_S, SYNC_S, STEPS, D = 0.04, 0.12, 12, 4
 CHECKPOINT_S = 0.12
 
 
-class SlowBackward(torch.autograd.Function):
-    """The identity, whose backward pass takes ``COMPUTE_S``."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        time.sleep(COMPUTE_S)
-        return grad
+SlowBackward = slow_backward(COMPUTE_S)
 
 
 def slow_allreduce(_state, bucket):
@@ -91,17 +81,22 @@ def worker(rank, world, micro, url, out_dir, checkpoint=False):
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("micro", [1, 2], ids=["one-micro-step", "two-micro-steps"])
-def test_reports_carry_the_compute_time_without_the_sync(micro, tmp_path, metrics_server):
+def run(tmp_path, metrics_server, micro, checkpoint=False):
+    """Two workers' run: the last reported compute time, and the median step's seconds (warm-up
+    and all)."""
     multiprocessing.set_forkserver_preload(["torch._dynamo", __name__])
-    mp.start_processes(worker, args=(2, micro, metrics_server.url, str(tmp_path)), nprocs=2,
-                       join=True, start_method="forkserver")
+    mp.start_processes(worker, args=(2, micro, metrics_server.url, str(tmp_path), checkpoint),
+                       nprocs=2, join=True, start_method="forkserver")
     reports = [body for _, _, body in metrics_server.requests if body and "compute_time_s" in body]
     assert reports, metrics_server.requests
-    compute_s = reports[-1]["compute_time_s"]
     with open(tmp_path / "steps.json") as f:
         steps = sorted(json.load(f))
-    step_s = steps[len(steps) // 2]  # the median step, warm-up and all
+    return reports[-1]["compute_time_s"], steps[len(steps) // 2]
+
+
+@pytest.mark.parametrize("micro", [1, 2], ids=["one-micro-step", "two-micro-steps"])
+def test_reports_carry_the_compute_time_without_the_sync(micro, tmp_path, metrics_server):
+    compute_s, step_s = run(tmp_path, metrics_server, micro)
     print(f"\nmicro={micro}: step {step_s:.3f} s, compute per micro-step {compute_s:.3f} s")
     # Each micro-step's backward sleeps COMPUTE_S; the all-reduce's SYNC_S is not compute.
     assert step_s > micro * COMPUTE_S + SYNC_S
@@ -110,13 +105,6 @@ def test_reports_carry_the_compute_time_without_the_sync(micro, tmp_path, metric
 
 def test_the_compute_time_leaves_out_what_step_done_does(tmp_path, metrics_server):
     # A checkpoint at every step, taking CHECKPOINT_S in step_done: no step's compute.
-    multiprocessing.set_forkserver_preload(["torch._dynamo", __name__])
-    mp.start_processes(worker, args=(2, 1, metrics_server.url, str(tmp_path), True), nprocs=2,
-                       join=True, start_method="forkserver")
-    reports = [body for _, _, body in metrics_server.requests if body and "compute_time_s" in body]
-    assert reports, metrics_server.requests
-    compute_s = reports[-1]["compute_time_s"]
-    with open(tmp_path / "steps.json") as f:
-        steps = sorted(json.load(f))
-    assert steps[len(steps) // 2] > COMPUTE_S + CHECKPOINT_S  # step_done did take its time
+    compute_s, step_s = run(tmp_path, metrics_server, 1, checkpoint=True)
+    assert step_s > COMPUTE_S + CHECKPOINT_S  # step_done did take its time
     assert COMPUTE_S <= compute_s < COMPUTE_S + CHECKPOINT_S / 2

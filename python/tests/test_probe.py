@@ -5,10 +5,9 @@ is simulated: a step that raises torch's OutOfMemoryError above a capacity; no G
 import json
 import multiprocessing
 import os
-import time
 
 import pytest
-from conftest import require
+from conftest import require, slow_backward
 
 torch = require("torch")
 
@@ -19,8 +18,11 @@ from dlscale import Allocation, Job, metrics_payload  # noqa: E402
 
 
 def job(tmp_path, local=32):
+    """A one-worker job of per-GPU batch ``local``, checkpointing into ``tmp_path`` (None: no
+    checkpoints)."""
     alloc = Allocation(job_id="p", rank=0, local_rank=0, world_size=1, local_batch_size=local,
-                       batch_size=local, checkpoint_dir=str(tmp_path), api=None, token=None)
+                       batch_size=local, checkpoint_dir=tmp_path and str(tmp_path), api=None,
+                       token=None)
     return Job(alloc, install_signals=False, report_interval=0)
 
 
@@ -86,26 +88,24 @@ def test_only_out_of_memory_is_an_answer(tmp_path):
 def test_the_probes_passes_are_no_part_of_the_gradient_noise_measured(tmp_path):
     def measured(probe_first):
         torch.manual_seed(0)
-        job = Job(Allocation(job_id="j", rank=0, local_rank=0, world_size=1, local_batch_size=32,
-                             batch_size=32, checkpoint_dir=None, api=None, token=None),
-                  install_signals=False, report_interval=0)
+        one = job(None)
         model = torch.nn.Linear(4, 1)
         opt = torch.optim.SGD(model.parameters(), lr=0.0)
         x, y = torch.randn(256, 4), torch.randn(256, 1)
-        job.grad_noise.min_updates = 1
-        job.measure_grad_noise(model, init_batch_size=32)
+        one.grad_noise.min_updates = 1
+        one.measure_grad_noise(model, init_batch_size=32)
 
         def one_pass(b):
             opt.zero_grad(set_to_none=True)
             torch.nn.functional.mse_loss(model(x[:b]), y[:b]).backward()
 
         if probe_first:
-            job.probe_max_local_batch(one_pass, limit=256)  # on a CPU: up to the limit
+            one.probe_max_local_batch(one_pass, limit=256)  # on a CPU: up to the limit
         opt.zero_grad(set_to_none=True)
-        for (mx, my), weight in job.micro_batches((x[:32], y[:32]), parts=2):
+        for (mx, my), weight in one.micro_batches((x[:32], y[:32]), parts=2):
             (torch.nn.functional.mse_loss(model(mx), my) * weight).backward()
-        job.step_done()
-        return job.grad_noise.grad_sqr, job.grad_noise.trace_cov
+        one.step_done()
+        return one.grad_noise.grad_sqr, one.grad_noise.trace_cov
 
     clean = measured(False)
     assert clean[0] > 0 and clean[1] > 0, clean  # the step measured something
@@ -144,13 +144,11 @@ class _OutOfMemoryInBackward(torch.autograd.Function):
 def test_a_probe_that_runs_out_of_memory_in_a_backward_pass_leaves_the_noise_measured(tmp_path):
     def measured(probe_first):
         torch.manual_seed(0)
-        job = Job(Allocation(job_id="j", rank=0, local_rank=0, world_size=1, local_batch_size=32,
-                             batch_size=32, checkpoint_dir=None, api=None, token=None),
-                  install_signals=False, report_interval=0)
+        one = job(None)
         model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
         x, y = torch.randn(256, 4), torch.randn(256, 1)
-        job.grad_noise.min_updates = 1
-        job.measure_grad_noise(model, init_batch_size=32)
+        one.grad_noise.min_updates = 1
+        one.measure_grad_noise(model, init_batch_size=32)
 
         def forward(b):
             hidden = _OutOfMemoryInBackward.apply(model[1](model[0](x[:b])), 64)
@@ -158,14 +156,14 @@ def test_a_probe_that_runs_out_of_memory_in_a_backward_pass_leaves_the_noise_mea
 
         if probe_first:
             model.zero_grad(set_to_none=True)
-            assert job.probe_max_local_batch(lambda b: forward(b).backward(), margin=1.0) == 64
+            assert one.probe_max_local_batch(lambda b: forward(b).backward(), margin=1.0) == 64
         for _ in range(3):
             model.zero_grad(set_to_none=True)
-            for micro, weight in job.micro_batches(torch.arange(32), parts=2):
+            for micro, weight in one.micro_batches(torch.arange(32), parts=2):
                 hidden = model[1](model[0](x[micro]))
                 (torch.nn.functional.mse_loss(model[2](hidden), y[micro]) * weight).backward()
-            job.step_done()
-        return job.grad_noise.grad_sqr, job.grad_noise.trace_cov, job.grad_noise.updates
+            one.step_done()
+        return one.grad_noise.grad_sqr, one.grad_noise.trace_cov, one.grad_noise.updates
 
     clean = measured(False)
     assert clean[2] == 3, clean
@@ -177,17 +175,7 @@ def test_a_probe_that_runs_out_of_memory_in_a_backward_pass_leaves_the_noise_mea
 COMPUTE_S, DDP_STEPS = 0.04, 6
 
 
-class _SlowBackward(torch.autograd.Function):
-    """The identity, whose backward pass takes ``COMPUTE_S``: a training step's compute."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        time.sleep(COMPUTE_S)
-        return grad
+_SlowBackward = slow_backward(COMPUTE_S)
 
 
 def _ddp_worker(rank, world, url, out_dir):

@@ -28,24 +28,33 @@ class History:
         self.losses = dict(state["losses"])
 
 
+def build(job_id, rank, world, out_dir, phase, sharded):
+    """The model (each layer and the whole FSDP2-sharded when ``sharded``), its optimizer and
+    scheduler, and the job, with its checkpoints in ``out_dir/ck``."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(phase)  # each phase builds other weights: only a resume makes them equal
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    if sharded:
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer)
+        fully_shard(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    alloc = Allocation(job_id=job_id, rank=rank, local_rank=rank, world_size=world,
+                       local_batch_size=4, batch_size=4 * world, checkpoint_dir=f"{out_dir}/ck",
+                       api=None, token=None)
+    return model, optimizer, scheduler, Job(alloc, install_signals=False, report_interval=0)
+
+
 def worker(rank, world, out_dir, phase):
     torch.set_num_threads(1)
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    from torch.distributed.fsdp import fully_shard
 
     dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous-{phase}", rank=rank,
                             world_size=world)
-    torch.manual_seed(phase)  # each phase builds other weights: only a resume makes them equal
-    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
-    alloc = Allocation(job_id="s", rank=rank, local_rank=rank, world_size=world, local_batch_size=4,
-                       batch_size=4 * world, checkpoint_dir=f"{out_dir}/ck", api=None, token=None)
-    job = Job(alloc, install_signals=False, report_interval=0)
+    model, optimizer, scheduler, job = build("s", rank, world, out_dir, phase, sharded=True)
     calls = []
 
     def step(batch):  # a device whose per-rank state shrinks as more ranks share the model
@@ -168,23 +177,10 @@ def mixed_worker(rank, world, out_dir, phase, steps):
     """A job sharded only when it has more than one rank (FSDP2 when world_size > 1, the plain
     model alone): ``steps`` steps from its newest checkpoint, of either kind, then a checkpoint."""
     torch.set_num_threads(1)
-    from torch.distributed.fsdp import fully_shard
-
     if world > 1:
         dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous-{phase}", rank=rank,
                                 world_size=world)
-    torch.manual_seed(phase)  # each phase builds other weights: only a resume makes them equal
-    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
-    if world > 1:
-        for layer in model:
-            if isinstance(layer, torch.nn.Linear):
-                fully_shard(layer)
-        fully_shard(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
-    alloc = Allocation(job_id="m", rank=rank, local_rank=rank, world_size=world, local_batch_size=4,
-                       batch_size=4 * world, checkpoint_dir=f"{out_dir}/ck", api=None, token=None)
-    job = Job(alloc, install_signals=False, report_interval=0)
+    model, optimizer, scheduler, job = build("m", rank, world, out_dir, phase, sharded=world > 1)
 
     def full(value):  # a DTensor's whole value (a collective), a tensor's as it is
         return (value.full_tensor() if hasattr(value, "full_tensor") else value).flatten().tolist()
