@@ -379,6 +379,16 @@ impl LocalExecutor {
         );
         Ok(slots)
     }
+
+    /// Whether process group `pgid`, kept for launch `attempt` of `id`, still holds one of that
+    /// launch's processes. Once they have all ended the group id is free, and the system may
+    /// give it to other processes: a signal to it would then reach them.
+    async fn group_is_launch(&self, pgid: i32, id: &str, attempt: u32) -> bool {
+        let marker = launch_marker(&self.ctx.instance, id, attempt);
+        tokio::task::spawn_blocking(move || group_holds_launch(pgid, &marker))
+            .await
+            .unwrap_or(false)
+    }
 }
 
 #[async_trait::async_trait]
@@ -440,8 +450,12 @@ impl Executor for LocalExecutor {
             .and_then(|h| h.pgid);
         match pgid {
             Some(g) => {
-                signal_group(g, libc::SIGTERM)
-                    .with_context(|| format!("cannot signal process group {g}"))?;
+                if self.group_is_launch(g, id, attempt).await {
+                    signal_group(g, libc::SIGTERM)
+                        .with_context(|| format!("cannot signal process group {g}"))?;
+                }
+                // Else none of its processes is left in it: it has ended, and its waiter or the
+                // next observation says how.
                 Ok(true)
             }
             None => Ok(false),
@@ -450,12 +464,14 @@ impl Executor for LocalExecutor {
 
     /// Ends every process of launch `attempt` of `id`.
     async fn kill(&self, id: &str, attempt: u32) {
-        if let Some(pgid) = self
+        let pgid = self
             .live()
             .get(&(id.to_string(), attempt))
-            .and_then(|h| h.pgid)
-        {
-            let _ = signal_group(pgid, libc::SIGKILL);
+            .and_then(|h| h.pgid);
+        if let Some(pgid) = pgid {
+            if self.group_is_launch(pgid, id, attempt).await {
+                let _ = signal_group(pgid, libc::SIGKILL);
+            }
         }
         let marker = launch_marker(&self.ctx.instance, id, attempt);
         let left = tokio::task::spawn_blocking(move || kill_launch(&marker))
@@ -891,6 +907,14 @@ pub fn launch_processes(marker: &str) -> Vec<i32> {
                 && proc_stat(pid).is_some_and(|(state, _, _)| state != 'Z')
         })
         .collect()
+}
+
+/// Whether process group `pgid` holds a live process of the launch with `marker` (while one
+/// lives the group id cannot be given to other processes).
+pub fn group_holds_launch(pgid: i32, marker: &str) -> bool {
+    launch_processes(marker)
+        .into_iter()
+        .any(|pid| proc_stat(pid).is_some_and(|(_, group, _)| group == pgid))
 }
 
 /// Sends SIGKILL to one process of the launch with `marker`, race-free against pid reuse: the

@@ -460,3 +460,39 @@ fn the_start_logs_one_short_line_of_the_most_slots() {
         "{line}"
     );
 }
+
+/// A kept process-group id is signalled only while the group holds one of the launch's
+/// processes: once they have ended the id may be another's.
+#[test]
+fn a_group_is_the_launchs_only_while_it_holds_one_of_its_processes() {
+    use std::os::unix::process::CommandExt;
+    let start = |marker: Option<&str>| {
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("30").process_group(0);
+        if let Some(m) = marker {
+            cmd.env("DLSCALE_LAUNCH", m);
+        }
+        cmd.spawn().unwrap()
+    };
+    let marker = "j:7:dlscale:group-test";
+    let (mut ours, mut other) = (start(Some(marker)), start(None));
+    // Its environment is read from /proc: wait until the child has exec'd.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !group_holds_launch(ours.id() as i32, marker) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the launch's process is never found"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(!group_holds_launch(other.id() as i32, marker));
+    assert!(!group_holds_launch(
+        ours.id() as i32,
+        "j:8:dlscale:group-test"
+    ));
+    ours.kill().unwrap();
+    ours.wait().unwrap();
+    assert!(!group_holds_launch(ours.id() as i32, marker));
+    other.kill().unwrap();
+    other.wait().unwrap();
+}
