@@ -655,3 +655,48 @@ async fn on_typed_nodes_the_api_shows_each_nodes_and_jobs_type_and_explains_it()
     let (_, again) = h.service.explanations().await.expect("a decision was made");
     assert!(std::sync::Arc::ptr_eq(&kept, &again), "explained once");
 }
+
+/// Every answer says it must not be sniffed: the dashboard's assets, a job's log (text its owner
+/// writes, which a browser that sniffs could run as a same-origin script), the API's JSON and
+/// the not-found fallback.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_answer_forbids_sniffing_its_type() {
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+    let dir = tempfile::tempdir().unwrap();
+    let app = service(dir.path()).await;
+    let (status, body) = router::call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        json!({"id": "j", "min_batch": 32, "max_batch": 64, "max_local_batch": 64,
+               "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.001},
+               "command": ["true"], "workdir": "/tmp", "launcher": "plain"})
+        .to_string()
+        .into(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    for path in [
+        "/",
+        "/dashboard.js",
+        "/v1/jobs/j/logs",
+        "/v1/jobs",
+        "/no/such/route",
+    ] {
+        let request = Request::builder()
+            .uri(path)
+            .header("authorization", format!("Bearer {}", router::TOKEN))
+            .body(Body::empty())
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        let header = response.headers().get("x-content-type-options");
+        assert_eq!(
+            header.and_then(|v| v.to_str().ok()),
+            Some("nosniff"),
+            "{path}: {}",
+            response.status()
+        );
+    }
+}

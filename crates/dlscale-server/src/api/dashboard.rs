@@ -24,7 +24,6 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
     for (name, value) in [
         (header::CONTENT_TYPE, content_type),
         (header::CACHE_CONTROL, "no-cache"),
-        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::CONTENT_SECURITY_POLICY, CSP),
         (header::REFERRER_POLICY, "no-referrer"),
     ] {

@@ -315,7 +315,18 @@ pub fn router(service: AppState) -> Router {
         })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .layer(Extension(Arc::new(session::Sessions::default())))
+        .layer(middleware::map_response(nosniff))
         .with_state(service)
+}
+
+/// Every answer is read as the type it says: a job's log (text its owner writes) is never run
+/// as a script by a browser that would otherwise sniff it, whatever its bytes.
+async fn nosniff(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
 }
 
 /// Records each request's latency under its route template.
