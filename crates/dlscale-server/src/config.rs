@@ -162,7 +162,8 @@ pub struct TeamFile {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MetricsAccess {
-    /// Clients on this machine (loopback addresses).
+    /// Clients on this machine (loopback addresses) that address it by a loopback name or
+    /// address (not a web page that rebinds its own name to it).
     Loopback,
     /// Anyone.
     Anyone,

@@ -147,9 +147,31 @@ fn metrics_open(s: &Service, request: &Request) -> bool {
         .map(|c| c.0.ip());
     match s.config.metrics_without_token {
         MetricsAccess::Anyone => true,
-        MetricsAccess::Loopback => peer.is_some_and(|ip| ip.is_loopback()),
+        MetricsAccess::Loopback => {
+            peer.is_some_and(|ip| ip.is_loopback()) && names_loopback(request)
+        }
         MetricsAccess::Nobody => false,
     }
+}
+
+/// Whether `request` names this machine by a loopback name or address, or names none: a web
+/// page elsewhere whose own name it rebinds to 127.0.0.1 (DNS rebinding) still sends that name.
+fn names_loopback(request: &Request) -> bool {
+    let Some(host) = request.headers().get(header::HOST) else {
+        return true; // no browser sends none
+    };
+    let Ok(host) = host.to_str() else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _port)| name),
+    };
+    let name = name.to_ascii_lowercase();
+    name.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
+        || name == "localhost"
+        || name.ends_with(".localhost")
 }
 
 /// The credential of `request`: its bearer token, or `None` for an open session of the
@@ -237,4 +259,36 @@ fn job_token_refused(id: &str) -> ApiError {
         StatusCode::FORBIDDEN,
         format!("this token belongs to job '{id}' and only reads and reports for that job"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_names_are_loopback_hosts() {
+        let with_host = |host: Option<&str>| {
+            let mut request = Request::new(axum::body::Body::empty());
+            if let Some(h) = host {
+                request
+                    .headers_mut()
+                    .insert(header::HOST, h.parse().unwrap());
+            }
+            names_loopback(&request)
+        };
+        for (host, loopback) in [
+            (None, true),
+            (Some("127.0.0.1:8080"), true),
+            (Some("127.1.2.3"), true),
+            (Some("[::1]:8080"), true),
+            (Some("LocalHost:9"), true),
+            (Some("metrics.localhost"), true),
+            (Some("attacker.example:8080"), false),
+            (Some("10.0.0.5:8080"), false),
+            (Some("[::2]:1"), false),
+            (Some("localhost.example"), false),
+        ] {
+            assert_eq!(with_host(host), loopback, "{host:?}");
+        }
+    }
 }
