@@ -109,10 +109,10 @@ fn typed_brute(
         let mut types: Vec<(usize, (u32, f64))> =
             values[i].iter().map(|(t, v)| (*t, v[0])).collect();
         types.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
-        for (t, (g, _)) in types
-            .into_iter()
-            .filter(|_| fit.is_none() && !(blocked && new))
-        {
+        if fit.is_some() || (blocked && new) {
+            types.clear();
+        }
+        for (t, (g, _)) in types {
             let (mut room, mut kept) = (free.clone(), placed.clone());
             for k in (0..kept.len()).rev() {
                 let (j, on) = kept[k];
