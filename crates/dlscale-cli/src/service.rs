@@ -98,7 +98,7 @@ pub struct CancelArgs {
 pub struct LogsArgs {
     /// Job id.
     pub id: String,
-    /// Print at most this many bytes from the end.
+    /// Print at most this many bytes from the end (the server sends at most 16 MiB).
     #[arg(long, default_value_t = 65536)]
     pub tail_bytes: u64,
     /// Keep printing what the job writes until it ends (as `tail -f`).

@@ -134,7 +134,7 @@ pub fn is_env_name(name: &str) -> bool {
 }
 
 /// Environment variables the server sets itself; a submission may not override them.
-pub const RESERVED_ENV: [&str; 23] = [
+pub const RESERVED_ENV: [&str; 24] = [
     "DLSCALE_JOB_ID",
     "DLSCALE_WORLD_SIZE",
     "DLSCALE_BATCH_SIZE",
@@ -157,6 +157,7 @@ pub const RESERVED_ENV: [&str; 23] = [
     "DLSCALE_RAY_RESOURCE",
     "DLSCALE_RAY_RUN_NAME",
     "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
     "WORLD_SIZE",
 ];
 

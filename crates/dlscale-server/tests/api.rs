@@ -700,3 +700,45 @@ async fn every_answer_forbids_sniffing_its_type() {
         );
     }
 }
+
+/// A log's end comes back in one answer of at most `MAX_LOG_TAIL` bytes, however many are
+/// asked for: a log is as large as its job made it, and an answer is held in memory whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_logs_tail_is_bounded() {
+    use axum::body::Body;
+    use axum::http::Request;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let dir = tempfile::tempdir().unwrap();
+    let app = service(dir.path()).await;
+    let (status, job) = router::call(
+        &app,
+        "POST",
+        "/v1/jobs",
+        json!({"id": "j", "min_batch": 32, "max_batch": 64, "max_local_batch": 64,
+               "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.001},
+               "command": ["true"], "workdir": "/tmp", "launcher": "plain"})
+        .to_string()
+        .into(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let log = std::path::PathBuf::from(job["log"].as_str().unwrap());
+    let size = api::MAX_LOG_TAIL + 1000;
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    std::fs::write(&log, vec![b'x'; size as usize]).unwrap();
+    let request = Request::builder()
+        .uri("/v1/jobs/j/logs?tail_bytes=99999999999")
+        .header("authorization", format!("Bearer {}", router::TOKEN))
+        .body(Body::empty())
+        .unwrap();
+    let response = app.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let offset = response.headers()[api::LOG_OFFSET_HEADER]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body.len() as u64, api::MAX_LOG_TAIL);
+    assert_eq!(offset, size.to_string());
+}

@@ -712,13 +712,18 @@ async fn owns(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogsQuery {
-    /// The last this many bytes (default 65536), unless `from` is given.
+    /// The last this many bytes (default 65536, at most [`MAX_LOG_TAIL`]), unless `from` is
+    /// given.
     #[serde(default)]
     pub tail_bytes: Option<u64>,
     /// From this byte offset (what the last answer's `X-Log-Offset` said), at most 1 MiB.
     #[serde(default)]
     pub from: Option<u64>,
 }
+
+/// The most bytes of a log's end one answer carries: a log can be as large as the job made it,
+/// and an answer is read into memory whole.
+pub const MAX_LOG_TAIL: u64 = 16 << 20;
 
 /// The header of a log answer: the offset just past the bytes it carries.
 pub const LOG_OFFSET_HEADER: &str = "x-log-offset";
@@ -736,7 +741,10 @@ async fn logs(
             let len = f.metadata().await.map_err(ApiError::internal)?.len();
             let (start, most) = match q.from {
                 Some(from) => (from.min(len), MAX_BODY as u64),
-                None => (len.saturating_sub(q.tail_bytes.unwrap_or(65536)), u64::MAX),
+                None => {
+                    let tail = q.tail_bytes.unwrap_or(65536).min(MAX_LOG_TAIL);
+                    (len.saturating_sub(tail), tail)
+                }
             };
             f.seek(std::io::SeekFrom::Start(start))
                 .await

@@ -776,6 +776,10 @@ pub fn plan(
         .collect::<Vec<_>>()
         .join(",");
     env.insert("CUDA_VISIBLE_DEVICES".to_string(), slots);
+    // The slots are nvidia-smi's indices, which follow the PCI bus; CUDA numbers devices
+    // fastest first unless told otherwise, and on a machine of mixed types a job placed on a
+    // T4's slot would get the A100.
+    env.insert("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string());
     // One node: this machine, rank 0, hosting any rendezvous itself.
     for (k, v) in [
         ("DLSCALE_NODE_RANK", "0".to_string()),

@@ -254,6 +254,8 @@ fn plans_torchrun_and_env() {
     assert_eq!(p.env["OMP_NUM_THREADS"], "2");
     assert_eq!(p.env["DLSCALE_TOKEN"], "job-token");
     assert_eq!(p.env["DLSCALE_LAUNCH"], "j:3:dlscale:test");
+    // The slots are nvidia-smi's (PCI bus) indices: CUDA numbers devices the same way.
+    assert_eq!(p.env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
     assert_eq!(p.env["DLSCALE_NODE_LIST"], NODE);
     assert!(p.run_dir.ends_with("jobs/j/run-3"));
 }

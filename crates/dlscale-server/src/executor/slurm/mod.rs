@@ -97,7 +97,27 @@ pub fn sh_quote(s: &str) -> String {
     {
         return s.to_string();
     }
+    single_quoted(s)
+}
+
+/// `s` as one single-quoted shell word, whatever it holds.
+fn single_quoted(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// A job's command as a shell command line that runs its program as given: the program's word
+/// is always quoted, so that bash never reads it as an assignment (`X=1 prog`) or a keyword
+/// (`time`, `if`), as the local executor (`"$@"`) and Ray never do.
+fn command_line(command: &[String]) -> String {
+    command
+        .iter()
+        .enumerate()
+        .map(|(k, word)| match k {
+            0 => single_quoted(word),
+            _ => sh_quote(word),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl SlurmExecutor {
@@ -521,15 +541,14 @@ impl Scripts {
             sh_quote(&dir.display().to_string())
         );
         batch.push_str("echo \"dlscale-server: slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"\n");
-        let command: Vec<String> = spec.command.iter().map(|a| sh_quote(a)).collect();
+        let command = command_line(&spec.command);
         match spec.launcher {
             Launcher::Plain => {
                 // One process, as sbatch runs a batch script, in a process group of its own
                 // (job control) that a stop signals as a whole, like the local executor does.
                 let _ = writeln!(
                     batch,
-                    "export DLSCALE_NODE_RANK=0\nset -m\n{} &\nchild=$!\ntrap 'kill -TERM -- -\"$child\" 2>/dev/null' TERM\n: > \"$run_dir/ready\"",
-                    command.join(" ")
+                    "export DLSCALE_NODE_RANK=0\nset -m\n{command} &\nchild=$!\ntrap 'kill -TERM -- -\"$child\" 2>/dev/null' TERM\n: > \"$run_dir/ready\""
                 );
             }
             Launcher::Srun | Launcher::Torchrun => {
@@ -547,16 +566,13 @@ impl Scripts {
         let launch = match (spec.launcher, nodes) {
             (Launcher::Plain, _) => String::new(),
             (Launcher::Srun, _) => format!(
-                "export DLSCALE_NODE_RANK=\"${{SLURM_NODEID:-0}}\"\nexec {}",
-                command.join(" ")
+                "export DLSCALE_NODE_RANK=\"${{SLURM_NODEID:-0}}\"\nexec {command}"
             ),
             (Launcher::Torchrun, 1) => format!(
-                "exec {torchrun} --standalone --nnodes=1 --nproc-per-node={per_node} --max-restarts=0 {}",
-                command.join(" ")
+                "exec {torchrun} --standalone --nnodes=1 --nproc-per-node={per_node} --max-restarts=0 {command}"
             ),
             (Launcher::Torchrun, n) => format!(
-                "if [ \"${{SLURM_NODEID:-0}}\" = 0 ]; then is_host=1; else is_host=0; fi\nexec {torchrun} --nnodes={n} --nproc-per-node={per_node} --rdzv-backend=c10d \\\n  --rdzv-endpoint=\"$DLSCALE_RDZV_ENDPOINT\" --rdzv-id=\"dlscale-$SLURM_JOB_ID\" \\\n  --rdzv-conf=\"is_host=$is_host\" --local-addr=\"$addr\" --max-restarts=0 {}",
-                command.join(" ")
+                "if [ \"${{SLURM_NODEID:-0}}\" = 0 ]; then is_host=1; else is_host=0; fi\nexec {torchrun} --nnodes={n} --nproc-per-node={per_node} --rdzv-backend=c10d \\\n  --rdzv-endpoint=\"$DLSCALE_RDZV_ENDPOINT\" --rdzv-id=\"dlscale-$SLURM_JOB_ID\" \\\n  --rdzv-conf=\"is_host=$is_host\" --local-addr=\"$addr\" --max-restarts=0 {command}"
             ),
         };
         let task = format!(
@@ -758,7 +774,7 @@ mod tests {
             .task
             .contains("--nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d"));
         assert!(
-            s.task.contains("--max-restarts=0 train.py --x 'a b'\n"),
+            s.task.contains("--max-restarts=0 'train.py' --x 'a b'\n"),
             "{}",
             s.task
         );
@@ -774,6 +790,31 @@ mod tests {
             .get_envs()
             .find(|(key, _)| *key == "DLSCALE_TOKEN");
         assert_eq!(token, Some((std::ffi::OsStr::new("DLSCALE_TOKEN"), None)));
+    }
+
+    /// The command line runs the program as given: a first word that bash would read as an
+    /// assignment or a keyword is the program's name, and every other word stays one word.
+    #[test]
+    fn the_command_line_runs_the_program_as_given() {
+        let run = |words: &[&str]| {
+            let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+            let out = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(command_line(&words))
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).to_string(),
+            )
+        };
+        assert_eq!(
+            run(&["echo", "a b", "it's", "$HOME"]),
+            (Some(0), "a b it's $HOME\n".into())
+        );
+        // Not `X=1` set for `true`: a program named `X=1`, which does not exist.
+        assert_eq!(run(&["X=1", "true"]).0, Some(127));
+        assert_eq!(run(&["if", "true"]).0, Some(127));
     }
 
     #[test]
