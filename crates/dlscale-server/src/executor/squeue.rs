@@ -261,8 +261,10 @@ fn str_of(v: Option<&Value>) -> String {
     v.and_then(Value::as_str).unwrap_or("").to_string()
 }
 
-/// Parses `squeue --json`: this instance's launches and the GPUs other jobs hold per node.
-pub fn parse_squeue(text: &str, instance: &str) -> Result<QueueSnapshot> {
+/// Parses `squeue --json`: this instance's launches (jobs named by its launch markers and run
+/// by `uid`, the server's user: anyone can name a job so, and a look-alike must never stand for
+/// a launch) and the GPUs other jobs hold per node.
+pub fn parse_squeue(text: &str, instance: &str, uid: u32) -> Result<QueueSnapshot> {
     let doc: Value = serde_json::from_str(text).context("squeue --json printed invalid JSON")?;
     let jobs = doc
         .get("jobs")
@@ -280,8 +282,13 @@ pub fn parse_squeue(text: &str, instance: &str) -> Result<QueueSnapshot> {
         let name = str_of(j.get("name"));
         let (state, completing) = state_of(j.get("job_state").unwrap_or(&Value::Null));
         let nodes = str_of(j.get("nodes"));
+        // A Slurm without `user_id` in its JSON: the name alone.
+        let by_us = j
+            .get("user_id")
+            .and_then(num)
+            .is_none_or(|user| user == i64::from(uid));
         match parse_launch_marker(&name) {
-            Some((inst, id, attempt)) if inst == instance => snap.ours.push(SlurmJob {
+            Some((inst, id, attempt)) if inst == instance && by_us => snap.ours.push(SlurmJob {
                 job_id,
                 job: id.to_string(),
                 attempt,
@@ -572,7 +579,7 @@ mod tests {
         assert_eq!(exit_code_of(&signal(2_147_483_648)), Some(0));
         assert_eq!(exit_code_of(&signal(9)), Some(-9));
         let queue = |job: serde_json::Value| {
-            parse_squeue(&serde_json::json!({"jobs": [job]}).to_string(), "i1").unwrap()
+            parse_squeue(&serde_json::json!({"jobs": [job]}).to_string(), "i1", 0).unwrap()
         };
         let q = queue(serde_json::json!({"job_id": -5, "name": "dlscale:i1:a:1"}));
         assert!(q.ours.is_empty(), "a negative job id is no job: {q:?}");
@@ -604,7 +611,10 @@ mod tests {
         let text = serde_json::json!({"jobs": [
             {"job_id": 5, "name": "dlscale:i1:a:2", "job_state": "RUNNING", "state_reason": "None",
              "nodes": "n[1-2]", "gres_detail": ["gpu:4(IDX:0-3)", "gpu:4(IDX:0-3)"], "restart_cnt": 0,
-             "exit_code": 0, "submit_time": 100},
+             "exit_code": 0, "submit_time": 100, "user_id": 1000},
+            // Another user's job under this instance's marker: theirs, not a launch.
+            {"job_id": 4, "name": "dlscale:i1:a:2", "job_state": "RUNNING", "nodes": "n2",
+             "gres_detail": ["gpu:1(IDX:0)"], "user_id": 1001},
             {"job_id": 6, "name": "dlscale:other:a:2", "job_state": "RUNNING", "nodes": "n1",
              "gres_detail": ["gpu:1(IDX:0)"], "tres_per_node": "gres:gpu:1"},
             {"job_id": 7, "name": "user", "job_state": "COMPLETING", "nodes": "n2",
@@ -615,15 +625,16 @@ mod tests {
              "nodes": "n1", "exit_code": 19200}
         ]})
         .to_string();
-        let snap = parse_squeue(&text, "i1").unwrap();
+        let snap = parse_squeue(&text, "i1", 1000).unwrap();
         assert_eq!(snap.ours.len(), 2);
+        assert_eq!(snap.ours[0].job_id, 5);
         assert_eq!((snap.ours[0].job.as_str(), snap.ours[0].attempt), ("a", 2));
         assert!(!snap.ours[0].is_terminal());
         assert_eq!(snap.ours[1].outcome(None), Outcome::Exited(75));
         assert_eq!(snap.ours[1].outcome(Some(3)), Outcome::Exited(3));
         assert_eq!(
             snap.foreign_gpus,
-            BTreeMap::from([("n1".to_string(), 1), ("n2".to_string(), 2)])
+            BTreeMap::from([("n1".to_string(), 1), ("n2".to_string(), 3)])
         );
     }
 
@@ -669,7 +680,7 @@ mod tests {
 
     #[test]
     fn interprets_a_recorded_queue_for_the_autoscaler() {
-        let snap = parse_squeue(SQUEUE, "ab12").unwrap();
+        let snap = parse_squeue(SQUEUE, "ab12", 0).unwrap();
         assert_eq!(snap.ours.len(), 6);
         assert_eq!(snap.foreign_gpus, BTreeMap::from([("n2".to_string(), 1)]));
         let known = BTreeMap::from([(("train".to_string(), 3), 26)]);

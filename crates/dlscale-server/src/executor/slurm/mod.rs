@@ -180,7 +180,7 @@ impl SlurmExecutor {
         let Ok(text) = self.run("squeue", &["--json".to_string()]).await else {
             return Vec::new();
         };
-        parse_squeue(&text, &self.ctx.instance)
+        parse_squeue(&text, &self.ctx.instance, current_uid())
             .map(|snap| {
                 snap.ours
                     .into_iter()
@@ -423,7 +423,7 @@ impl Executor for SlurmExecutor {
     async fn observe(&self, believed: &[Believed]) -> Result<Observation> {
         let taken_at_s = self.ctx.clock.now_s();
         let text = self.run("squeue", &["--json".to_string()]).await?;
-        let snap = parse_squeue(&text, &self.ctx.instance)?;
+        let snap = parse_squeue(&text, &self.ctx.instance, current_uid())?;
         *lock(&self.foreign_gpus) = snap.foreign_gpus;
         let known = lock(&self.jobs).clone();
         let reading = interpret(
@@ -624,6 +624,12 @@ fn typed_gres(
         Some(gpu_type) => format!("--gres=gpu:{gpu_type}:{per_node}"),
         None => format!("--gres=gpu:{per_node}"),
     }
+}
+
+/// The server's Unix user: the one its Slurm jobs run as.
+fn current_uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
 }
 
 /// A Slurm client command: the server's environment without `DLSCALE_TOKEN`, the server's own
