@@ -958,7 +958,7 @@ proptest! {
     #[test]
     fn slurm_json_of_random_bytes_is_rejected(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
         let text = String::from_utf8_lossy(&bytes);
-        if let Err(e) = parse_squeue(&text, "ab12") {
+        if let Err(e) = parse_squeue(&text, "ab12", 0) {
             prop_assert!(e.to_string().contains("squeue"), "{}", e);
         }
         if let Err(e) = parse_sinfo(&text, "gpu", None) {
@@ -988,7 +988,7 @@ proptest! {
             squeue["jobs"].as_array_mut().unwrap().push(top.clone());
             sinfo["nodes"].as_array_mut().unwrap().push(top.clone());
         }
-        if let Ok(snap) = parse_squeue(&squeue.to_string(), "ab12") {
+        if let Ok(snap) = parse_squeue(&squeue.to_string(), "ab12", 0) {
             let believed: Vec<(String, u32)> = snap.ours.iter().map(|j| (j.job.clone(), j.attempt)).collect();
             let _ = interpret(&snap.ours, &believed, &Default::default(), |_, _| None, 0.0);
             for held in snap.foreign_gpus.values() {
@@ -1002,10 +1002,10 @@ proptest! {
     /// Whole documents of any shape: no panic.
     #[test]
     fn slurm_json_of_any_shape_is_read_without_panic(doc in slurm_value(), items in prop::collection::vec(slurm_value(), 0..4)) {
-        let _ = parse_squeue(&doc.to_string(), "ab12");
+        let _ = parse_squeue(&doc.to_string(), "ab12", 0);
         let _ = parse_sinfo(&doc.to_string(), "gpu", None);
         let wrapped = json!({"jobs": items, "nodes": items});
-        let _ = parse_squeue(&wrapped.to_string(), "ab12");
+        let _ = parse_squeue(&wrapped.to_string(), "ab12", 0);
         let _ = parse_sinfo(&wrapped.to_string(), "gpu", None);
     }
 
