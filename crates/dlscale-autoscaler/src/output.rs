@@ -613,6 +613,9 @@ pub enum Refusal {
     },
     /// The teams' quotas do not hold together (the error names the team and the field).
     InvalidTeams(String),
+    /// A submission names a team the teams do not configure (one removed by a reload since it
+    /// was checked).
+    UnknownTeam(String),
 }
 
 impl fmt::Display for Refusal {
@@ -625,6 +628,7 @@ impl fmt::Display for Refusal {
                 write!(f, "not from the job's current launch ({attempt})")
             }
             Refusal::InvalidTeams(why) => write!(f, "invalid teams: {why}"),
+            Refusal::UnknownTeam(team) => write!(f, "no team {team:?} is configured"),
         }
     }
 }

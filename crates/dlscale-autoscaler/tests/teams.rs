@@ -6,7 +6,7 @@ mod steps;
 
 use dlscale_autoscaler::explain::Limit;
 use dlscale_autoscaler::{
-    Action, Autoscaler, AutoscalerConfig, Input, ModelSource, Outcome, Step, StopReason,
+    Action, Autoscaler, AutoscalerConfig, Input, ModelSource, Outcome, Refusal, Step, StopReason,
 };
 use dlscale_core::allocator::{FairShare, TeamQuota, Teams};
 use dlscale_core::jobfile::{parse_jobs, FileFormat};
@@ -295,6 +295,11 @@ fn new_quotas_take_effect_in_the_next_decision_and_bad_ones_are_refused() {
     );
     assert!(s.actions.is_empty(), "{:?}", s.actions);
     assert!(a.config().teams.as_ref().unwrap().find("b").is_some());
+    // A submission of a team not configured (one a reload removed after the API checked it)
+    // is refused here too, naming the team: it would run counted under the default team.
+    let s = step(&mut a, 16.0, vec![steps::submit(diminishing("c1", "c"))]);
+    assert_eq!(s.refusals, [Some(Refusal::UnknownTeam("c".into()))]);
+    assert!(a.job("c1").is_none());
     // Team a may now hold two GPUs at most: a1 is shrunk in the decision the change makes, and
     // b1 grows into what a1 gives up.
     let tighter = Input::Teams {

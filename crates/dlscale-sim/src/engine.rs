@@ -202,6 +202,21 @@ impl<'w, 'o> Engine<'w, 'o> {
                 )));
             }
         }
+        // Every job's team must be one the teams configure (the autoscaler refuses it
+        // otherwise, as the service does, and the job would never run).
+        if let Some(teams) = &config.teams {
+            let unknown = workload.jobs.iter().find_map(|j| {
+                let team = j.job.team.as_deref()?;
+                teams.find(team).is_none().then_some((&j.job.id, team))
+            });
+            if let Some((id, team)) = unknown {
+                return Err(SimError::Config(format!(
+                    "workload {}: job '{id}' is of team '{team}', which the teams do not \
+                     configure",
+                    workload.name
+                )));
+            }
+        }
         let world = world::build(config)?;
         let jobs = workload
             .jobs

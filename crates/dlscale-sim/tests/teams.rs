@@ -102,6 +102,34 @@ fn teams_lend_and_keep_their_guarantees_on_a_fleet() {
     assert_eq!(summary.completed, 4);
 }
 
+/// A teams file that leaves out a team the workload's jobs name is refused, naming the job and
+/// the team (the autoscaler refuses such a job, and it would never run).
+#[test]
+fn a_job_of_a_team_the_teams_leave_out_is_refused_by_name() {
+    let workload = read_philly(TRACE.as_bytes(), "trace", &ReadOptions::default()).unwrap();
+    let teams = dlscale_core::allocator::Teams::new(
+        vec![(
+            "busy".into(),
+            dlscale_core::allocator::TeamQuota {
+                guaranteed_gpus: 4,
+                max_gpus: 8,
+                lend_limit: None,
+            },
+        )],
+        8,
+    )
+    .unwrap();
+    let config = SimConfig {
+        teams: Some(teams),
+        cluster: Cluster::new(2, 4).unwrap(),
+        ..SimConfig::default()
+    };
+    let err = simulate(&workload, &config, ELASTIC_BATCH, &mut ()).unwrap_err();
+    assert!(matches!(err, SimError::Config(_)), "{err}");
+    let message = err.to_string();
+    assert!(message.contains("team 'late'"), "{message}");
+}
+
 #[test]
 fn reproduce_teams_reports_each_run_and_the_targets_from_its_own_figures() {
     let workload = read_philly(TRACE.as_bytes(), "trace", &ReadOptions::default()).unwrap();

@@ -666,6 +666,14 @@ impl Autoscaler {
         if self.index(&id).is_some() {
             return Some(Refusal::Duplicate);
         }
+        // Checked here too, where quotas change: a reload may have removed the team since the
+        // submission was checked, and a live job of no configured team would be counted under
+        // the default one.
+        if let (Some(teams), Some(team)) = (&self.config.teams, &sub.job.team) {
+            if teams.find(team).is_none() {
+                return Some(Refusal::UnknownTeam(team.to_string()));
+            }
+        }
         let sub_by = sub.by.clone();
         let mut job = sub.job;
         let family = sub.family.filter(|_| sub.model == ModelSource::Learned);

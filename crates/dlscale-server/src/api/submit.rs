@@ -342,6 +342,10 @@ pub(super) async fn submit(
                 ids[k]
             ))
             .with_field("id"),
+            Refusal::UnknownTeam(team) => ApiError::field(
+                "team",
+                format!("field 'team': unknown team {team:?} (removed by a reload)"),
+            ),
             other => ApiError::conflict(other.to_string()),
         };
         // The jobs before it in the submission were accepted; say so.
