@@ -656,6 +656,23 @@ async fn on_typed_nodes_the_api_shows_each_nodes_and_jobs_type_and_explains_it()
     assert!(std::sync::Arc::ptr_eq(&kept, &again), "explained once");
 }
 
+/// Submits job `j` (a plain `true`) to `app`; its view.
+async fn submit_j(app: &axum::Router) -> Value {
+    let (status, job) = router::call(
+        app,
+        "POST",
+        "/v1/jobs",
+        json!({"id": "j", "min_batch": 32, "max_batch": 64, "max_local_batch": 64,
+               "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.001},
+               "command": ["true"], "workdir": "/tmp", "launcher": "plain"})
+        .to_string()
+        .into(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    job
+}
+
 /// Every answer says it must not be sniffed: the dashboard's assets, a job's log (text its owner
 /// writes, which a browser that sniffs could run as a same-origin script), the API's JSON and
 /// the not-found fallback.
@@ -666,18 +683,7 @@ async fn every_answer_forbids_sniffing_its_type() {
     use tower::ServiceExt;
     let dir = tempfile::tempdir().unwrap();
     let app = service(dir.path()).await;
-    let (status, body) = router::call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        json!({"id": "j", "min_batch": 32, "max_batch": 64, "max_local_batch": 64,
-               "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.001},
-               "command": ["true"], "workdir": "/tmp", "launcher": "plain"})
-        .to_string()
-        .into(),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
+    submit_j(&app).await;
     for path in [
         "/",
         "/dashboard.js",
@@ -711,18 +717,7 @@ async fn a_logs_tail_is_bounded() {
     use tower::ServiceExt;
     let dir = tempfile::tempdir().unwrap();
     let app = service(dir.path()).await;
-    let (status, job) = router::call(
-        &app,
-        "POST",
-        "/v1/jobs",
-        json!({"id": "j", "min_batch": 32, "max_batch": 64, "max_local_batch": 64,
-               "model": {"compute_base_s": 0.01, "compute_per_sample_s": 0.001},
-               "command": ["true"], "workdir": "/tmp", "launcher": "plain"})
-        .to_string()
-        .into(),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let job = submit_j(&app).await;
     let log = std::path::PathBuf::from(job["log"].as_str().unwrap());
     let size = api::MAX_LOG_TAIL + 1000;
     std::fs::create_dir_all(log.parent().unwrap()).unwrap();
