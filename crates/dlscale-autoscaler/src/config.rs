@@ -150,15 +150,7 @@ impl AutoscalerConfig {
             .pools()
             .iter()
             .zip(&topologies)
-            .filter_map(|(pool, nodes)| {
-                let (throughput, max_local_batch) = job.on_type(&pool.name)?;
-                let view = Job {
-                    throughput,
-                    max_local_batch,
-                    ..job.clone()
-                };
-                Some(on(&view, nodes))
-            })
+            .filter_map(|(pool, nodes)| Some(on(&job.as_on_type(&pool.name)?, nodes)))
             .flatten()
             .collect();
         counts.sort_unstable();

@@ -337,6 +337,17 @@ pub struct JobOnType {
 }
 
 impl Job {
+    /// The job as it runs on the type named `gpu_type` (its model and per-GPU batch limit
+    /// there, [`Job::on_type`]); `None` when it may not run on it.
+    pub fn as_on_type(&self, gpu_type: &str) -> Option<Job> {
+        let (throughput, max_local_batch) = self.on_type(gpu_type)?;
+        Some(Job {
+            throughput,
+            max_local_batch,
+            ..self.clone()
+        })
+    }
+
     /// How it runs on the type named `gpu_type`: its model and per-GPU batch limit there;
     /// `None` when it may not run on it. A bundled model runs on a type its tables do not cover
     /// as on every type of a job without types: with its own model.

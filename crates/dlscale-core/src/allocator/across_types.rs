@@ -239,12 +239,9 @@ impl Fleet {
         let mut on = Vec::new();
         let mut reference: Option<f64> = None;
         for (t, pool) in self.pools().iter().enumerate() {
-            let Some((model, max_local_batch)) = job.on_type(&pool.name) else {
+            let Some(mut view) = job.as_on_type(&pool.name) else {
                 continue;
             };
-            let mut view = job.clone();
-            view.throughput = model;
-            view.max_local_batch = max_local_batch;
             if here != Some(t) {
                 view.current = None;
             }
@@ -340,8 +337,9 @@ impl AcrossTypes {
 
 /// Admission across types, in the knapsack policies' order: each job on the type, among those
 /// with room for its smallest option there, where that option is worth most (ties: the first
-/// type), or where moving jobs admitted before it makes room ([`Placed::place`]). With `teams` (each job's team and the quotas), only the jobs the teams' admission
-/// lets in over the GPUs of every type together ([`admit_with_teams`]) are placed so (those
+/// type), or where moving jobs admitted before it makes room ([`Placed::place`]). With `teams`
+/// (each job's team and the quotas), only the jobs the teams' admission lets in over the GPUs
+/// of every type together ([`admit_with_teams`]) are placed so (those
 /// within their team's guarantee first, then those that borrow; those that may use fewest
 /// types first in each); the others keep the state it gave them. Every job's state, and the
 /// type each admitted one was admitted on.

@@ -177,12 +177,9 @@ fn configurations(request: &DecisionRequest<'_>, fleet: &Fleet, job: &Job) -> Ve
     let here = current_type(job, fleet);
     let mut row: Vec<Config> = Vec::new();
     for (t, pool) in fleet.pools().iter().enumerate() {
-        let Some((model, max_local_batch)) = job.on_type(&pool.name) else {
+        let Some(mut view) = job.as_on_type(&pool.name) else {
             continue;
         };
-        let mut view = job.clone();
-        view.throughput = model;
-        view.max_local_batch = max_local_batch;
         view.gpus.max = cap.max(view.current.map_or(0, |c| c.gpus));
         if here != Some(t) {
             view.current = None;
