@@ -421,6 +421,32 @@ impl Event {
         }
     }
 
+    /// The launch number the event is about, if one: with the job, it names the submission
+    /// the event belongs to (launches are numbered across an id's submissions).
+    pub fn attempt(&self) -> Option<u32> {
+        match self {
+            Event::Launching { attempt, .. }
+            | Event::Rebatched { attempt, .. }
+            | Event::RebatchTaken { attempt, .. }
+            | Event::Started { attempt, .. }
+            | Event::Adopted { attempt, .. }
+            | Event::Stopping { attempt, .. }
+            | Event::Killing { attempt, .. }
+            | Event::Ended { attempt, .. }
+            | Event::LaunchFailed { attempt, .. }
+            | Event::Stale { attempt, .. }
+            | Event::CompletionReported { attempt, .. } => Some(*attempt),
+            Event::Submitted { .. }
+            | Event::Decided { .. }
+            | Event::Dropped { .. }
+            | Event::Cancelled { .. }
+            | Event::CancelRequested { .. }
+            | Event::ModelFitted { .. }
+            | Event::MemoryMeasured { .. }
+            | Event::Unrestorable { .. } => None,
+        }
+    }
+
     /// A short kind, for the log and the API.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -341,8 +341,11 @@ impl Store {
                         params![number, at, json(action)?],
                     )?;
                 }
-                // Each event is its submission's: one of an id submitted again in this batch
-                // goes to the earlier submission until the new one's `submitted` event.
+                // Each event is its submission's. One about a launch goes to the earliest
+                // submission whose launches reach its number (an id's submissions number their
+                // launches one after another), whenever it arrives; another goes to the newest,
+                // except that in a batch that submits the id again it goes to the earlier
+                // submission until the new one's `submitted` event.
                 let mut submitted_here: BTreeMap<&str, (i64, bool)> = batch
                     .new_jobs
                     .iter()
@@ -359,8 +362,21 @@ impl Store {
                     };
                     tx.execute(
                         "INSERT INTO events (batch, at, job_seq, kind, event, detail)
-                         VALUES (?1, ?2, (SELECT seq FROM jobs WHERE id = ?3 AND seq <= ?7 ORDER BY seq DESC LIMIT 1), ?4, ?5, ?6)",
-                        params![number, at, id, event.kind(), json(event)?, event.to_string(), newest],
+                         VALUES (?1, ?2, COALESCE(
+                             (SELECT seq FROM jobs WHERE id = ?3 AND seq <= ?7 AND ?8 IS NOT NULL
+                                AND json_extract(record, '$.attempt') >= ?8 ORDER BY seq LIMIT 1),
+                             (SELECT seq FROM jobs WHERE id = ?3 AND seq <= ?7 ORDER BY seq DESC LIMIT 1)),
+                           ?4, ?5, ?6)",
+                        params![
+                            number,
+                            at,
+                            id,
+                            event.kind(),
+                            json(event)?,
+                            event.to_string(),
+                            newest,
+                            event.attempt()
+                        ],
                     )?;
                 }
                 for p in &batch.profiles {
@@ -854,6 +870,29 @@ mod tests {
             "{new:?}"
         );
         assert!(!new.contains(&"ended".to_string()), "{new:?}");
+        // Later, the old submission's launch is seen alive (its processes outlived its end):
+        // its events are filed by launch number, under the submission that made the launch.
+        let seen = Input::Observed(dlscale_autoscaler::Observation {
+            taken_at_s: 2.0,
+            asked: Vec::new(),
+            launches: vec![dlscale_autoscaler::ObservedLaunch {
+                id: "x".into(),
+                attempt: 1,
+                state: dlscale_autoscaler::LaunchState::Running,
+            }],
+        });
+        let stale = a.handle(2.0, vec![seen]);
+        assert!(
+            stale
+                .events
+                .iter()
+                .any(|e| matches!(e, dlscale_autoscaler::Event::Stale { attempt: 1, .. })),
+            "{stale:?}"
+        );
+        store.commit(batch(&stale, 2.0)).await.unwrap();
+        let (old, new) = (kinds(1).await, kinds(2).await);
+        assert_eq!(old.last().map(String::as_str), Some("stale"), "{old:?}");
+        assert!(!new.contains(&"stale".to_string()), "{new:?}");
     }
 
     #[tokio::test]
