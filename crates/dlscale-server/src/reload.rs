@@ -11,15 +11,17 @@ use dlscale_autoscaler::Input;
 use dlscale_core::allocator::Teams;
 
 use crate::config::ServerConfig;
-use crate::service::Service;
+use crate::service::{Service, Unavailable};
 use crate::teams::ensure_guarantees_fit;
 
 /// What a reload changed, in words, one line each.
 pub type Changes = Vec<String>;
 
 /// Applies `new` (the configuration file read again, resolved) to the running `service`:
-/// users at once, teams through the driver (committed before this returns). Refused, changing
-/// nothing, when the guarantees exceed the GPUs the service has now.
+/// teams through the driver, then users. Refused, changing nothing, when the guarantees exceed
+/// the GPUs the service has now or the driver does not take the teams. Teams the driver took
+/// but could not yet write (the database cannot be written) take effect when it can; the users
+/// are applied at once all the same, as the teams they belong to are on their way.
 pub async fn reload(service: &Service, new: ServerConfig) -> Result<Changes> {
     let view = service.view();
     if let Some(teams) = &new.teams {
@@ -35,14 +37,22 @@ pub async fn reload(service: &Service, new: ServerConfig) -> Result<Changes> {
             teams: named(new_teams),
             fair_share: new.fair_share,
         };
-        let refusals = service
+        let taken = match service
             .request(vec![input], Vec::new(), BTreeMap::new())
             .await
-            .map_err(|e| anyhow!("{e}"))?;
-        if let Some(Some(why)) = refusals.first() {
-            return Err(anyhow!("{why}; nothing was reloaded"));
-        }
-        changes.push(describe_teams(new_teams, &new));
+        {
+            Ok(refusals) => match refusals.first() {
+                Some(Some(why)) => return Err(anyhow!("{why}; nothing was reloaded")),
+                _ => describe_teams(new_teams, &new),
+            },
+            // Taken, to be written: the users below follow the teams they will belong to.
+            Err(Unavailable::Pending(why)) => format!(
+                "{} (not yet written: {why}; they take effect when the database can be written)",
+                describe_teams(new_teams, &new)
+            ),
+            Err(e) => return Err(anyhow!("{e}; nothing was reloaded")),
+        };
+        changes.push(taken);
     }
     if !service.users().all().eq(new.users.all()) {
         let names: Vec<&str> = new.users.all().map(|u| u.name.as_str()).collect();

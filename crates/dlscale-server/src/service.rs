@@ -150,9 +150,14 @@ impl RecentDecision {
 /// Why a request was not carried out.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Unavailable {
-    /// The database cannot be written; the request is kept and applied when it can.
-    #[error("the database cannot be written ({0}); the request is kept and applied when it can")]
+    /// The database could not be written when the request came: it was not taken (nothing was
+    /// done; it may be sent again).
+    #[error("the database cannot be written ({0}); nothing was done: send the request again when it can")]
     Storage(String),
+    /// The request was taken but its batch was not written in time (the database cannot be
+    /// written, or is slow): it stays queued and takes effect once its batch is written.
+    #[error("the request was taken but not yet written ({0}); it takes effect when the database can be written")]
+    Pending(String),
     /// The driver is gone (the server is stopping).
     #[error("the server is stopping")]
     Stopping,
@@ -202,7 +207,7 @@ struct Explained {
 /// The least time between two batches' stamps, seconds.
 const BATCH_TIME_STEP_S: f64 = 1e-6;
 
-/// Replies older than this come back as [`Unavailable::Storage`] (the request stays queued).
+/// Replies older than this come back as [`Unavailable::Pending`] (the request stays queued).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Service {
@@ -291,7 +296,7 @@ impl Service {
         match tokio::time::timeout(REPLY_TIMEOUT, rx).await {
             Ok(Ok(refusals)) => Ok(refusals),
             Ok(Err(_)) => Err(Unavailable::Stopping),
-            Err(_) => Err(Unavailable::Storage(
+            Err(_) => Err(Unavailable::Pending(
                 self.storage_error()
                     .unwrap_or_else(|| "the commit did not finish in time".to_string()),
             )),

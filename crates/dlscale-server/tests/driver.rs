@@ -544,3 +544,98 @@ async fn a_refused_submission_leaves_no_copy_of_the_checkpoints_it_resumed_from(
         assert_eq!(stored.spec.run_name(), "old", "{id}");
     }
 }
+
+/// While the database cannot be written, a request the driver took before its reply timed out
+/// is kept and takes effect once a write goes through, and says so; one that came after the
+/// write failed is refused saying nothing was done, and nothing of it appears later. A reload
+/// whose teams were taken that way applies its users at once all the same (before, its users
+/// were dropped while its teams took effect later).
+#[tokio::test(flavor = "multi_thread")]
+async fn while_the_database_cannot_be_written_what_was_taken_is_kept_and_the_rest_refused() {
+    use dlscale_server::config::UserFile;
+    use dlscale_server::ServerConfig;
+    let file = || ConfigFile {
+        slots: Some(8),
+        teams: Some(two_teams_of_four()),
+        ..ConfigFile::default()
+    };
+    let (dir, h) = harness(file()).await;
+    // Another connection holds the write lock: every commit fails, as on a full disk.
+    let lock = rusqlite::Connection::open(dir.path().join("dlscale.db")).unwrap();
+    lock.busy_timeout(std::time::Duration::from_secs(10))
+        .unwrap();
+    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+
+    // A reload that renames team b to c and adds carol, of team c.
+    let (_, token_hash) = dlscale_server::users::new_token("carol").unwrap();
+    let mut teams = two_teams_of_four();
+    let b = teams.remove("b").unwrap();
+    teams.insert("c".into(), b);
+    let new = ServerConfig::resolve(
+        ConfigFile {
+            data_dir: Some(dir.path().to_path_buf()),
+            interval_s: Some(0.5),
+            teams: Some(teams),
+            users: Some(
+                [(
+                    "carol".to_string(),
+                    UserFile {
+                        team: Some("c".into()),
+                        token_hash,
+                    },
+                )]
+                .into(),
+            ),
+            ..file()
+        },
+        Some(router::TOKEN.to_string()),
+    )
+    .unwrap();
+    let service = std::sync::Arc::clone(&h.service);
+    let reloading =
+        tokio::spawn(async move { dlscale_server::reload::reload(&service, new).await });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while h.service.storage_error().is_none() {
+        assert!(std::time::Instant::now() < deadline, "no write failed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (status, body) = call(&h.app, "POST", "/v1/jobs", job("late").to_string().into()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("nothing was done")),
+        "{body}"
+    );
+    let changes = reloading.await.unwrap().unwrap();
+    assert!(
+        changes
+            .iter()
+            .any(|c| c.contains("teams: a guaranteed 4, c guaranteed 4")
+                && c.contains("not yet written")),
+        "{changes:?}"
+    );
+    assert!(
+        h.service.users().all().any(|u| u.name == "carol"),
+        "the reload's users are applied"
+    );
+
+    lock.execute_batch("ROLLBACK").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while h
+        .service
+        .view()
+        .teams
+        .as_ref()
+        .is_none_or(|t| !t.named().iter().any(|(name, _)| name == "c"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the teams never took effect"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(h.service.storage_error().is_none());
+    let (status, body) = call(&h.app, "GET", "/v1/jobs/late", Vec::new()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+}

@@ -18,7 +18,7 @@ use super::extract::Body;
 use super::{find_job, job_view, parse_json, AppState, MAX_JOBS_PER_SUBMISSION};
 use crate::error::ApiError;
 use crate::executor::{random_hex, JobFiles};
-use crate::service::Service;
+use crate::service::{Service, Unavailable};
 use crate::spec::{JobSpec, Source};
 use crate::store::Received;
 use crate::users::{Principal, User};
@@ -323,9 +323,16 @@ pub(super) async fn submit(
         .into_iter()
         .map(|r| Input::Submit { job: Box::new(r) })
         .collect();
-    // An error here may come after the driver took them (a reply that timed out): their copies
-    // stay, as they may be accepted yet.
-    let refusals = s.request(inputs, Vec::new(), tokens).await?;
+    // Copies stay where the driver may have taken the submissions (a reply that timed out, a
+    // driver that stopped): they may be accepted yet. Refused before it took them, none stays.
+    let refusals = match s.request(inputs, Vec::new(), tokens).await {
+        Ok(refusals) => refusals,
+        Err(e @ Unavailable::Storage(_)) => {
+            discard_copies(roots.into_iter().flatten().collect()).await;
+            return Err(e.into());
+        }
+        Err(e) => return Err(e.into()),
+    };
     let refused = roots
         .into_iter()
         .zip(&refusals)
