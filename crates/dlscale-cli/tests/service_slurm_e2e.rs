@@ -403,7 +403,8 @@ fn counter_job(id: &str, max_gpus: u32, steps: u32, trace: &Path) -> Value {
 /// The two regressions of issue 8 on Slurm: a `plain` job given two nodes runs its command once
 /// (it ran once per node, twice over the same checkpoint); a plain job stopped for a rescale that
 /// exits 0 is relaunched and runs every step exactly once. And `launcher = "srun"` runs the
-/// command once per node, with the node's rank.
+/// command once per node, with the node's rank. A team's launches are charged to its account,
+/// and to a reloaded one without a restart.
 #[tokio::test(flavor = "multi_thread")]
 async fn plain_runs_once_srun_once_per_node_and_a_stopped_plain_job_resumes() {
     const NAME: &str = "plain_runs_once_srun_once_per_node_and_a_stopped_plain_job_resumes";
@@ -474,13 +475,19 @@ async fn plain_runs_once_srun_once_per_node_and_a_stopped_plain_job_resumes() {
         "a launch ran the command more than once: {pids:?}"
     );
 
+    // A reload gives team t another account: the next launches are charged to it.
+    server.reload(&config.replace("\"proj-t\"", "\"proj-t2\""));
+    wait_until(10.0, "the new account taken", || async {
+        server.log().contains("teams' Slurm accounts: t → proj-t2")
+    })
+    .await;
     // srun: one task per node, each with its node rank.
     let ranks = dir.path().join("ranks");
     server
         .submit(json!({"id": "s", "min_batch": 8, "max_batch": 8, "max_local_batch": 1,
             "min_gpus": 8, "max_gpus": 8, "model": {"compute_per_sample_s": 0.001},
-            "command": ["bash", "-c", format!("echo \"$DLSCALE_NODE_RANK $SLURMD_NODENAME $DLSCALE_NODES\" >> {}", ranks.display())],
-            "workdir": "/tmp", "launcher": "srun"}))
+            "command": ["bash", "-c", format!("echo \"$DLSCALE_NODE_RANK $SLURMD_NODENAME $DLSCALE_NODES $SLURM_JOB_ACCOUNT\" >> {}", ranks.display())],
+            "workdir": "/tmp", "launcher": "srun", "team": "t"}))
         .await;
     let done = server
         .wait_job("s", 60.0, "the end", |j| j.state.is_terminal())
@@ -492,7 +499,7 @@ async fn plain_runs_once_srun_once_per_node_and_a_stopped_plain_job_resumes() {
         .map(str::to_string)
         .collect();
     lines.sort();
-    assert_eq!(lines, ["0 n1 2", "1 n2 2"]);
+    assert_eq!(lines, ["0 n1 2 proj-t2", "1 n2 2 proj-t2"]);
 }
 
 /// No lock is held across an external command: while every `squeue` takes 10 s, the API still

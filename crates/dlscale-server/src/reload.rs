@@ -1,8 +1,9 @@
 //! A reloaded configuration (SIGHUP, `systemctl reload`): the users and their tokens, the
-//! teams and their quotas and fair share take effect at once, without a restart; any other
-//! setting that changed is named, and waits for the next start. The new teams reach the
-//! autoscaler as an input ([`dlscale_autoscaler::Input::Teams`]), so the input log records them
-//! and a replay decides as the service did.
+//! teams with their quotas and fair share, and what the executor takes of its settings (the
+//! teams' Slurm accounts) take effect at once, without a restart; any other setting that changed
+//! is named, and waits for the next start. The new teams reach the autoscaler as an input
+//! ([`dlscale_autoscaler::Input::Teams`]), so the input log records them and a replay decides as
+//! the service did.
 
 use std::collections::BTreeMap;
 
@@ -18,7 +19,8 @@ use crate::teams::ensure_guarantees_fit;
 pub type Changes = Vec<String>;
 
 /// Applies `new` (the configuration file read again, resolved) to the running `service`:
-/// teams through the driver, then users. Refused, changing nothing, when the guarantees exceed
+/// teams through the driver, then what the executor takes of its settings (the teams' Slurm
+/// accounts), then users. Refused, changing nothing, when the guarantees exceed
 /// the GPUs the service has now or the driver does not take the teams. Teams the driver took
 /// but could not yet write (the database cannot be written) take effect when it can; the users
 /// are applied at once all the same, as the teams they belong to are on their way.
@@ -54,6 +56,7 @@ pub async fn reload(service: &Service, new: ServerConfig) -> Result<Changes> {
         };
         changes.push(taken);
     }
+    changes.extend(service.executor.reload(&*new.executor));
     if !service.users().all().eq(new.users.all()) {
         let names: Vec<&str> = new.users.all().map(|u| u.name.as_str()).collect();
         changes.push(match names.is_empty() {
@@ -63,14 +66,16 @@ pub async fn reload(service: &Service, new: ServerConfig) -> Result<Changes> {
         service.set_users(new.users.clone());
     }
     // Every other setting is read at the start only.
+    let new_fixed = new.executor.fixed();
     let mut unchanged = new;
     unchanged.users = old.users.clone();
     unchanged.teams = old.teams.clone();
     unchanged.fair_share = old.fair_share;
-    if format!("{unchanged:?}") != format!("{old:?}") {
+    unchanged.executor = std::sync::Arc::clone(&old.executor);
+    if format!("{unchanged:?}") != format!("{old:?}") || new_fixed != old.executor.fixed() {
         changes.push(
-            "settings other than [users], [teams] and fair_share_half_life_s changed: they take \
-             effect at the next start"
+            "settings other than [users], [teams] (their Slurm accounts too) and \
+             fair_share_half_life_s changed: they take effect at the next start"
                 .into(),
         );
     }

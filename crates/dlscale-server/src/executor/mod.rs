@@ -581,6 +581,14 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
     fn slots(&self) -> Option<Slots> {
         None
     }
+
+    /// Takes from `settings` (a reloaded configuration's) what it applies while it runs, where
+    /// they are of its own kind; what changed, one line each. By default nothing: every
+    /// setting waits for the next start ([`ExecutorSettings::fixed`] says which do).
+    fn reload(&self, settings: &dyn ExecutorSettings) -> Vec<String> {
+        let _ = settings;
+        Vec::new()
+    }
 }
 
 /// The executors, one line each: what `executor = "NAME"` in the configuration may name. The
@@ -607,6 +615,16 @@ pub trait ExecutorKind: Sync {
 pub trait ExecutorSettings: std::fmt::Debug + Send + Sync {
     /// Its kind's name ([`ExecutorKind::name`]).
     fn name(&self) -> &'static str;
+
+    /// Itself, for its executor to read its own kind's settings from a reload
+    /// ([`Executor::reload`]).
+    fn as_any(&self) -> &dyn std::any::Any;
+
+    /// These settings less what a running executor takes from a reload, in words: a reload
+    /// whose settings differ from the running ones here takes effect at the next start.
+    fn fixed(&self) -> String {
+        format!("{self:?}")
+    }
 
     /// How a job's GPUs may be split over the nodes it runs on.
     fn shape(&self) -> ShapeRule;

@@ -91,6 +91,10 @@ impl ExecutorSettings for LocalConfig {
         NAME
     }
 
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     /// One machine: any split of a job's GPUs over its nodes (GPU types).
     fn shape(&self) -> ShapeRule {
         ShapeRule::Any

@@ -139,6 +139,10 @@ impl ExecutorSettings for RayConfig {
         NAME
     }
 
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     /// Any split: Ray places the workers itself, wherever the resource is free.
     fn shape(&self) -> ShapeRule {
         ShapeRule::Any

@@ -35,8 +35,8 @@ use dlscale_core::placement::{Node, Topology};
 
 use super::squeue::{interpret, is_terminal_state, parse_sinfo, parse_squeue};
 use super::{
-    launch_marker, lock, worker_env, Believed, Capacity, EngineId, ExecContext, Executor, Handle,
-    JobFiles, LaunchJob, NodeInfo,
+    launch_marker, lock, worker_env, Believed, Capacity, EngineId, ExecContext, Executor,
+    ExecutorSettings, Handle, JobFiles, LaunchJob, NodeInfo,
 };
 use crate::clock::wall_clock_s;
 use crate::fault;
@@ -78,6 +78,9 @@ impl std::error::Error for CommandFailed {}
 #[derive(Debug)]
 pub struct SlurmExecutor {
     cfg: SlurmConfig,
+    /// Per team, the account its launches are charged to: the configuration's, then a
+    /// reload's (teams come and go without a restart).
+    team_accounts: Mutex<BTreeMap<String, String>>,
     /// Context of every launch.
     pub ctx: ExecContext,
     next_port: AtomicU32,
@@ -125,6 +128,7 @@ impl SlurmExecutor {
     pub fn new(cfg: SlurmConfig, ctx: ExecContext) -> Self {
         let start = (wall_clock_s() as u64 % u64::from(PORT_RANGE)) as u32;
         SlurmExecutor {
+            team_accounts: Mutex::new(cfg.team_accounts.clone()),
             cfg,
             ctx,
             next_port: AtomicU32::new(start),
@@ -267,13 +271,14 @@ impl SlurmExecutor {
     }
 
     /// The account a launch of `spec` is charged to: its team's, else the configured one.
-    fn account_for(&self, spec: &JobSpec) -> Option<&str> {
+    fn account_for(&self, spec: &JobSpec) -> Option<String> {
+        let accounts = lock(&self.team_accounts);
         spec.entry
             .team
             .as_ref()
-            .and_then(|team| self.cfg.team_accounts.get(team))
+            .and_then(|team| accounts.get(team))
             .or(self.cfg.account.as_ref())
-            .map(String::as_str)
+            .cloned()
     }
 
     /// `scontrol -o show job <id>` as key → value; `None` when Slurm no longer knows the job.
@@ -377,6 +382,26 @@ impl Executor for SlurmExecutor {
 
     fn poll_interval(&self) -> Duration {
         Duration::from_secs_f64(self.cfg.poll_s)
+    }
+
+    /// The teams' accounts take effect at the next launch.
+    fn reload(&self, settings: &dyn ExecutorSettings) -> Vec<String> {
+        let Some(new) = settings.as_any().downcast_ref::<SlurmConfig>() else {
+            return Vec::new();
+        };
+        let mut accounts = lock(&self.team_accounts);
+        if *accounts == new.team_accounts {
+            return Vec::new();
+        }
+        accounts.clone_from(&new.team_accounts);
+        let each: Vec<String> = accounts
+            .iter()
+            .map(|(team, account)| format!("{team} → {account}"))
+            .collect();
+        vec![match each.is_empty() {
+            true => "teams' Slurm accounts: none".into(),
+            false => format!("teams' Slurm accounts: {}", each.join(", ")),
+        }]
     }
 
     /// The Slurm job of each live launch.
@@ -709,9 +734,24 @@ mod tests {
             }
             JobSpec::from_value(v).unwrap()
         };
-        assert_eq!(exec.account_for(&spec(Some("vision"))), Some("proj-vision"));
-        assert_eq!(exec.account_for(&spec(Some("nlp"))), Some("shared"));
-        assert_eq!(exec.account_for(&spec(None)), Some("shared"));
+        let account = |team| exec.account_for(&spec(team));
+        assert_eq!(account(Some("vision")).as_deref(), Some("proj-vision"));
+        assert_eq!(account(Some("nlp")).as_deref(), Some("shared"));
+        assert_eq!(account(None).as_deref(), Some("shared"));
+        // A reload's accounts apply to the next launches, and are said.
+        let reloaded = SlurmConfig {
+            partition: "gpu".into(),
+            account: Some("shared".into()),
+            team_accounts: [("nlp".to_string(), "proj-nlp".to_string())].into(),
+            ..SlurmConfig::default()
+        };
+        assert_eq!(
+            exec.reload(&reloaded),
+            ["teams' Slurm accounts: nlp → proj-nlp"]
+        );
+        assert_eq!(account(Some("vision")).as_deref(), Some("shared"));
+        assert_eq!(account(Some("nlp")).as_deref(), Some("proj-nlp"));
+        assert!(exec.reload(&reloaded).is_empty(), "nothing changed");
     }
 
     #[test]

@@ -199,6 +199,19 @@ impl ExecutorSettings for SlurmConfig {
         NAME
     }
 
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    /// All but the teams' accounts, which a running executor takes from a reload.
+    fn fixed(&self) -> String {
+        let fixed = SlurmConfig {
+            team_accounts: BTreeMap::new(),
+            ..self.clone()
+        };
+        format!("{fixed:?}")
+    }
+
     /// Equal GPUs on each node of a job: Slurm's GRES are per node.
     fn shape(&self) -> ShapeRule {
         ShapeRule::EqualPerNode
