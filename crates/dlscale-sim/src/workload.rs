@@ -260,14 +260,29 @@ pub fn bundled_pollux_workload(number: usize) -> Result<Workload> {
 /// Reads rows of a headed CSV, handing each to `convert` with its line; malformed rows are errors
 /// naming the line, or skipped and counted.
 fn read_rows<T: serde::de::DeserializeOwned>(
-    reader: impl Read,
+    mut reader: impl Read,
     source_name: &str,
     options: &ReadOptions,
     mut convert: impl FnMut(u64, T) -> std::result::Result<Option<SimJob>, String>,
 ) -> Result<(Vec<SimJob>, u64)> {
+    let mut bytes = Vec::new();
+    reader
+        .read_to_end(&mut bytes)
+        .map_err(|e| SimError::bad_row(source_name, 0, format!("cannot read it: {e}")))?;
+    // The line a record starts on: the reader's position is where it began reading, before the
+    // empty lines it skips.
+    let start_line = |at: &csv::Position| {
+        let from = (at.byte() as usize).min(bytes.len());
+        let empty = bytes[from..]
+            .iter()
+            .take_while(|&&c| c == b'\n' || c == b'\r')
+            .filter(|&&c| c == b'\n')
+            .count();
+        at.line() + empty as u64
+    };
     let mut csv = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
-        .from_reader(reader);
+        .from_reader(bytes.as_slice());
     let mut jobs = Vec::new();
     let mut skipped = 0;
     let mut record = csv::StringRecord::new();
@@ -277,12 +292,12 @@ fn read_rows<T: serde::de::DeserializeOwned>(
         .map_err(|e| SimError::bad_row(source_name, 1, e.to_string()))?
         .clone();
     loop {
-        let line = csv.position().line();
+        let line = start_line(csv.position());
         match csv.read_record(&mut record) {
             Ok(false) => break,
             Ok(true) => {}
             Err(e) => {
-                let line = e.position().map_or(line, |p| p.line());
+                let line = e.position().map_or(line, start_line);
                 if options.skip_bad_rows {
                     skipped += 1;
                     continue;
@@ -303,7 +318,7 @@ fn read_rows<T: serde::de::DeserializeOwned>(
                 return Err(SimError::bad_row(source_name, line, reason));
             }
         }
-        let line = record.position().map_or(line, |p| p.line());
+        let line = record.position().map_or(line, start_line);
         // A stray `"` opens a quoted value that runs over the following lines (the reader is
         // past the line after this one): say so, rather than what the swallowed rows make of
         // the record.
@@ -459,6 +474,34 @@ pub fn read_philly(
     for job in &mut jobs {
         job.arrival_s -= start;
     }
+    // Arrivals are known once the earliest is: those beyond the horizon are refused here, by
+    // line (each job is named after its row's line), or skipped.
+    let mut skipped = skipped;
+    let mut beyond = Vec::new();
+    jobs.retain(|j| {
+        let keep = j.arrival_s <= HORIZON_S;
+        if !keep {
+            beyond.push(j.job.id.clone());
+        }
+        keep
+    });
+    if let Some(first) = beyond.first() {
+        if !options.skip_bad_rows {
+            let line = first
+                .strip_prefix("philly-")
+                .and_then(|l| l.parse().ok())
+                .unwrap_or(0);
+            return Err(SimError::bad_row(
+                source_name,
+                line,
+                format!(
+                    "column 'timestamp': more than {HORIZON_S:e} s after the earliest row's, \
+                     beyond what a simulation keeps time for"
+                ),
+            ));
+        }
+        skipped += beyond.len() as u64;
+    }
     Ok(Workload::new(source_name, jobs, skipped))
 }
 
@@ -500,7 +543,8 @@ pub fn read_native(text: &str, source_name: &str, options: &ReadOptions) -> Resu
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct File {
-        jobs: Vec<serde_json::Map<String, serde_json::Value>>,
+        // Each entry's keys checked for repeats: a key given twice is an error, not its last.
+        jobs: Vec<jobfile::UniqueKeys>,
     }
     let file: File = serde_json::from_str(text).map_err(|e| {
         let message = e.to_string();
@@ -513,9 +557,12 @@ pub fn read_native(text: &str, source_name: &str, options: &ReadOptions) -> Resu
     let mut jobs = Vec::with_capacity(file.jobs.len());
     let mut skipped = 0;
     let mut seen = std::collections::HashSet::new();
-    for (index, mut object) in file.jobs.into_iter().enumerate() {
+    for (index, entry) in file.jobs.into_iter().enumerate() {
         // What is wrong, and the field at fault when one is.
         let outcome = (|| -> std::result::Result<SimJob, (Option<String>, String)> {
+            let serde_json::Value::Object(mut object) = entry.0 else {
+                return Err((None, format!("must be a JSON object, got {}", entry.0)));
+            };
             let arrival_s = match object.remove("arrival_s") {
                 Some(v) => v
                     .as_f64()
@@ -715,7 +762,7 @@ pub fn parse_timestamp(text: &str) -> Option<f64> {
         || t.next().is_some()
         || !(0..=9999).contains(&y)
         || !(1..=12).contains(&m)
-        || !(1..=31).contains(&day)
+        || !(1..=days_in_month(y, m)).contains(&day)
         || !(0..24).contains(&hh)
         || !(0..60).contains(&mm)
         || !(0..61).contains(&ss)
@@ -730,6 +777,16 @@ pub fn parse_timestamp(text: &str) -> Option<f64> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     Some((days * 86_400 + hh * 3600 + mm * 60 + ss) as f64)
+}
+
+/// Days of month `m` (1–12) of year `y` (proleptic Gregorian).
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
 }
 
 /// One model of a generated mix.

@@ -2,7 +2,7 @@
 
 use dlscale_sim::workload::{
     bundled_pollux_workload, generate, parse_timestamp, read_itp, read_native, read_philly,
-    read_pollux, GeneratorSpec, Work,
+    read_pollux, GeneratorSpec, Work, Workload,
 };
 use dlscale_sim::{parse_workload, ReadOptions, SimError, WorkloadFormat};
 
@@ -78,12 +78,14 @@ fn malformed_rows_name_file_and_line_or_are_skipped_and_counted() {
 /// A time so far out that the simulated clock could not step past it (an f64 near 1e18 s steps
 /// by 128 s) is refused where it is read, naming the file, line and column; a trace whose
 /// arrivals span more than the horizon stops the simulation with an error.
+/// The error `read` gives for `text`, in words.
+fn at(text: &str, read: &dyn Fn(&[u8]) -> dlscale_sim::Result<Workload>) -> String {
+    let err: SimError = read(text.as_bytes()).unwrap_err();
+    err.to_string()
+}
+
 #[test]
 fn times_beyond_the_horizon_are_refused() {
-    let at = |text: &str, read: &dyn Fn(&[u8]) -> dlscale_sim::Result<_>| {
-        let err: SimError = read(text.as_bytes()).unwrap_err();
-        err.to_string()
-    };
     let pollux = "name,time,application,num_replicas,batch_size
 a,1e18,cifar10,2,128
 ";
@@ -129,11 +131,52 @@ a,1e10,cifar10,2,128
 \
                   2417-10-09 07:01:55,60,1,60,a
 ";
-    let w = read_philly(philly.as_bytes(), "p.csv", &ReadOptions::default()).unwrap();
-    let config = dlscale_sim::SimConfig::default();
-    let err = dlscale_sim::simulate(&w, &config, dlscale_core::allocator::ELASTIC_BATCH, &mut ())
-        .unwrap_err();
-    assert!(err.to_string().contains("beyond the 1e10 s"), "{err}");
+    let err = at(philly, &|b| {
+        read_philly(b, "p.csv", &ReadOptions::default())
+    });
+    assert!(
+        err.starts_with("p.csv:3: column 'timestamp': more than 1e10 s after the earliest"),
+        "{err}"
+    );
+    let w = read_philly(philly.as_bytes(), "p.csv", &skip()).unwrap();
+    assert_eq!((w.jobs.len(), w.skipped_rows), (1, 1));
+}
+
+/// Empty lines between rows are skipped, and the rows after them keep their own lines (one was
+/// taken for a stray quote running from the empty line, and skipping it lost the next row).
+#[test]
+fn empty_lines_are_skipped_and_lines_stay_right() {
+    let text = "name,time,application,num_replicas,batch_size\na,0,cifar10,1,128\n\n\r\nb,0,cifar10,1,128\n\nc,0,cifar10,0,128\n";
+    let err = at(text, &|b| read_pollux(b, "w.csv", &ReadOptions::default()));
+    assert!(err.starts_with("w.csv:7: "), "{err}");
+    let w = read_pollux(text.as_bytes(), "w.csv", &skip()).unwrap();
+    let ids: Vec<&str> = w.jobs.iter().map(|j| j.job.id.as_str()).collect();
+    assert_eq!((ids, w.skipped_rows), (vec!["a", "b"], 1));
+    // A stray quote is still named, from its own line.
+    let stray =
+        "name,time,application,num_replicas,batch_size\n\na,0,cifar10,1,\"\nb,0,cifar10,1,128\n";
+    let err = at(stray, &|b| read_pollux(b, "w.csv", &ReadOptions::default()));
+    assert!(
+        err.starts_with("w.csv:3: a quoted value runs from this line"),
+        "{err}"
+    );
+}
+
+/// A key given twice in a native workload's job is refused, as in every job file (the last
+/// was taken silently).
+#[test]
+fn a_native_jobs_repeated_key_is_refused() {
+    let native = r#"{"jobs": [{"id": "a", "arrival_s": 0, "model": "cifar10", "min_batch": 128,
+        "max_batch": 4096, "epochs": 1, "epochs": 100}]}"#;
+    let err = read_native(native, "n.json", &ReadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("n.json:2") && err.contains("epochs"), "{err}");
+    let not_object = r#"{"jobs": [3]}"#;
+    let err = read_native(not_object, "n.json", &ReadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("job entry 1: must be a JSON object"), "{err}");
 }
 
 #[test]
@@ -237,6 +280,15 @@ fn timestamps_are_utc_seconds() {
     );
     assert_eq!(parse_timestamp("2000-03-01 00:00:00"), Some(951_868_800.0));
     assert_eq!(parse_timestamp("2017-13-09 07:01:55"), None);
+    // Days that are not in their month (they were moved to the next one).
+    for no_such_day in ["2017-02-29", "2017-02-31", "2017-04-31", "1900-02-29"] {
+        assert_eq!(parse_timestamp(&format!("{no_such_day} 00:00:00")), None);
+    }
+    assert_eq!(
+        parse_timestamp("2016-02-29 00:00:00"),
+        Some(1_456_704_000.0)
+    );
+    assert_eq!(parse_timestamp("2000-02-29 00:00:00"), Some(951_782_400.0));
     assert_eq!(parse_timestamp("2017-10-09T07:01:55"), None);
 }
 

@@ -58,6 +58,14 @@ pub struct AnalyticModel {
 /// of its two terms (Pollux bounds γ the same way).
 pub const MAX_OVERLAP_GAMMA: f64 = 10.0;
 
+/// The largest time parameter a model may give, seconds (about 11.6 days): beyond it, steps of
+/// large batches and their sums overflow to infinity.
+pub const MAX_MODEL_TIME_S: f64 = 1e6;
+
+/// The least compute a micro-step of one sample may take, seconds: below it, a job's throughput
+/// and the sums of its utility overflow to infinity.
+pub const MIN_SAMPLE_COMPUTE_S: f64 = 1e-9;
+
 fn no_overlap() -> f64 {
     1.0
 }
@@ -174,8 +182,9 @@ impl AnalyticModel {
         }
     }
 
-    /// Checks that every parameter is finite and non-negative, some compute time exists and the
-    /// overlap exponent is in `[1, MAX_OVERLAP_GAMMA]`.
+    /// Checks that every parameter is in `[0, MAX_MODEL_TIME_S]`, one sample's compute takes
+    /// `MIN_SAMPLE_COMPUTE_S` at least and the overlap exponent is in `[1, MAX_OVERLAP_GAMMA]`:
+    /// every step time and throughput it predicts is then finite and positive.
     pub fn validate(&self, job: &str) -> Result<()> {
         let names = [
             "compute_base_s",
@@ -186,11 +195,13 @@ impl AnalyticModel {
             "sync_inter_per_gpu_s",
         ];
         for (name, value) in names.iter().zip(self.as_params()) {
-            if !value.is_finite() || value < 0.0 {
+            if !(0.0..=MAX_MODEL_TIME_S).contains(&value) {
                 return Err(CoreError::job(
                     job,
                     format!("model.{name}"),
-                    format!("must be a finite number ≥ 0, got {value}"),
+                    format!(
+                        "must be a number of seconds in [0, {MAX_MODEL_TIME_S:e}], got {value}"
+                    ),
                 ));
             }
         }
@@ -204,11 +215,15 @@ impl AnalyticModel {
                 ),
             ));
         }
-        if self.compute_base_s + self.compute_per_sample_s <= 0.0 {
+        if self.compute_base_s + self.compute_per_sample_s < MIN_SAMPLE_COMPUTE_S {
             return Err(CoreError::job(
                 job,
                 "model.compute_per_sample_s",
-                "compute_base_s and compute_per_sample_s cannot both be 0",
+                format!(
+                    "compute_base_s + compute_per_sample_s (one sample's compute) must be at \
+                     least {MIN_SAMPLE_COMPUTE_S:e} s, got {}",
+                    self.compute_base_s + self.compute_per_sample_s
+                ),
             ));
         }
         if self.max_local_batch == Some(0) {
@@ -342,6 +357,39 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("overlap_gamma"));
+    }
+
+    /// Parameters that make a step's time or a job's throughput overflow are refused, naming
+    /// the field: 1e308 s per sample is infinite at a batch of two, 1e-308 s an infinite
+    /// throughput (both were accepted, and decided `inf` or nothing).
+    #[test]
+    fn times_that_overflow_are_refused() {
+        let model = |base: f64, per_sample: f64| AnalyticModel {
+            compute_base_s: base,
+            compute_per_sample_s: per_sample,
+            sync_intra_base_s: 0.0,
+            sync_intra_per_gpu_s: 0.0,
+            sync_inter_base_s: 0.0,
+            sync_inter_per_gpu_s: 0.0,
+            overlap_gamma: 1.0,
+            max_local_batch: None,
+        };
+        for (m, field) in [
+            (model(0.0, 1e308), "model.compute_per_sample_s"),
+            (model(2e6, 0.0), "model.compute_base_s"),
+            (model(0.0, 1e-308), "model.compute_per_sample_s"),
+            (model(1e-10, 1e-10), "model.compute_per_sample_s"),
+        ] {
+            let e = m.validate("a").unwrap_err().to_string();
+            assert!(e.contains(field), "{e}");
+        }
+        let edge = model(0.0, MIN_SAMPLE_COMPUTE_S);
+        assert!(edge.validate("a").is_ok());
+        let t = edge.step_time_s(1, 1, 1 << 20).unwrap();
+        assert!(t.is_finite() && t > 0.0 && (f64::from(1u32 << 20) / t).is_finite());
+        assert!(model(MAX_MODEL_TIME_S, MAX_MODEL_TIME_S)
+            .validate("a")
+            .is_ok());
     }
 
     #[test]
