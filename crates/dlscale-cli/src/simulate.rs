@@ -264,6 +264,15 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
         args.gpus_per_node.unwrap_or(base.cluster.gpus_per_node),
     )
     .map_err(input_error)?;
+    let fleet = args
+        .fleet
+        .as_deref()
+        .map(crate::optimize::load_fleet)
+        .transpose()?;
+    // The GPUs teams share: the fleet's, where one is given.
+    let gpus = fleet
+        .as_ref()
+        .map_or(cluster.total_gpus(), dlscale_core::Fleet::total_gpus);
     let interval = args.interval.unwrap_or(base.interval_s.unwrap_or(0.0));
     if !(interval.is_finite() && interval >= 0.0) {
         return Err(input_error(anyhow::anyhow!(
@@ -330,16 +339,12 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
         teams: match args.teams.as_deref() {
             None => None,
             Some("workload") => Some(
-                dlscale_sim::teams::guarantees_from_shares(&workload, cluster.total_gpus())
-                    .map_err(sim_error)?,
+                dlscale_sim::teams::guarantees_from_shares(&workload, gpus).map_err(sim_error)?,
             ),
             Some(path) => {
                 let path: &Path = path.as_ref();
                 let text = read_input(path, "teams file")?;
-                Some(
-                    dlscale_sim::teams::parse_teams_file(path, &text, cluster.total_gpus())
-                        .map_err(sim_error)?,
-                )
+                Some(dlscale_sim::teams::parse_teams_file(path, &text, gpus).map_err(sim_error)?)
             }
         },
         fair_share: match args.fair_share_half_life {
@@ -349,8 +354,8 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
         },
         ..base
     };
-    let config = match &args.fleet {
-        Some(path) => config.on_fleet(crate::optimize::load_fleet(path)?),
+    let config = match fleet {
+        Some(fleet) => config.on_fleet(fleet),
         None => config,
     };
     config.validate().map_err(sim_error)?;

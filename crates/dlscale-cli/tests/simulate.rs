@@ -305,3 +305,57 @@ fn simulate_takes_a_fleet_of_gpu_types_and_refuses_it_with_the_pollux_preset() {
         "{stderr}"
     );
 }
+
+/// Teams on a fleet share the fleet's GPUs: their guarantees are checked against its size, not
+/// the default cluster's (60 guaranteed on 8 GPUs ran; 100 on 128 was refused as beyond 64).
+#[test]
+fn teams_on_a_fleet_are_checked_against_the_fleets_gpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let workload = path(
+        "w.json",
+        r#"{"jobs": [{"id": "a", "team": "a", "arrival_s": 0, "model": "cifar10",
+            "min_batch": 128, "max_batch": 1024, "work_samples": 10000}]}"#,
+    );
+    let out = dir.path().join("out");
+    let run = |fleet_nodes: u32, guaranteed: u32| {
+        let fleet = path(
+            "fleet.toml",
+            &format!("[[types]]\nname = \"t4\"\nnodes = {fleet_nodes}\ngpus_per_node = 4\nmemory_gib = 16\n"),
+        );
+        let teams = path(
+            "teams.json",
+            &format!(r#"{{"a": {{"guaranteed_gpus": {guaranteed}}}}}"#),
+        );
+        dlscale(&[
+            "simulate",
+            "--workload",
+            &workload,
+            "--fleet",
+            &fleet,
+            "--teams",
+            &teams,
+            "--policy",
+            "elastic-batch",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let refused = run(2, 60);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("teams.json") && stderr.contains("8"),
+        "{stderr}"
+    );
+    let ran = run(32, 100);
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+}
