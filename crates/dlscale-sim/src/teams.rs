@@ -95,8 +95,9 @@ impl<'de> Deserialize<'de> for TeamSpecs {
                 mut map: A,
             ) -> std::result::Result<TeamSpecs, A::Error> {
                 let mut specs: Vec<(String, TeamSpec)> = Vec::new();
+                let mut seen = std::collections::HashSet::new();
                 while let Some(name) = map.next_key::<String>()? {
-                    if specs.iter().any(|(n, _)| *n == name) {
+                    if !seen.insert(name.clone()) {
                         return Err(serde::de::Error::custom(format!(
                             "team {name:?} is given twice"
                         )));
