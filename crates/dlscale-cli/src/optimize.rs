@@ -392,6 +392,7 @@ pub fn run_optimize(args: &OptimizeArgs) -> Result<()> {
         }
     };
     let jobs = load_jobs(&args.jobs)?;
+    check_current(&jobs, on, &args.jobs.display().to_string())?;
     let teams = match &args.teams {
         Some(path) => Some(load_teams(path, args.policy, on.total_gpus(), &jobs)?),
         None => None,
@@ -399,6 +400,72 @@ pub fn run_optimize(args: &OptimizeArgs) -> Result<()> {
     let decided = solve(args.policy, &options, on, &jobs, teams.as_ref(), &settings);
     let teams = teams.map(|t| teams_held(&t, on, &jobs, &decided.0));
     print(args, &settings, on, &jobs, &decided, teams)
+}
+
+/// Checks what the jobs of file `name` run on now against the machines: a current type the
+/// fleet has, each current allocation within its type's (or the cluster's) GPUs, and all of
+/// them together within each type's. Errors name the job and its field.
+fn check_current(jobs: &[Job], on: Machines, name: &str) -> Result<()> {
+    // Each type's name (`None`: the cluster) and GPUs, and what the jobs hold there now.
+    let pools: Vec<(Option<&str>, u32)> = match on {
+        Machines::Cluster(c) => vec![(None, c.total_gpus())],
+        Machines::Fleet(f) => f
+            .pools()
+            .iter()
+            .map(|p| (Some(&*p.name), p.cluster().total_gpus()))
+            .collect(),
+    };
+    let mut held = vec![0u64; pools.len()];
+    let refuse = |id: &str, field: &str, why: String| {
+        input_error(anyhow::anyhow!(
+            "{name}: job '{id}': field '{field}': {why}"
+        ))
+    };
+    for job in jobs {
+        let Some(current) = &job.current else {
+            continue;
+        };
+        let pool = match (on, &job.types.current) {
+            (Machines::Fleet(f), Some(t)) => f.index_of(t).ok_or_else(|| {
+                let names: Vec<&str> = f.pools().iter().map(|p| &*p.name).collect();
+                refuse(
+                    &job.id,
+                    "current_type",
+                    format!(
+                        "{t:?} is not one of the fleet's types ({})",
+                        names.join(", ")
+                    ),
+                )
+            })?,
+            // The largest type bounds a job whose type is not said.
+            (Machines::Fleet(_), None) => (0..pools.len()).max_by_key(|&i| pools[i].1).unwrap_or(0),
+            (Machines::Cluster(_), _) => 0,
+        };
+        let (type_name, gpus) = pools[pool];
+        let of = type_name.map_or("the cluster's".to_string(), |t| format!("type {t}'s"));
+        if current.gpus > gpus {
+            return Err(refuse(
+                &job.id,
+                "current.gpus",
+                format!("{} is more than {of} {gpus} GPUs", current.gpus),
+            ));
+        }
+        if job.types.current.is_some() || type_name.is_none() {
+            held[pool] += u64::from(current.gpus);
+            if held[pool] > u64::from(gpus) {
+                return Err(refuse(
+                    &job.id,
+                    "current.gpus",
+                    format!(
+                        "the jobs' current allocations add up to {} GPUs by this one, more than \
+                         {of} {gpus}",
+                        held[pool]
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What a decision ran on: a cluster of alike GPUs, or a fleet of types.

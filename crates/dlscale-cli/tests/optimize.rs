@@ -302,6 +302,33 @@ fn bad_input_exits_2_with_a_message_naming_file_and_field() {
             dir.path().join("missing.json").display().to_string(),
             "cannot read",
         ),
+        // What jobs run on now must fit the machines (it was taken, and decided as idle).
+        (
+            write(
+                &dir,
+                "current.json",
+                r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 3200, "current": {"gpus": 32, "batch": 3200}}]}"#,
+            ),
+            "job 'a': field 'current.gpus': 32 is more than the cluster's 16 GPUs",
+        ),
+        (
+            write(
+                &dir,
+                "currents.json",
+                r#"{"jobs": [{"id": "a", "model": "ncf", "min_batch": 256, "max_batch": 512, "current": {"gpus": 10, "batch": 256}},
+                            {"id": "b", "model": "ncf", "min_batch": 256, "max_batch": 512, "current": {"gpus": 10, "batch": 256}}]}"#,
+            ),
+            "job 'b': field 'current.gpus': the jobs' current allocations add up to 20 GPUs",
+        ),
+        // A model whose steps or throughput overflow (it was decided at inf).
+        (
+            write(
+                &dir,
+                "overflow.json",
+                r#"{"jobs": [{"id": "a", "model": {"compute_per_sample_s": 1e-308}, "min_batch": 200, "max_batch": 3200, "max_local_batch": 200}]}"#,
+            ),
+            "field 'model.compute_per_sample_s'",
+        ),
     ];
     for (path, expected) in cases {
         let out = dlscale(&["optimize", "--jobs", &path, "--cluster", cluster]);
@@ -352,6 +379,26 @@ fn bad_input_exits_2_with_a_message_naming_file_and_field() {
         "{stderr}"
     );
     assert!(weighed("1").status.success());
+    // On a fleet, the type a job runs on now must be one of its types.
+    let fleet = examples().join("fleet.toml");
+    let on_h100 = write(
+        &dir,
+        "h100.json",
+        r#"{"jobs": [{"id": "a", "model": "imagenet", "min_batch": 200, "max_batch": 3200, "current": {"gpus": 16, "batch": 3200}, "current_type": "h100"}]}"#,
+    );
+    let out = dlscale(&[
+        "optimize",
+        "--jobs",
+        &on_h100,
+        "--fleet",
+        fleet.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(2)
+            && stderr.contains("job 'a': field 'current_type': \"h100\" is not one of the fleet's types (t4, v100, a100)"),
+        "{stderr}"
+    );
 }
 
 #[test]
