@@ -282,6 +282,10 @@ impl Default for SimConfig {
     }
 }
 
+/// The shortest decision or report interval a simulation takes, seconds (the server's least
+/// `interval_s` too).
+pub const MIN_INTERVAL_S: f64 = 0.1;
+
 impl SimConfig {
     /// Pollux's artifact simulator: 16 nodes × 4 GPUs, decisions every 60 s only, 30 s
     /// restarts (the first start too), goodput progress, Tiresias at the artifact's 57,600 GPU-s
@@ -344,13 +348,16 @@ impl SimConfig {
         }
     }
 
-    /// Checks every setting.
+    /// Checks every setting: decision and report intervals of [`MIN_INTERVAL_S`] at least (a
+    /// simulation steps through each: 1e-9 s never finished).
     pub fn validate(&self) -> Result<()> {
         self.cluster.validate()?;
         let bad = |s: String| Err(SimError::Config(s));
         if let Some(i) = self.interval_s {
-            if !(i.is_finite() && i > 0.0) {
-                return bad(format!("interval_s must be positive, got {i}"));
+            if !(i.is_finite() && i >= MIN_INTERVAL_S) {
+                return bad(format!(
+                    "interval_s must be at least {MIN_INTERVAL_S} s, got {i}"
+                ));
             }
         } else if self.on_events == OnEvents::Wait {
             return bad("the allocator never runs: set an interval or decisions on events".into());
@@ -372,9 +379,9 @@ impl SimConfig {
             return bad("tiresias threshold_gpu_s must be a number ≥ 0".into());
         }
         if let Knowledge::Learned(r) = self.knowledge {
-            if !(r.interval_s.is_finite() && r.interval_s > 0.0) {
+            if !(r.interval_s.is_finite() && r.interval_s >= MIN_INTERVAL_S) {
                 return bad(format!(
-                    "report interval must be positive, got {}",
+                    "report interval must be at least {MIN_INTERVAL_S} s, got {}",
                     r.interval_s
                 ));
             }
@@ -400,5 +407,39 @@ impl SimConfig {
             .get(model)
             .copied()
             .unwrap_or(self.restart_delay_s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Decision and report intervals below `MIN_INTERVAL_S` are refused, naming the setting (a
+    /// simulation at 1e-9 s never finished).
+    #[test]
+    fn intervals_too_short_to_step_through_are_refused() {
+        let base = SimConfig::default();
+        let with_interval = |i| SimConfig {
+            interval_s: Some(i),
+            ..base.clone()
+        };
+        assert!(with_interval(MIN_INTERVAL_S).validate().is_ok());
+        for bad in [1e-9, 1e-300, 0.0] {
+            let e = with_interval(bad).validate().unwrap_err().to_string();
+            assert!(e.contains("interval_s must be at least 0.1 s"), "{e}");
+        }
+        let Knowledge::Learned(reporting) = base.knowledge else {
+            panic!("the default learns");
+        };
+        let reporting_every = |i| SimConfig {
+            knowledge: Knowledge::Learned(Reporting {
+                interval_s: i,
+                ..reporting
+            }),
+            ..base.clone()
+        };
+        assert!(reporting_every(MIN_INTERVAL_S).validate().is_ok());
+        let e = reporting_every(1e-9).validate().unwrap_err().to_string();
+        assert!(e.contains("report interval must be at least 0.1 s"), "{e}");
     }
 }

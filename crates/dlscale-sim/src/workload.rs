@@ -59,13 +59,28 @@ pub const HORIZON_S: f64 = 1e10;
 /// Checks a time column or field: a finite number of seconds in `0..=HORIZON_S` (`positive`:
 /// above 0); the message names `what`.
 fn check_time_s(what: &str, value: f64, positive: bool) -> std::result::Result<f64, String> {
+    check_time_within_s(what, value, positive, HORIZON_S)
+}
+
+/// The longest a trace job may run at its requested size, seconds (about 3.2 years): a
+/// simulation steps through its decisions one interval at a time, and one of the horizon's
+/// length took most of an hour.
+pub const MAX_DURATION_S: f64 = 1e8;
+
+/// [`check_time_s`] with `most` for the horizon.
+fn check_time_within_s(
+    what: &str,
+    value: f64,
+    positive: bool,
+    most: f64,
+) -> std::result::Result<f64, String> {
     let low_ok = if positive { value > 0.0 } else { value >= 0.0 };
-    if value.is_finite() && low_ok && value <= HORIZON_S {
+    if value.is_finite() && low_ok && value <= most {
         return Ok(value);
     }
     let low = if positive { "> 0" } else { "≥ 0" };
     Err(format!(
-        "{what}: must be a number of seconds {low} and at most {HORIZON_S:e}, got {value}"
+        "{what}: must be a number of seconds {low} and at most {most:e}, got {value}"
     ))
 }
 
@@ -588,6 +603,18 @@ pub fn read_native(text: &str, source_name: &str, options: &ReadOptions) -> Resu
             let efficiency = profiles::bundled(&job.model_name)
                 .ok()
                 .and_then(|p| p.efficiency);
+            if let Some(least_s) = job.remaining_samples.and_then(|s| least_time_s(&job, s)) {
+                if least_s > HORIZON_S {
+                    return Err((
+                        None,
+                        format!(
+                            "job '{}': its work (work_samples, steps or epochs) takes {least_s:.3e} s \
+                             at least, beyond the {HORIZON_S:e} s a simulation keeps time for",
+                            job.id
+                        ),
+                    ));
+                }
+            }
             let work = match (job.remaining_samples, &efficiency) {
                 (Some(samples), _) => Work::Samples(samples),
                 (None, Some(_)) => Work::FullTraining,
@@ -626,6 +653,17 @@ pub fn read_native(text: &str, source_name: &str, options: &ReadOptions) -> Resu
         }
     }
     Ok(Workload::new(source_name, jobs, skipped))
+}
+
+/// The least time `samples` of work take `job`, seconds, where its model says: per GPU no job
+/// runs faster than on one GPU at its largest per-GPU batch (twice that here, for measured
+/// tables that scale past linear), on all the GPUs it may hold (at most a million).
+fn least_time_s(job: &Job, samples: f64) -> Option<f64> {
+    let local = job.batch.max.min(job.max_local_batch);
+    let per_gpu =
+        dlscale_core::throughput::throughput_samples_per_s(&*job.throughput, 1, 1, local)?;
+    let gpus = f64::from(job.gpus.max.min(1 << 20));
+    Some(samples / (2.0 * per_gpu * gpus))
 }
 
 /// A Pollux model's job: batch range, memory, GPUs and requested configuration by the module's
@@ -715,7 +753,7 @@ fn trace_job(
     gpus: GpuCount,
     rng: &mut ChaCha8Rng,
 ) -> std::result::Result<SimJob, String> {
-    check_time_s("column 'duration'", duration_s, true)?;
+    check_time_within_s("column 'duration'", duration_s, true, MAX_DURATION_S)?;
     if gpus == 0 {
         return Err("the GPU count must be at least 1".into());
     }

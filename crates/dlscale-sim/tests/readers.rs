@@ -75,15 +75,17 @@ fn malformed_rows_name_file_and_line_or_are_skipped_and_counted() {
     );
 }
 
-/// A time so far out that the simulated clock could not step past it (an f64 near 1e18 s steps
-/// by 128 s) is refused where it is read, naming the file, line and column; a trace whose
-/// arrivals span more than the horizon stops the simulation with an error.
 /// The error `read` gives for `text`, in words.
 fn at(text: &str, read: &dyn Fn(&[u8]) -> dlscale_sim::Result<Workload>) -> String {
     let err: SimError = read(text.as_bytes()).unwrap_err();
     err.to_string()
 }
 
+/// A time so far out that the simulated clock could not step past it (an f64 near 1e18 s steps
+/// by 128 s) is refused where it is read, naming the file, line and column, as are a trace whose
+/// arrivals span more than the horizon, a trace job longer than `MAX_DURATION_S` and a job whose
+/// declared work could not end within the horizon (both ran for most of an hour, one decision
+/// interval at a time).
 #[test]
 fn times_beyond_the_horizon_are_refused() {
     let pollux = "name,time,application,num_replicas,batch_size
@@ -116,6 +118,26 @@ k,1e11,5,1
         .to_string();
     assert!(
         err.contains("n.json:1") && err.contains("'arrival_s'"),
+        "{err}"
+    );
+    let itp = "job_id,submission_time,duration,num_gpu
+j,0,1e9,1
+";
+    let err = at(itp, &|b| read_itp(b, "i.csv", &ReadOptions::default()));
+    assert!(
+        err.starts_with(
+            "i.csv:2: column 'duration': must be a number of seconds > 0 and at most 1e8"
+        ),
+        "{err}"
+    );
+    let native = r#"{"jobs": [{"id": "x", "model": "cifar10", "min_batch": 128, "max_batch": 1024,
+        "arrival_s": 0, "work_samples": 1e300}]}"#;
+    let err = read_native(native, "n.json", &ReadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("job 'x': its work (work_samples, steps or epochs) takes")
+            && err.contains("beyond the 1e10 s"),
         "{err}"
     );
     // At the horizon itself a time is still read.
