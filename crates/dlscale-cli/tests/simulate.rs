@@ -110,6 +110,14 @@ fn one_policy_writes_summary_directly_and_bad_rows_are_named_or_skipped() {
     assert_eq!(s["jobs"], 2);
     assert_eq!(s["skipped_rows"], 1);
     assert_eq!(s["completed"], 2);
+    // A trace of its header only is refused (it ran as a summary of zeros).
+    std::fs::write(&trace, "name,time,application,num_replicas,batch_size\n").unwrap();
+    let empty = dlscale(&args);
+    let stderr = String::from_utf8_lossy(&empty.stderr);
+    assert!(
+        empty.status.code() == Some(2) && stderr.contains("has no jobs"),
+        "{stderr}"
+    );
 }
 
 #[test]

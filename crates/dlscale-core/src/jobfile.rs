@@ -830,6 +830,15 @@ impl JobEntry {
     /// Resolves the model and validates every field.
     pub fn into_job(self) -> Result<Job> {
         let id = self.id.clone();
+        // Printed in tables and errors: control characters (a terminal's escapes) are refused,
+        // and the id named escaped.
+        if id.chars().any(char::is_control) {
+            return Err(CoreError::job(
+                id.escape_debug().to_string(),
+                "id",
+                "holds control characters",
+            ));
+        }
         if let Some(team) = &self.team {
             if !crate::allocator::is_team_name(team) {
                 return Err(CoreError::job(

@@ -62,6 +62,17 @@ pub fn simulate(
     observer: &mut dyn SimObserver,
 ) -> Result<SimResult> {
     config.validate()?;
+    // Nothing to simulate is a mistake (a file of a header only), not a run of zeros.
+    if workload.jobs.is_empty() {
+        return Err(SimError::Config(format!(
+            "workload '{}' has no jobs{}",
+            workload.name,
+            match workload.skipped_rows {
+                0 => String::new(),
+                n => format!(" ({n} row(s) skipped as bad)"),
+            }
+        )));
+    }
     if config.teams.is_some() && !policy.keeps_teams {
         return Err(SimError::Config(format!(
             "teams: quotas are kept by the policies {}, not {}",

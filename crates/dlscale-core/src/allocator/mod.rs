@@ -207,16 +207,36 @@ impl Weighing {
         (1.0 + left_s / self.remaining_scale_s).powf(-self.remaining_exponent)
     }
 
-    /// Checks the factors' parameters, naming the field on error.
+    /// The largest exponent a factor may have: with a scale of 1 and a job 1e10 s (the
+    /// longest a simulation keeps time for) away, a factor is then 1e-100 at least; larger
+    /// ones underflow to 0, and every job so weighed was left without GPUs.
+    pub const MAX_EXPONENT: f64 = 10.0;
+
+    /// Checks the factors' parameters, naming the field on error: exponents in
+    /// `[0, MAX_EXPONENT]`, scales 0 (off) or 1 at least.
     pub fn validate(&self) -> Result<(), String> {
-        let fields = [
+        let exponents = [
             ("service_exponent", self.service_exponent),
-            ("service_scale_gpu_s", self.service_scale_gpu_s),
             ("remaining_exponent", self.remaining_exponent),
+        ];
+        if let Some((name, v)) = exponents
+            .iter()
+            .find(|(_, v)| !(0.0..=Self::MAX_EXPONENT).contains(v))
+        {
+            return Err(format!(
+                "{name} must be a number in [0, {}], got {v}",
+                Self::MAX_EXPONENT
+            ));
+        }
+        let scales = [
+            ("service_scale_gpu_s", self.service_scale_gpu_s),
             ("remaining_scale_s", self.remaining_scale_s),
         ];
-        match fields.iter().find(|(_, v)| !(v.is_finite() && *v >= 0.0)) {
-            Some((name, v)) => Err(format!("{name} must be a number ≥ 0, got {v}")),
+        match scales
+            .iter()
+            .find(|(_, v)| !(v.is_finite() && (*v == 0.0 || *v >= 1.0)))
+        {
+            Some((name, v)) => Err(format!("{name} must be 0 (off) or at least 1, got {v}")),
             None => Ok(()),
         }
     }

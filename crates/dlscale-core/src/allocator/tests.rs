@@ -687,6 +687,24 @@ fn remaining_factor_falls_with_the_time_left() {
     .unwrap_err()
     .contains("remaining_exponent"));
     assert!(w.validate().is_ok());
+    // Exponents that underflow every factor to 0, and scales below a second, are refused.
+    let e = Weighing::shortest_remaining_first(3000.0)
+        .validate()
+        .unwrap_err();
+    assert!(
+        e.contains("remaining_exponent must be a number in [0, 10]"),
+        "{e}"
+    );
+    let edge = Weighing::shortest_remaining_first(Weighing::MAX_EXPONENT);
+    assert!(edge.validate().is_ok() && edge.remaining_factor(Some(1e10)) > 0.0);
+    let tiny_scale = Weighing {
+        remaining_scale_s: 1e-300,
+        ..w
+    };
+    assert!(tiny_scale
+        .validate()
+        .unwrap_err()
+        .contains("remaining_scale_s must be 0 (off) or at least 1"));
 }
 
 /// Two jobs alike but for their remaining work, and the settings that weigh them by it.

@@ -390,3 +390,23 @@ fn a_bundled_jobs_memory_measured_on_a_type_is_that_types_alone() {
     assert!(job.set_memory_on_type("v100", 0).is_err());
     assert_eq!(limits(&job), expected);
 }
+
+/// An id with control characters (a terminal's escape sequence, a line break) is refused,
+/// named escaped: it was printed raw into `optimize`'s table and its errors.
+#[test]
+fn an_id_with_control_characters_is_refused() {
+    let e = parse(
+        r#"{"id": "a\n\u001b[31mRED", "model": "imagenet", "min_batch": 64, "max_batch": 1024}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains(r#"job 'a\n\u{1b}[31mRED': field 'id': holds control characters"#),
+        "{e}"
+    );
+    assert!(!e.contains('\u{1b}'), "{e}");
+    assert!(
+        parse(r#"{"id": "é-ü.1", "model": "imagenet", "min_batch": 64, "max_batch": 1024}"#)
+            .is_ok()
+    );
+}
