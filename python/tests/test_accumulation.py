@@ -107,3 +107,27 @@ def test_a_batch_whose_parts_differ_in_length_is_refused_by_name():
         list(job_with(6, 2).micro_batches(batch))
     # One part: nothing is cut, whatever the batch holds.
     assert list(job_with(6, 1).micro_batches(batch)) == [(batch, 1.0)]
+
+
+def test_a_batch_fetched_ahead_of_a_rebatch_is_cut_to_fit_the_new_micro_batches():
+    # A loop that fetches a batch ahead (a prefetcher) trains one batch cut before the rebatch:
+    # 32 samples of the old 4 x 8. Cut into the new allocation's one part, they would make a
+    # 32-sample micro-step where the server sized 16 to fit the GPU.
+    import json
+
+    job = job_with(32, 4)
+    job.resume(torch.nn.Linear(1, 1))
+    job.log_every = 1
+    job.reporter._take_answer(json.dumps({"batch": {"batch_size": 16, "local_batch_size": 16,
+                                                    "micro_steps": 1}}).encode())
+    it = iter(job.loader(torch.arange(100.0).unsqueeze(1)))
+    batch = next(it)
+    ahead = next(it)  # fetched before the step that takes the rebatch
+    assert [len(m) for m, _ in job.micro_batches(batch)] == [8, 8, 8, 8]
+    assert job.step_done() and job.alloc.micro_batch_size == 16
+    parts = list(job.micro_batches(ahead))
+    assert [len(m) for m, _ in parts] == [16, 16] and [w for _, w in parts] == [0.5, 0.5]
+    job.step_done()
+    # The next batch is cut at the new size: one micro-step.
+    assert [len(m) for m, _ in job.micro_batches(next(it))] == [16]
+    assert job.step_done() is False and job.samples_seen == 32 + 32 + 16

@@ -268,3 +268,66 @@ def test_a_pass_after_close_with_persistent_workers_starts_new_ones(tmp_path):
     second = next(iter(loader))
     assert first.tolist() == [0, 1, 2, 3] and second.tolist() == [4, 5, 6, 7]
     loader.close()
+
+
+class Augmented(torch.utils.data.Dataset):
+    """Sample i with a random augmentation drawn in the DataLoader's worker (its torch RNG)."""
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        return torch.rand(())
+
+
+def test_workers_draw_apart_on_every_rank_and_after_a_resume(tmp_path):
+    # The workers' RNGs are seeded from the DataLoader's generator: seeded alike on every rank
+    # and at every launch, each rank's workers would draw the same augmentations as every other
+    # rank's, and a relaunch the same as the launch before it drew from its start.
+    def first_draws(job):
+        return next(iter(job.loader(Augmented(), seed=7, num_workers=1))).tolist()
+
+    ranks = [first_draws(job_with(tmp_path / f"r{r}", world=2, rank=r)) for r in range(2)]
+    assert ranks[0] != ranks[1], "two ranks' workers drew the same augmentations"
+
+    job = job_with(tmp_path)
+    model, optimizer = model_and_optimizer()
+    job.resume(model, optimizer)
+    loader = job.loader(Augmented(), seed=7, num_workers=1)
+    first = next(iter(loader)).tolist()
+    job.step_done()
+    job.checkpoint()
+    job2 = job_with(tmp_path)
+    job2.resume(*model_and_optimizer())
+    resumed = first_draws(job2)
+    assert resumed != first, "a resumed run's workers drew again what the first launch drew"
+    # Where the workers start decides their seeds: a resume from the same checkpoint draws alike.
+    job3 = job_with(tmp_path)
+    job3.resume(*model_and_optimizer())
+    assert first_draws(job3) == resumed
+
+
+def test_a_step_counts_the_batch_the_loader_handed_out_whatever_samples_it_is_given(tmp_path):
+    # step_done(samples=...) counts a step's samples for a loop that cuts its own batches; a
+    # batch from job.loader is counted as what it took from the stream, else the stream position
+    # moves off it (here the loop counts its own rank's samples) and samples are served again.
+    job = job_with(tmp_path, world=2, rank=0, local=4)
+    loader = job.loader(Indexed(), seed=5, collate_fn=collate)
+    seen = []
+    for _ in range(2):
+        for batch in loader:
+            seen.extend(batch["index"])
+            job.step_done(samples=len(batch["index"]))
+    assert job.samples_seen == 8 * len(seen) // 4
+    stream = ElasticSampler(N, seed=5).stream(0, job.samples_seen)
+    assert seen == [i for lo in range(0, len(stream), 8) for i in stream[lo:lo + 4]]
+
+
+def test_batches_out_of_order_are_refused_by_name(tmp_path):
+    # in_order=False hands out whichever batch a worker finished first, while the job counts the
+    # batches in stream order: a slow first batch made the next pass serve the second again and
+    # never the first.
+    job = job_with(tmp_path)
+    with pytest.raises(ValueError, match="in_order=False"):
+        job.loader(Indexed(), num_workers=2, in_order=False)
+    job.loader(Indexed(), num_workers=2, in_order=True)  # the DataLoader's default

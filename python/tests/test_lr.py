@@ -75,9 +75,13 @@ def _lrs(make, batch, steps=8):
     lambda s, opt: s.ChainedScheduler([s.ConstantLR(opt, factor=0.5, total_iters=3),
                                        s.ExponentialLR(opt, gamma=0.9)]),
     lambda s, opt: s.CyclicLR(opt, base_lr=0.01, max_lr=0.1, step_size_up=3),
+    # Cosines to a floor (past T_max they climb back): the floor is a learning rate too.
+    lambda s, opt: s.CosineAnnealingLR(opt, T_max=5, eta_min=0.01),
+    lambda s, opt: s.CosineAnnealingWarmRestarts(opt, T_0=3, eta_min=0.01),
     # What accelerate's prepare() hands back: a wrapper that shows no base_lrs of its own.
     lambda s, opt: _accelerated(s.LambdaLR(opt, lambda step: 1.0 / (1 + step)), opt),
-], ids=["SequentialLR", "ChainedScheduler", "CyclicLR", "AcceleratedScheduler"])
+], ids=["SequentialLR", "ChainedScheduler", "CyclicLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts",
+        "AcceleratedScheduler"])
 def test_a_scaled_schedule_is_the_schedule_scaled_at_every_step(make):
     unscaled, doubled = _lrs(make, 32), _lrs(make, 64)
     assert doubled == pytest.approx([2 * lr for lr in unscaled]), (unscaled, doubled)

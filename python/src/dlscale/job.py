@@ -637,14 +637,22 @@ class Job:
         their first dimension; a list of strings or numbers is a part of its own, a scalar kept
         whole; with one part the batch as it is) as ``parts`` micro-batches
         (default ``DLSCALE_ACCUM_STEPS``: what the server sized so that each fits the GPU) of
-        ``ceil(n / parts)`` samples, the last possibly smaller. Yields ``(micro, weight)``;
-        ``weight`` is the micro-batch's share of the batch, so ``(loss(micro) * weight).backward()``
-        for each gives the gradient of the whole batch's mean loss, as one pass would. With a
+        ``ceil(n / parts)`` samples, the last possibly smaller (a batch ``job.loader`` cut before
+        a rebatch, fetched ahead of it: in parts of the new ``alloc.micro_batch_size``). Yields
+        ``(micro, weight)``; ``weight`` is the micro-batch's share of the batch, so
+        ``(loss(micro) * weight).backward()`` for each gives the gradient of the whole batch's
+        mean loss, as one pass would. With a
         DistributedDataParallel ``model`` every micro-batch but the last runs in its
         ``no_sync()``: the gradients are all-reduced once per step."""
         k = self.alloc.accum_steps if parts is None else int(parts)
         if k < 1:
             raise ValueError("parts must be >= 1")
+        training = self._handed[0] if self._handed else None  # the loader's batch this step trains
+        if parts is None and training is not None and training.local_batch_size != self.local_batch_size:
+            # Cut before a rebatch (a loop that fetched it ahead): in parts of the new micro-batch
+            # size, what the server sized to fit; the new part count would cut a larger old batch
+            # into larger micro-batches.
+            k = -(-training.local_batch_size // self.alloc.micro_batch_size)
         if k == 1:  # nothing to cut: any batch, as it is
             self._win_micro_steps = max(self._win_micro_steps or 0, 1)
             yield batch, 1.0
@@ -713,10 +721,12 @@ class Job:
         if self._grad_probe is not None:
             self._grad_probe.step()
         handed = self._handed.popleft() if self._handed else None
-        if samples is not None:
-            n = int(samples)
-        elif handed is not None:
+        if handed is not None:
+            # What the batch took from the stream: counted otherwise, the loader would go on from
+            # another position and serve samples again (or skip them).
             n = handed.batch_size
+        elif samples is not None:
+            n = int(samples)
         else:
             n = self.batch_size
         if handed is not None and self._sample_log is not None:

@@ -7,7 +7,9 @@
 
 The loader is not a ``torch.utils.data.DataLoader``: Lightning passes it through as it is (no
 ``DistributedSampler`` put in, whatever ``use_distributed_sampler`` says), and it has a length, so
-Lightning fetches no batch ahead. ``max_steps`` counts the job's steps, whatever their batch;
+Lightning fetches no batch ahead; after a batch changed in place, Lightning's count of the epoch's
+batches is set to what the pass has left, so its epochs still end with the data's (epoch-wise
+schedulers, validation). ``max_steps`` counts the job's steps, whatever their batch;
 Lightning's epochs are the loader's passes (``current_epoch`` starts again at 0 after a resume).
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Optional
 import lightning.pytorch as pl
 
 import dlscale
+from dlscale.loader import ElasticLoader
 
 
 class DlscaleCallback(pl.Callback):
@@ -82,7 +85,8 @@ class DlscaleCallback(pl.Callback):
                            batch: Any, batch_idx: int) -> None:
         # After optimizer.step() and the step-wise scheduler: a checkpoint here is consistent.
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        self.job.step_done(loss)
+        if self.job.step_done(loss):
+            _count_the_rest_of_the_pass(trainer)
 
     def on_train_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
         self._finish()
@@ -94,6 +98,34 @@ class DlscaleCallback(pl.Callback):
         if not self._finished:
             self._finished = True
             self.job.finish()
+
+
+def _count_the_rest_of_the_pass(trainer: "pl.Trainer") -> None:
+    """After a rebatch: Lightning ends an epoch at the batch count it took from ``len(loader)``
+    when the epoch started, steps epoch-wise schedulers at that batch only and validates at a
+    share of it (``val_check_interval``). The pass now has another number of batches left: a
+    larger batch would end it before the count (no scheduler step, no validation that epoch), a
+    smaller one the epoch before the data epoch (two steps in one, a validation in between).
+    Lightning's counts (2.6: its fit loop's, data fetcher's and validation batch) follow the
+    pass."""
+    loop = trainer.fit_loop
+    # Lightning's own attributes: where a version lacks one, its counts are left as they are.
+    fetcher = getattr(loop, "_data_fetcher", None)
+    combined = getattr(loop, "_combined_loader", None)
+    loaders = getattr(combined, "flattened", None) or []
+    if (fetcher is None or not hasattr(fetcher, "fetched") or not hasattr(loop, "max_batches")
+            or len(loaders) != 1 or not isinstance(loaders[0], ElasticLoader)):
+        return
+    limit = trainer.limit_train_batches
+    if not (isinstance(limit, float) and limit == 1.0):
+        return  # epochs cut short on purpose: Lightning's count stays the user's
+    left = loaders[0].batches_left()
+    fetcher.length = fetcher.fetched + left
+    loop.max_batches = loop.epoch_loop.batch_progress.current.ready + left
+    if (isinstance(trainer.val_check_interval, float) and trainer.val_check_batch not in (None, float("inf"))
+            and getattr(trainer, "_val_check_time_interval", None) is None):
+        # As Lightning sets it from the epoch's batches (an int interval counts batches as given).
+        trainer.val_check_batch = max(1, int(loop.max_batches * trainer.val_check_interval))
 
 
 def _set_global_step(trainer: "pl.Trainer", step: int) -> None:

@@ -12,6 +12,7 @@ size.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import signal
 import weakref
 from typing import Any, Callable, Iterator, List, Optional
@@ -47,6 +48,13 @@ class IgnoreStopSignals:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if self.user_init is not None:
             self.user_init(worker_id)
+
+
+def worker_seed(seed: int, rank: int, position: int) -> int:
+    """The seed of the DataLoader iterator rank ``rank`` starts at stream ``position`` (its
+    workers' base seed is drawn from it): apart for every rank and position."""
+    digest = hashlib.blake2b(f"{seed}:{rank}:{position}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1  # manual_seed takes up to 2**63 - 1 here
 
 
 class StreamBatches:
@@ -89,6 +97,11 @@ class ElasticLoader:
         if chosen:
             raise ValueError(f"job.loader() cuts the batches from the job's allocation: drop "
                              f"{', '.join(chosen)} (the order is the job's too: seed=, shuffle=)")
+        if not kwargs.get("in_order", True):
+            # Batches out of order: the job counts what it handed out in stream order, so a
+            # resume or a rebatch would serve a batch trained out of turn again and skip another.
+            raise ValueError("job.loader() hands out the job's batches in stream order: drop "
+                             "in_order=False")
         from torch.utils.data import DataLoader, IterableDataset
 
         if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__"):
@@ -101,15 +114,19 @@ class ElasticLoader:
         self.sampler = ElasticSampler(self.num_samples, seed=seed, shuffle=shuffle)
         self.batches = StreamBatches(self.sampler)
         kwargs["worker_init_fn"] = IgnoreStopSignals(kwargs.get("worker_init_fn"))
+        self.seed = seed
+        # The generator each new iterator draws its workers' base seed from: the loader's own,
+        # reseeded at each start (``_restart``), unless the caller gave one.
+        self._generator: Any = None
         if kwargs.get("generator") is None:
             import torch
 
-            # Each new iterator draws its workers' base seed from this generator: from the global
-            # RNG it would shift the draws (dropout, augmentation) of a resumed run off those of
-            # a run never stopped.
-            kwargs["generator"] = torch.Generator().manual_seed(seed)
+            # Not the global RNG: drawing from it would shift the draws (dropout, augmentation)
+            # of a resumed run off those of a run never stopped.
+            self._generator = kwargs["generator"] = torch.Generator()
         self.dataloader = DataLoader(dataset, batch_sampler=self.batches, **kwargs)
         self._iterator: Optional[Iterator[Any]] = None
+        self._pass_end: Optional[int] = None  # the stream position the running pass ends at
         # Registered now, after the DataLoader's import has imported multiprocessing: run before
         # it. Once: a registration is replaced, not added to.
         atexit.unregister(_close_all)
@@ -137,11 +154,24 @@ class ElasticLoader:
         end = (position // self.num_samples + 1) * self.num_samples
         return -(-(end - position) // self.job.batch_size)
 
+    def batches_left(self) -> int:
+        """The batches the running pass has left to hand out, at the job's sizes of now (0 when
+        no pass runs): what a framework that counted a pass's batches when it started (Lightning)
+        must count after a rebatch."""
+        if self._pass_end is None:
+            return 0
+        return max(0, -(-(self._pass_end - self.job.next_stream_position()) // self.job.batch_size))
+
     def _restart(self, position: int, end: int) -> None:
         b = self.batches
         b.start, b.end = position, end
         b.batch_size, b.local_batch_size, b.rank = (self.job.batch_size, self.job.local_batch_size,
                                                     self.job.rank)
+        if self._generator is not None:
+            # The workers' seeds from the rank and where they start: seeded alike, every rank's
+            # workers would draw the same augmentations, and every relaunch those its first
+            # launch drew from its start. Reproducible: a resume from one checkpoint draws alike.
+            self._generator.manual_seed(worker_seed(self.seed, self.job.rank, position))
         # A new iterator: persistent workers are kept, and what the old one prefetched is dropped.
         self._iterator = iter(self.dataloader)
 
@@ -157,6 +187,7 @@ class ElasticLoader:
         position = job.next_stream_position()
         end = (position // self.num_samples + 1) * self.num_samples
         self._iterator = None
+        self._pass_end = end
         while position < end:
             if not self._current(position):
                 # A rebatch, a resume or a step counted with other samples: start again at the

@@ -44,8 +44,8 @@ _GROUP_LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
 def rescale_lr(optimizer: Any, factor: float, scheduler: Any = None) -> None:
     """Multiply every learning rate ``optimizer`` and ``scheduler`` hold by ``factor``: each param
     group's (with its schedulers' base LRs, ``initial_lr``, ``max_lr``, ``min_lr``) and the
-    scheduler's ``base_lrs``, last LRs and ``max_lrs`` (those of the schedulers a SequentialLR or
-    ChainedScheduler runs too), so that the schedule goes on, scaled."""
+    scheduler's ``base_lrs``, last LRs, ``max_lrs`` and ``eta_min`` (those of the schedulers a
+    SequentialLR or ChainedScheduler runs too), so that the schedule goes on, scaled."""
     for group in optimizer.param_groups:
         for key in _GROUP_LR_KEYS:
             value = group.get(key)
@@ -60,9 +60,14 @@ def rescale_lr(optimizer: Any, factor: float, scheduler: Any = None) -> None:
             values = getattr(each, name, None)
             if isinstance(values, list):
                 setattr(each, name, [v * factor for v in values])
+        floor = getattr(each, "eta_min", None)
+        if isinstance(floor, (int, float)) and not isinstance(floor, bool):
+            # The cosines' floor: unscaled, the schedule would end at base_batch's floor.
+            each.eta_min = floor * factor
 
 
-# The learning rates a scheduler keeps: its base and last LRs, CyclicLR's peaks.
+# The learning rates a scheduler keeps: its base and last LRs, CyclicLR's peaks (and, one
+# number, the cosine schedulers' floor ``eta_min``).
 _SCHEDULER_LR_KEYS = ("base_lrs", "_last_lr", "max_lrs")
 
 

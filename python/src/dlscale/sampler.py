@@ -1,7 +1,8 @@
 """Deterministic, resumable data order that survives changes of world size and batch size.
 
 The data is seen as one endless stream: epoch ``e`` is a permutation of ``range(n)`` seeded by
-``seed + e``, and the epochs are concatenated. The only training-loop state is the stream
+``seed * 1_000_003 + e`` (seeds one apart never share an epoch's order), and the epochs are
+concatenated. The only training-loop state is the stream
 position ``samples_seen``. A step with global batch ``B`` consumes stream positions
 ``[samples_seen, samples_seen + B)``; worker ``r`` of the group takes the contiguous slice
 ``[samples_seen + r*b, samples_seen + (r+1)*b)`` where ``b`` is its local batch. After a
