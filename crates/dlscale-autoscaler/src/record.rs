@@ -167,10 +167,14 @@ pub enum Waiting {
     },
     /// An older launch of it is still alive somewhere and being killed.
     ForStaleLaunch,
+    /// After the service's restart, nothing is launched until the executor has said what runs
+    /// (a launch of before the restart may still hold GPUs, and one launched meanwhile would be
+    /// taken for lost by that first observation).
+    ForObservation,
     /// No decision has been made since it arrived (decisions only at intervals).
     ForDecision,
-    /// Its last launch failed; it is launched again from this time on (the back-off doubles
-    /// with each failure).
+    /// Its last launch failed (or was lost, again in a row); it is launched again from this
+    /// time on (the back-off doubles with each).
     ForRetry {
         /// When.
         at_s: f64,
@@ -192,12 +196,20 @@ pub struct JobRecord {
     pub model: ModelSource,
     /// Launches so far (the current or last one has this number).
     pub attempt: u32,
+    /// Launches the earlier submissions of its id made, which its own are numbered after: it
+    /// has launched none while `attempt` is this.
+    #[serde(default)]
+    pub attempts_before: u32,
     /// The current or last launch.
     pub launch: Option<Launch>,
     /// Relaunches after stops and lost launches.
     pub restarts: u32,
     /// Failed launches.
     pub failures: u32,
+    /// Launches in a row lost or interrupted by the cluster before reporting (not failures:
+    /// not the job's doing); from the second on, its relaunch backs off as a retry does.
+    #[serde(default)]
+    pub lost_in_a_row: u32,
     /// Failures tolerated before the job fails.
     pub max_retries: u32,
     /// The launch whose workers reported completion.

@@ -102,6 +102,34 @@ fn an_arrival_with_no_idle_gpu_reshapes_running_jobs_only_when_told_to() {
     }
 }
 
+/// A job in its cooldown is held at an event that only admits, as every other running job is:
+/// an arrival took GPUs from the newest launch alone before (its cooldown let a decision shrink
+/// it while jobs wait), so a stronger restart protection meant more restarts at events. The
+/// periodic decision after the cooldown reshapes it, as without a cooldown.
+#[test]
+fn an_event_that_only_admits_holds_a_job_in_its_cooldown_too() {
+    for cooldown_s in [0.0, 30.0, 200.0] {
+        let mut a = Autoscaler::new(
+            AutoscalerConfig {
+                cooldown_s,
+                ..config(OnEvents::Admit)
+            },
+            Topology::uniform(1, 4),
+        );
+        let start = step(&mut a, 60.0, vec![steps::submit(job("a", 4, None))]);
+        assert_eq!(start, launches(&[("a", 4)]), "cooldown {cooldown_s}");
+        let arrival = step(&mut a, 70.0, vec![steps::submit(job("b", 4, None))]);
+        assert_eq!(arrival, none(), "cooldown {cooldown_s}: at the arrival");
+        // The periodic decision of 120 s: a cooldown that has ended (or none) lets it share the
+        // GPUs; one still running (until 260 s) shrinks it while b waits.
+        assert_eq!(
+            step(&mut a, 120.0, vec![]),
+            stops(&["a"]),
+            "cooldown {cooldown_s}: at 120 s"
+        );
+    }
+}
+
 #[test]
 fn an_event_that_only_admits_drops_no_job_a_periodic_decision_would_run() {
     // Jobs that cannot start are dropped, not queued. b arrives at 70 s, with a on all 4 GPUs:

@@ -944,3 +944,120 @@ fn a_reused_id_numbers_its_launches_after_the_earlier_jobs() {
     let s = a.handle(0.0, vec![Input::Submit { job: sub }]);
     assert_eq!(launches(&s)[0].1, 4, "{s:?}");
 }
+
+/// Admit-or-drop drops a job that finds no room at its arrival, a resubmitted id too: its first
+/// launch is numbered after its earlier submissions', and it was taken as launched before and
+/// left waiting.
+#[test]
+fn admit_or_drop_drops_a_resubmitted_id_that_finds_no_room() {
+    let mut a = Autoscaler::new(
+        AutoscalerConfig {
+            settings: Settings {
+                admission: dlscale_core::Admission::Drop,
+                ..Settings::default()
+            },
+            ..config()
+        },
+        Topology::uniform(1, 2),
+    );
+    let mut rigid = job("big", 2);
+    rigid.gpus.min = 2;
+    let s = a.handle(0.0, vec![submit(rigid.clone())]);
+    a.handle(0.0, started(&s));
+    for (id, attempts_before) in [("fresh", 0), ("again", 3)] {
+        let mut j = rigid.clone();
+        j.id = id.into();
+        let Input::Submit { job: mut sub } = submit(j) else {
+            unreachable!("submit makes a submission")
+        };
+        sub.attempts_before = attempts_before;
+        let s = a.handle(1.0, vec![Input::Submit { job: sub }]);
+        assert_eq!(status(&a, &s, id), Status::Dropped, "{id}: {s:?}");
+    }
+}
+
+/// After a restart a queued job is not launched on GPUs its records call free until the first
+/// observation: launched before it, the observation (asked about it, not seeing it started yet)
+/// took it for lost and launched it again on the same GPUs.
+#[test]
+fn after_a_restart_nothing_is_launched_before_the_first_observation() {
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 4));
+    let s = a.handle(0.0, vec![submit(job("a", 2))]);
+    a.handle(0.0, started(&s));
+    let records: Vec<(JobRecord, Job)> = a
+        .live()
+        .iter()
+        .map(|r| (r.clone(), a.job(&r.id).unwrap().1.clone()))
+        .collect();
+    let mut b = Autoscaler::restore(
+        config(),
+        Topology::uniform(1, 4),
+        records,
+        a.families().clone(),
+        a.next_seq(),
+        1.0,
+    );
+    let s = b.handle(5.0, vec![Input::Restarted, submit(job("q", 2))]);
+    assert!(launches(&s).is_empty(), "{s:?}");
+    assert_eq!(b.job("q").unwrap().0.waiting, Some(Waiting::ForObservation));
+    let s = b.handle(
+        6.0,
+        vec![Input::Observed(Observation {
+            taken_at_s: 5.5,
+            asked: vec![("a".into(), 1)],
+            launches: vec![ObservedLaunch {
+                id: "a".into(),
+                attempt: 1,
+                state: LaunchState::Running,
+            }],
+        })],
+    );
+    assert_eq!(launches(&s), [("q".into(), 1, 2, 128)], "{s:?}");
+}
+
+/// A launch the cluster interrupts is relaunched at once, and not counted as a failure; but
+/// launches interrupted again and again before they report back off as retries do (a
+/// deterministic interruption, such as a Ray runtime environment that cannot be built, was
+/// relaunched at every poll, for ever). A report resets the count.
+#[test]
+fn launches_interrupted_in_a_row_back_off() {
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 2));
+    let s = a.handle(0.0, vec![submit(job("a", 2))]);
+    a.handle(0.0, started(&s));
+    let interrupted = |attempt| {
+        vec![Input::Exited {
+            id: "a".into(),
+            attempt,
+            outcome: Outcome::Interrupted("NODE_FAIL".into()),
+        }]
+    };
+    // The first: relaunched at once.
+    let s = a.handle(1.0, interrupted(1));
+    assert_eq!(launches(&s), [("a".into(), 2, 2, 128)]);
+    a.handle(1.0, started(&s));
+    // The second in a row: it waits a second, then a second more than that for the third.
+    let s = a.handle(2.0, interrupted(2));
+    assert!(launches(&s).is_empty(), "{s:?}");
+    assert_eq!(
+        a.job("a").unwrap().0.waiting,
+        Some(Waiting::ForRetry { at_s: 3.0 })
+    );
+    let s = a.handle(3.0, vec![Input::Tick]);
+    assert_eq!(launches(&s), [("a".into(), 3, 2, 128)]);
+    a.handle(3.0, started(&s));
+    a.handle(4.0, interrupted(3));
+    assert_eq!(
+        a.job("a").unwrap().0.waiting,
+        Some(Waiting::ForRetry { at_s: 6.0 })
+    );
+    let s = a.handle(6.0, vec![Input::Tick]);
+    a.handle(6.0, started(&s));
+    assert_eq!(a.job("a").unwrap().0.failures, 0, "none was a failure");
+    // It reports: the next interruption is relaunched at once again.
+    a.handle(
+        7.0,
+        vec![steps::metrics("a", steps::report(4, 128, 1000.0))],
+    );
+    let s = a.handle(8.0, interrupted(4));
+    assert_eq!(launches(&s), [("a".into(), 5, 2, 128)]);
+}

@@ -184,6 +184,19 @@ fn a_new_learned_job_is_not_held_below_its_teams_guarantee_by_exploration() {
         // Lifted only as far as the guarantee: beyond it, a1 still explores.
         let explored = &a.last_inputs().unwrap().explored;
         assert_eq!(explored["a1"].cap, a1_gpus, "{explored:?}");
+        // In the next decision a1 runs what it was launched on, beyond its own exploration cap:
+        // it is taken as running there (held, its restart priced), not as a new job (its cap
+        // was applied first, and its launch then looked like none it could have).
+        step(&mut a, 10.0, vec![steps::submit(job("b2", Some("b")))]);
+        let held = a
+            .last_decision()
+            .unwrap()
+            .jobs
+            .iter()
+            .find(|j| j.id == "a1")
+            .and_then(|j| j.held)
+            .map(|(gpus, _)| gpus);
+        assert_eq!(held, Some(a1_gpus), "teams: {teams}");
     }
 }
 

@@ -66,8 +66,10 @@ async fn a_failing_launch_is_retried_then_the_job_fails_with_its_exit_code() {
     assert_eq!(h.executor.launches().len(), 2);
 }
 
-/// An arrival shrinks a running job at once (a cooldown never keeps an arrival waiting); when
-/// it leaves, the job grows back only once its cooldown has passed on the clock.
+/// An arrival shrinks a running job at the next periodic decision, in its cooldown too (a
+/// cooldown never keeps an arrival waiting; the arrival's own decision only admits, holding
+/// every running job alike); when it leaves, the job grows back only once its cooldown has
+/// passed on the clock.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_grows_back_only_after_its_cooldown() {
     let (_dir, h) = harness(ConfigFile {
@@ -85,6 +87,9 @@ async fn a_job_grows_back_only_after_its_cooldown() {
     assert_eq!((&a1["gpus"], &a1["batch_size"]), (&json!(4), &json!(256)));
     h.advance(1.0).await;
     submit(&h, job("b")).await;
+    // The arrival's decision only admits, holding a; the periodic one after it shares the GPUs
+    // (a's cooldown lets it shrink while b waits).
+    h.advance(1.0).await;
     let a2 = wait_job(&h, "a", |j| running(j) && j["attempt"] == 2).await;
     let b1 = wait_job(&h, "b", running).await;
     assert!(gpus(&a2) < 4, "{a2}");

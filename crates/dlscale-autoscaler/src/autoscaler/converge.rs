@@ -51,7 +51,9 @@ impl Autoscaler {
                     };
                     let fits = shape.shares.iter().all(room);
                     let retry_at = r.retry_at_s.filter(|&t| t > now);
-                    if blocked {
+                    if self.awaiting_observation {
+                        self.wait(i, Waiting::ForObservation, out);
+                    } else if blocked {
                         self.wait(i, Waiting::ForStaleLaunch, out);
                     } else if let Some(at_s) = retry_at {
                         self.wait(i, Waiting::ForRetry { at_s }, out);
@@ -84,7 +86,9 @@ impl Autoscaler {
                         self.wait(i, Waiting::ForGpus { held_by }, out);
                     }
                 }
-                (Status::Queued, Some(Target::Drop)) if r.attempt == 0 => {
+                // Admit-or-drop: a job is dropped only before its first launch (a resubmitted
+                // id's first is numbered after its earlier submissions').
+                (Status::Queued, Some(Target::Drop)) if r.attempt == r.attempts_before => {
                     out.event(Event::Dropped { id: r.id.clone() });
                     self.finish(now, i, Status::Dropped, out);
                     continue;

@@ -75,7 +75,14 @@ impl Autoscaler {
             job.history.clone_from(&r.history);
             if r.model == ModelSource::Learned && r.max_gpus > 0 {
                 let measured = learning.measured(r);
-                let cap = measured.explore_cap(job.requested.gpus);
+                // Never below what it runs on (a team's guarantee may have lifted it there):
+                // capped below, its launch would look like none it could have, a new job's.
+                let runs_gpus = r
+                    .launch
+                    .as_ref()
+                    .filter(|_| matches!(r.status, Status::Starting | Status::Running))
+                    .map_or(0, |l| l.decided().gpus);
+                let cap = measured.explore_cap(job.requested.gpus).max(runs_gpus);
                 job.gpus.max = r.max_gpus.min(cap).max(job.gpus.min);
                 if job.gpus.max < r.max_gpus {
                     let e = Explored {
@@ -137,10 +144,15 @@ impl Autoscaler {
                     // would cut its completion short.
                     if left_s < restart_s || r.completed_attempt == Some(r.attempt) {
                         Some(HoldCause::Finishing)
+                    } else if let Some(next_s) = admit_until {
+                        // A decision that only admits holds every running job, one in its
+                        // cooldown too: else an arrival would take GPUs from the newest launches
+                        // alone (a cooldown lets a decision shrink a job while others wait).
+                        Some(HoldCause::UntilPeriodic { next_s })
                     } else if now < until_s {
                         Some(HoldCause::Cooldown { until_s })
                     } else {
-                        admit_until.map(|next_s| HoldCause::UntilPeriodic { next_s })
+                        None
                     }
                 }
                 _ => None,

@@ -686,21 +686,24 @@ impl Autoscaler {
         if let Some(work) = job.remaining_samples {
             self.work.insert(id.clone(), work);
         }
+        // After every launch of the id's earlier submissions: those the submission was checked
+        // against, and any that ran and ended since (its launches' names, markers and engine
+        // ids must be its own).
+        let attempts_before = sub
+            .attempts_before
+            .max(self.ended.get(&id).map_or(0, |&(_, attempt)| attempt));
         let record = JobRecord {
             id: id.clone(),
             seq: self.next_seq,
             submitted_s: now,
             status: Status::Queued,
             model: sub.model,
-            // After every launch of the id's earlier submissions: those the submission was
-            // checked against, and any that ran and ended since (its launches' names, markers
-            // and engine ids must be its own).
-            attempt: sub
-                .attempts_before
-                .max(self.ended.get(&id).map_or(0, |&(_, attempt)| attempt)),
+            attempt: attempts_before,
+            attempts_before,
             launch: None,
             restarts: 0,
             failures: 0,
+            lost_in_a_row: 0,
             max_retries: sub.max_retries.unwrap_or(self.config.max_retries),
             completed_attempt: None,
             progress: Progress::default(),
@@ -810,6 +813,7 @@ impl Autoscaler {
         if !current {
             return Some(Refusal::NotCurrent { attempt: r.attempt });
         }
+        r.lost_in_a_row = 0;
         // Its workers took the batch decided for them: that is what runs now.
         if let Some(taken) = launch
             .rebatch
@@ -1069,6 +1073,13 @@ impl Autoscaler {
                 let r = &mut self.live[i];
                 r.restarts += 1;
                 r.status = Status::Queued;
+                // Relaunched at once after a node's crash; but a launch the cluster ends every
+                // time before it reports (a Ray runtime environment that cannot be built, a node
+                // that fails to boot) would be relaunched at every poll: back off from the second.
+                r.lost_in_a_row += 1;
+                if r.lost_in_a_row > 1 {
+                    r.retry_at_s = Some(now + retry_backoff_s(r.lost_in_a_row - 1));
+                }
                 self.due(Trigger::Lost(id));
                 return;
             }

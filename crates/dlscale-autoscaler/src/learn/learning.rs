@@ -213,7 +213,7 @@ impl Learning {
             taught.noise_moved = r
                 .measurements
                 .grad_decided_scale
-                .is_none_or(|was| (scale - was).abs() > 0.1 * was.abs())
+                .is_none_or(|was| noise_moved(was, scale))
                 .then_some(scale);
         }
         if taught.new_point && r.model == ModelSource::Learned && family.is_none() {
@@ -250,6 +250,16 @@ impl Learning {
                 self.typed_digests.insert(r.id.clone(), digest);
             }
         }
+    }
+}
+
+/// Whether a job's noise scale moved from `was` to `now` enough to decide again: by a tenth, or
+/// between finite and infinite (a report whose |G|² is 0 makes it infinite; compared by a tenth
+/// of infinity, no later change would count).
+fn noise_moved(was: f64, now: f64) -> bool {
+    match (was.is_finite(), now.is_finite()) {
+        (true, true) => (now - was).abs() > 0.1 * was.abs(),
+        (finite_before, finite_now) => finite_before != finite_now,
     }
 }
 

@@ -155,10 +155,13 @@ pub fn waiting_words(w: &Waiting) -> String {
             }
         ),
         Waiting::ForStaleLaunch => "an older launch of it is still being ended".to_string(),
+        Waiting::ForObservation => {
+            "the server restarted; it waits for the executor to say what runs".to_string()
+        }
         Waiting::ForDecision => "it waits for the next decision".to_string(),
         Waiting::ForRetry { at_s } => {
             format!(
-                "its last launch failed; it is retried at {}",
+                "its last launch failed (or was lost again); it is launched again at {}",
                 utc_clock(*at_s)
             )
         }

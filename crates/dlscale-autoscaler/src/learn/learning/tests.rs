@@ -178,3 +178,14 @@ fn models_per_type_are_made_again_only_when_their_measurements_changed() {
     let t4 = &jobs[0].types.on[0];
     assert!((t4.throughput.step_time_s(1, 1, 64).unwrap() - 0.5).abs() < 1e-6);
 }
+
+#[test]
+fn a_noise_scale_moves_by_a_tenth_or_to_and_from_infinity() {
+    assert!(noise_moved(100.0, 111.0) && !noise_moved(100.0, 109.0));
+    assert!(noise_moved(100.0, f64::INFINITY));
+    assert!(
+        noise_moved(f64::INFINITY, 100.0),
+        "stuck at infinity before"
+    );
+    assert!(!noise_moved(f64::INFINITY, f64::INFINITY));
+}
