@@ -7,7 +7,7 @@
 //! | no | rescale, preempt, resubmit, repack | any | relaunched |
 //! | no | none | exit 0 | succeeded |
 //! | no | none | cancelled outside dlscale | cancelled |
-//! | no | none | vanished, interrupted by the cluster | relaunched (not a failure) |
+//! | no | none | vanished, interrupted by the cluster | relaunched (not a failure; from the second in a row before a report, after a back-off) |
 //! | no | none | another exit code, or it could not start | retried, or failed past `max_retries` |
 //!
 //! An exit after dlscale asked for a stop is a stop whatever its code: many programs checkpoint
