@@ -491,6 +491,24 @@ fn the_end_of_a_cooldown_triggers_a_decision() {
     }
 }
 
+/// `a` as a service restarted at 1 s finds it again: its live records, families and numbering
+/// on `topology`.
+fn restored(a: &Autoscaler, topology: Topology) -> Autoscaler {
+    let records: Vec<(JobRecord, Job)> = a
+        .live()
+        .iter()
+        .map(|r| (r.clone(), a.job(&r.id).unwrap().1.clone()))
+        .collect();
+    Autoscaler::restore(
+        config(),
+        topology,
+        records,
+        a.families().clone(),
+        a.next_seq(),
+        1.0,
+    )
+}
+
 #[test]
 fn after_a_restart_live_launches_are_adopted_lost_ones_relaunched_stale_ones_killed() {
     let mut a = Autoscaler::new(config(), Topology::uniform(2, 2));
@@ -504,19 +522,7 @@ fn after_a_restart_live_launches_are_adopted_lost_ones_relaunched_stale_ones_kil
             attempt: 1,
         }],
     );
-    let records: Vec<(JobRecord, Job)> = a
-        .live()
-        .iter()
-        .map(|r| (r.clone(), a.job(&r.id).unwrap().1.clone()))
-        .collect();
-    let mut b = Autoscaler::restore(
-        config(),
-        Topology::uniform(2, 2),
-        records,
-        a.families().clone(),
-        a.next_seq(),
-        1.0,
-    );
+    let mut b = restored(&a, Topology::uniform(2, 2));
     let s = b.handle(5.0, vec![Input::Restarted]);
     assert!(
         launches(&s).is_empty(),
@@ -984,19 +990,7 @@ fn after_a_restart_nothing_is_launched_before_the_first_observation() {
     let mut a = Autoscaler::new(config(), Topology::uniform(1, 4));
     let s = a.handle(0.0, vec![submit(job("a", 2))]);
     a.handle(0.0, started(&s));
-    let records: Vec<(JobRecord, Job)> = a
-        .live()
-        .iter()
-        .map(|r| (r.clone(), a.job(&r.id).unwrap().1.clone()))
-        .collect();
-    let mut b = Autoscaler::restore(
-        config(),
-        Topology::uniform(1, 4),
-        records,
-        a.families().clone(),
-        a.next_seq(),
-        1.0,
-    );
+    let mut b = restored(&a, Topology::uniform(1, 4));
     let s = b.handle(5.0, vec![Input::Restarted, submit(job("q", 2))]);
     assert!(launches(&s).is_empty(), "{s:?}");
     assert_eq!(b.job("q").unwrap().0.waiting, Some(Waiting::ForObservation));

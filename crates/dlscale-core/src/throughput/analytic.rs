@@ -364,15 +364,8 @@ mod tests {
     /// throughput (both were accepted, and decided `inf` or nothing).
     #[test]
     fn times_that_overflow_are_refused() {
-        let model = |base: f64, per_sample: f64| AnalyticModel {
-            compute_base_s: base,
-            compute_per_sample_s: per_sample,
-            sync_intra_base_s: 0.0,
-            sync_intra_per_gpu_s: 0.0,
-            sync_inter_base_s: 0.0,
-            sync_inter_per_gpu_s: 0.0,
-            overlap_gamma: 1.0,
-            max_local_batch: None,
+        let model = |base: f64, per_sample: f64| {
+            AnalyticModel::from_params([base, per_sample, 0.0, 0.0, 0.0, 0.0], 1.0)
         };
         for (m, field) in [
             (model(0.0, 1e308), "model.compute_per_sample_s"),
