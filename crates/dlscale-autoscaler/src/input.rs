@@ -240,6 +240,11 @@ pub enum Input<S = Submission> {
         attempt: u32,
         /// Why.
         error: String,
+        /// The cluster's doing, not the job's (a controller that did not answer, GPUs still
+        /// held by a launch being ended): relaunched as a lost launch is, never counted as one
+        /// of the job's failures.
+        #[serde(default)]
+        cluster: bool,
     },
     /// The stop signal of a launch got through.
     StopDelivered {
@@ -310,9 +315,17 @@ impl<S> Input<S> {
             },
             Input::ProfileUpdated { name, model } => Input::ProfileUpdated { name, model },
             Input::LaunchStarted { id, attempt } => Input::LaunchStarted { id, attempt },
-            Input::LaunchFailed { id, attempt, error } => {
-                Input::LaunchFailed { id, attempt, error }
-            }
+            Input::LaunchFailed {
+                id,
+                attempt,
+                error,
+                cluster,
+            } => Input::LaunchFailed {
+                id,
+                attempt,
+                error,
+                cluster,
+            },
             Input::StopDelivered { id, attempt } => Input::StopDelivered { id, attempt },
             Input::Exited {
                 id,

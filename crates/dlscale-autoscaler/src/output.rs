@@ -571,6 +571,7 @@ impl fmt::Display for Event {
                 "{id}: launch {attempt} could not start: {error}{}",
                 match next {
                     Next::Failed(_) => "; no retries left",
+                    Next::Resume => "; the cluster's doing, not a failure of the job: relaunched",
                     _ => "",
                 }
             ),

@@ -222,6 +222,7 @@ fn the_launch_lifecycle_table() {
                 id: "a".into(),
                 attempt: 1,
                 error: "no such file".into(),
+                cluster: false,
             }],
             status: Status::Queued,
         },
@@ -1054,4 +1055,48 @@ fn launches_interrupted_in_a_row_back_off() {
     );
     let s = a.handle(8.0, interrupted(4));
     assert_eq!(launches(&s), [("a".into(), 5, 2, 128)]);
+}
+
+/// A launch the cluster could not start (its controller not answering, GPUs still held by a
+/// launch being ended) is relaunched as a lost one is, backing off from the second in a row,
+/// and never counted against `max_retries`: a few seconds of `slurmctld` restarting failed every
+/// job launching meanwhile. A failure of the job's own still is.
+#[test]
+fn launches_the_cluster_could_not_start_are_not_the_jobs_failures() {
+    let mut a = Autoscaler::new(
+        AutoscalerConfig {
+            max_retries: 1,
+            ..config()
+        },
+        Topology::uniform(1, 2),
+    );
+    let s = a.handle(0.0, vec![submit(job("a", 2))]);
+    assert_eq!(launches(&s), [("a".into(), 1, 2, 128)]);
+    let failed = |attempt, cluster| {
+        vec![Input::LaunchFailed {
+            id: "a".into(),
+            attempt,
+            error: "sbatch: error: Unable to contact slurm controller".into(),
+            cluster,
+        }]
+    };
+    let s = a.handle(1.0, failed(1, true));
+    assert_eq!(launches(&s), [("a".into(), 2, 2, 128)], "at once: {s:?}");
+    let mut now = 1.0;
+    for attempt in 2..=5 {
+        a.handle(now, failed(attempt, true));
+        let (r, _) = a.job("a").unwrap();
+        let Some(Waiting::ForRetry { at_s }) = r.waiting else {
+            panic!("launch {attempt}: {r:?}");
+        };
+        assert!(at_s > now && r.failures == 0, "launch {attempt}: {r:?}");
+        now = at_s;
+        let s = a.handle(now, vec![Input::Tick]);
+        assert_eq!(launches(&s).len(), 1, "{s:?}");
+    }
+    // Two failures of its own: past max_retries = 1, it fails.
+    a.handle(now, failed(6, false));
+    let s = a.handle(now + 60.0, vec![Input::Tick]);
+    let s = a.handle(now + 60.0, failed(launches(&s)[0].1, false));
+    assert_eq!(status(&a, &s, "a"), Status::Failed);
 }

@@ -503,7 +503,8 @@ async fn plain_runs_once_srun_once_per_node_and_a_stopped_plain_job_resumes() {
 }
 
 /// No lock is held across an external command: while every `squeue` takes 10 s, the API still
-/// answers reads and metrics reports at once.
+/// answers reads and metrics reports at once. And submissions the controller does not answer
+/// are relaunched, not counted as the job's failures.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_api_answers_at_once_while_squeue_hangs() {
     const NAME: &str = "the_api_answers_at_once_while_squeue_hangs";
@@ -528,6 +529,27 @@ async fn the_api_answers_at_once_while_squeue_hangs() {
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // And the controller does not answer the first three submissions, as while it restarts:
+    // more than max_retries (2), which failed the job before; the cluster's doing, not the job's.
+    let real_sbatch = run("sh", &["-c", "command -v sbatch"]).trim().to_string();
+    let refusals = dir.path().join("sbatch-refusals");
+    let sbatch = bin.join("sbatch");
+    std::fs::write(
+        &sbatch,
+        format!(
+            "#!/bin/sh
+if [ \"$(wc -l < {r} 2>/dev/null || echo 0)\" -lt 3 ]; then
+  echo x >> {r}
+  echo 'sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)' >&2
+  exit 1
+fi
+exec {real_sbatch} \"$@\"
+",
+            r = refusals.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&sbatch, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!(
         "{}:{}",
         bin.display(),
@@ -547,8 +569,17 @@ async fn the_api_answers_at_once_while_squeue_hangs() {
         )
         .await;
     let j = server
-        .wait_job("m", 30.0, "m launched", |j| j.state.holds_gpus())
+        .wait_job("m", 30.0, "m launched", |j| {
+            j.state.holds_gpus() && j.attempt >= 4
+        })
         .await;
+    assert_eq!(j.failures, 0, "{j:?}");
+    let (_, view) = server.json(Method::GET, "/v1/jobs/m", None).await;
+    assert!(
+        view.to_string()
+            .contains("the cluster's doing, not a failure of the job: relaunched"),
+        "{view}"
+    );
     wait_until(30.0, "a squeue call in flight", || async {
         std::fs::read_to_string(&calls).is_ok_and(|t| t.lines().count() % 2 == 1)
     })

@@ -570,8 +570,13 @@ impl Autoscaler {
                 self.started(now, &id, attempt, out);
                 None
             }
-            Input::LaunchFailed { id, attempt, error } => {
-                self.launch_failed(now, &id, attempt, error, out);
+            Input::LaunchFailed {
+                id,
+                attempt,
+                error,
+                cluster,
+            } => {
+                self.launch_failed(now, &id, attempt, error, cluster, out);
                 None
             }
             Input::StopDelivered { id, attempt } => {
@@ -986,7 +991,16 @@ impl Autoscaler {
         }
     }
 
-    fn launch_failed(&mut self, now: f64, id: &str, attempt: u32, error: String, out: &mut Out) {
+    /// Launch `attempt` of `id` could not start; `cluster`: through no fault of the job's.
+    fn launch_failed(
+        &mut self,
+        now: f64,
+        id: &str,
+        attempt: u32,
+        error: String,
+        cluster: bool,
+        out: &mut Out,
+    ) {
         let Some(i) = self.index(id) else { return };
         let r = &mut self.live[i];
         if r.attempt != attempt || !r.status.holds_gpus() {
@@ -997,11 +1011,17 @@ impl Autoscaler {
             .as_ref()
             .and_then(|l| l.stop.as_ref())
             .is_some_and(|s| s.reason == StopReason::Cancel);
-        r.failures += 1;
         // What `dlscale job` shows of a job that failed: why its launch did not start.
         r.last_outcome = Some(Outcome::NotStarted(error.clone()));
+        if !cluster {
+            r.failures += 1;
+        }
         let next = if cancelled {
             Next::Cancelled
+        } else if cluster {
+            // A cluster that refuses for a while (its controller restarting) would otherwise
+            // fail every job launching meanwhile: relaunched, backing off, as a lost launch is.
+            Next::Resume
         } else if r.failures > r.max_retries {
             Next::Failed(r.failures)
         } else {

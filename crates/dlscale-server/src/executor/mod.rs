@@ -176,6 +176,21 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
 
 /// Locks a mutex whose data stays valid when a holder panicked (the executors' tables of live
 /// launches).
+/// A launch's failure that is the cluster's or the executor's, not the job's (a controller that
+/// does not answer, an API that is down, GPUs still held by a launch being ended): an executor
+/// wraps such errors in it, and the job is relaunched rather than charged a failure
+/// (`Input::LaunchFailed`'s `cluster`).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ClusterError(pub String);
+
+impl ClusterError {
+    /// Whether `e` is one, or carries one as a context at any depth.
+    pub fn in_chain(e: &anyhow::Error) -> bool {
+        e.downcast_ref::<ClusterError>().is_some()
+    }
+}
+
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -707,6 +722,7 @@ pub async fn carry_out(
                     id,
                     attempt,
                     error: format!("{e:#}"),
+                    cluster: ClusterError::in_chain(&e),
                 },
             }]
         }

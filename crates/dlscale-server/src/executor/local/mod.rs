@@ -37,8 +37,8 @@ use dlscale_core::placement::Share;
 
 use super::{
     find_program, launch_marker, lock, parse_launch_marker, read_exit, worker_env, Believed,
-    Capacity, EngineId, ExecContext, Executor, Handle, JobFiles, LaunchJob, NodeInfo, Reports,
-    Slots,
+    Capacity, ClusterError, EngineId, ExecContext, Executor, Handle, JobFiles, LaunchJob, NodeInfo,
+    Reports, Slots,
 };
 use crate::fault;
 
@@ -359,11 +359,13 @@ impl LocalExecutor {
                 .collect();
             let wanted = share.gpus as usize;
             if free.len() < wanted {
-                bail!(
+                // Held by a launch being ended (one found stale, say): not the job's doing.
+                return Err(ClusterError(format!(
                     "{wanted} slot(s) asked for on {}, {} free",
                     share.node,
                     free.len()
-                );
+                ))
+                .into());
             }
             slots.extend(&free[..wanted]);
         }

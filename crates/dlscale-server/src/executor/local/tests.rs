@@ -65,6 +65,11 @@ fn launches_dispatched_at_once_get_slots_of_their_own() {
     assert_eq!(reserve(&e, "c", &on(NODE, 1)), Ok(vec![3]));
     let held: Vec<Vec<u32>> = e.handles().values().map(|h| h.slots.clone()).collect();
     assert_eq!(held, [vec![0, 1], vec![2], vec![3]]);
+    // Slots held by another launch (one being ended) are the cluster's doing, not the job's.
+    let busy = e
+        .reserve_slots(&("d".to_string(), 1), &on(NODE, 1))
+        .unwrap_err();
+    assert!(super::ClusterError::in_chain(&busy), "{busy:#}");
 }
 
 fn typed(types: &[&str]) -> Vec<Slot> {

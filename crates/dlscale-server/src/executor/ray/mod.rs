@@ -39,8 +39,8 @@ pub use settings::{RayConfig, RayFile, KIND};
 use super::local::gpu_type_of_name;
 use super::slurm::sh_quote;
 use super::{
-    launch_marker, lock, parse_launch_marker, worker_env, Believed, Capacity, EngineId,
-    ExecContext, Executor, Handle, JobFiles, LaunchJob, NodeInfo,
+    launch_marker, lock, parse_launch_marker, worker_env, Believed, Capacity, ClusterError,
+    EngineId, ExecContext, Executor, Handle, JobFiles, LaunchJob, NodeInfo,
 };
 use crate::client::{segment, ApiClient, Method, StatusCode};
 use crate::spec::{JobSpec, Launcher};
@@ -495,13 +495,25 @@ impl Executor for RayExecutor {
                 "dlscale_launch": launch_marker(&self.ctx.instance, &spec.id, l.attempt),
             },
         });
-        let (status, text) = self.request(Method::POST, "/api/jobs/", Some(body)).await?;
+        // A dashboard that does not answer, or answers with a server error, is the cluster's
+        // doing: the job is relaunched, not charged a failure.
+        let (status, text) = self
+            .request(Method::POST, "/api/jobs/", Some(body))
+            .await
+            .map_err(|e| {
+                let what = format!("the Ray dashboard at {} did not answer", self.cfg.address);
+                e.context(ClusterError(what))
+            })?;
         if !status.is_success() && !text.contains("already exists") {
-            bail!(
+            let refused = format!(
                 "the Ray dashboard at {} refused the submission of {sid}: {status}: {}",
                 self.cfg.address,
                 last_line(&text)
             );
+            return Err(match status.is_server_error() {
+                true => ClusterError(refused).into(),
+                false => anyhow::anyhow!(refused),
+            });
         }
         lock(&self.jobs).insert((l.id.clone(), l.attempt), sid.clone());
         crate::fault::point("after-ray-submit");

@@ -35,8 +35,8 @@ use dlscale_core::placement::{Node, Topology};
 
 use super::squeue::{interpret, is_terminal_state, parse_sinfo, parse_squeue};
 use super::{
-    launch_marker, lock, worker_env, Believed, Capacity, EngineId, ExecContext, Executor,
-    ExecutorSettings, Handle, JobFiles, LaunchJob, NodeInfo,
+    launch_marker, lock, worker_env, Believed, Capacity, ClusterError, EngineId, ExecContext,
+    Executor, ExecutorSettings, Handle, JobFiles, LaunchJob, NodeInfo,
 };
 use crate::clock::wall_clock_s;
 use crate::fault;
@@ -73,6 +73,26 @@ impl std::fmt::Display for CommandFailed {
 }
 
 impl std::error::Error for CommandFailed {}
+
+/// What Slurm's client commands print when the controller, not the request, is at fault: it
+/// is restarting, overloaded or unreachable. A launch refused so is the cluster's doing
+/// ([`ClusterError`]).
+const CONTROLLER_UNAVAILABLE: [&str; 5] = [
+    "Unable to contact slurm controller",
+    "Socket timed out on send/recv",
+    "Zero Bytes were transmitted or received",
+    "Slurm temporarily unable to accept job",
+    "Resource temporarily unavailable",
+];
+
+impl CommandFailed {
+    /// Whether its error says the controller, not the request, was at fault.
+    pub fn controller_unavailable(&self) -> bool {
+        CONTROLLER_UNAVAILABLE
+            .iter()
+            .any(|m| self.stderr.contains(m))
+    }
+}
 
 /// The Slurm executor.
 #[derive(Debug)]
@@ -162,19 +182,24 @@ impl SlurmExecutor {
         let out = tokio::time::timeout(limit, cmd.output())
             .await
             .map_err(|_| {
-                anyhow!(
+                ClusterError(format!(
                     "`{shown}` did not finish within {:.0} s",
                     limit.as_secs_f64()
-                )
+                ))
             })?
             .with_context(|| format!("cannot run `{shown}` (is Slurm's client installed?)"))?;
         if !out.status.success() {
-            return Err(CommandFailed {
+            let failed = CommandFailed {
                 command: shown,
                 status: out.status.to_string(),
                 stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            }
-            .into());
+            };
+            let unavailable = failed.controller_unavailable();
+            let e = anyhow::Error::new(failed);
+            return Err(match unavailable {
+                true => e.context(ClusterError("Slurm's controller did not take it".into())),
+                false => e,
+            });
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -668,6 +693,26 @@ fn slurm_command(program: &str) -> tokio::process::Command {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error that says Slurm's controller was at fault is the cluster's; others are the
+    /// request's (an account that does not exist, a bad option).
+    #[test]
+    fn a_controller_that_does_not_answer_is_the_clusters_doing() {
+        let failed = |stderr: &str| CommandFailed {
+            command: "sbatch".into(),
+            status: "exit status: 1".into(),
+            stderr: stderr.into(),
+        };
+        let down = failed(
+            "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)",
+        );
+        let refused =
+            failed("sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified");
+        assert!(down.controller_unavailable() && !refused.controller_unavailable());
+        let wrapped = anyhow::Error::new(down).context(ClusterError("x".into()));
+        assert!(ClusterError::in_chain(&wrapped.context("launch 1 of a")));
+        assert!(!ClusterError::in_chain(&anyhow::Error::new(refused)));
+    }
     use crate::spec::JobSpec;
     use dlscale_autoscaler::Shape;
     use dlscale_core::placement::Share;
