@@ -125,6 +125,15 @@ impl Launch {
     pub fn decided(&self) -> &Shape {
         self.rebatch.as_ref().map_or(&self.shape, |r| &r.shape)
     }
+
+    /// When its stop, not killed yet, is killed: `grace_s` after it was asked for, or after the
+    /// launch's start was confirmed if that came later (no stop reaches a launch before its
+    /// start: counted from the ask, a late start was killed as it was confirmed, with no time to
+    /// checkpoint). `None` before the start, or with no stop pending.
+    pub fn kill_due_s(&self, grace_s: f64) -> Option<f64> {
+        let stop = self.stop.as_ref().filter(|s| s.killed_s.is_none())?;
+        Some(stop.at_s.max(self.started_s?) + grace_s)
+    }
 }
 
 /// A batch decided for a running launch, not taken by its workers yet.

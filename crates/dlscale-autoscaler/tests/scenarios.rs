@@ -403,6 +403,41 @@ fn a_stop_past_its_grace_period_is_killed() {
     assert_eq!(status(&a, &s, "a"), Status::Cancelled);
 }
 
+/// A stop asked of a launch whose start comes later (a pending Slurm job, a slow spawn) gets its
+/// whole grace period from that start: counted from the ask, the kill went out with the start's
+/// confirmation, leaving the program no time to checkpoint.
+#[test]
+fn a_stop_asked_before_the_start_gets_its_grace_from_the_start() {
+    let cfg = AutoscalerConfig {
+        grace_s: 30.0,
+        ..config()
+    };
+    let mut a = Autoscaler::new(cfg, Topology::uniform(1, 1));
+    a.handle(0.0, vec![submit(job("a", 1))]);
+    a.handle(
+        10.0,
+        vec![Input::Cancel {
+            id: "a".into(),
+            by: None,
+            seq: None,
+        }],
+    );
+    let s = a.handle(
+        100.0,
+        vec![Input::LaunchStarted {
+            id: "a".into(),
+            attempt: 1,
+        }],
+    );
+    assert!(kills(&s).is_empty(), "{s:?}");
+    assert_eq!(a.next_wakeup_s(), Some(130.0));
+    assert!(kills(&a.handle(129.0, vec![Input::Tick])).is_empty());
+    assert_eq!(
+        kills(&a.handle(130.0, vec![Input::Tick])),
+        [("a".into(), 1)]
+    );
+}
+
 #[test]
 fn an_unconfirmed_stop_is_asked_again_only_after_the_resend_interval() {
     let mut a = Autoscaler::new(config(), Topology::uniform(1, 1));

@@ -380,8 +380,10 @@ impl Autoscaler {
                 (Status::Running, None) if self.config.cooldown_s > 0.0 => {
                     earliest(l.launched_s + self.config.cooldown_s)
                 }
-                (Status::Stopping, Some(stop)) if stop.killed_s.is_none() => {
-                    earliest(stop.at_s + self.config.grace_s)
+                (Status::Stopping, Some(_)) => {
+                    if let Some(t) = l.kill_due_s(self.config.grace_s) {
+                        earliest(t)
+                    }
                 }
                 _ => {}
             }

@@ -17,12 +17,9 @@ impl Autoscaler {
             let Some(launch) = r.launch.as_mut() else {
                 continue;
             };
+            let kill_due = launch.kill_due_s(grace).is_some_and(|t| now >= t);
             match (&r.status, launch.stop.as_mut()) {
-                (Status::Stopping, Some(stop))
-                    if stop.killed_s.is_none()
-                        && launch.started_s.is_some()
-                        && now >= stop.at_s + grace =>
-                {
+                (Status::Stopping, Some(stop)) if kill_due => {
                     stop.killed_s = Some(now);
                     out.touched.insert(r.id.clone());
                     out.action(Action::Kill {
