@@ -607,6 +607,38 @@ fn after_a_restart_live_launches_are_adopted_lost_ones_relaunched_stale_ones_kil
     assert_eq!(b.job("b").unwrap().0.restarts, 1);
 }
 
+/// An observation taken before a launch's exit, and handled after it, shows the launch alive:
+/// that is no stale launch (it was killed, and the job's relaunch waited for the next
+/// observation). One taken after the exit that still shows it alive is.
+#[test]
+fn an_observation_older_than_an_exit_finds_nothing_stale() {
+    let mut a = Autoscaler::new(config(), Topology::uniform(1, 2));
+    let s = a.handle(0.0, vec![submit(job("a", 2))]);
+    a.handle(0.0, started(&s));
+    let s = a.handle(10.0, vec![exited("a", 1, 0)]);
+    assert_eq!(status(&a, &s, "a"), Status::Succeeded);
+    let s = a.handle(10.0, vec![submit(job("b", 2))]);
+    assert_eq!(launches(&s).len(), 1);
+    let alive = |taken_at_s| {
+        Input::Observed(Observation {
+            taken_at_s,
+            asked: Vec::new(),
+            launches: vec![ObservedLaunch {
+                id: "a".into(),
+                attempt: 1,
+                state: LaunchState::Running,
+            }],
+        })
+    };
+    let s = a.handle(11.0, vec![alive(9.0)]);
+    assert!(
+        kills(&s).is_empty() && s.events.iter().all(|e| !matches!(e, Event::Stale { .. })),
+        "{s:?}"
+    );
+    let s = a.handle(12.0, vec![alive(11.5)]);
+    assert_eq!(kills(&s), [("a".into(), 1)]);
+}
+
 #[test]
 fn a_job_with_a_stale_launch_waits_until_it_is_gone() {
     let mut a = Autoscaler::new(config(), Topology::uniform(1, 2));

@@ -136,6 +136,9 @@ pub struct Autoscaler {
     awaiting_observation: bool,
     /// Live launches that are not their job's current one (being killed).
     stale: BTreeSet<(String, u32)>,
+    /// Launches that ended since the last observation, and when: one that an observation taken
+    /// before its end shows alive is not stale.
+    ended_since_observed: BTreeMap<(String, u32), f64>,
     /// Whether decisions keep their inputs for explanations ([`Autoscaler::keep_inputs`]).
     keep_inputs: bool,
     /// What the last decision was made from, when kept.
@@ -219,6 +222,7 @@ impl Autoscaler {
             last_decision: None,
             awaiting_observation: false,
             stale: BTreeSet::new(),
+            ended_since_observed: BTreeMap::new(),
             keep_inputs: false,
             last_inputs: None,
             learning,
@@ -1077,6 +1081,8 @@ impl Autoscaler {
     /// Moves job `i` on after its launch ended.
     fn after_end(&mut self, now: f64, i: usize, next: Next, out: &mut Out) {
         let id = self.live[i].id.clone();
+        self.ended_since_observed
+            .insert((id.clone(), self.live[i].attempt), now);
         out.touched.insert(id.clone());
         match next {
             Next::Succeeded => self.finish(now, i, Status::Succeeded, out),

@@ -78,10 +78,15 @@ impl Autoscaler {
                 }
             }
         }
+        // A launch that ended after the snapshot was taken is shown alive by it: not stale.
+        let ended_after = std::mem::take(&mut self.ended_since_observed);
         let mut stale = BTreeSet::new();
         for ((id, attempt), state) in &seen {
             let live = !matches!(state, LaunchState::Ended { .. });
-            if live && !current.contains(&(id.clone(), *attempt)) {
+            let ended_since = ended_after
+                .get(&(id.clone(), *attempt))
+                .is_some_and(|&t| t > obs.taken_at_s);
+            if live && !ended_since && !current.contains(&(id.clone(), *attempt)) {
                 if !self.stale.contains(&(id.clone(), *attempt)) {
                     out.event(Event::Stale {
                         id: id.clone(),
