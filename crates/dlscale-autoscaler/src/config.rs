@@ -50,6 +50,11 @@ impl std::str::FromStr for OnEvents {
     }
 }
 
+/// The shortest interval between periodic decisions, or between a job's reports in a
+/// simulation, seconds: each one is stepped through, and shorter ones only make a service or a
+/// simulation crawl.
+pub const MIN_INTERVAL_S: f64 = 0.1;
+
 /// Everything that shapes the autoscaler's decisions besides its inputs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AutoscalerConfig {

@@ -26,7 +26,7 @@ pub mod record;
 pub use autoscaler::{
     decide_placed, equal_batch, Autoscaler, DecidedJob, DecisionRecord, PlacedDecision, Target,
 };
-pub use config::{AutoscalerConfig, OnEvents};
+pub use config::{AutoscalerConfig, OnEvents, MIN_INTERVAL_S};
 pub use explain::{DecisionInputs, Explanation, Explored, Limit};
 pub use input::{
     Input, LaunchState, MetricsReport, ModelSource, Observation, ObservedLaunch, Oracle, Outcome,

@@ -44,7 +44,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use dlscale_autoscaler::{AutoscalerConfig, OnEvents};
+use dlscale_autoscaler::{AutoscalerConfig, OnEvents, MIN_INTERVAL_S};
 use dlscale_core::allocator::{FairShare, TeamQuota, Teams, ELASTIC_BATCH};
 use dlscale_core::jobfile::{parse_document, FileFormat};
 use dlscale_core::{
@@ -367,8 +367,8 @@ impl ServerConfig {
             ..best
         };
         let interval_s = duration_s("interval_s", file.interval_s.unwrap_or(30.0))?;
-        if interval_s < 0.1 {
-            bail!("interval_s must be at least 0.1, got {interval_s}");
+        if interval_s < MIN_INTERVAL_S {
+            bail!("interval_s must be at least {MIN_INTERVAL_S}, got {interval_s}");
         }
         let executor = executor::configure(&file)?;
         let torchrun = executor.torchrun(file.torchrun)?;

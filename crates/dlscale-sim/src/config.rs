@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use dlscale_autoscaler::OnEvents;
+use dlscale_autoscaler::{OnEvents, MIN_INTERVAL_S};
 use dlscale_core::allocator::{FairShare, Teams};
 use dlscale_core::placement::{ShapeRule, Topology};
 use dlscale_core::{Cluster, CountRule, Fleet, PolicyInfo, PolicyOptions, Settings};
@@ -281,10 +281,6 @@ impl Default for SimConfig {
         }
     }
 }
-
-/// The shortest decision or report interval a simulation takes, seconds (the server's least
-/// `interval_s` too).
-pub const MIN_INTERVAL_S: f64 = 0.1;
 
 impl SimConfig {
     /// Pollux's artifact simulator: 16 nodes × 4 GPUs, decisions every 60 s only, 30 s

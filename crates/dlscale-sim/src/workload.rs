@@ -63,8 +63,8 @@ fn check_time_s(what: &str, value: f64, positive: bool) -> std::result::Result<f
 }
 
 /// The longest a trace job may run at its requested size, seconds (about 3.2 years): a
-/// simulation steps through its decisions one interval at a time, and one of the horizon's
-/// length took most of an hour.
+/// simulation steps through its decisions one interval at a time, so its run time grows with
+/// its longest job, and one of the horizon's length ran for far longer than any trace needs.
 pub const MAX_DURATION_S: f64 = 1e8;
 
 /// [`check_time_s`] with `most` for the horizon.

@@ -84,8 +84,8 @@ fn at(text: &str, read: &dyn Fn(&[u8]) -> dlscale_sim::Result<Workload>) -> Stri
 /// A time so far out that the simulated clock could not step past it (an f64 near 1e18 s steps
 /// by 128 s) is refused where it is read, naming the file, line and column, as are a trace whose
 /// arrivals span more than the horizon, a trace job longer than `MAX_DURATION_S` and a job whose
-/// declared work could not end within the horizon (both ran for most of an hour, one decision
-/// interval at a time).
+/// declared work could not end within the horizon (both were simulated one decision interval at
+/// a time up to the horizon before failing).
 #[test]
 fn times_beyond_the_horizon_are_refused() {
     let pollux = "name,time,application,num_replicas,batch_size

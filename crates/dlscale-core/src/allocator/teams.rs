@@ -573,8 +573,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Teams are counted, and checked for repeats in one pass (200,000 took 101 s, each name
-    /// compared with every earlier one).
+    /// Teams are counted, and checked for repeats in one pass (each name was compared with
+    /// every earlier one).
     #[test]
     fn too_many_teams_or_one_twice_are_refused() {
         let quota = TeamQuota {

@@ -158,11 +158,6 @@ impl SlurmExecutor {
         }
     }
 
-    /// Its settings.
-    pub fn config(&self) -> &SlurmConfig {
-        &self.cfg
-    }
-
     /// Runs a Slurm command; its stdout, or an error naming the command with its stderr.
     async fn run(&self, program: &str, args: &[String]) -> Result<String> {
         // `program` runs with the server's environment but its token: `sbatch --export=ALL`
