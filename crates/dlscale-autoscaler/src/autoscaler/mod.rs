@@ -136,9 +136,9 @@ pub struct Autoscaler {
     awaiting_observation: bool,
     /// Live launches that are not their job's current one (being killed).
     stale: BTreeSet<(String, u32)>,
-    /// Launches that ended since the last observation, and when: one that an observation taken
-    /// before its end shows alive is not stale.
-    ended_since_observed: BTreeMap<(String, u32), f64>,
+    /// Launches that ended lately, and when: one that an observation taken before its end shows
+    /// alive is not stale.
+    ended_since_observed: observe::EndedLaunches,
     /// Whether decisions keep their inputs for explanations ([`Autoscaler::keep_inputs`]).
     keep_inputs: bool,
     /// What the last decision was made from, when kept.
@@ -222,7 +222,7 @@ impl Autoscaler {
             last_decision: None,
             awaiting_observation: false,
             stale: BTreeSet::new(),
-            ended_since_observed: BTreeMap::new(),
+            ended_since_observed: observe::EndedLaunches::default(),
             keep_inputs: false,
             last_inputs: None,
             learning,
@@ -1082,7 +1082,7 @@ impl Autoscaler {
     fn after_end(&mut self, now: f64, i: usize, next: Next, out: &mut Out) {
         let id = self.live[i].id.clone();
         self.ended_since_observed
-            .insert((id.clone(), self.live[i].attempt), now);
+            .ended((id.clone(), self.live[i].attempt), now);
         out.touched.insert(id.clone());
         match next {
             Next::Succeeded => self.finish(now, i, Status::Succeeded, out),

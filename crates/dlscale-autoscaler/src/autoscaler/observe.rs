@@ -78,15 +78,16 @@ impl Autoscaler {
                 }
             }
         }
-        // A launch that ended after the snapshot was taken is shown alive by it: not stale.
-        let ended_after = std::mem::take(&mut self.ended_since_observed);
+        // A launch that ended after the snapshot was taken is shown alive by it: not stale. A
+        // snapshot older than what is remembered of ended launches cannot tell: it kills nothing.
+        let Some(ended_after) = self.ended_since_observed.since(obs.taken_at_s) else {
+            return;
+        };
         let mut stale = BTreeSet::new();
         for ((id, attempt), state) in &seen {
             let live = !matches!(state, LaunchState::Ended { .. });
-            let ended_since = ended_after
-                .get(&(id.clone(), *attempt))
-                .is_some_and(|&t| t > obs.taken_at_s);
-            if live && !ended_since && !current.contains(&(id.clone(), *attempt)) {
+            let key = (id.clone(), *attempt);
+            if live && !ended_after.contains(&key) && !current.contains(&key) {
                 if !self.stale.contains(&(id.clone(), *attempt)) {
                     out.event(Event::Stale {
                         id: id.clone(),
@@ -173,5 +174,100 @@ impl Autoscaler {
             }
             (None, _) => {}
         }
+    }
+}
+
+/// How long an ended launch is remembered for snapshots taken before its end: far beyond the age
+/// of any snapshot when it is handled (an executor's commands time out within seconds), and what
+/// bounds the memory where nothing observes (the simulator).
+const ENDED_KEPT_S: f64 = 3600.0;
+
+/// The launches that ended lately, and when: a snapshot taken before a launch's end shows it
+/// alive, which does not make it stale.
+#[derive(Debug, Default)]
+pub(super) struct EndedLaunches {
+    ended_s: BTreeMap<(String, u32), f64>,
+    /// Launches that ended before this were forgotten.
+    forgotten_before_s: f64,
+}
+
+impl EndedLaunches {
+    /// Remembers that a launch ended at `now`, forgetting, once an [`ENDED_KEPT_S`] has passed,
+    /// those ended more than that before.
+    pub(super) fn ended(&mut self, key: (String, u32), now: f64) {
+        self.ended_s.insert(key, now);
+        if now - self.forgotten_before_s > 2.0 * ENDED_KEPT_S {
+            self.forget_before(now - ENDED_KEPT_S);
+        }
+    }
+
+    /// The launches that ended after a snapshot taken at `taken_at_s`, or `None` where some
+    /// that did may have been forgotten. Those ended before it are forgotten: snapshots are
+    /// taken one after the other, and the next is later.
+    pub(super) fn since(&mut self, taken_at_s: f64) -> Option<BTreeSet<(String, u32)>> {
+        let known = taken_at_s >= self.forgotten_before_s;
+        let after = self
+            .ended_s
+            .iter()
+            .filter(|&(_, &t)| t > taken_at_s)
+            .map(|(k, _)| k.clone())
+            .collect();
+        self.forget_before(taken_at_s);
+        known.then_some(after)
+    }
+
+    fn forget_before(&mut self, t: f64) {
+        if t > self.forgotten_before_s {
+            self.ended_s.retain(|_, &mut ended| ended > t);
+            self.forgotten_before_s = t;
+        }
+    }
+
+    /// How many are remembered.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.ended_s.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{EndedLaunches, ENDED_KEPT_S};
+
+    /// Where nothing observes (the simulator), what is remembered stays within two
+    /// [`ENDED_KEPT_S`] of ends, however many launches end.
+    #[test]
+    fn ended_launches_are_forgotten_where_nothing_observes() {
+        let mut ended = EndedLaunches::default();
+        let per_hour = 100;
+        for k in 0..20 * per_hour {
+            let now = k as f64 * ENDED_KEPT_S / per_hour as f64;
+            ended.ended((format!("j{k}"), 1), now);
+            assert!(
+                ended.len() <= 2 * per_hour as usize + 1,
+                "{} at {now}",
+                ended.len()
+            );
+        }
+    }
+
+    /// A snapshot finds the launches ended after it was taken; one taken before what is
+    /// remembered cannot tell, and a later one finds those it took forgotten.
+    #[test]
+    fn a_snapshot_finds_the_launches_ended_after_it() {
+        let mut ended = EndedLaunches::default();
+        ended.ended(("a".into(), 1), 10.0);
+        ended.ended(("b".into(), 1), 20.0);
+        let after = ended.since(15.0).expect("nothing forgotten yet");
+        assert_eq!(after.into_iter().collect::<Vec<_>>(), [("b".into(), 1)]);
+        assert_eq!(ended.since(14.0), None, "taken before what was forgotten");
+        let after = ended.since(25.0).expect("later than every snapshot before");
+        assert!(after.is_empty());
+        assert_eq!(ended.len(), 0);
+        // Far past, every end is forgotten once the next ends.
+        ended.ended(("c".into(), 1), 30.0);
+        ended.ended(("d".into(), 1), 30.0 + 3.0 * ENDED_KEPT_S);
+        assert_eq!(ended.len(), 1);
+        assert_eq!(ended.since(31.0), None);
     }
 }
