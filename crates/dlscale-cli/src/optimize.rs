@@ -33,7 +33,7 @@ pub enum OutputFormat {
 /// the base settings' value (the core's defaults, or a simulation preset's).
 #[derive(Debug, Clone, Args)]
 pub struct PolicyArgs {
-    /// What to maximise: speedup, throughput, goodput, fair (p = −1) or fair:P with P < 0
+    /// What to maximise: speedup, throughput, goodput, fair (p = −1) or fair:P with P in [-10, 0)
     /// [default: speedup].
     #[arg(long, value_parser = clap::builder::ValueParser::new(parse_utility))]
     pub utility: Option<Utility>,
@@ -95,9 +95,10 @@ impl PolicyArgs {
     /// `base` with the flags given, validated.
     pub fn settings_over(&self, base: Settings) -> Result<Settings> {
         let min_gain = self.min_gain.unwrap_or(base.restart.min_gain);
-        if !(min_gain.is_finite() && min_gain >= 0.0) {
+        if !(0.0..=RestartAwareness::MAX_MIN_GAIN).contains(&min_gain) {
             return Err(input_error(anyhow::anyhow!(
-                "--min-gain must be a number ≥ 0, got {min_gain}"
+                "--min-gain must be a number in [0, {}], got {min_gain}",
+                RestartAwareness::MAX_MIN_GAIN
             )));
         }
         let restart_cost_s = self.restart_cost_s.unwrap_or(base.restart.cost_s);

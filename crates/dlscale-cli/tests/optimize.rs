@@ -379,6 +379,28 @@ fn bad_input_exits_2_with_a_message_naming_file_and_field() {
         "{stderr}"
     );
     assert!(weighed("1").status.success());
+    // Levers whose values would overflow the knapsack's sums are refused, named.
+    for (flag, expected) in [
+        (
+            "--utility=fair:-200",
+            "fair:P needs an exponent P in [-10, 0)",
+        ),
+        ("--min-gain=1e303", "--min-gain must be a number in [0, 10]"),
+    ] {
+        let out = dlscale(&[
+            "optimize",
+            "--jobs",
+            jobs.to_str().unwrap(),
+            "--cluster",
+            cluster,
+            flag,
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.code() == Some(2) && stderr.contains(expected),
+            "{flag}: {stderr}"
+        );
+    }
     // On a fleet, the type a job runs on now must be one of its types.
     let fleet = examples().join("fleet.toml");
     let on_h100 = write(

@@ -36,6 +36,12 @@ pub struct RestartAwareness {
     pub cost_s: f64,
 }
 
+impl RestartAwareness {
+    /// The largest minimum gain (a change must more than eleven-fold the metric): beyond it no
+    /// change is ever made, and values scaled by it overflow with large weights.
+    pub const MAX_MIN_GAIN: f64 = 10.0;
+}
+
 /// One way to run a job: the best batch at one GPU count.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ConfigOption {

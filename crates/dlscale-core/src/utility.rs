@@ -31,6 +31,11 @@ impl Utility {
     /// Smallest speedup the `fair` utility distinguishes.
     pub const FAIR_FLOOR: f64 = 1e-3;
 
+    /// The most negative exponent `fair` takes: the floor's utility is then about −1e29, which
+    /// times the largest weight still sums finitely over any cluster's jobs; below about −103
+    /// it overflows to −∞, and the knapsack could no longer tell one plan from another.
+    pub const MIN_FAIR_EXPONENT: f64 = -10.0;
+
     /// Whether the metric multiplies throughput by statistical efficiency.
     pub fn uses_goodput(&self) -> bool {
         matches!(self, Utility::Goodput | Utility::Fair { .. })
@@ -76,7 +81,8 @@ impl fmt::Display for Utility {
 impl FromStr for Utility {
     type Err = String;
 
-    /// `speedup`, `throughput`, `goodput`, `fair` (p = −1) or `fair:P` with P < 0.
+    /// `speedup`, `throughput`, `goodput`, `fair` (p = −1) or `fair:P` with P in
+    /// [[`Utility::MIN_FAIR_EXPONENT`], 0).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "speedup" => Ok(Utility::Speedup),
@@ -88,10 +94,13 @@ impl FromStr for Utility {
                     .strip_prefix("fair:")
                     .and_then(|p| p.parse::<f64>().ok())
                     .ok_or_else(|| format!("unknown utility '{s}' (expected speedup, throughput, goodput, fair or fair:P)"))?;
-                if p < 0.0 && p.is_finite() {
+                if (Self::MIN_FAIR_EXPONENT..0.0).contains(&p) {
                     Ok(Utility::Fair { p })
                 } else {
-                    Err(format!("fair utility needs a negative exponent, got {p}"))
+                    Err(format!(
+                        "fair:P needs an exponent P in [{}, 0), got {p}",
+                        Self::MIN_FAIR_EXPONENT
+                    ))
                 }
             }
         }
@@ -112,6 +121,19 @@ mod tests {
             Utility::Fair { p: -1.0 }
         );
         assert!("fair:0.5".parse::<Utility>().is_err());
+        assert!("fair:-10".parse::<Utility>().is_ok());
+        let e = "fair:-200".parse::<Utility>().unwrap_err();
+        assert!(e.contains("in [-10, 0), got -200"), "{e}");
+        // At the least exponent the floor's utility, at the largest weight, over a million
+        // jobs, is finite.
+        let floor = Utility::Fair {
+            p: Utility::MIN_FAIR_EXPONENT,
+        }
+        .transform(0.0);
+        assert!(
+            (floor * crate::job::MAX_WEIGHT * 1e6).is_finite(),
+            "{floor}"
+        );
         assert!("speed"
             .parse::<Utility>()
             .unwrap_err()

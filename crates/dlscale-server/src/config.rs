@@ -267,6 +267,16 @@ fn non_negative(name: &str, value: f64) -> Result<f64> {
     }
 }
 
+/// `min_gain`: in `[0, RestartAwareness::MAX_MIN_GAIN]`.
+fn min_gain(value: f64) -> Result<f64> {
+    let most = RestartAwareness::MAX_MIN_GAIN;
+    if (0.0..=most).contains(&value) {
+        Ok(value)
+    } else {
+        bail!("min_gain must be a number in [0, {most}], got {value}")
+    }
+}
+
 /// The longest duration a setting may have, in seconds (about 31 years): larger values would
 /// overflow timers (`Duration::from_secs_f64` panics past `u64::MAX` seconds).
 pub const MAX_DURATION_S: f64 = 1e9;
@@ -340,7 +350,7 @@ impl ServerConfig {
             admission,
             backfill: file.backfill.unwrap_or(best.backfill),
             restart: RestartAwareness {
-                min_gain: non_negative("min_gain", file.min_gain.unwrap_or(best.restart.min_gain))?,
+                min_gain: min_gain(file.min_gain.unwrap_or(best.restart.min_gain))?,
                 cost_s: non_negative(
                     "restart_cost_s",
                     file.restart_cost_s.unwrap_or(best.restart.cost_s),
@@ -592,6 +602,21 @@ mod tests {
             (c.settings.counts, c.settings.consolidate),
             (CountRule::Any, false)
         );
+        // A minimum gain so large that values scaled by it overflow is refused, named.
+        for (text, says) in [
+            (
+                "min_gain = 1e303",
+                "min_gain must be a number in [0, 10], got 1000",
+            ),
+            (
+                "utility = \"fair:-200\"",
+                "fair:P needs an exponent P in [-10, 0), got -200",
+            ),
+        ] {
+            let file: ConfigFile = toml::from_str(text).unwrap();
+            let err = format!("{:#}", ServerConfig::resolve(file, None).unwrap_err());
+            assert!(err.contains(says), "{text}: {err}");
+        }
         let file: ConfigFile =
             toml::from_str("counts = \"powers-of-two\"\nconsolidate = true\n").unwrap();
         let c = ServerConfig::resolve(file, None).unwrap();

@@ -153,12 +153,32 @@ impl Typed {
                             ..*q
                         })
                         .collect();
-                    self.team_solver.solve(&items, &of, &capped, &capacities)
+                    self.team_solver
+                        .solve(&items, &of, &capped, &capacities)
+                        .or_else(|| {
+                            // Keeps they cannot meet either (a team keeping a type its jobs
+                            // share with another team's): only the maxima hold.
+                            let uncapped: Vec<TeamQuota> = quotas
+                                .iter()
+                                .map(|q| TeamQuota {
+                                    guaranteed_gpus: 0,
+                                    lend_limit: None,
+                                    ..*q
+                                })
+                                .collect();
+                            self.team_solver.solve(&items, &of, &uncapped, &capacities)
+                        })
                 })
                 .map(|s| s.solution)
         });
+        // Without teams, the plain knapsack; with them, admission's assignment (within the
+        // maxima) is what is left, never a plan that ignores them.
         let solution: KnapsackSolution = with_teams
-            .or_else(|| self.solver.solve(&items, &capacities))
+            .or_else(|| {
+                teams
+                    .is_none()
+                    .then(|| self.solver.solve(&items, &capacities))?
+            })
             .or_else(|| {
                 // The admission's assignment fits: each job on its type alone.
                 let assigned: Vec<Vec<TypedItem>> = admitted

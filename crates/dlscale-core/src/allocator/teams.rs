@@ -556,12 +556,17 @@ impl TeamKnapsack {
             }
         }
         let value = chosen_value(items, &choice);
+        // Each team's table is exact; the knapsack over teams may have been priced, and its
+        // certified gap is the whole decision's.
         Some(TeamSolution {
             solution: KnapsackSolution {
                 choice,
                 value,
-                bound: value,
-                path: super::SolverPath::ExactDp,
+                bound: value + (outer.bound - outer.value).max(0.0),
+                path: match outer.path {
+                    super::SolverPath::LagrangianDp => super::SolverPath::LagrangianDp,
+                    _ => super::SolverPath::ExactDp,
+                },
             },
             budget_gpus,
         })
@@ -749,6 +754,62 @@ mod tests {
                 (best, solved) => prop_assert!(false, "enumeration {best:?}, split {solved:?}"),
             }
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// With the knapsack over teams priced (its band cut to a few cells), the plan still
+        /// meets every bound and its certificate holds: the bound carries that knapsack's gap.
+        #[test]
+        fn a_priced_knapsack_over_teams_is_certified(inst in instance()) {
+            let (items, team_of, quotas, capacity) = &inst;
+            let best = optimum(&inst);
+            let mut solver = TeamKnapsack {
+                outer: KnapsackSolver::new(super::super::knapsack::DpChoice::Banded, 2),
+                ..TeamKnapsack::default()
+            };
+            if let (Some(best), Some(s)) = (best, solver.solve(items, team_of, quotas, *capacity)) {
+                let s = s.solution;
+                prop_assert!(s.value <= best + 1e-9, "{} above {best}", s.value);
+                prop_assert!(s.bound >= best - 1e-9, "bound {} below {best}", s.bound);
+                prop_assert!(feasible(&inst, &s.choice), "{:?}", s.choice);
+            }
+        }
+    }
+
+    /// One instance of the property above, where the priced knapsack over teams misses the
+    /// optimum (2.25 of 2.5): its bound is no longer the plan's value.
+    #[test]
+    fn a_priced_knapsack_over_teams_carries_its_gap() {
+        let item = |gpus, value| KnapsackItem { gpus, value };
+        let quota = |guaranteed_gpus, max_gpus, lend_limit| TeamQuota {
+            guaranteed_gpus,
+            max_gpus,
+            lend_limit,
+        };
+        let inst: Instance = (
+            vec![
+                vec![item(0, 1.0), item(1, 0.0), item(3, 2.25)],
+                vec![item(1, 0.0), item(2, 0.0)],
+                vec![item(0, 0.25), item(1, 0.75)],
+            ],
+            vec![2, 0, 2],
+            vec![quota(2, 2, None), quota(3, 3, Some(0)), quota(0, 4, None)],
+            8,
+        );
+        let best = optimum(&inst).unwrap();
+        let mut solver = TeamKnapsack {
+            outer: KnapsackSolver::new(super::super::knapsack::DpChoice::Banded, 2),
+            ..TeamKnapsack::default()
+        };
+        let s = solver
+            .solve(&inst.0, &inst.1, &inst.2, inst.3)
+            .unwrap()
+            .solution;
+        assert!(s.value < best, "the priced plan is {} of {best}", s.value);
+        assert!(s.bound >= best - 1e-9, "bound {} below {best}", s.bound);
+        assert_eq!(s.path, super::super::SolverPath::LagrangianDp);
     }
 
     #[test]

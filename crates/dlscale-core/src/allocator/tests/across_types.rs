@@ -452,3 +452,43 @@ fn floors_the_types_cannot_meet_give_way_and_lend_limits_still_keep() {
         ("c1".into(), JobState::Running, 6, Some("slow".into()))
     );
 }
+
+/// Keeps the types cannot meet: team a keeps its whole guarantee (lend limit 0) but its job,
+/// held to `slow`, shares it with team c's, which needs 3 of its 4 GPUs; team b's job, held to
+/// `fast`, may take 1. Neither the guarantees nor the keeps can all be met; the maxima still
+/// hold (before, the decision fell back to no teams at all, and b's job took all of `fast`).
+#[test]
+fn keeps_the_types_cannot_meet_give_way_and_maxima_still_hold() {
+    use super::{TeamQuota, Teams};
+    let fleet = two_types((1, 4), (1, 4));
+    let quota = |guaranteed_gpus, max_gpus, lend_limit| TeamQuota {
+        guaranteed_gpus,
+        max_gpus,
+        lend_limit,
+    };
+    let teams = Teams::new(
+        vec![
+            ("a".into(), quota(4, 4, Some(0))),
+            ("b".into(), quota(0, 1, None)),
+            ("c".into(), quota(0, 8, None)),
+        ],
+        8,
+    )
+    .unwrap();
+    let jobs = [
+        team_job("a1", "a", (1, 4), &["slow"], false),
+        team_job("b1", "b", (1, 4), &["fast"], false),
+        team_job("c1", "c", (3, 3), &["slow"], false),
+    ];
+    let decided = decide_on_fleet(&fleet, Some(&teams), &jobs);
+    for ((id, state, gpus, _), most) in decided.iter().zip([4, 1, 8]) {
+        assert!(
+            *state != JobState::Running || *gpus <= most,
+            "{id} beyond its team's maximum: {decided:?}"
+        );
+    }
+    assert_eq!(
+        decided[1],
+        ("b1".into(), JobState::Running, 1, Some("fast".into()))
+    );
+}
