@@ -131,6 +131,7 @@ pub async fn start_with(
 ) -> Result<Arc<Service>> {
     std::fs::create_dir_all(config.data_dir.join("jobs"))
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    let lock = DataDirLock::take(&config.data_dir)?;
     let token = load_or_create_token(&config)?;
     let ctx = ExecContext {
         data_dir: config.data_dir.clone(),
@@ -142,7 +143,44 @@ pub async fn start_with(
     let (reports, reports_rx) = service::report_channel();
     let executor = build(&config, ctx, reports)?;
     let store = Store::open(&config.data_dir.join("dlscale.db"))?;
-    service::start(config, token, store, executor, reports_rx).await
+    service::start(config, token, (store, lock), executor, reports_rx).await
+}
+
+/// A data directory held by one server: `<data_dir>/server.lock`, locked (`flock`) for as long
+/// as the server runs. Two servers on one directory would each take the other's launches for
+/// stale and kill them, and write one database by turns. The system releases the lock when the
+/// process ends, however it ends (`kill -9` included): nothing is left to clean up.
+#[derive(Debug)]
+pub struct DataDirLock {
+    _file: std::fs::File,
+}
+
+impl DataDirLock {
+    /// Locks `data_dir`; refused, naming the directory, while another process holds it.
+    pub fn take(data_dir: &std::path::Path) -> Result<Self> {
+        use std::os::fd::AsRawFd;
+        let path = data_dir.join("server.lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        // SAFETY: flock on a descriptor this function owns, open for the call's whole length.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                anyhow::bail!(
+                    "data dir {} is in use by another dlscale server (it holds {}): stop that \
+                     server first, or give this one a data_dir of its own",
+                    data_dir.display(),
+                    path.display()
+                );
+            }
+            return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+        }
+        Ok(DataDirLock { _file: file })
+    }
 }
 
 /// Reads the configuration again, as at the start (the file and the command line's overrides).

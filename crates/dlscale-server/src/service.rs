@@ -195,6 +195,8 @@ pub struct Service {
     storage_error: Mutex<Option<String>>,
     /// The explanations of the last decision, once asked for.
     explained: Mutex<Option<Explained>>,
+    /// The data directory, held for this service alone while it lives.
+    _data_dir_lock: crate::DataDirLock,
 }
 
 /// Explanations of the decision made from `inputs`.
@@ -333,7 +335,7 @@ struct Driver {
 pub async fn start(
     config: ServerConfig,
     admin_token: String,
-    store: Store,
+    (store, data_dir_lock): (Store, crate::DataDirLock),
     executor: Arc<dyn Executor>,
     mut reports: mpsc::UnboundedReceiver<Vec<RecordedInput>>,
 ) -> Result<Arc<Service>> {
@@ -468,6 +470,7 @@ pub async fn start(
         view: view_rx,
         storage_error: Mutex::new(None),
         explained: Mutex::new(None),
+        _data_dir_lock: data_dir_lock,
     });
     // Executor reports go into the driver's channel.
     let s = Arc::clone(&service);

@@ -457,6 +457,44 @@ fn an_ended_job_is_a_conflict_after_a_restart_too() {
     });
 }
 
+/// A second server on a data directory in use is refused, naming it: the two would each kill
+/// the other's launches as stale. Once the first has stopped, the directory is free again.
+#[test]
+fn a_second_server_on_a_data_dir_in_use_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || {
+        dlscale_server::ServerConfig::resolve(
+            ConfigFile {
+                slots: Some(2),
+                data_dir: Some(dir.path().to_path_buf()),
+                ..ConfigFile::default()
+            },
+            Some(router::TOKEN.to_string()),
+        )
+        .unwrap()
+    };
+    runtime().block_on(async {
+        let h = router::harness(dir.path(), ConfigFile::default()).await;
+        submit(&h, job("x")).await;
+        let err = dlscale_server::start(config()).await.unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.contains(&format!(
+                "data dir {} is in use by another dlscale server",
+                dir.path().display()
+            )),
+            "{err}"
+        );
+        // The first goes on.
+        wait_job(&h, "x", running).await;
+    });
+    runtime().block_on(async {
+        let h = router::harness(dir.path(), ConfigFile::default()).await;
+        let (status, _) = call(&h.app, "GET", "/v1/jobs/x", Vec::new()).await;
+        assert_eq!(status, StatusCode::OK);
+    });
+}
+
 /// A live job whose stored submission no longer validates (an upgrade that checks more) is
 /// ended as failed at the start, with its reason: its id can be submitted again, and the service
 /// goes on (a live row left behind held the id, and the next write of it failed for ever).
