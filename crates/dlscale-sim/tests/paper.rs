@@ -138,3 +138,26 @@ fn the_paper_report_has_the_sweep_the_ratios_and_the_ablation() {
         serde_json::json!(points[1].summaries[0].completed)
     );
 }
+
+/// Decisions on every measurement, with no restart protection (the paper's setup, and its fair
+/// objective's ablation at 32 jobs/h): two jobs whose first report after each restart moved
+/// them again never progressed, and the run never ended. Now a launch keeps its shape until
+/// it has trained as long as it took to start. The run is watched from another thread, so that
+/// a run that never ends fails here rather than hangs.
+#[test]
+fn decisions_on_every_measurement_let_every_launch_progress() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let dir = tempfile::tempdir().unwrap();
+        let options = PaperOptions {
+            jobs: 6,
+            ..PaperOptions::default()
+        };
+        let points = reproduce_paper(dir.path(), &options, &mut |_, _| {}).unwrap();
+        let _ = done.send(points.len());
+    });
+    let points = finished
+        .recv_timeout(std::time::Duration::from_secs(300))
+        .expect("the sweep ends");
+    assert_eq!(points, PaperOptions::default().rates_per_h.len());
+}

@@ -22,7 +22,7 @@ impl Autoscaler {
         let Some(cluster) = self.model_cluster else {
             return false;
         };
-        self.prepare(now, None);
+        self.prepare(now, None, false);
         let fleet = self.fleet.as_ref().map(|(f, _)| f);
         let request = DecisionRequest {
             now_s: now,
@@ -46,10 +46,16 @@ impl Autoscaler {
     /// until that periodic decision, except that teams borrowing beyond their guarantees may
     /// give back to a team short of its own. Returns why the held jobs are held and which
     /// maximums the exploration cap lowered, by id.
+    ///
+    /// With `measured` (a decision on a measurement, without periodic decisions), a launch is
+    /// in its cooldown until it has trained as long as it took to start: else, with no other
+    /// restart protection, each launch's first report could move it again, and no job
+    /// progressed.
     pub(super) fn prepare(
         &mut self,
         now: f64,
         admit_until: Option<f64>,
+        measured: bool,
     ) -> (BTreeMap<String, HoldCause>, BTreeMap<String, Explored>) {
         let waiting = self.live.iter().any(|r| r.status == Status::Queued);
         let may_give_back = admit_until
@@ -139,7 +145,12 @@ impl Autoscaler {
                         (Some(left), Some(rate)) if rate > 0.0 => left / rate,
                         _ => f64::INFINITY,
                     };
-                    let until_s = l.launched_s + self.config.cooldown_s;
+                    let until_s = l.launched_s
+                        + if measured {
+                            self.config.cooldown_s.max(2.0 * restart_s)
+                        } else {
+                            self.config.cooldown_s
+                        };
                     // Its workers reported training done: it ends on its own; a stop now
                     // would cut its completion short.
                     if left_s < restart_s || r.completed_attempt == Some(r.attempt) {
@@ -204,7 +215,8 @@ impl Autoscaler {
             self.plan = self.live.iter().map(|r| (r.seq, Target::Wait)).collect();
             return;
         };
-        let (holds, explored) = self.prepare(now, admit_until);
+        let measured = matches!(trigger, Trigger::Measured(_)) && self.config.interval_s.is_none();
+        let (holds, explored) = self.prepare(now, admit_until, measured);
         // Jobs being cancelled are not decided for: they are leaving.
         let cancelling = |r: &JobRecord| {
             r.launch
