@@ -396,8 +396,14 @@ impl<'w, 'o> Engine<'w, 'o> {
         let mut family = None;
         let model = match self.config.knowledge {
             // Its remaining work, if the oracle tells it, comes before every decision
-            // (`Engine::oracles`).
-            Knowledge::Oracle { .. } => ModelSource::Given,
+            // (`Engine::oracles`); one that keeps the lengths to itself submits none (a native
+            // job's file may give one).
+            Knowledge::Oracle { lengths } => {
+                if !lengths {
+                    job.remaining_samples = None;
+                }
+                ModelSource::Given
+            }
             Knowledge::Learned(reporting) => {
                 family = reporting.families.then(|| job.model_name.clone());
                 // Its user declares its length (as epochs); the autoscaler counts down what
@@ -878,6 +884,7 @@ impl<'w, 'o> Engine<'w, 'o> {
             wall_s,
             nodes: cluster.nodes,
             gpus_per_node: cluster.gpus_per_node,
+            gpus: self.total_gpus,
             teams: self
                 .teams
                 .as_ref()

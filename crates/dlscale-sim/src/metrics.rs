@@ -170,8 +170,12 @@ pub struct Summary {
     pub wall_s: f64,
     /// Nodes of the cluster.
     pub nodes: u32,
-    /// GPUs per node.
+    /// GPUs per node (on a fleet of several node sizes, the most any node has).
     pub gpus_per_node: u32,
+    /// GPUs of the cluster, every node's together (absent from the summaries of older
+    /// versions).
+    #[serde(default)]
+    pub gpus: u32,
     /// Per team, with teams (in the teams' order).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub teams: Vec<TeamSummary>,

@@ -152,7 +152,8 @@ pub fn cdf_points(sorted_jcts_s: &[f64]) -> Vec<(f64, f64)> {
 }
 
 fn plot_results(dir: &Path, results: &[SimResult], config: &SimConfig) -> Result<()> {
-    let gpus = config.cluster.total_gpus();
+    // Every node's GPUs: on a fleet, `cluster` is its outline, each node as large as the largest.
+    let gpus = config.topology().total();
     let series = |f: &dyn Fn(&SimResult) -> Vec<(f64, f64)>| -> Vec<Series> {
         results
             .iter()

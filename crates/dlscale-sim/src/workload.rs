@@ -596,7 +596,23 @@ pub fn read_native(text: &str, source_name: &str, options: &ReadOptions) -> Resu
             // Fields checked as in every job file: a misspelt one is an error naming it.
             let entry =
                 jobfile::entry_from_object(object, &format!("#{}", index + 1)).map_err(in_field)?;
-            let job = entry.into_job().map_err(in_field)?;
+            let mut job = entry.into_job().map_err(in_field)?;
+            // A bundled model runs here from its tables, which end at their largest count:
+            // beyond it the job would hold GPUs at no speed.
+            if let Some(most) = job.throughput.max_gpus() {
+                if job.gpus.min > most || job.requested.gpus > most {
+                    return Err((
+                        Some("gpus".into()),
+                        format!(
+                            "job '{}': the {} profile predicts at most {most} GPUs, got {}",
+                            job.id,
+                            job.model_name,
+                            job.gpus.min.max(job.requested.gpus)
+                        ),
+                    ));
+                }
+                job.gpus.max = job.gpus.max.min(most);
+            }
             if !seen.insert(job.id.clone()) {
                 return Err((Some("id".into()), format!("job '{}': duplicate id", job.id)));
             }

@@ -337,3 +337,34 @@ proptest! {
         }
     }
 }
+
+/// A native job of a bundled model, with no maximum of its own, on a cluster larger than its
+/// model's tables: its maximum is the tables' largest count, so that learning cannot grow it
+/// where it would hold GPUs at no speed (it ended unfinished, having done nothing). One that
+/// asks for more than the tables hold is refused, naming the field.
+#[test]
+fn a_native_job_grows_no_further_than_its_models_tables() {
+    use dlscale_sim::workload::read_native;
+    let text = r#"{"jobs": [{"id": "j", "model": "imagenet", "min_batch": 200, "max_batch": 12800,
+        "batch_size": 3200, "gpus": 32, "work_samples": 2e7, "arrival_s": 0}]}"#;
+    let workload = read_native(text, "n.json", &Default::default()).unwrap();
+    let most = workload.jobs[0].job.throughput.max_gpus().unwrap();
+    assert_eq!(workload.jobs[0].job.gpus.max, most);
+    let cfg = SimConfig {
+        knowledge: Knowledge::Learned(Reporting::default()),
+        ..config(2 * most / 4, 4)
+    };
+    let mut out = Collect::default();
+    simulate(&workload, &cfg, ELASTIC_BATCH, &mut out).unwrap();
+    assert_eq!(out.0[0].outcome, Outcome::Completed, "{:?}", out.0[0]);
+    let too_many = text.replace("\"gpus\": 32", &format!("\"gpus\": {}", most + 1));
+    let err = read_native(&too_many, "n.json", &Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!(
+            "the imagenet profile predicts at most {most} GPUs"
+        )),
+        "{err}"
+    );
+}

@@ -185,3 +185,31 @@ fn the_hetero_report_says_which_runs_left_jobs_out() {
         "{report}"
     );
 }
+
+/// A fleet of nodes of two sizes counts every node's own GPUs: its outline (each node as large
+/// as the largest) had made 2 × 4 + 1 × 8 look like 24 GPUs to the summary and the plots.
+#[test]
+fn a_fleet_of_two_node_sizes_counts_its_own_gpus() {
+    let pool = |name: &str, nodes, gpus_per_node| GpuPool {
+        name: name.into(),
+        nodes,
+        gpus_per_node,
+        memory_gib: 16.0,
+    };
+    let fleet = Fleet::new(vec![pool("t4", 2, 4), pool("a100", 1, 8)]).unwrap();
+    let config = SimConfig {
+        knowledge: Knowledge::ORACLE,
+        progress: ProgressMode::Samples,
+        ..SimConfig::default()
+    }
+    .on_fleet(fleet);
+    let result = simulate(&one_job(8), &config, ELASTIC_BATCH, &mut ()).unwrap();
+    let s = result.summary;
+    assert_eq!((s.gpus, s.nodes), (16, 3));
+    // One job on the 8 A100s of 16 GPUs, for its whole run.
+    assert!(
+        (s.gpu_utilization - 0.5).abs() < 1e-9,
+        "{}",
+        s.gpu_utilization
+    );
+}

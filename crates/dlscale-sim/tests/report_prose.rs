@@ -39,6 +39,7 @@ fn summary(
         wall_s: 0.1,
         nodes: 16,
         gpus_per_node: 4,
+        gpus: 64,
         teams: Vec::new(),
     }
 }

@@ -240,3 +240,23 @@ fn an_oracle_without_lengths_tells_no_remaining_work() {
         }
     }
 }
+
+/// A native job's file may give its length (`work_samples`): an oracle without lengths submits
+/// it with none, as it tells none later.
+#[test]
+fn an_oracle_without_lengths_submits_no_length_from_the_job_file() {
+    let text = r#"{"jobs": [{"id": "j", "model": "cifar10", "min_batch": 128, "max_batch": 4096,
+        "work_samples": 5e6, "arrival_s": 0}]}"#;
+    let workload =
+        crate::workload::read_native(text, "n.json", &crate::ReadOptions::default()).unwrap();
+    for lengths in [true, false] {
+        let config = SimConfig {
+            knowledge: Knowledge::Oracle { lengths },
+            ..SimConfig::default()
+        };
+        let mut observer = ();
+        let engine = Engine::new(&workload, &config, ELASTIC_BATCH, &mut observer).unwrap();
+        let submitted = engine.submission(0).job.remaining_samples;
+        assert_eq!(submitted.is_some(), lengths, "{submitted:?}");
+    }
+}

@@ -252,7 +252,7 @@ pub fn hetero_report(fleet: &Fleet, rows: &[HeteroRow]) -> String {
             short.join("; ")
         );
     }
-    let worst = |k: usize| rows.iter().map(|r| ratio(r, k)).fold(0.0, f64::max);
+    let worst = |k: usize| worst_ratio(rows.iter().map(|r| ratio(r, k)));
     let verdict = |met: bool| if met { "met" } else { "not met" };
     let _ = writeln!(
         out,
@@ -266,10 +266,7 @@ pub fn hetero_report(fleet: &Fleet, rows: &[HeteroRow]) -> String {
     );
     // What the policies are worth with nothing to learn, and what learning costs each.
     let (ours, sia) = ORACLE_RUNS;
-    let oracle_worst = rows
-        .iter()
-        .map(|r| r.avg_jct_s[ours] / r.avg_jct_s[sia])
-        .fold(0.0, f64::max);
+    let oracle_worst = worst_ratio(rows.iter().map(|r| r.avg_jct_s[ours] / r.avg_jct_s[sia]));
     let _ = writeln!(
         out,
         "\nWith nothing left to learn (the oracle rows), elastic-batch's mean average JCT is \
@@ -281,4 +278,29 @@ pub fn hetero_report(fleet: &Fleet, rows: &[HeteroRow]) -> String {
         mean(SIA_RUN) / mean(sia),
     );
     out
+}
+
+/// The largest of `ratios`; not a number if any is not (a comparison over no common job), so
+/// that no target is met by a run that completed nothing.
+fn worst_ratio(ratios: impl Iterator<Item = f64>) -> f64 {
+    ratios.fold(0.0, |worst, r| {
+        if worst.is_nan() || r.is_nan() {
+            f64::NAN
+        } else {
+            worst.max(r)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::worst_ratio;
+
+    /// A workload on which a run completed nothing makes no target met (`max` skipped it).
+    #[test]
+    fn a_ratio_over_nothing_is_the_worst() {
+        assert_eq!(worst_ratio([0.7, 0.9, 0.8].into_iter()), 0.9);
+        assert!(worst_ratio([0.7, f64::NAN, 0.8].into_iter()).is_nan());
+        assert!(!(worst_ratio([f64::NAN, 0.7].into_iter()) <= 0.8));
+    }
 }
