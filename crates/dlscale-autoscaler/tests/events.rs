@@ -99,6 +99,15 @@ fn an_arrival_with_no_idle_gpu_reshapes_running_jobs_only_when_told_to() {
         let arrival = step(&mut a, 70.0, vec![steps::submit(job("b", 4, None))]);
         assert_eq!(arrival, at_arrival, "{on_events} at the arrival");
         assert_eq!(step(&mut a, 120.0, vec![]), at_tick, "{on_events} at 120 s");
+        // What set the last decision off: the arrival where the periodic one waited for it
+        // (or where it decided all at once, with nothing left for the tick), the tick where
+        // the arrival only admitted (not the arrival again, 50 s later).
+        let trigger = a.last_decision().unwrap().trigger.clone();
+        let expected = match on_events {
+            OnEvents::Admit => dlscale_autoscaler::Trigger::Interval,
+            _ => dlscale_autoscaler::Trigger::Arrival("b".into()),
+        };
+        assert_eq!(trigger, expected, "{on_events}");
     }
 }
 

@@ -438,16 +438,16 @@ impl Autoscaler {
                 (false, OnEvents::Admit) => self.next_tick_s,
                 _ => None,
             };
-            let trigger = self
-                .due
-                .take()
-                .or_else(|| self.deferred.take())
-                .unwrap_or(Trigger::Interval);
+            // A decision not on a tick is on what is due; a periodic one that decides what an
+            // earlier event deferred is still the periodic decision (named by the event, it
+            // told of an arrival long past).
+            let deferred = self.deferred.take();
+            let trigger = self.due.take().unwrap_or(Trigger::Interval);
             self.decide(now, trigger.clone(), admit_until, &mut out);
             self.deferred = match admit_until {
                 // What the event may change of running jobs is decided at the next periodic
                 // decision, whatever the policy says of it then.
-                Some(_) => self.deferred.take().or(Some(trigger)),
+                Some(_) => deferred.or(Some(trigger)),
                 None => None,
             };
         } else if self.live.is_empty() {
