@@ -157,6 +157,26 @@ fn a_gain_below_the_minimum_gain_holds_a_job() {
     );
 }
 
+/// The same gain of 25 % is above a minimum gain of 5 %, but a restart costs more than a
+/// young job gains: the restart cost holds it, and is named (the minimum gain was).
+#[test]
+fn a_gain_above_the_minimum_gain_but_below_a_restarts_cost_names_the_restart() {
+    let a = after_b_ends(|c| {
+        c.settings.restart.min_gain = 0.05;
+        c.settings.restart.cost_s = 600.0;
+    });
+    let e = explain(&a, "a");
+    assert_eq!(e.limit, Limit::RestartCost { cost_s: 600.0 });
+    let more = e.more.as_ref().unwrap();
+    assert!(close(more.gain.unwrap(), 0.25), "{more:?}");
+    assert!(more.value_change <= 0.0, "{more:?}");
+    assert!(
+        e.to_string()
+            .ends_with("less than a restart costs (600 s of progress)"),
+        "{e}"
+    );
+}
+
 #[test]
 fn a_job_in_its_cooldown_is_held() {
     let a = after_b_ends(|c| c.cooldown_s = 100.0);

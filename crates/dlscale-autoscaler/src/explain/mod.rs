@@ -865,14 +865,20 @@ impl<'a> Explainer<'a> {
                     if gain <= 0.0 {
                         Limit::NoGain
                     } else if m.value_change <= 0.0 {
-                        if job.current.is_some() && restart.min_gain > 0.0 {
-                            Limit::MinGain {
-                                min_gain: restart.min_gain,
-                            }
+                        // The minimum gain holds it where the gain is below it; above it, what
+                        // a restart costs does.
+                        let kept = job.current.is_some() && restart.min_gain > 0.0;
+                        let min_gain = Limit::MinGain {
+                            min_gain: restart.min_gain,
+                        };
+                        if kept && gain <= restart.min_gain {
+                            min_gain
                         } else if restart.cost_s > 0.0 {
                             Limit::RestartCost {
                                 cost_s: restart.cost_s,
                             }
+                        } else if kept {
+                            min_gain
                         } else {
                             Limit::NoGain
                         }
