@@ -763,8 +763,10 @@ async fn output_into_a_closed_pipe_ends_quietly() {
     }
 }
 
-/// A launcher that cannot be executed (here torchrun, removed after the server checked it at its
-/// start): the job fails after its retries, and its state says why, not only `exit code 127`.
+/// A launcher that cannot be found (here torchrun, removed after the server checked it at its
+/// start) refuses its jobs at submission, naming the field. One removed after a job was
+/// accepted (it waited for GPUs meanwhile): the job fails after its retries, and its state
+/// says why, not only `exit code 127`.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_whose_launcher_cannot_be_executed_fails_saying_why() {
     use std::os::unix::fs::PermissionsExt;
@@ -780,7 +782,28 @@ async fn a_job_whose_launcher_cannot_be_executed_fails_saying_why() {
     t["command"] = json!(["train.py"]);
     t["launcher"] = json!("torchrun");
     t["workdir"] = json!(dir.path());
+    let (status, refused) = server.json(Method::POST, "/v1/jobs", Some(t.clone())).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains("this server cannot start torchrun jobs"),
+        "{refused}"
+    );
+    // Back, while a job holds every GPU: t, which needs them all too, waits, and torchrun
+    // goes before it starts.
+    std::fs::write(&torchrun, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&torchrun, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut all = job("all", "sleep 60");
+    all["min_gpus"] = json!(4);
+    server.submit(all).await;
+    server
+        .wait_job("all", 30.0, "its start", |j| j.state == JobStatus::Running)
+        .await;
+    t["min_gpus"] = json!(4);
     server.submit(t).await;
+    std::fs::remove_file(&torchrun).unwrap();
+    server.cancel("all").await;
     let failed = server
         .wait_job("t", 30.0, "its failure", |j| j.state == JobStatus::Failed)
         .await;

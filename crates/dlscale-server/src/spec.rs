@@ -472,17 +472,25 @@ impl JobSpec {
                 other.name(),
                 self.workdir.display()
             ),
-            other => match self.env.get("PATH") {
-                Some(path) => format!(
-                    "launcher {}: the program {program} is not on the PATH the job's env sets \
-                     ({path})",
-                    other.name()
-                ),
-                None => format!(
-                    "launcher {}: the program {program} is not on the server's PATH",
-                    other.name()
-                ),
-            },
+            other => {
+                // A bare name is looked up on PATH only, as a shell does.
+                let hint = if is_executable(&self.workdir.join(program)) {
+                    format!(" (one is under workdir: write ./{program} to run it)")
+                } else {
+                    String::new()
+                };
+                match self.env.get("PATH") {
+                    Some(path) => format!(
+                        "launcher {}: the program {program} is not on the PATH the job's env \
+                         sets ({path}){hint}",
+                        other.name()
+                    ),
+                    None => format!(
+                        "launcher {}: the program {program} is not on the server's PATH{hint}",
+                        other.name()
+                    ),
+                }
+            }
         };
         Err(ApiError::field(
             "command",
@@ -854,6 +862,13 @@ mod tests {
                 spec(json!(["sh"]), "plain", json!({"PATH": "/nowhere"}), &work),
                 "command",
                 "field 'command': launcher plain: the program sh is not on the PATH the job's env sets (/nowhere)".to_string(),
+            ),
+            (
+                spec(json!(["tool"]), "plain", json!({}), &format!("{work}/bin")),
+                "command",
+                "field 'command': launcher plain: the program tool is not on the server's PATH \
+                 (one is under workdir: write ./tool to run it)"
+                    .to_string(),
             ),
             (
                 spec(json!(["./data.txt"]), "srun", json!({}), &work),

@@ -72,7 +72,8 @@ async fn accept(
     by: Option<&Principal>,
 ) -> Result<Received, ApiError> {
     spec.check_runnable()?;
-    if let Some(why) = s.config.executor.refuses(spec.launcher) {
+    let refused = s.config.executor.refuses(spec.launcher);
+    if let Some(why) = refused.or_else(|| s.executor.cannot_launch(spec.launcher)) {
         return Err(ApiError::field(
             "launcher",
             format!("field 'launcher': {why}"),

@@ -592,6 +592,13 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
     /// What it tracks of each live launch, by (job id, attempt).
     fn handles(&self) -> BTreeMap<(String, u32), Handle>;
 
+    /// Why it cannot start `launcher`'s launches now (a program they need is missing here), if
+    /// so: such a submission is refused rather than retried to no end.
+    fn cannot_launch(&self, launcher: crate::spec::Launcher) -> Option<String> {
+        let _ = launcher;
+        None
+    }
+
     /// The device ids it schedules on this machine, if it is that kind of executor.
     fn slots(&self) -> Option<Slots> {
         None

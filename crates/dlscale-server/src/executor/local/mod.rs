@@ -403,6 +403,24 @@ impl Executor for LocalExecutor {
         &self.ctx
     }
 
+    /// torchrun jobs, while the torchrun it runs cannot be found (looked up again at each
+    /// submission: it may be installed while the server runs).
+    fn cannot_launch(&self, launcher: crate::spec::Launcher) -> Option<String> {
+        if launcher != crate::spec::Launcher::Torchrun {
+            return None;
+        }
+        let torchrun = self.ctx.torchrun.to_string_lossy();
+        let path = std::env::var_os("PATH");
+        find_program(&torchrun, path.as_deref(), std::path::Path::new("/"))
+            .err()
+            .map(|e| {
+                format!(
+                    "this server cannot start torchrun jobs: {e} (its configuration's torchrun \
+                     = PATH, or serve --torchrun PATH, names one)"
+                )
+            })
+    }
+
     fn poll_interval(&self) -> Duration {
         Duration::from_millis(1000)
     }

@@ -503,3 +503,30 @@ fn a_group_is_the_launchs_only_while_it_holds_one_of_its_processes() {
     other.kill().unwrap();
     other.wait().unwrap();
 }
+
+/// A torchrun that cannot be found makes torchrun jobs refused at submission (they had failed
+/// every launch with exit 127, then the job); plain jobs, and torchrun once it exists, are not.
+#[test]
+fn torchrun_jobs_are_refused_while_torchrun_cannot_be_found() {
+    use crate::spec::Launcher;
+    let dir = tempfile::tempdir().unwrap();
+    let (reports, _) = tokio::sync::mpsc::unbounded_channel();
+    let mut ctx = ctx(dir.path());
+    ctx.torchrun = dir.path().join("torchrun");
+    let local = LocalExecutor::new(ctx, Slot::untyped(1), false, reports);
+    let why = local.cannot_launch(Launcher::Torchrun).expect("refused");
+    assert!(
+        why.starts_with("this server cannot start torchrun jobs: the program")
+            && why.contains("torchrun = PATH"),
+        "{why}"
+    );
+    assert_eq!(local.cannot_launch(Launcher::Plain), None);
+    let torchrun = dir.path().join("torchrun");
+    std::fs::write(&torchrun, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(
+        &torchrun,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    assert_eq!(local.cannot_launch(Launcher::Torchrun), None);
+}
