@@ -444,6 +444,22 @@ pub fn run_jobs(args: &JobsArgs) -> Result<()> {
         "/v1/jobs"
     };
     let rt = runtime()?;
+    if let Some(team) = args.team.as_deref() {
+        // A team the server does not know would list nothing, as if it had no jobs.
+        let teams: Vec<serde_json::Value> = rt
+            .block_on(client.call(Method::GET, "/v1/teams", None))
+            .map_err(classify)?;
+        let mut known: Vec<&str> = teams.iter().filter_map(|t| t["team"].as_str()).collect();
+        known.push(dlscale_core::allocator::DEFAULT_TEAM);
+        known.sort_unstable();
+        known.dedup();
+        if !known.contains(&team) {
+            return Err(input_error(anyhow!(
+                "--team {team}: not a team of this server (its teams: {})",
+                known.join(", ")
+            )));
+        }
+    }
     let Some(every_s) = args.watch else {
         let jobs: Vec<JobView> = rt
             .block_on(client.call(Method::GET, path, None))

@@ -96,6 +96,19 @@ async fn a_teams_lent_gpus_come_back_when_it_submits_and_only_its_users_change_i
         let ids: Vec<&str> = listed.iter().filter_map(|j| j["id"].as_str()).collect();
         assert_eq!(ids, [expected], "team {team}");
     }
+    // A team the server does not have is refused, naming its teams (it listed nothing).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dlscale"))
+        .args(["jobs", "--team", "nosuch"])
+        .env("DLSCALE_API", format!("http://127.0.0.1:{}", server.port))
+        .env("DLSCALE_TOKEN", service_support::TOKEN)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--team nosuch: not a team of this server (its teams: a, b, default)"),
+        "{stderr}"
+    );
 
     for id in ["a1", "b1"] {
         let done = server

@@ -335,14 +335,25 @@ pub fn log_tail(files: &JobFiles, max_bytes: u64) -> Option<String> {
 /// One line in the job's log where dlscale stopped a launch, so that what follows it (a
 /// `SignalException` traceback from torchrun, a checkpoint message) reads as expected rather than
 /// as a crash. Best effort: the log is the job's, and a failed write loses only the mark.
-pub fn mark_stop_in_log(files: &JobFiles, id: &str, attempt: u32, reason: StopReason) {
+pub fn mark_stop_in_log(
+    files: &JobFiles,
+    (id, attempt): (&str, u32),
+    reason: StopReason,
+    launcher: crate::spec::Launcher,
+) {
     let then = match reason {
         StopReason::Cancel => "it is not relaunched (cancelled)",
         _ => "it is relaunched, resuming from its checkpoint if it saved one",
     };
+    // Only torchrun prints a traceback of its own when signalled.
+    let traceback = match launcher {
+        crate::spec::Launcher::Torchrun => {
+            " A traceback from torchrun's SignalException below this line is expected."
+        }
+        _ => "",
+    };
     let line = format!(
-        "[dlscale] launch {attempt} stopped ({reason}): SIGTERM sent; {then}. A traceback from \
-         torchrun's SignalException below this line is expected.\n"
+        "[dlscale] launch {attempt} stopped ({reason}): SIGTERM sent; {then}.{traceback}\n"
     );
     append_to_log(files, id, &line);
 }
@@ -741,7 +752,7 @@ pub async fn carry_out(
             Ok(true) => {
                 if let Some(job) = job {
                     let files = JobFiles::of(&executor.ctx().data_dir, &job.spec);
-                    mark_stop_in_log(&files, id, *attempt, *reason);
+                    mark_stop_in_log(&files, (id, *attempt), *reason, job.spec.launcher);
                 }
                 fault::point("after-signal");
                 vec![Input::StopDelivered {
@@ -766,6 +777,23 @@ pub async fn carry_out(
 
 #[cfg(test)]
 mod tests {
+    /// The stop's mark in a job's log speaks of torchrun's traceback only for torchrun jobs.
+    #[test]
+    fn a_stops_mark_names_torchruns_traceback_for_torchrun_jobs_only() {
+        use crate::spec::Launcher;
+        let dir = tempfile::tempdir().unwrap();
+        for (launcher, mentions) in [(Launcher::Torchrun, true), (Launcher::Plain, false)] {
+            let files = super::JobFiles::new(dir.path(), "j", launcher.name());
+            std::fs::create_dir_all(files.log().parent().unwrap()).unwrap();
+            std::fs::write(files.log(), "").unwrap();
+            let reason = dlscale_autoscaler::StopReason::Rescale;
+            super::mark_stop_in_log(&files, ("j", 1), reason, launcher);
+            let log = std::fs::read_to_string(files.log()).unwrap();
+            assert!(log.starts_with("[dlscale] launch 1 stopped (rescale): SIGTERM sent"));
+            assert_eq!(log.contains("torchrun"), mentions, "{launcher:?}: {log}");
+        }
+    }
+
     #[test]
     fn the_registered_executors_have_names_of_their_own_and_local_is_the_default() {
         let names = super::names();
