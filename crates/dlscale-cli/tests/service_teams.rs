@@ -247,6 +247,19 @@ async fn a_reloaded_configuration_changes_users_and_quotas_without_a_restart() {
     .await;
     let (_, teams) = server.json(Method::GET, "/v1/teams", None).await;
     assert_eq!(teams[0]["team"], "a", "{teams}");
+    // Settings read at the start only: each changed one is named, and waits.
+    let later = config(2, &bob_in_b).replace(
+        &format!("grace_s = {GRACE_S}\n"),
+        &format!("grace_s = {}\nmin_gain = 0.2\n", GRACE_S + 1.0),
+    );
+    server.reload(&later);
+    service_support::wait_until(10.0, "the settings that wait, named", || async {
+        server.log().contains(
+            "configuration reloaded: grace_s, settings.restart.min_gain changed: taken at \
+             the next start",
+        )
+    })
+    .await;
     server.cancel("a1").await;
     service_support::assert_replays(&server);
 }

@@ -66,20 +66,75 @@ pub async fn reload(service: &Service, new: ServerConfig) -> Result<Changes> {
         service.set_users(new.users.clone());
     }
     // Every other setting is read at the start only.
-    let new_fixed = new.executor.fixed();
-    let mut unchanged = new;
-    unchanged.users = old.users.clone();
-    unchanged.teams = old.teams.clone();
-    unchanged.fair_share = old.fair_share;
-    unchanged.executor = std::sync::Arc::clone(&old.executor);
-    if format!("{unchanged:?}") != format!("{old:?}") || new_fixed != old.executor.fixed() {
-        changes.push(
-            "settings other than [users], [teams] (their Slurm accounts too) and \
-             fair_share_half_life_s changed: they take effect at the next start"
-                .into(),
-        );
+    let waiting = fixed_changes(&old, &new);
+    if !waiting.is_empty() {
+        changes.push(format!(
+            "{} changed: taken at the next start (only [users], [teams], their Slurm accounts \
+             and fair_share_half_life_s are taken at once)",
+            waiting.join(", ")
+        ));
     }
     Ok(changes)
+}
+
+/// The settings read at the start only that differ between `old` and `new`, named: the
+/// autoscaler's as its stored configuration names them (`grace_s`,
+/// `settings.restart.min_gain`), then the service's own.
+fn fixed_changes(old: &ServerConfig, new: &ServerConfig) -> Vec<String> {
+    fn leaves(prefix: &str, v: &serde_json::Value, out: &mut BTreeMap<String, String>) {
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, v) in map {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    leaves(&key, v, out);
+                }
+            }
+            other => {
+                out.insert(prefix.to_string(), other.to_string());
+            }
+        }
+    }
+    let flat = |c: &ServerConfig| {
+        let mut out = BTreeMap::new();
+        if let Ok(v) = serde_json::to_value(c.autoscaler()) {
+            leaves("", &v, &mut out);
+        }
+        // Applied at once, not here.
+        out.retain(|k, _| !k.starts_with("teams") && !k.starts_with("fair_share"));
+        out
+    };
+    let (was, now) = (flat(old), flat(new));
+    let mut changed: Vec<String> = was
+        .keys()
+        .chain(now.keys())
+        .filter(|k| was.get(*k) != now.get(*k))
+        .cloned()
+        .collect();
+    changed.sort();
+    changed.dedup();
+    let own = [
+        ("listen", old.listen != new.listen),
+        ("data_dir", old.data_dir != new.data_dir),
+        ("token", old.token != new.token),
+        ("torchrun", old.torchrun != new.torchrun),
+        ("api_url", old.api_url != new.api_url),
+        (
+            "metrics_without_token",
+            old.metrics_without_token != new.metrics_without_token,
+        ),
+        ("executor", old.executor.name() != new.executor.name()),
+        (
+            "the executor's settings",
+            old.executor.name() == new.executor.name()
+                && old.executor.fixed() != new.executor.fixed(),
+        ),
+    ];
+    changed.extend(own.iter().filter(|(_, c)| *c).map(|(k, _)| k.to_string()));
+    changed
 }
 
 /// The teams now, in words.
