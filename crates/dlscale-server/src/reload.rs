@@ -66,7 +66,7 @@ pub async fn reload(service: &Service, new: ServerConfig) -> Result<Changes> {
         service.set_users(new.users.clone());
     }
     // Every other setting is read at the start only.
-    let waiting = fixed_changes(&old, &new);
+    let waiting = fixed_changes(old, &new);
     if !waiting.is_empty() {
         changes.push(format!(
             "{} changed: taken at the next start (only [users], [teams], their Slurm accounts \
