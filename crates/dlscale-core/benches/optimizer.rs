@@ -12,7 +12,9 @@
 //! 4,000 jobs (its setup refuses a certified gap above 1e-4), and whole elastic-batch decisions
 //! (value tables on every type, then the knapsack) on fleets of T4, V100 and A100 nodes of 64 and
 //! 12,288 GPUs with 50 and 4,000 measured jobs. The `milp` group also times the
-//! MILP across three types (8, 8 and 16 GPUs, 12 jobs: the instance of `tests/milp.rs`).
+//! MILP across three types (8, 8 and 16 GPUs, 12 jobs: the instance of `tests/milp.rs`). The
+//! `placement` group: the GPU counts each shape rule can place on the large cluster's nodes
+//! (`Topology::allowed_counts`, at every start and submission).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -286,5 +288,27 @@ fn gpu_types(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, optimizer, large_cluster, teams, milp, gpu_types);
+fn placement(c: &mut Criterion) {
+    use dlscale_core::placement::{ShapeRule, Topology};
+    let (_, gpus) = LARGE;
+    let topology = Topology::uniform(gpus / 8, 8);
+    let mut group = c.benchmark_group("placement");
+    for rule in [ShapeRule::EqualPerNode, ShapeRule::WholeNodes] {
+        group.bench_function(
+            BenchmarkId::new("allowed-counts", format!("{rule:?}")),
+            |b| b.iter(|| topology.allowed_counts(rule)),
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    optimizer,
+    large_cluster,
+    teams,
+    milp,
+    gpu_types,
+    placement
+);
 criterion_main!(benches);

@@ -169,12 +169,50 @@ impl Topology {
     }
 
     /// `allowed[g]`: whether `rule` can place `g` GPUs on the idle topology, for `g` up to the
-    /// total.
+    /// total. What placing each count in turn would find, in time linear in the GPUs (that took
+    /// seconds on tens of thousands of GPUs, at every start and submission).
     pub fn allowed_counts(&self, rule: ShapeRule) -> Vec<bool> {
-        let free = self.idle();
-        (0..=self.total())
-            .map(|g| g > 0 && place_one(self, rule, &free, g, u32::MAX).is_some())
-            .collect()
+        let total = self.total();
+        let mut allowed = vec![false; total as usize + 1];
+        // Node sizes, largest first.
+        let mut sizes: Vec<GpuCount> = self
+            .nodes
+            .iter()
+            .map(|n| n.gpus)
+            .filter(|&g| g > 0)
+            .collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        match rule {
+            // On idle nodes, any count up to the total splits somehow.
+            ShapeRule::Any | ShapeRule::MostFree => allowed[1..].fill(true),
+            // n nodes of k GPUs each: there are n nodes of k or more while the n-th largest
+            // has k.
+            ShapeRule::EqualPerNode => {
+                for (n, &largest_k) in (1..).zip(&sizes) {
+                    for k in 1..=largest_k {
+                        allowed[(n * k) as usize] = true;
+                    }
+                }
+            }
+            // Whole nodes, largest first, each taken while it fits what is left: per size,
+            // as many of its nodes as fit.
+            ShapeRule::WholeNodes => {
+                let mut groups: Vec<(GpuCount, GpuCount)> = Vec::new();
+                for &size in &sizes {
+                    match groups.last_mut() {
+                        Some((s, count)) if *s == size => *count += 1,
+                        _ => groups.push((size, 1)),
+                    }
+                }
+                for g in 1..=total {
+                    let left = groups.iter().fold(g, |left, &(size, count)| {
+                        left - size * count.min(left / size)
+                    });
+                    allowed[g as usize] = left == 0;
+                }
+            }
+        }
+        allowed
     }
 
     /// The nodes `gpus` GPUs take on the idle topology under `rule` (the consolidated shape a
@@ -576,6 +614,30 @@ fn place_whole(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The allowed counts are what placing each count in turn on the idle nodes finds,
+        /// for every rule, on nodes of mixed sizes.
+        #[test]
+        fn allowed_counts_are_what_placing_each_count_finds(
+            gpus in prop::collection::vec(0u32..9, 1..7),
+        ) {
+            let topology = uneven(&gpus);
+            let free = topology.idle();
+            for rule in [
+                ShapeRule::Any,
+                ShapeRule::EqualPerNode,
+                ShapeRule::WholeNodes,
+                ShapeRule::MostFree,
+            ] {
+                let placed: Vec<bool> = (0..=topology.total())
+                    .map(|g| g > 0 && place_one(&topology, rule, &free, g, u32::MAX).is_some())
+                    .collect();
+                prop_assert_eq!(topology.allowed_counts(rule), placed, "{:?} on {:?}", rule, gpus);
+            }
+        }
+    }
 
     fn wanted(spec: &[(&str, GpuCount)]) -> Vec<Wanted> {
         spec.iter()

@@ -507,7 +507,15 @@ impl TeamKnapsack {
                 return None;
             }
             team.base_gpus = base_gpus;
-            let width = (cap - base_gpus) as usize;
+            // No choice of its jobs uses more than their largest options together: the table
+            // stops there, not at the cluster (a small team on a large one had a row as wide
+            // as the cluster per job).
+            let most: u64 = team
+                .jobs
+                .iter()
+                .map(|&j| items[j].last().map_or(0, |o| u64::from(o.gpus)))
+                .sum();
+            let width = (most.min(u64::from(cap)) - u64::from(base_gpus)) as usize;
             team.table.fill_exact(&team.kept[..team.jobs.len()], width);
             // h(x): the best gain with exactly x extra GPUs (-inf: no choice uses x).
             let h = |x: usize| team.table.best(x);
