@@ -449,3 +449,29 @@ fn a_family_pool_outlives_its_jobs_across_a_restore() {
     assert!(same_model(c_job.throughput.as_ref(), &PRIOR));
     assert_eq!(c_job.gpus.max, 2);
 }
+
+/// A report at a batch the launch does not run measures no configuration: neither the job's
+/// points nor its family's grow (every new batch a worker sent had made one more point of a
+/// configuration never run, refitted each time, for its job and its family).
+#[test]
+fn a_report_at_a_batch_no_launch_ran_adds_no_point() {
+    let (mut a, (attempt, _, batch), _) = after_a_measured(submit("b", ModelSource::Learned, None));
+    let points = |a: &Autoscaler| {
+        (
+            a.job("a").unwrap().0.measurements.points.len(),
+            a.families()["f"].points.len(),
+        )
+    };
+    assert_eq!(points(&a), (1, 1));
+    for (k, other) in [batch + 1, batch * 2, 999].into_iter().enumerate() {
+        a.handle(
+            200.0 + k as f64,
+            vec![report("a", attempt, other, 500.0, None)],
+        );
+    }
+    assert_eq!(points(&a), (1, 1));
+    // At its own batch it measures, as before.
+    a.handle(300.0, vec![report("a", attempt, batch, 1000.0, None)]);
+    let (record, _) = a.job("a").unwrap();
+    assert_eq!(record.measurements.points[0].reports, 2);
+}

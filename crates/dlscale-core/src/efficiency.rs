@@ -23,6 +23,10 @@ pub struct GradNoise {
 }
 
 impl GradNoise {
+    /// The largest statistic a measurement may give: far beyond any gradient's (fp32 overflows
+    /// long before), and small enough that a mean over any number of reports stays finite.
+    pub const MAX_STATISTIC: f64 = 1e60;
+
     /// Gradient statistics for a given noise scale φ at initial batch `init_batch`.
     pub fn from_noise_scale(noise_scale: f64, init_batch: u32) -> Self {
         GradNoise {

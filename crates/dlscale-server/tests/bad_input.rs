@@ -734,6 +734,30 @@ fn api_bodies_never_half_apply() {
         })
         .unwrap();
 
+    // Values a worker may send that imply no real step: refused, naming the field (a step time
+    // of infinity had made the job's record unreadable at the next start).
+    for (field, value, named) in [
+        ("samples_per_s", json!(5e-324), "samples_per_s"),
+        ("samples_per_s", json!(1e300), "samples_per_s"),
+        ("compute_time_s", json!(1e300), "compute_time_s"),
+        (
+            "grad",
+            json!({"grad_sqr": 1.0, "grad_var": 1e308}),
+            "grad.grad_var",
+        ),
+    ] {
+        runtime.block_on(async {
+            let before = progress(&app, "live").await;
+            let mut r = report.clone();
+            r.insert(field.to_string(), value.clone());
+            let bytes = Value::Object(r).to_string().into_bytes();
+            let (status, answer) = call(&app, "POST", "/v1/jobs/live/metrics", bytes).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{field} {value}: {answer}");
+            assert!(names(&answer, named), "{answer} does not name {named}");
+            assert_eq!(progress(&app, "live").await, before);
+        });
+    }
+
     // POST /v1/jobs/live/complete: only the field naming is checked (a valid completion of
     // another launch is refused as such; the job keeps running).
     let completion = json!({"attempt": live + 7, "step": 1, "samples_seen": 1})

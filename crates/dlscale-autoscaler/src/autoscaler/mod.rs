@@ -929,10 +929,11 @@ impl Autoscaler {
             attempt: r.attempt,
             gpus,
             nodes,
-            // A job that changes batch in place may report the batch it ran before it took
-            // the launch's new one: its step time is not a measurement of the launch's
-            // micro-steps.
-            measures: !r.batch_in_place || report.batch_size == launch.shape.batch_size,
+            // Only the batch the launch runs is a measurement of it: a job that changes batch
+            // in place may report the one it ran before it took the launch's new one, and a
+            // batch no launch ran would be a point of a configuration never run (a worker's
+            // every new batch one more point, for its job and its family).
+            measures: report.batch_size == launch.shape.batch_size,
             measured: point,
             grad: report.grad,
         };

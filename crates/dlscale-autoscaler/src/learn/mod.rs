@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use dlscale_core::throughput::{
     accumulated_step_time_s, Accumulating, AnalyticModel, FitQuality, StepTimeSample,
-    ThroughputModel,
+    ThroughputModel, MAX_MODEL_TIME_S,
 };
 use dlscale_core::{BatchSize, GpuCount, Job};
 use serde::{Deserialize, Serialize};
@@ -174,7 +174,16 @@ impl Measurements {
         let local_batch = batch.div_ceil(gpus);
         let micro_steps = micro_steps.max(1);
         let step_time_s = f64::from(batch) / samples_per_s;
-        let compute_time_s = compute_time_s.filter(|c| c.is_finite() && *c > 0.0);
+        // A step of no time, or of more than a model may take, is no measurement (an infinite
+        // one made every later mean at its configuration NaN, its job's and family's fits
+        // with it).
+        if !(step_time_s > 0.0 && step_time_s <= MAX_MODEL_TIME_S) {
+            return false;
+        }
+        // One micro-step's compute takes no longer than the step it is part of: one that does
+        // was measured as something else, and would read as no synchronisation at all.
+        let compute_time_s =
+            compute_time_s.filter(|c| c.is_finite() && *c > 0.0 && *c <= step_time_s);
         let key = (gpus, nodes.max(1), local_batch, micro_steps);
         match self.points.iter_mut().find(|p| {
             (p.gpus, p.nodes, p.local_batch, p.micro_steps) == key && p.gpu_type == gpu_type
@@ -253,7 +262,7 @@ impl Measurements {
     /// Takes one report's gradient statistics; reports that are not finite and non-negative
     /// are ignored. Returns the statistics now held.
     pub fn add_grad(&mut self, g: GradNoise) -> Option<GradNoise> {
-        let valid = |x: f64| x.is_finite() && x >= 0.0;
+        let valid = |x: f64| (0.0..=GradNoise::MAX_STATISTIC).contains(&x);
         if valid(g.grad_sqr) && valid(g.grad_var) {
             self.grad = Some(g);
         }
@@ -264,7 +273,7 @@ impl Measurements {
     /// weighing alike (in any order: a restored pool is the same). A first report covers only
     /// the few steps before it, so one job's alone would be a noisy start for the next.
     pub fn add_first_grad(&mut self, g: GradNoise) {
-        let valid = |x: f64| x.is_finite() && x >= 0.0;
+        let valid = |x: f64| (0.0..=GradNoise::MAX_STATISTIC).contains(&x);
         if !(valid(g.grad_sqr) && valid(g.grad_var)) {
             return;
         }
@@ -538,6 +547,26 @@ mod tests {
             compute_time_s: None,
             gpu_type: None,
         }
+    }
+
+    /// A report whose step would take no time or longer than any model's, or whose compute
+    /// outlasts its step, measures nothing of it: an infinite step time made every later mean
+    /// at its configuration NaN.
+    #[test]
+    fn a_report_of_no_real_step_is_no_point() {
+        let mut m = Measurements::default();
+        assert!(!m.record(1, 1, measured(32, 1, 5e-324)));
+        assert!(!m.record(1, 1, measured(32, 1, 1e-9)));
+        assert!(m.points.is_empty());
+        assert!(m.record(1, 1, measured(32, 1, 3200.0)));
+        assert!(m.points[0].step_time_s.is_finite());
+        // A micro-step's compute longer than the whole step is left out.
+        let long_compute = Measured {
+            compute_time_s: Some(1.0),
+            ..measured(64, 1, 3200.0)
+        };
+        assert!(m.record(1, 1, long_compute));
+        assert_eq!(m.points[1].compute_time_s, None);
     }
 
     #[test]

@@ -12,7 +12,10 @@ mod scaled;
 pub(crate) mod table;
 
 pub use accumulate::{accumulated_step_time_s, max_local_within, micro_steps_for, Accumulating};
-pub use analytic::{AnalyticModel, FitQuality, StepTimeSample, MAX_OVERLAP_GAMMA};
+pub use analytic::{
+    AnalyticModel, FitQuality, StepTimeSample, MAX_MODEL_TIME_S, MAX_OVERLAP_GAMMA,
+    MIN_SAMPLE_COMPUTE_S,
+};
 pub use scaled::{Extended, Scaled};
 pub use table::MeasuredTable;
 

@@ -1,6 +1,8 @@
 //! The body of a worker's metrics report: its fields and the checks on their values.
 
 use dlscale_autoscaler::MetricsReport;
+use dlscale_core::efficiency::GradNoise;
+use dlscale_core::throughput::{MAX_MODEL_TIME_S, MIN_SAMPLE_COMPUTE_S};
 
 use crate::error::ApiError;
 
@@ -38,16 +40,26 @@ pub fn validate_progress(step: u64, samples_seen: u64) -> Result<(), ApiError> {
 
 /// Checks a metrics report's values, naming the field at fault.
 pub fn validate_report(m: &MetricsReport) -> Result<(), ApiError> {
-    if !(m.samples_per_s.is_finite() && m.samples_per_s >= 0.0) {
-        return Err(ApiError::field(
-            "samples_per_s",
-            "field 'samples_per_s' must be a finite number ≥ 0",
-        ));
-    }
     for (name, v) in [("batch_size", m.batch_size), ("world_size", m.world_size)] {
         if v == 0 {
             return Err(ApiError::field(name, format!("field '{name}' must be ≥ 1")));
         }
+    }
+    // A step of the batch takes between MIN_SAMPLE_COMPUTE_S and MAX_MODEL_TIME_S, as a
+    // model's may: beyond, the step time it implies is no measurement (an infinite one made its
+    // job's and its family's fits NaN, and the record unreadable at the next start). 0: no
+    // progress in the window.
+    let batch = f64::from(m.batch_size);
+    let (least, most) = (batch / MAX_MODEL_TIME_S, batch / MIN_SAMPLE_COMPUTE_S);
+    if !(m.samples_per_s == 0.0 || (least..=most).contains(&m.samples_per_s)) {
+        return Err(ApiError::field(
+            "samples_per_s",
+            format!(
+                "field 'samples_per_s' must be 0 or, for a batch of {}, between {least:e} and \
+                 {most:e} (a step of {MIN_SAMPLE_COMPUTE_S:e} to {MAX_MODEL_TIME_S:e} s), got {}",
+                m.batch_size, m.samples_per_s
+            ),
+        ));
     }
     validate_progress(m.step, m.samples_seen)?;
     if m.loss.is_some_and(|l| !l.is_finite()) {
@@ -57,11 +69,11 @@ pub fn validate_report(m: &MetricsReport) -> Result<(), ApiError> {
         ));
     }
     if m.compute_time_s
-        .is_some_and(|c| !(c.is_finite() && c > 0.0))
+        .is_some_and(|c| !(c > 0.0 && c <= MAX_MODEL_TIME_S))
     {
         return Err(ApiError::field(
             "compute_time_s",
-            "field 'compute_time_s' must be a finite number > 0 or null",
+            format!("field 'compute_time_s' must be a number in (0, {MAX_MODEL_TIME_S:e}] or null"),
         ));
     }
     for (name, v) in [
@@ -77,10 +89,13 @@ pub fn validate_report(m: &MetricsReport) -> Result<(), ApiError> {
     }
     if let Some(g) = &m.grad {
         for (name, v) in [("grad.grad_sqr", g.grad_sqr), ("grad.grad_var", g.grad_var)] {
-            if !(v.is_finite() && v >= 0.0) {
+            if !(0.0..=GradNoise::MAX_STATISTIC).contains(&v) {
                 return Err(ApiError::field(
                     name,
-                    format!("field '{name}' must be a finite number ≥ 0"),
+                    format!(
+                        "field '{name}' must be a number in [0, {:e}]",
+                        GradNoise::MAX_STATISTIC
+                    ),
                 ));
             }
         }
