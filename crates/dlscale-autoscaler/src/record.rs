@@ -254,7 +254,9 @@ pub struct JobRecord {
     /// decision; 0 in records stored before this was kept (a restore takes the job's).
     #[serde(default)]
     pub weight: f64,
-    /// The model family it named ([`crate::Submission::family`]).
+    /// The pool of the model family it named ([`crate::Submission::family`]): the family's
+    /// name, as `TEAM/NAME` for a job of a team other than the default (each team pools its
+    /// own).
     #[serde(default)]
     pub family: Option<String>,
     /// Its first gradient report, for its family: how the family's jobs start training, which

@@ -475,3 +475,27 @@ fn a_report_at_a_batch_no_launch_ran_adds_no_point() {
     let (record, _) = a.job("a").unwrap();
     assert_eq!(record.measurements.points[0].reports, 2);
 }
+
+/// Each team pools its own jobs of a family: team b's reports of family `f`, however far off,
+/// do not move team a's pool, and a new job of team a starts from a's.
+#[test]
+fn each_team_pools_its_own_jobs_of_a_family() {
+    let of_team = |id: &str, team: &str| {
+        let mut j = job(id);
+        j.team = Some(team.into());
+        submit_as(j, ModelSource::Learned, Some("f"))
+    };
+    let mut a = Autoscaler::new(config(), topology());
+    run_measured(&mut a, 0.0, of_team("a1", "a"), "a1", 1000.0, [None, None]);
+    let a_pool = a.families()["a/f"].clone();
+    run_measured(&mut a, 100.0, of_team("b1", "b"), "b1", 1.0, [None, None]);
+    assert_eq!(a.families()["a/f"], a_pool, "b's reports moved a's pool");
+    assert_eq!(a.families()["b/f"].points.len(), 1);
+    assert!(!a.families().contains_key("f"));
+    // a's next job starts from a's pool: it predicts the step a measured (128 samples at
+    // 1000 samples/s on 2 GPUs), not b's (at 1 sample/s).
+    a.handle(200.0, vec![of_team("a2", "a")]);
+    let (_, a2) = a.job("a2").unwrap();
+    let step_s = a2.throughput.step_time_s(2, 1, 64).unwrap();
+    assert!((step_s - 0.128).abs() < 0.01, "{step_s}");
+}

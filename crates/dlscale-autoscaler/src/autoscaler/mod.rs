@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use dlscale_core::allocator::TeamUsage;
+use dlscale_core::allocator::{TeamUsage, DEFAULT_TEAM};
 use dlscale_core::fleet::UNTYPED;
 use dlscale_core::job::JobHistory;
 use dlscale_core::placement::{self, Topology};
@@ -687,7 +687,16 @@ impl Autoscaler {
         }
         let sub_by = sub.by.clone();
         let mut job = sub.job;
-        let family = sub.family.filter(|_| sub.model == ModelSource::Learned);
+        // A family's pool is its team's: another team's jobs naming the same family neither
+        // teach it nor learn from it (one team's reports, wrong or hostile, had moved every
+        // team's models of the family). Team and family names hold no '/'.
+        let family = sub
+            .family
+            .filter(|_| sub.model == ModelSource::Learned)
+            .map(|f| match job.team.as_deref() {
+                Some(team) if team != DEFAULT_TEAM => format!("{team}/{f}"),
+                _ => f,
+            });
         let history = JobHistory {
             submitted_s: now,
             ..job.history.clone()

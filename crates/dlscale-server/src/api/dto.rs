@@ -298,7 +298,8 @@ impl JobView {
             predicted_samples_per_s: None,
             efficiency: None,
             noise_scale: None,
-            family: record.family.clone(),
+            // As named (the record's is its team's pool of it).
+            family: spec.family.clone().filter(|_| record.family.is_some()),
             team: spec.entry.team.clone(),
             owner: spec.owner.clone(),
             exit_code: match &record.last_outcome {
