@@ -182,7 +182,7 @@ fn serve_config_errors_name_the_file() {
     let (path, err) = serve("range.toml", "slots = 2\nmin_gain = -1.0\n", &[]);
     assert!(
         err.contains(&format!(
-            "{}:2: min_gain must be a finite number ≥ 0",
+            "{}:2: min_gain must be a number in [0, 10], got -1",
             path.display()
         )),
         "{err}"
