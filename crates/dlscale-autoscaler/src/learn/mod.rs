@@ -180,10 +180,7 @@ impl Measurements {
         if !(step_time_s > 0.0 && step_time_s <= MAX_MODEL_TIME_S) {
             return false;
         }
-        // One micro-step's compute takes no longer than the step it is part of: one that does
-        // was measured as something else, and would read as no synchronisation at all.
-        let compute_time_s =
-            compute_time_s.filter(|c| c.is_finite() && *c > 0.0 && *c <= step_time_s);
+        let compute_time_s = compute_time_s.filter(|c| c.is_finite() && *c > 0.0);
         let key = (gpus, nodes.max(1), local_batch, micro_steps);
         match self.points.iter_mut().find(|p| {
             (p.gpus, p.nodes, p.local_batch, p.micro_steps) == key && p.gpu_type == gpu_type
@@ -549,9 +546,8 @@ mod tests {
         }
     }
 
-    /// A report whose step would take no time or longer than any model's, or whose compute
-    /// outlasts its step, measures nothing of it: an infinite step time made every later mean
-    /// at its configuration NaN.
+    /// A report whose step would take no time or longer than any model's measures nothing of
+    /// it: an infinite step time made every later mean at its configuration NaN.
     #[test]
     fn a_report_of_no_real_step_is_no_point() {
         let mut m = Measurements::default();
@@ -560,13 +556,6 @@ mod tests {
         assert!(m.points.is_empty());
         assert!(m.record(1, 1, measured(32, 1, 3200.0)));
         assert!(m.points[0].step_time_s.is_finite());
-        // A micro-step's compute longer than the whole step is left out.
-        let long_compute = Measured {
-            compute_time_s: Some(1.0),
-            ..measured(64, 1, 3200.0)
-        };
-        assert!(m.record(1, 1, long_compute));
-        assert_eq!(m.points[1].compute_time_s, None);
     }
 
     #[test]
