@@ -435,6 +435,9 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or("-".to_string(), |v| v.to_string())
 }
 
+/// The longest `--watch` interval: a day.
+const MAX_WATCH_S: f64 = 86_400.0;
+
 /// `dlscale jobs`.
 pub fn run_jobs(args: &JobsArgs) -> Result<()> {
     let client = ApiClient::from_env().map_err(input_error)?;
@@ -467,11 +470,14 @@ pub fn run_jobs(args: &JobsArgs) -> Result<()> {
         print!("{}", jobs_text(&jobs, args)?);
         return Ok(());
     };
-    if !(every_s.is_finite() && every_s > 0.0) {
+    let every = std::time::Duration::try_from_secs_f64(every_s)
+        .ok()
+        .filter(|d| !d.is_zero() && every_s <= MAX_WATCH_S);
+    let Some(every) = every else {
         return Err(input_error(anyhow!(
-            "--watch: the interval must be a positive number of seconds, got {every_s}"
+            "--watch: the interval must be a number of seconds in (0, {MAX_WATCH_S}], got {every_s}"
         )));
-    }
+    };
     loop {
         let text = match rt.block_on(client.call::<Vec<JobView>>(Method::GET, path, None)) {
             Ok(jobs) => jobs_text(&jobs, args)?,
@@ -493,7 +499,7 @@ pub fn run_jobs(args: &JobsArgs) -> Result<()> {
         }
         use std::io::Write;
         std::io::stdout().flush()?;
-        std::thread::sleep(std::time::Duration::from_secs_f64(every_s));
+        std::thread::sleep(every);
     }
 }
 
@@ -739,6 +745,9 @@ fn default_torchrun() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("torchrun"))
 }
 
+/// The longest `dlscale profile` waits for or measures one point: a day.
+const MAX_PROFILE_WAIT_S: f64 = 86_400.0;
+
 /// `dlscale profile`.
 pub fn run_profile_cmd(args: &ProfileArgs) -> Result<()> {
     let file = read_job_file(&args.file).map_err(input_error)?;
@@ -758,8 +767,15 @@ pub fn run_profile_cmd(args: &ProfileArgs) -> Result<()> {
     };
     let spec = JobSpec::from_value(file.jobs[0].clone()).map_err(in_file)?;
     let job = spec.build_job(None).map_err(in_file)?;
-    if !(args.seconds.is_finite() && args.seconds > 0.0) {
-        return Err(input_error(anyhow!("--seconds must be positive")));
+    for (flag, value) in [
+        ("--seconds", args.seconds),
+        ("--startup-timeout", args.startup_timeout),
+    ] {
+        if !(value > 0.0 && value <= MAX_PROFILE_WAIT_S) {
+            return Err(input_error(anyhow!(
+                "{flag} must be a number of seconds in (0, {MAX_PROFILE_WAIT_S}], got {value}"
+            )));
+        }
     }
     let points = if args.points.is_empty() {
         let b = job.batch.min;
@@ -777,6 +793,12 @@ pub fn run_profile_cmd(args: &ProfileArgs) -> Result<()> {
     } else {
         args.points.clone()
     };
+    if points.len() < 2 {
+        return Err(input_error(anyhow!(
+            "--point: profiling needs at least 2 points to fit a model, got {}",
+            points.len()
+        )));
+    }
     for p in &points {
         if !job.batch_fits(p.workers, p.batch_size) {
             return Err(input_error(anyhow!(

@@ -186,3 +186,44 @@ fn a_file_that_never_ends_is_refused_naming_it_and_the_limit() {
         "{stderr}"
     );
 }
+
+/// Flags out of range are refused with exit 2, naming the flag, before anything runs: a
+/// `--watch` interval too long to sleep (it panicked after the first redraw), a profile of one
+/// point (exit 1 before) or a startup timeout that is not a number (it waited for ever).
+#[test]
+fn out_of_range_flags_of_jobs_and_profile_name_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job.toml");
+    std::fs::write(
+        &job,
+        "id = \"p\"\nmin_batch = 32\nmax_batch = 64\nmax_local_batch = 64\n\
+         command = [\"true\"]\nworkdir = \"/tmp\"\nlauncher = \"plain\"\n",
+    )
+    .unwrap();
+    let job = job.to_str().unwrap();
+    let api = ("DLSCALE_API", "http://127.0.0.1:9");
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["jobs", "--watch", "1e20"],
+            "--watch: the interval must be",
+        ),
+        (
+            &["profile", job, "--point", "1x32"],
+            "--point: profiling needs at least 2 points",
+        ),
+        (
+            &["profile", job, "--startup-timeout", "NaN"],
+            "--startup-timeout must be a number of seconds",
+        ),
+        (
+            &["profile", job, "--seconds=-1"],
+            "--seconds must be a number of seconds",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = dlscale(args, &[api]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}

@@ -239,7 +239,8 @@ async fn reload_on_hangup(service: Arc<Service>, reread: Reread) {
     }
 }
 
-async fn shutdown_signal() {
+/// SIGINT (Ctrl-C) or SIGTERM: what asks the process to end.
+pub(crate) async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {

@@ -236,10 +236,18 @@ pub async fn measure(
     let mut exited = None;
     let mut values: Vec<f64> = Vec::new();
     let mut follower = LogFollower::new(log.clone());
+    // Ctrl-C or SIGTERM stops the launch as its end would: its processes run in a group of
+    // their own, which the signal to this process does not reach (they held the GPUs on).
+    let mut interrupt = std::pin::pin!(crate::shutdown_signal());
+    let mut interrupted = false;
     loop {
         tokio::select! {
             status = child.wait() => { exited = Some(status?); }
+            _ = &mut interrupt => { interrupted = true; }
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
+        if interrupted {
+            break;
         }
         // Once it has exited, its last line counts even without its newline.
         let lines = follower.new_lines(exited.is_some()).await;
@@ -273,6 +281,13 @@ pub async fn measure(
     }
     // Workers that left the group (torchrun gives each a session) end with it.
     tokio::task::spawn_blocking(move || local::kill_launch(&marker)).await?;
+    if interrupted {
+        bail!(
+            "interrupted while profiling {}x{}: its launch was stopped",
+            point.workers,
+            point.batch_size
+        );
+    }
     if values.is_empty() {
         let tail = last_lines(&log, 15).await;
         bail!(
