@@ -274,6 +274,8 @@ fn read_server_config(args: &ServeArgs) -> Result<(ServerConfig, Option<String>)
             .find(|(key, given)| *given && message.contains(key))
             .map(|(key, _)| key.replace('_', "-"));
         input_error(match (&args.config, option) {
+            // Named by the variable itself: it is no key of the file.
+            _ if message.starts_with("DLSCALE_TOKEN") => e,
             (_, Some(option)) => e.context(format!("--{option}")),
             (Some(path), None) => e.context(config_at(path, &text, config_key(&message))),
             (None, None) => e,

@@ -382,10 +382,16 @@ impl ServerConfig {
         }
         let executor = executor::configure(&file)?;
         let torchrun = executor.torchrun(file.torchrun)?;
+        // The environment's wins, and an error in it is named so, not as the file's key.
+        let from = if env_token.as_deref().is_some_and(|t| !t.is_empty()) {
+            "DLSCALE_TOKEN"
+        } else {
+            "token"
+        };
         let token = env_token.or(file.token).filter(|t| !t.is_empty());
         if let Some(t) = &token {
             if t.chars().any(|c| c.is_control() || c.is_whitespace()) {
-                bail!("the token must not contain whitespace or control characters");
+                bail!("{from} must not contain whitespace or control characters");
             }
         }
         let api_url = match file.api_url {
@@ -602,6 +608,22 @@ mod tests {
             (c.settings.counts, c.settings.consolidate),
             (CountRule::Any, false)
         );
+        // A token with a space is named where it came from: the environment wins over the file.
+        for (env, file_token, says) in [
+            (
+                Some("my secret"),
+                Some("ok"),
+                "DLSCALE_TOKEN must not contain whitespace",
+            ),
+            (None, Some("my secret"), "token must not contain whitespace"),
+        ] {
+            let file = ConfigFile {
+                token: file_token.map(String::from),
+                ..ConfigFile::default()
+            };
+            let err = ServerConfig::resolve(file, env.map(String::from)).unwrap_err();
+            assert!(err.to_string().starts_with(says), "{err}");
+        }
         // A minimum gain so large that values scaled by it overflow is refused, named.
         for (text, says) in [
             (
