@@ -465,10 +465,16 @@ pub fn run_jobs(args: &JobsArgs) -> Result<()> {
             )));
         }
     }
+    // With --all, every page: the server answers at most its page size at a time.
+    let fetch = || async {
+        if args.all {
+            client.call_pages::<JobView>(path).await
+        } else {
+            client.call::<Vec<JobView>>(Method::GET, path, None).await
+        }
+    };
     let Some(every_s) = args.watch else {
-        let jobs: Vec<JobView> = rt
-            .block_on(client.call(Method::GET, path, None))
-            .map_err(classify)?;
+        let jobs: Vec<JobView> = rt.block_on(fetch()).map_err(classify)?;
         print!("{}", jobs_text(&jobs, args)?);
         return Ok(());
     };
@@ -481,7 +487,7 @@ pub fn run_jobs(args: &JobsArgs) -> Result<()> {
         )));
     };
     loop {
-        let text = match rt.block_on(client.call::<Vec<JobView>>(Method::GET, path, None)) {
+        let text = match rt.block_on(fetch()) {
             Ok(jobs) => jobs_text(&jobs, args)?,
             // A refused request will not pass the next time either; a server away may be back.
             Err(e) => match classify(e) {

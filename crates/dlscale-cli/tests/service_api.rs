@@ -425,6 +425,20 @@ async fn jobs_succeed_fail_after_retries_and_cancel() {
     let (_, cluster) = server.json(Method::GET, "/v1/cluster", None).await;
     assert_eq!(cluster["slots"], json!([0, 1, 2, 3]));
     assert_eq!(cluster["policy"], "elastic-batch");
+    // Every page of a paged list, followed to the oldest (`dlscale jobs --all` reads them all;
+    // it had stopped at the first page).
+    let pages: Vec<Value> = server
+        .client
+        .call_pages("/v1/jobs?all=true&limit=1")
+        .await
+        .unwrap();
+    let mut ids: Vec<&str> = pages.iter().filter_map(|j| j["id"].as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        ["fails", "fitted", "long", "ok", "profiled"],
+        "{pages:?}"
+    );
 }
 
 fn is_alive(pid: i32) -> bool {

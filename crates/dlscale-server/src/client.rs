@@ -174,6 +174,35 @@ impl ApiClient {
         serde_json::from_slice(&bytes).with_context(|| format!("unexpected answer from {path}"))
     }
 
+    /// GETs every page of a paged list (`path` with its query, e.g. `/v1/jobs?all=true`),
+    /// following each answer's `X-Next-Before` until the oldest.
+    pub async fn call_pages<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<Vec<T>> {
+        let mut all = Vec::new();
+        let mut before: Option<String> = None;
+        loop {
+            let page_path = match &before {
+                Some(b) => format!("{path}&before={b}"),
+                None => path.to_string(),
+            };
+            let (status, headers, bytes) = self
+                .send_with_headers(Method::GET, &page_path, None)
+                .await?;
+            check(status, &bytes)?;
+            let page: Vec<T> = serde_json::from_slice(&bytes)
+                .with_context(|| format!("unexpected answer from {page_path}"))?;
+            all.extend(page);
+            let next = headers
+                .get(crate::api::NEXT_BEFORE_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            match next {
+                // A server that answers the same page again would be followed for ever.
+                Some(n) if before.as_ref() != Some(&n) => before = Some(n),
+                _ => return Ok(all),
+            }
+        }
+    }
+
     /// Sends a request and returns a successful answer as text.
     pub async fn text(&self, path: &str) -> Result<String> {
         let (status, bytes) = self.send(Method::GET, path, None).await?;
