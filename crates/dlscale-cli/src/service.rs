@@ -492,6 +492,11 @@ pub fn run_jobs(args: &JobsArgs) -> Result<()> {
             // A refused request will not pass the next time either; a server away may be back.
             Err(e) => match classify(e) {
                 e if e.downcast_ref::<crate::InputError>().is_some() => return Err(e),
+                // JSON on standard output stays JSON: the error goes to standard error.
+                e if args.format == Format::Json => {
+                    eprintln!("error: {e:#}");
+                    String::new()
+                }
                 e => format!("error: {e:#}\n"),
             },
         };

@@ -227,3 +227,30 @@ fn out_of_range_flags_of_jobs_and_profile_name_the_flag() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+/// A server that cannot be reached: the error says why (refused), and `jobs --watch --format
+/// json` keeps standard output JSON, its errors on standard error.
+#[test]
+fn an_unreachable_server_is_named_with_why_and_watched_json_stays_json() {
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_dlscale"))
+        .args(["jobs", "--watch", "0.2", "--format", "json"])
+        .env("DLSCALE_API", "http://127.0.0.1:9")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    watch.kill().unwrap();
+    let out = watch.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        stderr.contains("cannot reach the dlscale server at http://127.0.0.1:9")
+            && stderr.contains("Connection refused"),
+        "{stderr}"
+    );
+}

@@ -139,11 +139,17 @@ impl ApiClient {
         }
         let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
         let exchange = async {
-            let resp = self
-                .http
-                .request(req)
-                .await
-                .map_err(|e| anyhow!("cannot reach {} at {}: {e}", self.peer, self.base))?;
+            let resp = self.http.request(req).await.map_err(|e| {
+                // The client's own message is only `client error (Connect)`: its causes say
+                // what went wrong (refused, no such host).
+                let mut why = e.to_string();
+                let mut cause = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    why = format!("{why}: {c}");
+                    cause = c.source();
+                }
+                anyhow!("cannot reach {} at {}: {why}", self.peer, self.base)
+            })?;
             let status = resp.status();
             let headers = resp.headers().clone();
             let bytes = resp.into_body().collect().await?.to_bytes();
@@ -237,7 +243,16 @@ pub fn check(status: StatusCode, bytes: &[u8]) -> Result<()> {
             Some(f) if !b.error.contains(&f) => (format!("{} (field '{f}')", b.error), Some(f)),
             field => (b.error, field),
         },
-        Err(_) => (String::from_utf8_lossy(bytes).into_owned(), None),
+        Err(_) => {
+            // Not an API error's JSON (a page from another server, a proxy's): its start.
+            let text = String::from_utf8_lossy(bytes);
+            let start: String = text.chars().take(200).collect();
+            let more = if start.len() < text.len() { "…" } else { "" };
+            (
+                format!("the answer is not the API's JSON: {start}{more}"),
+                None,
+            )
+        }
     };
     Err(ApiFailure {
         status,
