@@ -659,31 +659,34 @@ pub fn run_cancel(args: &CancelArgs) -> Result<()> {
 
 /// `dlscale logs`.
 pub fn run_logs(args: &LogsArgs) -> Result<()> {
+    use std::io::Write;
     let client = ApiClient::from_env().map_err(input_error)?;
     let id = segment(&args.id);
     let rt = runtime()?;
-    let (text, mut offset) = rt
+    // The log's bytes as they are: a character split between two reads is whole on the
+    // terminal (each read decoded alone showed it as two replacement characters).
+    let mut out = std::io::stdout();
+    let (bytes, mut offset) = rt
         .block_on(log_chunk(
             &client,
             &format!("/v1/jobs/{id}/logs?tail_bytes={}", args.tail_bytes),
         ))
         .map_err(classify)?;
-    print!("{text}");
+    out.write_all(&bytes)?;
     if !args.follow {
         return Ok(());
     }
-    use std::io::Write;
     loop {
-        let (text, end) = rt
+        let (bytes, end) = rt
             .block_on(log_chunk(
                 &client,
                 &format!("/v1/jobs/{id}/logs?from={offset}"),
             ))
             .map_err(classify)?;
-        print!("{text}");
-        std::io::stdout().flush()?;
+        out.write_all(&bytes)?;
+        out.flush()?;
         offset = end;
-        if text.is_empty() {
+        if bytes.is_empty() {
             let job: JobView = rt
                 .block_on(client.call(Method::GET, &format!("/v1/jobs/{id}"), None))
                 .map_err(classify)?;
@@ -695,7 +698,7 @@ pub fn run_logs(args: &LogsArgs) -> Result<()> {
                         &format!("/v1/jobs/{id}/logs?from={offset}"),
                     ))
                     .map_err(classify)?;
-                print!("{rest}");
+                out.write_all(&rest)?;
                 return Ok(());
             }
             std::thread::sleep(std::time::Duration::from_millis(500));
@@ -703,8 +706,8 @@ pub fn run_logs(args: &LogsArgs) -> Result<()> {
     }
 }
 
-/// One read of a job's log: the text and the offset after it.
-async fn log_chunk(client: &ApiClient, path: &str) -> Result<(String, u64)> {
+/// One read of a job's log: its bytes and the offset after them.
+async fn log_chunk(client: &ApiClient, path: &str) -> Result<(Vec<u8>, u64)> {
     let (status, headers, bytes) = client.send_with_headers(Method::GET, path, None).await?;
     dlscale_server::client::check(status, &bytes)?;
     let end = headers
@@ -712,7 +715,7 @@ async fn log_chunk(client: &ApiClient, path: &str) -> Result<(String, u64)> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    Ok((String::from_utf8_lossy(&bytes).into_owned(), end))
+    Ok((bytes.to_vec(), end))
 }
 
 /// `dlscale replay`.

@@ -830,3 +830,50 @@ async fn a_job_whose_launcher_cannot_be_executed_fails_saying_why() {
     let shown = service_support::cli(&server, &["job", "t"]);
     assert!(shown.contains(&why), "{shown}");
 }
+
+/// A log read in pieces (`from=` the offset of the read before, a mebibyte at most each) joins
+/// into the log's bytes as written, characters cut at a piece's end included: each piece had
+/// been decoded alone, its cut characters replaced.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_log_read_in_pieces_joins_into_its_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), CONFIG).await;
+    // Three-byte characters over several mebibytes: the pieces' ends cut some.
+    let content = "€".repeat(1_400_000) + "\n";
+    let file = dir.path().join("euros.txt");
+    std::fs::write(&file, &content).unwrap();
+    let mut cat = job("euros", "");
+    cat["command"] = json!(["cat", file]);
+    cat["max_gpus"] = json!(1);
+    server.submit(cat).await;
+    server
+        .wait_job("euros", 30.0, "success", |j| {
+            j.state == JobStatus::Succeeded
+        })
+        .await;
+    let mut log = Vec::new();
+    let mut pieces = 0;
+    loop {
+        let path = format!("/v1/jobs/euros/logs?from={}", log.len());
+        let (status, headers, bytes) = server
+            .client
+            .send_with_headers(Method::GET, &path, None)
+            .await
+            .unwrap();
+        assert_eq!(status.as_u16(), 200);
+        let end: usize = headers["x-log-offset"].to_str().unwrap().parse().unwrap();
+        assert_eq!(
+            end,
+            log.len() + bytes.len(),
+            "the offset counts the bytes sent"
+        );
+        if bytes.is_empty() {
+            break;
+        }
+        log.extend_from_slice(&bytes);
+        pieces += 1;
+    }
+    assert!(pieces >= 4, "{pieces} pieces");
+    let log = String::from_utf8(log).expect("the joined pieces are the log's UTF-8");
+    assert!(log.contains(&content), "the output, whole");
+}

@@ -755,9 +755,12 @@ async fn logs(
                 .await
                 .map_err(ApiError::internal)?;
             let end = start + buf.len() as u64;
-            (String::from_utf8_lossy(&buf).into_owned(), end)
+            // The bytes as written: a character cut at either end of the range is whole once
+            // the next read is joined to it (decoded here it became replacement characters,
+            // longer than the bytes the offset counts).
+            (buf, end)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), 0),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), 0),
         Err(e) => return Err(ApiError::internal(e)),
     };
     let mut response =
