@@ -11,17 +11,16 @@
 //! much of a gap learning could close. `report.md` holds the table and the targets' verdicts, every figure
 //! from this run.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
 use dlscale_core::allocator::{PolicyInfo, ELASTIC_BATCH, GAVEL, SIA, TYPE_BLIND};
 use dlscale_core::{Fleet, Settings};
 
+use super::jcts::Jcts;
 use crate::config::{Knowledge, ProgressMode, Reporting};
 use crate::engine::simulate;
 use crate::error::{Result, SimError};
-use crate::metrics::{JobRecord, Outcome, SimObserver};
 use crate::workload::bundled_pollux_workload;
 use crate::SimConfig;
 
@@ -75,19 +74,6 @@ pub struct HeteroRow {
     pub paired_avg_jct_s: Vec<(f64, f64)>,
 }
 
-/// The JCT of each job a run completed, by id.
-#[derive(Default)]
-struct Jcts(BTreeMap<String, f64>);
-
-impl SimObserver for Jcts {
-    fn job_finished(&mut self, record: &JobRecord) -> Result<()> {
-        if let (Outcome::Completed, Some(jct_s)) = (record.outcome, record.jct_s) {
-            self.0.insert(record.id.clone(), jct_s);
-        }
-        Ok(())
-    }
-}
-
 /// The simulation settings of every run: Pollux's rounds (every 60 s and on events, 30 s
 /// restarts, goodput progress) and dlscale's recommended policy settings (Sia takes its restart
 /// cost from them), learned from reports that carry no declared length and no model family;
@@ -131,25 +117,18 @@ pub fn reproduce_hetero(
             runs.push(jcts);
             on_progress(rows.len() * RUNS.len() + runs.len(), total);
         }
-        let mean = |run: &Jcts| run.0.values().sum::<f64>() / run.0.len().max(1) as f64;
-        let paired = |other: &Jcts| {
-            let both: Vec<&String> = runs[0]
-                .0
-                .keys()
-                .filter(|id| other.0.contains_key(*id))
-                .collect();
-            let n = both.len().max(1) as f64;
-            (
-                both.iter().map(|id| runs[0].0[*id]).sum::<f64>() / n,
-                both.iter().map(|id| other.0[*id]).sum::<f64>() / n,
-            )
-        };
         rows.push(HeteroRow {
             workload: n,
             jobs: workload.jobs.len(),
-            avg_jct_s: runs.iter().map(mean).collect(),
+            avg_jct_s: runs.iter().map(Jcts::mean).collect(),
             completed: runs.iter().map(|run| run.0.len()).collect(),
-            paired_avg_jct_s: runs.iter().map(paired).collect(),
+            paired_avg_jct_s: runs
+                .iter()
+                .map(|other| {
+                    let (ours, theirs, _) = runs[0].paired(other);
+                    (ours, theirs)
+                })
+                .collect(),
         });
     }
     let path = out_dir.join("report.md");

@@ -2,6 +2,7 @@
 //! yardstick (issue 27) and the mixed fleet's (issue 29). Each writes a
 //! `report.md` with tables and plots into its output directory.
 mod hetero;
+mod jcts;
 mod paper;
 mod pollux;
 mod pollux_loads;
