@@ -351,27 +351,20 @@ fn bad_input_exits_2_with_a_message_naming_file_and_field() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cluster.json: cluster: field 'nodes'"));
-    let out = dlscale(&[
-        "optimize",
-        "--jobs",
-        jobs.to_str().unwrap(),
-        "--cluster",
-        cluster,
-        "--utility",
-        "fair:2",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    // A weighing lever out of range names its flag; in range, it decides.
-    let weighed = |exponent: &str| {
+    // The example jobs on the cluster with one flag more.
+    let with_flag = |flag: &str| {
         dlscale(&[
             "optimize",
             "--jobs",
             jobs.to_str().unwrap(),
             "--cluster",
             cluster,
-            &format!("--service-exponent={exponent}"),
+            flag,
         ])
     };
+    assert_eq!(with_flag("--utility=fair:2").status.code(), Some(2));
+    // A weighing lever out of range names its flag; in range, it decides.
+    let weighed = |exponent: &str| with_flag(&format!("--service-exponent={exponent}"));
     let out = weighed("-1");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -387,14 +380,7 @@ fn bad_input_exits_2_with_a_message_naming_file_and_field() {
         ),
         ("--min-gain=1e303", "--min-gain must be a number in [0, 10]"),
     ] {
-        let out = dlscale(&[
-            "optimize",
-            "--jobs",
-            jobs.to_str().unwrap(),
-            "--cluster",
-            cluster,
-            flag,
-        ]);
+        let out = with_flag(flag);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             out.status.code() == Some(2) && stderr.contains(expected),

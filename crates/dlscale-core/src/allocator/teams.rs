@@ -714,6 +714,15 @@ mod tests {
             .fold(None, |b: Option<f64>, v| Some(b.map_or(v, |b| b.max(v))))
     }
 
+    /// Whether `s` meets every bound of `inst` and certifies itself against the optimum `best`:
+    /// its value at most, its bound at least.
+    fn certified(inst: &Instance, best: f64, s: &KnapsackSolution) -> Result<(), TestCaseError> {
+        prop_assert!(s.value <= best + 1e-9, "{} above {best}", s.value);
+        prop_assert!(s.bound >= best - 1e-9, "bound {} below {best}", s.bound);
+        prop_assert!(feasible(inst, &s.choice), "{:?}", s.choice);
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(400))]
 
@@ -753,12 +762,7 @@ mod tests {
             let solved = TeamSplit::default().solve(items, &members, quotas, *capacity);
             match (best, solved) {
                 (None, None) => {}
-                (Some(best), Some(s)) => {
-                    let s = s.solution;
-                    prop_assert!(s.value <= best + 1e-9, "{} above {best}", s.value);
-                    prop_assert!(s.bound >= best - 1e-9, "bound {} below {best}", s.bound);
-                    prop_assert!(feasible(&inst, &s.choice), "{:?}", s.choice);
-                }
+                (Some(best), Some(s)) => certified(&inst, best, &s.solution)?,
                 (best, solved) => prop_assert!(false, "enumeration {best:?}, split {solved:?}"),
             }
         }
@@ -778,10 +782,7 @@ mod tests {
                 ..TeamKnapsack::default()
             };
             if let (Some(best), Some(s)) = (best, solver.solve(items, team_of, quotas, *capacity)) {
-                let s = s.solution;
-                prop_assert!(s.value <= best + 1e-9, "{} above {best}", s.value);
-                prop_assert!(s.bound >= best - 1e-9, "bound {} below {best}", s.bound);
-                prop_assert!(feasible(&inst, &s.choice), "{:?}", s.choice);
+                certified(&inst, best, &s.solution)?;
             }
         }
     }
