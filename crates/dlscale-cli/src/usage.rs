@@ -56,7 +56,15 @@ fn since_s(since: &str, now_s: f64) -> Result<f64> {
     if !(value.is_finite() && value >= 0.0) {
         return Err(bad());
     }
-    Ok(unit_s.map_or(value, |unit| now_s - value * unit))
+    let from_s = unit_s.map_or(value, |unit| now_s - value * unit);
+    // A time to come sums nothing (a timestamp in milliseconds reads as one).
+    if from_s > now_s {
+        return Err(anyhow!(
+            "--since {since:?} is after now ({now_s:.0} s since the epoch): give seconds, not \
+             milliseconds, or a time ago such as 24h"
+        ));
+    }
+    Ok(from_s)
 }
 
 /// Prints what `GET /v1/usage` answers.
@@ -120,5 +128,8 @@ mod tests {
         for bad in ["", "h", "-1h", "yesterday", "1w"] {
             assert!(since_s(bad, 0.0).is_err(), "{bad}");
         }
+        // Milliseconds since the epoch are a time to come, which sums nothing.
+        let e = since_s("1700000000000", 2e9).unwrap_err().to_string();
+        assert!(e.contains("is after now"), "{e}");
     }
 }

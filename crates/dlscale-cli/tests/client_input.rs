@@ -253,4 +253,12 @@ fn an_unreachable_server_is_named_with_why_and_watched_json_stays_json() {
             && stderr.contains("Connection refused"),
         "{stderr}"
     );
+    // A password in the URL is refused, and not repeated.
+    let out = dlscale(&["jobs"], &[("DLSCALE_API", "http://me:pa55@127.0.0.1:9")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("DLSCALE_API must not hold a user or password") && !stderr.contains("pa55"),
+        "{stderr}"
+    );
 }

@@ -77,8 +77,16 @@ impl ApiClient {
         if !base.starts_with("http://") {
             bail!("DLSCALE_API must be an http:// URL, got '{base}'");
         }
-        base.parse::<Uri>()
+        let uri = base
+            .parse::<Uri>()
             .with_context(|| format!("invalid API URL '{base}'"))?;
+        // A user or password in the URL is sent nowhere, and would be repeated in every error.
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            bail!(
+                "DLSCALE_API must not hold a user or password (the token authenticates): give \
+                 http://HOST:PORT"
+            );
+        }
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
