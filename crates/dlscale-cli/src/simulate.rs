@@ -233,6 +233,16 @@ fn parse_fair_share(s: &str) -> Result<FairShareArg, String> {
         .map_err(|e| e.to_string())
 }
 
+/// The flag that sets each setting [`SimConfig::validate`] names first: its error is the flag's.
+const SETTING_FLAGS: [(&str, &str); 6] = [
+    ("interval_s", "--interval"),
+    ("report interval", "--report-interval"),
+    ("measurement noise", "--measurement-noise"),
+    ("restart delay", "--restart-s"),
+    ("tiresias threshold", "--tiresias-threshold-gpu-s"),
+    ("batch_candidates", "--batch-candidates"),
+];
+
 fn sim_error(e: SimError) -> anyhow::Error {
     match e {
         SimError::Plot { .. } => anyhow::Error::new(e),
@@ -358,7 +368,15 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<()> {
         Some(fleet) => config.on_fleet(fleet),
         None => config,
     };
-    config.validate().map_err(sim_error)?;
+    config.validate().map_err(|e| {
+        let named = SETTING_FLAGS
+            .iter()
+            .find(|(setting, _)| e.to_string().starts_with(setting));
+        match named {
+            Some((_, flag)) => input_error(anyhow::Error::new(e).context(*flag)),
+            None => sim_error(e),
+        }
+    })?;
     let total = workload.jobs.len() as u64;
     let mut bars: Vec<(PolicyInfo, ProgressBar)> = Vec::new();
     let results = run_to_dir(

@@ -367,3 +367,43 @@ fn teams_on_a_fleet_are_checked_against_the_fleets_gpus() {
         String::from_utf8_lossy(&ran.stderr)
     );
 }
+
+/// A setting out of range is the flag's error: `--interval 1e-6` had been named `interval_s`.
+#[test]
+fn a_setting_out_of_range_names_its_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let out = out.to_str().unwrap();
+    for (flag, value, says) in [
+        (
+            "--interval",
+            "1e-6",
+            "error: --interval: interval_s must be at least",
+        ),
+        (
+            "--report-interval",
+            "0",
+            "error: --report-interval: report interval must be at least",
+        ),
+        (
+            "--measurement-noise",
+            "2",
+            "error: --measurement-noise: measurement noise must be in [0, 1)",
+        ),
+    ] {
+        let refused = dlscale(&[
+            "simulate",
+            "--workload",
+            "pollux:1",
+            "--policy",
+            "elastic-batch",
+            flag,
+            value,
+            "--out",
+            out,
+        ]);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(stderr.contains(says), "{flag}: {stderr}");
+    }
+}
