@@ -134,6 +134,17 @@ fn fixed_changes(old: &ServerConfig, new: &ServerConfig) -> Vec<String> {
         ),
     ];
     changed.extend(own.iter().filter(|(_, c)| *c).map(|(k, _)| k.to_string()));
+    if changed.is_empty() {
+        // A setting neither list names (one added since) still counts as changed.
+        let mut unchanged = new.clone();
+        unchanged.users = old.users.clone();
+        unchanged.teams = old.teams.clone();
+        unchanged.fair_share = old.fair_share;
+        unchanged.executor = std::sync::Arc::clone(&old.executor);
+        if format!("{unchanged:?}") != format!("{old:?}") {
+            changed.push("another setting".to_string());
+        }
+    }
     changed
 }
 
