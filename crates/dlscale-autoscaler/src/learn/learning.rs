@@ -50,8 +50,8 @@ pub struct Report {
     pub nodes: u32,
     /// What it measured.
     pub measured: Measured,
-    /// Whether its step time measures the launch's configuration (a job that changes batch in
-    /// place may report the batch it ran before it took the new one).
+    /// Whether its step time measures the launch's configuration: it was taken at the batch
+    /// the launch runs.
     pub measures: bool,
     /// Its gradient statistics, when the workers sent them.
     pub grad: Option<GradNoise>,
